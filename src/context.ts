@@ -1,0 +1,43 @@
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Config } from './config.js';
+import type { Logger } from './observability/logger.js';
+import type { UpstreamClient } from './upstream/client.js';
+import type { FeatureLevels } from './upstream/feature-level.js';
+
+/** What every handler of an intercepted endpoint gets: configuration and the shared parts. */
+export interface ShimContext {
+  config: Config;
+  log: Logger;
+  /** The upstream's identity (its configured URL, or `replay:` + file): part of every realm key. */
+  upstreamId: string;
+  client: UpstreamClient;
+  featureLevels: FeatureLevels;
+}
+
+export type Handler = (req: IncomingMessage, res: ServerResponse, ctx: ShimContext) => Promise<void>;
+
+/** Per-request facts for the request log line. */
+export interface RequestFacts {
+  upstreamMs?: number;
+  realm?: string;
+  featureLevel?: number;
+  kind?: string;
+}
+
+const FACTS = Symbol('zulip-compat-shim request facts');
+
+export function facts(req: IncomingMessage): RequestFacts {
+  const r = req as IncomingMessage & { [FACTS]?: RequestFacts };
+  return (r[FACTS] ??= {});
+}
+
+/** Times an upstream call and adds it to the request's upstream time. */
+export async function timedUpstream<T>(req: IncomingMessage, call: () => Promise<T>): Promise<T> {
+  const start = performance.now();
+  try {
+    return await call();
+  } finally {
+    const f = facts(req);
+    f.upstreamMs = (f.upstreamMs ?? 0) + Math.round(performance.now() - start);
+  }
+}

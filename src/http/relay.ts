@@ -1,0 +1,39 @@
+import type { ServerResponse } from 'node:http';
+import { pipeline } from 'node:stream/promises';
+import type { BufferedResponse, UpstreamResponse } from '../upstream/client.js';
+
+const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'transfer-encoding', 'te', 'trailer', 'upgrade', 'proxy-authenticate']);
+
+function headersOf(h: UpstreamResponse['headers']): Record<string, string | string[]> {
+  const out: Record<string, string | string[]> = {};
+  for (const [k, v] of Object.entries(h)) if (v !== undefined && !HOP_BY_HOP.has(k)) out[k] = v;
+  return out;
+}
+
+/** E1: an upstream answer goes to the client as it came, status, headers and body. */
+export async function relay(res: ServerResponse, r: UpstreamResponse): Promise<void> {
+  res.writeHead(r.status, headersOf(r.headers));
+  await pipeline(r.body, res);
+}
+
+export function relayBuffered(res: ServerResponse, r: BufferedResponse): void {
+  const headers = headersOf(r.headers);
+  headers['content-length'] = String(r.body.length);
+  res.writeHead(r.status, headers);
+  res.end(r.body);
+}
+
+/**
+ * Headers for an answer the shim re-serialised from an upstream success: the upstream's,
+ * minus the ones that described the old body.
+ */
+export function rewrittenHeaders(h: UpstreamResponse['headers']): Record<string, string | string[]> {
+  const out = headersOf(h);
+  delete out['content-length'];
+  delete out['content-encoding'];
+  delete out.etag;
+  out['content-type'] = 'application/json';
+  return out;
+}
+
+export const isSuccess = (status: number) => status >= 200 && status < 300;

@@ -1,0 +1,88 @@
+import http, { type IncomingMessage, type ServerResponse } from 'node:http';
+import https from 'node:https';
+import type { Duplex } from 'node:stream';
+import { createProxyServer } from 'http-proxy-3';
+import { errorBody, upstreamTimeout, upstreamUnavailable } from '../http/errors.js';
+import type { Logger } from '../observability/logger.js';
+
+/**
+ * T1: everything the shim does not handle itself is streamed to the upstream and back,
+ * unbuffered, with method, path, query, headers and body unchanged, `Host` kept and
+ * X-Forwarded-For/Proto/Host added. WebSocket upgrades too.
+ */
+export interface PassThroughOptions {
+  target: string;
+  timeoutMs: number;
+  maxSockets: number;
+  insecureTls: boolean;
+  log: Logger;
+}
+
+export interface PassThrough {
+  web(req: IncomingMessage, res: ServerResponse): void;
+  ws(req: IncomingMessage, socket: Duplex, head: Buffer): void;
+  close(): void;
+}
+
+const TIMED_OUT = Symbol('upstream timed out');
+
+export function createPassThrough(o: PassThroughOptions): PassThrough {
+  const secure = o.target.startsWith('https:');
+  const agentOptions = { keepAlive: true, maxSockets: o.maxSockets, maxFreeSockets: 64, scheduling: 'lifo' as const };
+  const agent = secure
+    ? new https.Agent({ ...agentOptions, rejectUnauthorized: !o.insecureTls })
+    : new http.Agent(agentOptions);
+
+  const proxy = createProxyServer({
+    target: o.target,
+    agent,
+    xfwd: true,
+    ws: true,
+    changeOrigin: false,
+    secure: !o.insecureTls,
+  });
+
+  // An idle upstream socket (no bytes either way) for longer than the timeout is a 504. The
+  // timer is per socket activity, so a long poll that answers within it, or a download
+  // that keeps flowing, is never cut.
+  proxy.on('proxyReq', (proxyReq, req) => {
+    proxyReq.setTimeout(o.timeoutMs, () => {
+      (req as IncomingMessage & { [TIMED_OUT]?: boolean })[TIMED_OUT] = true;
+      proxyReq.destroy();
+    });
+  });
+
+  // Without this handler http-proxy would throw and take the process down (E4).
+  proxy.on('error', (err, req, res) => {
+    const timedOut = (req as IncomingMessage & { [TIMED_OUT]?: boolean })[TIMED_OUT] === true;
+    const code = (err as NodeJS.ErrnoException).code ?? 'error';
+    o.log.warn({ err: { code, message: err.message }, timedOut }, 'upstream error on pass-through');
+    if (!(res instanceof (http.ServerResponse as unknown as typeof ServerResponse))) {
+      (res as Duplex).destroy();
+      return;
+    }
+    if (res.headersSent || res.destroyed) {
+      res.destroy();
+      return;
+    }
+    const e = timedOut ? upstreamTimeout() : upstreamUnavailable(code);
+    const body = errorBody(e.code, e.message);
+    res.writeHead(e.status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
+    res.end(body);
+  });
+
+  // A client that goes away mid-request is normal; http-proxy-3 destroys the upstream request.
+  proxy.on('econnreset', () => {});
+
+  return {
+    web: (req, res) => proxy.web(req, res),
+    ws: (req, socket, head) => {
+      socket.on('error', () => socket.destroy());
+      proxy.ws(req, socket, head);
+    },
+    close: () => {
+      proxy.close();
+      agent.destroy();
+    },
+  };
+}

@@ -1,0 +1,10 @@
+import type { Handler } from './context.js';
+import { serverSettingsHandler } from './server-settings.js';
+
+/**
+ * The intercepted endpoints: method + path (no query). Everything not listed here, and not
+ * one of the shim's own paths, is passed through (T1).
+ */
+export const INTERCEPTED: ReadonlyMap<string, Handler> = new Map<string, Handler>([
+  ['GET /api/v1/server_settings', serverSettingsHandler],
+]);

@@ -1,0 +1,34 @@
+import { timedUpstream, type Handler } from './context.js';
+import { sendJson } from './http/errors.js';
+import { isSuccess, relayBuffered, rewrittenHeaders } from './http/relay.js';
+import { forwardedHeaders, parseJsonObject } from './upstream/client.js';
+import { FL, featureLevelOf } from './upstream/feature-level.js';
+import { realmOf } from './upstream/realm.js';
+import { VERSION } from './version.js';
+
+/** What the shim adds for an upstream at this feature level (T2). */
+export function emulatedFeatures(featureLevel: number): string[] {
+  const out: string[] = [];
+  if (featureLevel < FL.LAST_UPDATE_ID) {
+    out.push('presence_last_update_id', 'presence_modern_format', 'presence_history_limit_days', 'register_presence_last_update_id');
+  }
+  if (featureLevel < FL.DELIVERY_EMAIL) out.push('own_user_fields');
+  return out;
+}
+
+/**
+ * T2: `GET /api/v1/server_settings` passes through with one added top-level field,
+ * `zulip_compat_shim`; `zulip_feature_level` is never changed. The answer also primes the
+ * feature-level cache.
+ */
+export const serverSettingsHandler: Handler = async (req, res, ctx) => {
+  const realm = realmOf(ctx.upstreamId, req.headers);
+  const r = await timedUpstream(req, () =>
+    ctx.client.fetch({ realm, method: 'GET', path: req.url ?? '/api/v1/server_settings', headers: forwardedHeaders(req) }),
+  );
+  if (!isSuccess(r.status)) return relayBuffered(res, r);
+  const settings = parseJsonObject(r.body);
+  ctx.featureLevels.observe(realm, settings);
+  settings.zulip_compat_shim = { version: VERSION, emulated: emulatedFeatures(featureLevelOf(settings)) };
+  sendJson(res, r.status, settings, rewrittenHeaders(r.headers));
+};

@@ -1,0 +1,172 @@
+import { randomUUID } from 'node:crypto';
+import http, { type IncomingMessage, type ServerResponse } from 'node:http';
+import type { Duplex } from 'node:stream';
+import express from 'express';
+import { pinoHttp } from 'pino-http';
+import type { Config } from './config.js';
+import { facts, type Handler, type ShimContext } from './context.js';
+import { sendJson, sendShimError, toShimError, ShimError } from './http/errors.js';
+import { loggablePath, type Logger } from './observability/logger.js';
+import { createPassThrough, type PassThrough } from './proxy/passthrough.js';
+import { INTERCEPTED } from './routes.js';
+import { UpstreamClient } from './upstream/client.js';
+import { FeatureLevels } from './upstream/feature-level.js';
+import { realmOf } from './upstream/realm.js';
+
+/**
+ * A request comes in; one of the intercepted handlers or the shim's own paths takes it
+ * (through Express), or the pass-through streams it to the upstream untouched.
+ */
+
+export interface ShimOptions {
+  config: Config;
+  log: Logger;
+  /** Where upstream traffic goes (the upstream, or a recorder/replayer standing in for it). */
+  target: string;
+  /** The upstream's identity for realm keys. */
+  upstreamId: string;
+  /** Extra readiness checks (store reachable, …); each throws when not ready. */
+  readinessChecks?: Array<() => Promise<void>>;
+}
+
+export interface Shim {
+  server: http.Server;
+  context: ShimContext;
+  listen(port?: number, host?: string): Promise<{ port: number; url: string }>;
+  /** Graceful stop: no new connections, in-flight requests get shutdownGraceMs. */
+  close(): Promise<void>;
+}
+
+const OWN_PATHS = new Set(['/healthz', '/readyz', '/metrics']);
+
+function pathOf(url: string | undefined): string {
+  if (!url) return '/';
+  const q = url.indexOf('?');
+  return q < 0 ? url : url.slice(0, q);
+}
+
+const REQUEST_ID = /^[\w.:-]{1,128}$/;
+
+export function createShim(o: ShimOptions): Shim {
+  const { config, log } = o;
+  const client = new UpstreamClient({
+    target: o.target,
+    timeoutMs: config.upstream.timeoutMs,
+    maxSockets: config.upstream.maxSockets,
+    insecureTls: config.upstream.insecureTls,
+    maxResponseBytes: config.upstream.maxResponseBytes,
+  });
+  const featureLevels = new FeatureLevels(client, log, config.featureLevel.ttlMs);
+  const context: ShimContext = { config, log, upstreamId: o.upstreamId, client, featureLevels };
+
+  const passThrough: PassThrough = createPassThrough({
+    target: o.target,
+    timeoutMs: config.upstream.timeoutMs,
+    maxSockets: config.upstream.maxSockets,
+    insecureTls: config.upstream.insecureTls,
+    log,
+  });
+
+  const httpLog = pinoHttp({
+    logger: log,
+    genReqId: (req, res) => {
+      const given = req.headers['x-request-id'];
+      const id = typeof given === 'string' && REQUEST_ID.test(given) ? given : randomUUID();
+      req.headers['x-request-id'] = id; // passed upstream with the other headers
+      res.setHeader('x-request-id', id);
+      return id;
+    },
+    serializers: {
+      req: (req: { id: string; method: string; url: string }) => ({ id: req.id, method: req.method, path: loggablePath(req.url) }),
+      res: (res: { statusCode: number }) => ({ status: res.statusCode }),
+    },
+    customProps: (req) => ({ ...facts(req) }),
+    customLogLevel: (_req, res, err) => (err || res.statusCode >= 500 ? 'warn' : 'info'),
+    autoLogging: { ignore: (req) => OWN_PATHS.has(pathOf(req.url)) },
+    quietReqLogger: true,
+    wrapSerializers: false,
+  });
+
+  const app = express();
+  app.disable('x-powered-by');
+  app.set('etag', false);
+  app.get('/healthz', (_req, res) => sendJson(res, 200, { result: 'success', msg: '', status: 'alive' }));
+  app.get('/readyz', async (req, res) => {
+    try {
+      await featureLevels.info(realmOf(o.upstreamId, req.headers));
+      for (const check of o.readinessChecks ?? []) await check();
+      sendJson(res, 200, { result: 'success', msg: '', status: 'ready' });
+    } catch (e) {
+      sendJson(res, 503, { result: 'error', msg: `not ready: ${(e as Error).message}`, code: 'NOT_READY' });
+    }
+  });
+  const wrap = (h: Handler) => async (req: IncomingMessage, res: ServerResponse) => {
+    try {
+      await h(req, res, context);
+    } catch (e) {
+      const err = toShimError(e);
+      if (!(e instanceof ShimError)) log.error({ err: e }, 'unexpected error in handler');
+      // After a 413 the rest of the body is never read: close the connection (E2).
+      sendShimError(res, err, err.status === 413 ? { connection: 'close' } : {});
+    }
+  };
+  for (const [key, handler] of INTERCEPTED) {
+    const [method, path] = key.split(' ') as [string, string];
+    app[method.toLowerCase() as 'get' | 'post'](path, wrap(handler));
+  }
+
+  const server = http.createServer((req, res) => {
+    httpLog(req, res);
+    const path = pathOf(req.url);
+    if (OWN_PATHS.has(path) || INTERCEPTED.has(`${req.method} ${path}`)) {
+      app(req, res);
+    } else {
+      passThrough.web(req, res);
+    }
+  });
+  server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => passThrough.ws(req, socket, head));
+  server.on('clientError', (err, socket) => {
+    if (socket.writable) socket.end('HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n');
+    else socket.destroy();
+    log.debug({ err: { code: (err as NodeJS.ErrnoException).code } }, 'client error');
+  });
+  // Long polls (GET /events, ~90 s) must never be cut by the shim's own server timeouts.
+  server.requestTimeout = 0;
+  server.headersTimeout = 60_000;
+  server.keepAliveTimeout = 65_000;
+  server.timeout = 0;
+
+  let closing: Promise<void> | undefined;
+  return {
+    server,
+    context,
+    listen(port = config.server.port, host = config.server.host) {
+      return new Promise((resolve, reject) => {
+        server.once('error', reject);
+        server.listen(port, host, () => {
+          server.off('error', reject);
+          const addr = server.address() as { port: number; address: string };
+          const shown = addr.address.includes(':') ? `[${addr.address}]` : addr.address;
+          resolve({ port: addr.port, url: `http://${shown}:${addr.port}` });
+        });
+      });
+    },
+    close() {
+      closing ??= new Promise<void>((resolve) => {
+        const timer = setTimeout(() => server.closeAllConnections(), config.server.shutdownGraceMs);
+        timer.unref();
+        server.close(() => {
+          clearTimeout(timer);
+          resolve();
+        });
+        server.closeIdleConnections();
+      }).then(async () => {
+        passThrough.close();
+        await client.destroy();
+      });
+      return closing;
+    },
+  };
+}
+
+export { pathOf };

@@ -1,0 +1,143 @@
+import http from 'node:http';
+import net from 'node:net';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import request from 'supertest';
+import { startFake, type FakeZulip } from './support/fake-zulip.js';
+import { startShim, type RunningShim } from './support/shim.js';
+import { loadConfig } from '../src/config.js';
+
+describe('pass-through (T1, E1, E2)', () => {
+  let fake: FakeZulip;
+  let shim: RunningShim;
+
+  beforeAll(async () => {
+    fake = await startFake({ era: '2.1' });
+    shim = await startShim(fake.url, { upstream: { timeoutMs: 1500 } });
+  });
+  afterAll(async () => {
+    await shim.close();
+    await fake.stop();
+  });
+
+  it('keeps method, path, query, headers, body and status, keeps Host and adds X-Forwarded-*', async () => {
+    const body = Buffer.from('a=1&b=%E2%9C%93&b=2');
+    const res = await request(shim.url)
+      .patch('/test/echo?status=207&x=1&x=2')
+      .set('Host', 'chat.example.com')
+      .set('X-Custom', 'yes')
+      .set('Authorization', 'Basic Zm9vOmJhcg==')
+      .set('Content-Type', 'application/x-www-form-urlencoded')
+      .send(body.toString());
+    expect(res.status).toBe(207);
+    expect(res.headers['x-upstream-header']).toBe('kept');
+    expect(res.headers['set-cookie']).toEqual(['a=1; Path=/']);
+    const echo = res.body as { method: string; url: string; headers: Record<string, string>; body: string };
+    expect(echo.method).toBe('PATCH');
+    expect(echo.url).toBe('/test/echo?status=207&x=1&x=2');
+    expect(Buffer.from(echo.body, 'base64').equals(body)).toBe(true);
+    expect(echo.headers.host).toBe('chat.example.com');
+    expect(echo.headers['x-custom']).toBe('yes');
+    expect(echo.headers.authorization).toBe('Basic Zm9vOmJhcg==');
+    expect(echo.headers['x-forwarded-for']).toMatch(/127\.0\.0\.1/);
+    expect(echo.headers['x-forwarded-proto']).toBe('http');
+    expect(echo.headers['x-forwarded-host']).toBe('chat.example.com');
+    expect(echo.headers['x-request-id']).toBeTruthy();
+  });
+
+  it('passes an upstream error through unchanged (E1)', async () => {
+    const res = await request(shim.url).get('/api/v1/users').set('Authorization', 'Basic bm9wZTpub3Bl');
+    expect(res.status).toBe(401);
+    expect(res.body).toEqual({ result: 'error', msg: 'Invalid API key' });
+    expect(res.headers['www-authenticate']).toBe('Basic realm="zulip"');
+  });
+
+  it('streams a chunked answer chunk by chunk', async () => {
+    const { port } = new URL(shim.url);
+    const arrivals: number[] = [];
+    const start = Date.now();
+    await new Promise<void>((resolve, reject) => {
+      http.get({ host: '127.0.0.1', port, path: '/test/chunked?n=3&gap_ms=300' }, (res) => {
+        res.on('data', () => arrivals.push(Date.now() - start));
+        res.on('end', resolve);
+        res.on('error', reject);
+      });
+    });
+    expect(arrivals.length).toBeGreaterThanOrEqual(3);
+    // The first chunk arrives long before the last one was written.
+    expect(arrivals[0]!).toBeLessThan(250);
+    expect(arrivals[arrivals.length - 1]! - arrivals[0]!).toBeGreaterThanOrEqual(500);
+  });
+
+  it('does not cut a long poll shorter than the upstream timeout', async () => {
+    const res = await request(shim.url).get('/api/v1/events?delay_ms=1000').set('Authorization', fake.auth(10));
+    expect(res.status).toBe(200);
+    expect(res.body.events[0].type).toBe('heartbeat');
+  });
+
+  it('answers a silent upstream with 504 UPSTREAM_TIMEOUT', async () => {
+    const res = await request(shim.url).get('/test/slow?ms=5000');
+    expect(res.status).toBe(504);
+    expect(res.body).toMatchObject({ result: 'error', code: 'UPSTREAM_TIMEOUT' });
+  });
+
+  it('leaves no upstream socket open after 1,000 clients abort mid-response', async () => {
+    const { port } = new URL(shim.url);
+    const before = await fake.connections();
+    const aborts = Array.from({ length: 1000 }, () =>
+      new Promise<void>((resolve) => {
+        const req = http.get({ host: '127.0.0.1', port, path: '/test/big?kb=256', agent: false }, (res) => {
+          res.once('data', () => {
+            req.destroy();
+            resolve();
+          });
+        });
+        req.on('error', () => resolve());
+      }),
+    );
+    await Promise.all(aborts);
+    // Destroyed upstream sockets close asynchronously; wait for them to go.
+    let open = await fake.connections();
+    for (let i = 0; i < 50 && open > before + 64; i++) {
+      await new Promise((r) => setTimeout(r, 100));
+      open = await fake.connections();
+    }
+    // Only the kept-alive idle pool (maxFreeSockets) may stay.
+    expect(open).toBeLessThanOrEqual(before + 64);
+  }, 60_000);
+
+  it('passes WebSocket-style upgrades through', async () => {
+    // A raw upgrade to a fake that does not speak WebSocket still reaches it and comes back.
+    const { port } = new URL(shim.url);
+    const answer = await new Promise<string>((resolve) => {
+      const s = net.connect(Number(port), '127.0.0.1', () => {
+        s.write('GET /test/echo HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n');
+      });
+      let text = '';
+      s.on('data', (d) => (text += d.toString()));
+      s.on('close', () => resolve(text));
+      s.on('error', () => resolve(text));
+      setTimeout(() => s.destroy(), 1000);
+    });
+    expect(answer).toMatch(/^HTTP\/1\.1 200/);
+  });
+});
+
+describe('upstream unreachable (E2)', () => {
+  it('answers 502 UPSTREAM_UNAVAILABLE', async () => {
+    const shim = await startShim('http://127.0.0.1:1');
+    try {
+      const res = await request(shim.url).get('/api/v1/messages');
+      expect(res.status).toBe(502);
+      expect(res.body).toMatchObject({ result: 'error', code: 'UPSTREAM_UNAVAILABLE' });
+    } finally {
+      await shim.close();
+    }
+  });
+});
+
+describe('defaults', () => {
+  it('waits longer than a Zulip long poll (>= 90 s) by default', () => {
+    const { config } = loadConfig(['--upstream', 'http://127.0.0.1:9'], {});
+    expect(config.upstream.timeoutMs).toBeGreaterThanOrEqual(90_000);
+  });
+});

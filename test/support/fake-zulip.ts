@@ -1,0 +1,692 @@
+import http, { type IncomingMessage, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import busboy from 'busboy';
+
+/**
+ * A fake Zulip server that behaves, era by era, like the real one as documented in
+ * ../shared/reference/zulip-server.md: server_settings, presence (legacy per-client rows
+ * before 7.0, one row per user after; slim format from 3.0; last_update_id from 9.0),
+ * GET /users, GET /users/me, POST /register, DELETE /events, plus /test/* helpers for the
+ * pass-through tests.
+ */
+
+export type Era = '2.1' | '3.0' | '4.0' | '5.0' | '6.0' | '7.0' | '8.0' | '9.0';
+
+export const ERA_FEATURE_LEVEL: Record<Era, number> = {
+  '2.1': 0,
+  '3.0': 25,
+  '4.0': 65,
+  '5.0': 122,
+  '6.0': 156,
+  '7.0': 185,
+  '8.0': 237,
+  '9.0': 277,
+};
+
+export const ERAS = Object.keys(ERA_FEATURE_LEVEL) as Era[];
+
+export interface FakeUser {
+  user_id: number;
+  email: string;
+  delivery_email: string;
+  full_name: string;
+  /** 100 owner, 200 admin, 300 moderator, 400 member, 600 guest. */
+  role: 100 | 200 | 300 | 400 | 600;
+  is_bot: boolean;
+  bot_type?: number;
+  bot_owner_id?: number;
+  is_billing_admin: boolean;
+  is_active: boolean;
+  timezone: string;
+  date_joined: string;
+  avatar_version: number;
+  api_key: string;
+  presence_enabled: boolean;
+  profile_data: Record<string, { value: string; rendered_value?: string }>;
+}
+
+interface ClientRow {
+  status: 'active' | 'idle';
+  timestamp: number;
+}
+
+/** 7.0+ storage: one row per user. */
+interface UserRow {
+  last_active: number | null;
+  last_connected: number;
+  last_update_id: number;
+}
+
+export interface FakeStats {
+  /** Every request, by "METHOD path". */
+  requests: Map<string, number>;
+  /** Presence calls that returned presence data (not ping_only). */
+  presenceFull: number;
+  presencePing: number;
+  usersList: number;
+  register: number;
+  queuesCreated: number;
+  queuesDeleted: number;
+}
+
+export interface FakeOptions {
+  era: Era;
+  /** Number of human users created (plus one bot). Default 6. */
+  users?: number;
+  /** The upstream clock, float seconds; tests move it with advance(). */
+  now?: number;
+  realmHost?: string;
+}
+
+const DAY = 86_400;
+
+export class FakeZulip {
+  readonly era: Era;
+  readonly featureLevel: number;
+  now: number;
+  users: FakeUser[] = [];
+  /** < 7.0: rows per user per client name. */
+  clientRows = new Map<number, Map<string, ClientRow>>();
+  /** >= 7.0. */
+  userRows = new Map<number, UserRow>();
+  presenceSequence = 0;
+  stats: FakeStats = this.freshStats();
+  openQueues = new Set<string>();
+  /** Headers of every request received, newest last (for pass-through assertions). */
+  seen: Array<{ method: string; url: string; headers: http.IncomingHttpHeaders; body: Buffer }> = [];
+  /** A hook to answer a request differently (faults); return true when handled. */
+  override?: (req: IncomingMessage, res: ServerResponse, body: Buffer) => boolean | Promise<boolean>;
+  private server?: http.Server;
+  url = '';
+
+  constructor(o: FakeOptions) {
+    this.era = o.era;
+    this.featureLevel = ERA_FEATURE_LEVEL[o.era];
+    this.now = o.now ?? 1_700_000_000.25;
+    const n = o.users ?? 6;
+    const roles: FakeUser['role'][] = [100, 200, 300, 400, 600];
+    for (let i = 0; i < n; i++) {
+      const id = 10 + i;
+      this.users.push({
+        user_id: id,
+        email: `user${id}@zulip.example.com`,
+        delivery_email: `person${id}@example.org`,
+        full_name: `User ${id}`,
+        role: roles[i % roles.length]!,
+        is_bot: false,
+        is_billing_admin: i === 1,
+        is_active: true,
+        timezone: i % 2 === 0 ? 'Europe/Berlin' : '',
+        date_joined: new Date((1_600_000_000 + i * DAY) * 1000).toISOString().replace('Z', '+00:00').replace(/\.(\d{3})/, '.$1000'),
+        avatar_version: 1 + (i % 3),
+        api_key: `key${id}secretAbC`,
+        presence_enabled: true,
+        profile_data: { '1': { value: `Value ${id}`, rendered_value: `<p>Value ${id}</p>` } },
+      });
+    }
+    this.users.push({
+      user_id: 10 + n,
+      email: `bot${10 + n}-bot@zulip.example.com`,
+      delivery_email: `bot${10 + n}-bot@zulip.example.com`,
+      full_name: 'Helper Bot',
+      role: 400,
+      is_bot: true,
+      bot_type: 1,
+      bot_owner_id: 10,
+      is_billing_admin: false,
+      is_active: true,
+      timezone: '',
+      date_joined: '2020-09-13T12:26:40.000000+00:00',
+      avatar_version: 1,
+      api_key: `botkey${10 + n}secret`,
+      presence_enabled: true,
+      profile_data: {},
+    });
+  }
+
+  private freshStats(): FakeStats {
+    return { requests: new Map(), presenceFull: 0, presencePing: 0, usersList: 0, register: 0, queuesCreated: 0, queuesDeleted: 0 };
+  }
+
+  resetStats(): void {
+    this.stats = this.freshStats();
+    this.seen = [];
+  }
+
+  /** Basic auth header for a user. */
+  auth(u: FakeUser | number): string {
+    const user = typeof u === 'number' ? this.user(u) : u;
+    return `Basic ${Buffer.from(`${user.email}:${user.api_key}`).toString('base64')}`;
+  }
+
+  user(id: number): FakeUser {
+    const u = this.users.find((x) => x.user_id === id);
+    if (!u) throw new Error(`no user ${id}`);
+    return u;
+  }
+
+  humans(): FakeUser[] {
+    return this.users.filter((u) => !u.is_bot);
+  }
+
+  advance(seconds: number): void {
+    this.now += seconds;
+  }
+
+  // ---------------------------------------------------------------- presence model
+
+  /** Records a presence report as the era's server would (2.1 do_update_user_presence, …). */
+  report(userId: number, status: 'active' | 'idle', client = 'website'): void {
+    const u = this.user(userId);
+    if (this.featureLevel >= 3 && !u.presence_enabled) return;
+    const t = Math.floor(this.now);
+    if (this.featureLevel < ERA_FEATURE_LEVEL['7.0']) {
+      const rows = this.clientRows.get(userId) ?? new Map<string, ClientRow>();
+      const prev = rows.get(client);
+      // Pre-7.0 anti-flap: idle does not overwrite a fresh active row of the same client.
+      if (prev && prev.status === 'active' && status === 'idle' && t - prev.timestamp < 70) {
+        this.clientRows.set(userId, rows);
+        return;
+      }
+      rows.set(client, { status, timestamp: t });
+      this.clientRows.set(userId, rows);
+      return;
+    }
+    const row = this.userRows.get(userId);
+    if (!row) {
+      this.userRows.set(userId, {
+        last_connected: t,
+        last_active: status === 'active' ? t : null,
+        last_update_id: ++this.presenceSequence,
+      });
+      return;
+    }
+    let changed = false;
+    if (t - row.last_connected > 55) {
+      row.last_connected = t;
+      changed = true;
+    }
+    if (status === 'active' && (row.last_active === null || t - row.last_active > 55)) {
+      row.last_active = t;
+      if (row.last_connected < t) row.last_connected = t;
+      changed = true;
+    }
+    if (changed) row.last_update_id = ++this.presenceSequence;
+  }
+
+  /** Invisible mode (6.0+ rule, and the same backdating on older eras for tests). */
+  setPresenceEnabled(userId: number, enabled: boolean): void {
+    const u = this.user(userId);
+    u.presence_enabled = enabled;
+    const t = Math.floor(this.now);
+    if (this.featureLevel < ERA_FEATURE_LEVEL['7.0']) {
+      this.clientRows.set(userId, new Map([['website', enabled ? { status: 'active', timestamp: t } : { status: 'idle', timestamp: t - 420 }]]));
+      return;
+    }
+    const back = t - 420;
+    this.userRows.set(userId, {
+      last_active: enabled ? t : back,
+      last_connected: enabled ? t : back,
+      last_update_id: ++this.presenceSequence,
+    });
+  }
+
+  private dateJoinedTs(u: FakeUser): number {
+    return Math.floor(Date.parse(u.date_joined) / 1000);
+  }
+
+  /** Users shown in a realm presence answer: active humans with a row in the last 14 days. */
+  private presenceUsers(): FakeUser[] {
+    const cutoff = this.now - 14 * DAY;
+    return this.users.filter((u) => {
+      if (u.is_bot || !u.is_active) return false;
+      if (this.featureLevel < ERA_FEATURE_LEVEL['7.0']) {
+        const rows = this.clientRows.get(u.user_id);
+        return !!rows && [...rows.values()].some((r) => r.timestamp >= cutoff);
+      }
+      const row = this.userRows.get(u.user_id);
+      return !!row && row.last_connected >= cutoff;
+    });
+  }
+
+  legacyPresence(): Record<string, unknown> {
+    const out: Record<string, unknown> = {};
+    const cutoff = this.now - 14 * DAY;
+    for (const u of this.presenceUsers()) {
+      if (this.featureLevel < ERA_FEATURE_LEVEL['7.0']) {
+        const rows = [...this.clientRows.get(u.user_id)!.entries()].filter(([, r]) => r.timestamp >= cutoff);
+        const entry: Record<string, unknown> = {};
+        let newest: [string, ClientRow] | undefined;
+        for (const [client, r] of rows) {
+          entry[client] = { client, status: r.status, timestamp: r.timestamp, pushable: false };
+          if (!newest || r.timestamp > newest[1].timestamp) newest = [client, r];
+        }
+        entry.aggregated = { client: newest![0], status: newest![1].status, timestamp: newest![1].timestamp };
+        out[u.email] = entry;
+      } else {
+        const row = this.userRows.get(u.user_id)!;
+        const active = row.last_active ?? this.dateJoinedTs(u);
+        const [status, timestamp] = active + 70 >= row.last_connected ? ['active', active] : ['idle', row.last_connected];
+        out[u.email] = {
+          aggregated: { client: 'website', status, timestamp },
+          website: { client: 'website', status, timestamp, pushable: false },
+        };
+      }
+    }
+    return out;
+  }
+
+  slimPresence(lastUpdateId?: number): { presences: Record<string, Record<string, number>>; maxId: number } {
+    const presences: Record<string, Record<string, number>> = {};
+    let maxId = -1;
+    const cutoff = this.now - 14 * DAY;
+    for (const u of this.users) {
+      if (u.is_bot || !u.is_active) continue;
+      if (this.featureLevel < ERA_FEATURE_LEVEL['7.0']) {
+        const rows = [...(this.clientRows.get(u.user_id)?.values() ?? [])].filter((r) => r.timestamp >= cutoff);
+        if (rows.length === 0) continue;
+        const e: Record<string, number> = {};
+        const active = rows.filter((r) => r.status === 'active').map((r) => r.timestamp);
+        const idle = rows.filter((r) => r.status === 'idle').map((r) => r.timestamp);
+        if (active.length) e.active_timestamp = Math.max(...active);
+        if (idle.length) e.idle_timestamp = Math.max(...idle);
+        presences[String(u.user_id)] = e;
+        continue;
+      }
+      const row = this.userRows.get(u.user_id);
+      if (!row) continue;
+      if (lastUpdateId !== undefined && lastUpdateId > 0) {
+        if (row.last_update_id <= lastUpdateId) continue;
+      } else if (row.last_connected < cutoff) continue;
+      presences[String(u.user_id)] = {
+        active_timestamp: row.last_active ?? this.dateJoinedTs(u),
+        idle_timestamp: row.last_connected,
+      };
+      maxId = Math.max(maxId, row.last_update_id);
+    }
+    return { presences, maxId };
+  }
+
+  // ---------------------------------------------------------------- HTTP
+
+  async start(): Promise<string> {
+    this.server = http.createServer((req, res) => {
+      void this.handle(req, res).catch((e: unknown) => {
+        if (!res.headersSent) res.writeHead(500, { 'content-type': 'text/plain' });
+        res.end(String(e));
+      });
+    });
+    this.server.keepAliveTimeout = 70_000;
+    await new Promise<void>((r) => this.server!.listen(0, '127.0.0.1', r));
+    this.url = `http://127.0.0.1:${(this.server.address() as AddressInfo).port}`;
+    return this.url;
+  }
+
+  async stop(): Promise<void> {
+    if (!this.server) return;
+    this.server.closeAllConnections();
+    await new Promise<void>((r) => this.server!.close(() => r()));
+  }
+
+  /** Open TCP connections to the fake (for socket-leak tests). */
+  connections(): Promise<number> {
+    return new Promise((r, j) => this.server!.getConnections((e, n) => (e ? j(e) : r(n))));
+  }
+
+  private json(res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
+    const text = JSON.stringify(body);
+    res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text), ...headers });
+    res.end(text);
+  }
+
+  private error(res: ServerResponse, status: number, msg: string, code: string | undefined, extra: Record<string, unknown> = {}): void {
+    const body: Record<string, unknown> = { result: 'error', msg, ...extra };
+    // Before FL 76 (5.0) direct json_error calls had no code; raised errors had one.
+    if (code) body.code = code;
+    this.json(res, status, body);
+  }
+
+  private authenticate(req: IncomingMessage, res: ServerResponse): FakeUser | undefined {
+    const header = req.headers.authorization;
+    const path = (req.url ?? '').split('?')[0]!;
+    let user: FakeUser | undefined;
+    if (path.startsWith('/json/')) {
+      const m = /(?:^|;\s*)sessionid=([^;]+)/.exec(req.headers.cookie ?? '');
+      user = m ? this.users.find((u) => u.api_key === decodeURIComponent(m[1]!)) : undefined;
+      if (!user) {
+        this.error(res, 401, 'Not logged in: API authentication or user session required', this.featureLevel >= 156 ? 'UNAUTHORIZED' : undefined);
+        return undefined;
+      }
+      return user;
+    }
+    if (!header) {
+      this.error(res, 401, 'Missing authorization header for basic auth', this.featureLevel >= 156 ? 'UNAUTHORIZED' : undefined);
+      return undefined;
+    }
+    const m = /^Basic (.+)$/.exec(header);
+    const decoded = m ? Buffer.from(m[1]!, 'base64').toString('utf8') : '';
+    const [email, key] = decoded.split(':');
+    user = this.users.find((u) => u.email === email && u.api_key === key);
+    if (!user) {
+      res.setHeader('www-authenticate', 'Basic realm="zulip"');
+      this.error(res, 401, 'Invalid API key', this.featureLevel >= 156 ? 'UNAUTHORIZED' : undefined);
+      return undefined;
+    }
+    return user;
+  }
+
+  private async readParams(req: IncomingMessage, body: Buffer): Promise<Map<string, string>> {
+    const params = new Map<string, string>();
+    const q = (req.url ?? '').indexOf('?');
+    if (q >= 0) for (const [k, v] of new URLSearchParams(req.url!.slice(q + 1))) params.set(k, v);
+    const type = req.headers['content-type'] ?? '';
+    if (type.startsWith('multipart/form-data')) {
+      await new Promise<void>((resolve, reject) => {
+        const bb = busboy({ headers: req.headers });
+        bb.on('field', (k, v) => params.set(k, v));
+        bb.on('close', resolve);
+        bb.on('error', reject);
+        bb.end(body);
+      });
+    } else if (body.length) {
+      for (const [k, v] of new URLSearchParams(body.toString('utf8'))) params.set(k, v);
+    }
+    return params;
+  }
+
+  /** Django REQ/typed_endpoint JSON bool parsing, per era wording. */
+  private jsonBool(params: Map<string, string>, name: string, res: ServerResponse): boolean | undefined | null {
+    const raw = params.get(name);
+    if (raw === undefined) return undefined;
+    let v: unknown;
+    try {
+      v = JSON.parse(raw);
+    } catch {
+      this.error(res, 400, this.featureLevel >= 237 ? `${name} is not valid JSON` : `Argument "${name}" is not valid JSON.`, 'BAD_REQUEST');
+      return null;
+    }
+    if (typeof v !== 'boolean') {
+      this.error(res, 400, `${name} is not a boolean`, 'BAD_REQUEST');
+      return null;
+    }
+    return v;
+  }
+
+  private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const chunks: Buffer[] = [];
+    for await (const c of req) chunks.push(c as Buffer);
+    const body = Buffer.concat(chunks);
+    const path = (req.url ?? '/').split('?')[0]!;
+    const key = `${req.method} ${path}`;
+    this.stats.requests.set(key, (this.stats.requests.get(key) ?? 0) + 1);
+    this.seen.push({ method: req.method ?? '', url: req.url ?? '', headers: req.headers, body });
+    if (this.override && (await this.override(req, res, body))) return;
+
+    if (path.startsWith('/test/')) return this.testRoute(req, res, body, path);
+    const apiPath = path.replace(/^\/(api\/v1|json)\//, '/');
+    switch (`${req.method} ${apiPath}`) {
+      case 'GET /server_settings':
+        return this.serverSettings(res);
+      case 'POST /users/me/presence':
+        return this.presence(req, res, body);
+      case 'GET /users':
+        return this.usersList(req, res);
+      case 'GET /users/me':
+        return this.ownUser(req, res);
+      case 'POST /register':
+        return this.register(req, res, body);
+      case 'DELETE /events':
+        return this.deleteQueue(req, res, body);
+      case 'GET /events':
+        return this.events(req, res);
+      default:
+        this.error(res, 404, 'Endpoint does not exist.', 'BAD_REQUEST');
+    }
+  }
+
+  private serverSettings(res: ServerResponse): void {
+    const body: Record<string, unknown> = {
+      result: 'success',
+      msg: '',
+      authentication_methods: { password: true, dev: false },
+      zulip_version: this.era === '2.1' ? '2.1.7' : `${this.era}`,
+      push_notifications_enabled: false,
+      is_incompatible: false,
+      email_auth_enabled: true,
+      require_email_format_usernames: true,
+      realm_uri: 'https://chat.example.com',
+      realm_name: 'Example',
+      realm_icon: 'https://chat.example.com/static/images/logo.png',
+      realm_description: '<p>An example realm</p>',
+      external_authentication_methods: [],
+    };
+    if (this.featureLevel > 0) body.zulip_feature_level = this.featureLevel;
+    this.json(res, 200, body);
+  }
+
+  private async presence(req: IncomingMessage, res: ServerResponse, body: Buffer): Promise<void> {
+    const user = this.authenticate(req, res);
+    if (!user) return;
+    if (user.is_bot) return this.error(res, 400, 'This endpoint does not accept bot requests.', this.featureLevel >= 122 ? 'BAD_REQUEST' : undefined);
+    const params = await this.readParams(req, body);
+    const status = params.get('status');
+    if (status === undefined) return this.error(res, 400, "Missing 'status' argument", 'REQUEST_VARIABLE_MISSING', { var_name: 'status' });
+    const pingOnly = this.jsonBool(params, 'ping_only', res);
+    if (pingOnly === null) return;
+    const newUserInput = this.jsonBool(params, 'new_user_input', res);
+    if (newUserInput === null) return;
+    let slim = false;
+    if (this.featureLevel >= 25) {
+      const s = this.jsonBool(params, 'slim_presence', res);
+      if (s === null) return;
+      slim = s === true;
+    }
+    let lastUpdateId: number | undefined;
+    if (this.featureLevel >= 263 && params.has('last_update_id')) {
+      const v = Number(params.get('last_update_id'));
+      if (!Number.isInteger(v)) return this.error(res, 400, 'last_update_id is not an integer', 'BAD_REQUEST');
+      lastUpdateId = v;
+      slim = true;
+    }
+    if (status !== 'active' && status !== 'idle') return this.error(res, 400, `Invalid status: ${status}`, 'BAD_REQUEST');
+    const ua = req.headers['user-agent'] ?? '';
+    this.report(user.user_id, status, /ZulipMobile/.test(ua) ? 'ZulipMobile' : 'website');
+
+    const known = new Set(['status', 'ping_only', 'new_user_input']);
+    if (this.featureLevel >= 25) known.add('slim_presence');
+    if (this.featureLevel >= 263) known.add('last_update_id');
+    if (this.featureLevel >= 288) known.add('history_limit_days');
+    const ignored = [...params.keys()].filter((k) => !known.has(k)).sort();
+    const extra: Record<string, unknown> = this.featureLevel >= 167 && ignored.length ? { ignored_parameters_unsupported: ignored } : {};
+
+    if (pingOnly) {
+      this.stats.presencePing++;
+      return this.json(res, 200, { result: 'success', msg: '', ...extra });
+    }
+    this.stats.presenceFull++;
+    const out: Record<string, unknown> = { result: 'success', msg: '', server_timestamp: this.now };
+    if (slim) {
+      const { presences, maxId } = this.slimPresence(lastUpdateId);
+      out.presences = presences;
+      if (this.featureLevel >= 263) out.presence_last_update_id = maxId >= 0 ? maxId : (lastUpdateId ?? -1);
+    } else {
+      out.presences = this.legacyPresence();
+      if (this.featureLevel >= 263) out.presence_last_update_id = this.slimPresence().maxId;
+    }
+    this.json(res, 200, { ...out, ...extra });
+  }
+
+  /** A user object as GET /users shows it in this era (§5.2). */
+  userObject(u: FakeUser, forOwn = false): Record<string, unknown> {
+    const fl = this.featureLevel;
+    const o: Record<string, unknown> = {
+      email: u.email,
+      user_id: u.user_id,
+      avatar_url: `https://secure.gravatar.com/avatar/${u.user_id}?d=identicon&version=${u.avatar_version}`,
+      is_admin: u.role <= 200,
+      is_guest: u.role === 600,
+      is_bot: u.is_bot,
+      full_name: u.full_name,
+      timezone: u.timezone,
+      is_active: u.is_active,
+      date_joined: u.date_joined,
+    };
+    if (fl >= 6) o.avatar_version = u.avatar_version;
+    if (fl >= 8) o.is_owner = u.role === 100;
+    if (fl >= 59) o.role = u.role;
+    if (fl >= 73) o.is_billing_admin = u.is_billing_admin;
+    if (fl >= 163 || (fl >= 156 && forOwn)) o.delivery_email = u.delivery_email;
+    if (u.is_bot) {
+      o.bot_type = u.bot_type;
+      o.bot_owner_id = u.bot_owner_id;
+    }
+    return o;
+  }
+
+  private usersList(req: IncomingMessage, res: ServerResponse): void {
+    if (!this.authenticate(req, res)) return;
+    this.stats.usersList++;
+    this.json(res, 200, { result: 'success', msg: '', members: this.users.map((u) => this.userObject(u)) });
+  }
+
+  private ownUser(req: IncomingMessage, res: ServerResponse): void {
+    const u = this.authenticate(req, res);
+    if (!u) return;
+    const fl = this.featureLevel;
+    let o: Record<string, unknown>;
+    if (fl < 10) {
+      // 2.1's hand-built dict (get_profile_backend).
+      o = {
+        pointer: -1,
+        client_id: 'a1b2c3d4e5f60718293a4b5c6d7e8f90',
+        max_message_id: 30,
+        user_id: u.user_id,
+        avatar_url: `https://secure.gravatar.com/avatar/${u.user_id}?d=identicon&version=${u.avatar_version}`,
+        full_name: u.full_name,
+        email: u.email,
+        is_bot: u.is_bot,
+        is_admin: u.role <= 200,
+        short_name: u.email.split('@')[0],
+      };
+    } else {
+      o = { ...this.userObject(u, true), max_message_id: 30 };
+    }
+    if (!u.is_bot) o.profile_data = u.profile_data;
+    this.json(res, 200, { result: 'success', msg: '', ...o });
+  }
+
+  private async register(req: IncomingMessage, res: ServerResponse, body: Buffer): Promise<void> {
+    const u = this.authenticate(req, res);
+    if (!u) return;
+    this.stats.register++;
+    const params = await this.readParams(req, body);
+    const types = params.has('fetch_event_types')
+      ? (JSON.parse(params.get('fetch_event_types')!) as string[])
+      : params.has('event_types')
+        ? (JSON.parse(params.get('event_types')!) as string[])
+        : undefined;
+    const want = (t: string) => types === undefined || types.includes(t);
+    const queueId = `queue-${Math.random().toString(36).slice(2)}`;
+    this.openQueues.add(queueId);
+    this.stats.queuesCreated++;
+    const out: Record<string, unknown> = { result: 'success', msg: '', queue_id: queueId, last_event_id: -1 };
+    if (this.featureLevel >= 3 || want('zulip_version')) out.zulip_version = this.era;
+    if (this.featureLevel >= 3) out.zulip_feature_level = this.featureLevel;
+    if (want('realm_user')) {
+      out.realm_users = this.users.filter((x) => !x.is_bot).map((x) => this.userObject(x));
+      out.realm_non_active_users = [];
+      out.user_id = u.user_id;
+      out.email = u.email;
+      out.delivery_email = u.delivery_email;
+      out.full_name = u.full_name;
+      out.is_admin = u.role <= 200;
+    }
+    if (want('presence')) {
+      const slim = this.featureLevel >= 25 && params.get('slim_presence') === 'true';
+      if (slim) {
+        const { presences, maxId } = this.slimPresence();
+        out.presences = presences;
+        if (this.featureLevel >= 263) out.presence_last_update_id = maxId;
+      } else {
+        out.presences = this.legacyPresence();
+        if (this.featureLevel >= 263) out.presence_last_update_id = this.slimPresence().maxId;
+      }
+      if (this.featureLevel >= 70) out.server_timestamp = this.now;
+    }
+    this.json(res, 200, out);
+  }
+
+  private async deleteQueue(req: IncomingMessage, res: ServerResponse, body: Buffer): Promise<void> {
+    if (!this.authenticate(req, res)) return;
+    const params = await this.readParams(req, body);
+    const id = params.get('queue_id');
+    if (!id || !this.openQueues.has(id)) return this.error(res, 400, `Bad event queue ID: ${id}`, 'BAD_EVENT_QUEUE_ID', { queue_id: id });
+    this.openQueues.delete(id);
+    this.stats.queuesDeleted++;
+    this.json(res, 200, { result: 'success', msg: '' });
+  }
+
+  /** Long poll: answers after `?delay_ms=` (default 50) with a heartbeat. */
+  private events(req: IncomingMessage, res: ServerResponse): void {
+    const delay = Number(new URLSearchParams((req.url ?? '').split('?')[1] ?? '').get('delay_ms') ?? 50);
+    const t = setTimeout(() => this.json(res, 200, { result: 'success', msg: '', events: [{ type: 'heartbeat', id: 0 }] }), delay);
+    res.on('close', () => clearTimeout(t));
+  }
+
+  private testRoute(req: IncomingMessage, res: ServerResponse, body: Buffer, path: string): void {
+    const q = new URLSearchParams((req.url ?? '').split('?')[1] ?? '');
+    switch (path) {
+      case '/test/echo':
+        return this.json(res, Number(q.get('status') ?? 200), {
+          method: req.method,
+          url: req.url,
+          headers: req.headers,
+          body: body.toString('base64'),
+        }, { 'x-upstream-header': 'kept', 'set-cookie': 'a=1; Path=/' });
+      case '/test/chunked': {
+        // n chunks, `gap_ms` apart, so a test can see them arrive one by one.
+        const n = Number(q.get('n') ?? 3);
+        const gap = Number(q.get('gap_ms') ?? 100);
+        res.writeHead(200, { 'content-type': 'text/plain' });
+        let i = 0;
+        const tick = () => {
+          if (res.destroyed) return;
+          res.write(`chunk ${i}\n`);
+          if (++i < n) setTimeout(tick, gap);
+          else res.end();
+        };
+        tick();
+        return;
+      }
+      case '/test/slow': {
+        const t = setTimeout(() => this.json(res, 200, { result: 'success', msg: '', slow: true }), Number(q.get('ms') ?? 1000));
+        res.on('close', () => clearTimeout(t));
+        return;
+      }
+      case '/test/big': {
+        // A large streamed body: `kb` kilobytes in 16 KiB writes.
+        const kb = Number(q.get('kb') ?? 1024);
+        res.writeHead(200, { 'content-type': 'application/octet-stream', 'content-length': kb * 1024 });
+        const chunk = Buffer.alloc(1024, 120);
+        let sent = 0;
+        const pump = () => {
+          while (sent < kb) {
+            sent++;
+            if (!res.write(chunk)) return void res.once('drain', pump);
+          }
+          res.end();
+        };
+        pump();
+        return;
+      }
+      default:
+        this.error(res, 404, 'no such test route', 'BAD_REQUEST');
+    }
+  }
+}
+
+export async function startFake(o: FakeOptions): Promise<FakeZulip> {
+  const f = new FakeZulip(o);
+  await f.start();
+  return f;
+}

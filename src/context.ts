@@ -2,6 +2,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Config } from './config.js';
 import type { Logger } from './observability/logger.js';
 import type { UpstreamClient } from './upstream/client.js';
+import type { PresenceStore } from './store/types.js';
 import type { FeatureLevels } from './upstream/feature-level.js';
 
 /** What every handler of an intercepted endpoint gets: configuration and the shared parts. */
@@ -12,6 +13,8 @@ export interface ShimContext {
   upstreamId: string;
   client: UpstreamClient;
   featureLevels: FeatureLevels;
+  /** Realm presence ledgers (memory, or Redis for replicas). */
+  store: PresenceStore;
 }
 
 export type Handler = (req: IncomingMessage, res: ServerResponse, ctx: ShimContext) => Promise<void>;

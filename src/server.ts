@@ -9,6 +9,8 @@ import { sendJson, sendShimError, toShimError, ShimError } from './http/errors.j
 import { loggablePath, type Logger } from './observability/logger.js';
 import { createPassThrough, type PassThrough } from './proxy/passthrough.js';
 import { INTERCEPTED } from './routes.js';
+import { MemoryStore } from './store/memory.js';
+import type { PresenceStore } from './store/types.js';
 import { UpstreamClient } from './upstream/client.js';
 import { FeatureLevels } from './upstream/feature-level.js';
 import { realmOf } from './upstream/realm.js';
@@ -25,6 +27,8 @@ export interface ShimOptions {
   target: string;
   /** The upstream's identity for realm keys. */
   upstreamId: string;
+  /** Where realm state lives; in-memory by default. */
+  store?: PresenceStore;
   /** Extra readiness checks (store reachable, …); each throws when not ready. */
   readinessChecks?: Array<() => Promise<void>>;
 }
@@ -57,7 +61,8 @@ export function createShim(o: ShimOptions): Shim {
     maxResponseBytes: config.upstream.maxResponseBytes,
   });
   const featureLevels = new FeatureLevels(client, log, config.featureLevel.ttlMs);
-  const context: ShimContext = { config, log, upstreamId: o.upstreamId, client, featureLevels };
+  const store = o.store ?? new MemoryStore(config.presence.maxRealms);
+  const context: ShimContext = { config, log, upstreamId: o.upstreamId, client, featureLevels, store };
 
   const passThrough: PassThrough = createPassThrough({
     target: o.target,
@@ -94,6 +99,7 @@ export function createShim(o: ShimOptions): Shim {
   app.get('/readyz', async (req, res) => {
     try {
       await featureLevels.info(realmOf(o.upstreamId, req.headers));
+      await store.ping();
       for (const check of o.readinessChecks ?? []) await check();
       sendJson(res, 200, { result: 'success', msg: '', status: 'ready' });
     } catch (e) {

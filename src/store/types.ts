@@ -1,0 +1,20 @@
+import type { LedgerState, Observation } from '../presence/ledger.js';
+
+/**
+ * Where realm state lives: in this process (default) or in Redis, shared by replicas (S1).
+ * Keys are realm keys (upstream + Host, never a credential, P13).
+ */
+export interface PresenceStore {
+  readonly kind: 'memory' | 'redis';
+  /** The realm's ledger as stored, or undefined when there is none (new, evicted, flushed). */
+  load(realm: string): Promise<LedgerState | undefined>;
+  /**
+   * Atomically merges an observation into the realm's ledger (creating a ledger with a fresh
+   * epoch when there is none) and returns the ledger after the merge. One writer per realm at
+   * a time, so ids stay strictly increasing whichever replica writes (P5).
+   */
+  observe(realm: string, obs: Observation): Promise<LedgerState>;
+  /** Throws when the store cannot be reached (for /readyz). */
+  ping(): Promise<void>;
+  close(): Promise<void>;
+}

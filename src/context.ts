@@ -1,6 +1,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Config } from './config.js';
 import type { Logger } from './observability/logger.js';
+import type { Metrics } from './observability/metrics.js';
 import type { UpstreamClient } from './upstream/client.js';
 import type { PresenceStore } from './store/types.js';
 import type { FeatureLevels } from './upstream/feature-level.js';
@@ -15,6 +16,7 @@ export interface ShimContext {
   featureLevels: FeatureLevels;
   /** Realm presence ledgers (memory, or Redis for replicas). */
   store: PresenceStore;
+  metrics: Metrics;
 }
 
 export type Handler = (req: IncomingMessage, res: ServerResponse, ctx: ShimContext) => Promise<void>;

@@ -7,6 +7,7 @@ import type { Config } from './config.js';
 import { facts, type Handler, type ShimContext } from './context.js';
 import { sendJson, sendShimError, toShimError, ShimError } from './http/errors.js';
 import { loggablePath, type Logger } from './observability/logger.js';
+import { createMetrics } from './observability/metrics.js';
 import { createPassThrough, type PassThrough } from './proxy/passthrough.js';
 import { INTERCEPTED } from './routes.js';
 import { MemoryStore } from './store/memory.js';
@@ -62,7 +63,8 @@ export function createShim(o: ShimOptions): Shim {
   });
   const featureLevels = new FeatureLevels(client, log, config.featureLevel.ttlMs);
   const store = o.store ?? new MemoryStore(config.presence.maxRealms);
-  const context: ShimContext = { config, log, upstreamId: o.upstreamId, client, featureLevels, store };
+  const metrics = createMetrics();
+  const context: ShimContext = { config, log, upstreamId: o.upstreamId, client, featureLevels, store, metrics };
 
   const passThrough: PassThrough = createPassThrough({
     target: o.target,
@@ -105,6 +107,11 @@ export function createShim(o: ShimOptions): Shim {
     } catch (e) {
       sendJson(res, 503, { result: 'error', msg: `not ready: ${(e as Error).message}`, code: 'NOT_READY' });
     }
+  });
+  app.get('/metrics', async (_req, res) => {
+    const text = await metrics.registry.metrics();
+    res.writeHead(200, { 'content-type': metrics.registry.contentType });
+    res.end(text);
   });
   const wrap = (h: Handler) => async (req: IncomingMessage, res: ServerResponse) => {
     try {

@@ -1,0 +1,71 @@
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+
+/**
+ * Prometheus metrics (`GET /metrics`). Names follow Prometheus conventions: the
+ * `zulip_compat_shim_` prefix, base units, bounded label values (never a user id or email).
+ */
+export function createMetrics() {
+  const registry = new Registry();
+  collectDefaultMetrics({ register: registry, prefix: 'zulip_compat_shim_' });
+  const p = 'zulip_compat_shim_';
+  return {
+    registry,
+    upstreamRequests: new Counter({
+      name: `${p}upstream_requests_total`,
+      help: 'Requests the shim sent to the upstream, by route and HTTP status class',
+      labelNames: ['route', 'status'] as const,
+      registers: [registry],
+    }),
+    upstreamDuration: new Histogram({
+      name: `${p}upstream_request_duration_seconds`,
+      help: 'Time until the upstream answered (headers), by route',
+      labelNames: ['route'] as const,
+      buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 90],
+      registers: [registry],
+    }),
+    /** kind: legacy_full | modern_full | delta | resync | ping | passthrough */
+    presenceAnswers: new Counter({
+      name: `${p}presence_answers_total`,
+      help: 'Presence answers by kind (resync = full data because the client id could not be vouched for)',
+      labelNames: ['kind'] as const,
+      registers: [registry],
+    }),
+    /** source: upstream (a full fetch) | shared (answered from a shared snapshot) */
+    presenceSnapshots: new Counter({
+      name: `${p}presence_snapshot_uses_total`,
+      help: 'Full presence fetches from the upstream vs answers served from a shared snapshot',
+      labelNames: ['source'] as const,
+      registers: [registry],
+    }),
+    presenceBytesSent: new Counter({
+      name: `${p}presence_sent_bytes_total`,
+      help: 'Bytes of presence answers sent to clients',
+      registers: [registry],
+    }),
+    presenceBytesFull: new Counter({
+      name: `${p}presence_full_equivalent_bytes_total`,
+      help: 'Bytes a full modern answer would have been for the same polls (the saving is the difference)',
+      registers: [registry],
+    }),
+    ledgerUsers: new Gauge({
+      name: `${p}ledger_users`,
+      help: 'Users held in the presence ledger, by realm host',
+      labelNames: ['realm'] as const,
+      registers: [registry],
+    }),
+    /** cache: user_directory | own_profile | feature_level; result: hit | miss */
+    lookups: new Counter({
+      name: `${p}lookup_cache_total`,
+      help: 'Lookup cache hits and misses',
+      labelNames: ['cache', 'result'] as const,
+      registers: [registry],
+    }),
+    storeErrors: new Counter({
+      name: `${p}store_errors_total`,
+      help: 'Errors talking to the shared store (Redis); presence degrades to pass-through meanwhile',
+      registers: [registry],
+    }),
+  };
+}
+
+export type Metrics = ReturnType<typeof createMetrics>;

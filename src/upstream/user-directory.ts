@@ -1,0 +1,164 @@
+import { LRUCache } from 'lru-cache';
+import { isSuccess } from '../http/relay.js';
+import { upstreamBadResponse } from '../http/errors.js';
+import type { Logger } from '../observability/logger.js';
+import type { Metrics } from '../observability/metrics.js';
+import { parseJsonObject, type UpstreamClient } from './client.js';
+import type { Realm } from './realm.js';
+
+/**
+ * The realm's user directory: one cached, single-flight, bounded `GET /api/v1/users` per realm,
+ * used to map emails to user ids (presence) and to read the caller's own row (own profile).
+ *
+ * The list is whatever the upstream showed the caller whose request loaded it. Before feature
+ * level 228 every member of a realm sees the same list; from 228 a guest may see fewer users,
+ * so a reader must treat a missing user as "not known", never as "does not exist".
+ */
+
+/** The fields of a `GET /users` member the shim reads (zulip-server.md §5.2, every era). */
+export interface Member {
+  user_id: number;
+  email: string;
+  full_name?: string;
+  is_bot: boolean;
+  is_active: boolean;
+  is_admin: boolean;
+  is_guest: boolean;
+  /** Feature level 8+. */
+  is_owner?: boolean;
+  /** Feature level 59+. */
+  role?: number;
+  /** IANA name or "". */
+  timezone: string;
+  /** ISO 8601 with offset, as the upstream wrote it. */
+  date_joined: string;
+  /** Feature level 6+. */
+  avatar_version?: number;
+  /** Only where the upstream shows it to the caller (admins, or always from feature level 163). */
+  delivery_email?: string;
+}
+
+export interface Directory {
+  byEmail: ReadonlyMap<string, Member>;
+  byId: ReadonlyMap<number, Member>;
+  /** When the upstream answered (ms since the epoch), so a reader can tell how fresh it is. */
+  fetchedAt: number;
+}
+
+export interface UserDirectoryOptions {
+  /** How long a realm's list is fresh; a stale one is served while it is re-read. */
+  ttlMs: number;
+  /** Realms kept at most (least recently used go first). */
+  maxEntries: number;
+  /** refresh() re-reads a list only when it is older than this, so unknown users cannot force a read per request. */
+  minRefreshMs?: number;
+}
+
+interface LoadContext {
+  realm: Realm;
+  headers: Record<string, string>;
+}
+
+const str = (v: unknown): v is string => typeof v === 'string';
+const bool = (v: unknown): v is boolean => typeof v === 'boolean';
+const int = (v: unknown): v is number => typeof v === 'number' && Number.isInteger(v);
+
+/** Reads one member; undefined when the row lacks what every era sends. Pure. */
+export function memberOf(row: unknown): Member | undefined {
+  if (!row || typeof row !== 'object') return undefined;
+  const r = row as Record<string, unknown>;
+  if (!int(r.user_id) || !str(r.email)) return undefined;
+  const m: Member = {
+    user_id: r.user_id,
+    email: r.email,
+    is_bot: bool(r.is_bot) ? r.is_bot : false,
+    is_active: bool(r.is_active) ? r.is_active : true,
+    is_admin: bool(r.is_admin) ? r.is_admin : false,
+    is_guest: bool(r.is_guest) ? r.is_guest : false,
+    timezone: str(r.timezone) ? r.timezone : '',
+    date_joined: str(r.date_joined) ? r.date_joined : '',
+  };
+  if (str(r.full_name)) m.full_name = r.full_name;
+  if (bool(r.is_owner)) m.is_owner = r.is_owner;
+  if (int(r.role)) m.role = r.role;
+  if (int(r.avatar_version)) m.avatar_version = r.avatar_version;
+  if (str(r.delivery_email)) m.delivery_email = r.delivery_email;
+  return m;
+}
+
+/** Builds the directory from a `GET /users` answer (`{"members": [...]}`). Pure. */
+export function directoryOf(answer: Record<string, unknown>, fetchedAt: number): Directory {
+  if (!Array.isArray(answer.members)) throw upstreamBadResponse('GET /users has no members list');
+  const byEmail = new Map<string, Member>();
+  const byId = new Map<number, Member>();
+  for (const row of answer.members) {
+    const m = memberOf(row);
+    if (!m) continue;
+    byEmail.set(m.email, m);
+    byId.set(m.user_id, m);
+  }
+  return { byEmail, byId, fetchedAt };
+}
+
+export class UserDirectory {
+  private readonly cache: LRUCache<string, Directory, LoadContext>;
+  private readonly minRefreshMs: number;
+
+  constructor(
+    private readonly client: UpstreamClient,
+    private readonly log: Logger,
+    private readonly metrics: Metrics,
+    options: UserDirectoryOptions,
+  ) {
+    this.minRefreshMs = options.minRefreshMs ?? 5_000;
+    this.cache = new LRUCache<string, Directory, LoadContext>({
+      max: options.maxEntries,
+      ttl: options.ttlMs,
+      allowStale: true,
+      noDeleteOnFetchRejection: true,
+      allowStaleOnFetchRejection: true,
+      fetchMethod: (_key, _stale, { context }) => this.load(context),
+    });
+  }
+
+  /**
+   * The realm's directory, loaded with the given caller's headers when not cached (P13: the
+   * key is the realm, the headers are only used for the call). Callers must have been
+   * authenticated by the upstream already before they are served cached data.
+   * Rejects when the upstream cannot give the list and nothing is cached.
+   */
+  get(realm: Realm, headers: Record<string, string>): Promise<Directory> {
+    return this.fetch(realm, headers, false);
+  }
+
+  /**
+   * Re-reads the realm's list (a user the cached one does not know may have joined since),
+   * unless the cached list is younger than minRefreshMs.
+   */
+  refresh(realm: Realm, headers: Record<string, string>): Promise<Directory> {
+    const cached = this.cache.peek(realm.key, { allowStale: true });
+    const young = cached !== undefined && Date.now() - cached.fetchedAt < this.minRefreshMs;
+    return this.fetch(realm, headers, !young);
+  }
+
+  private async fetch(realm: Realm, headers: Record<string, string>, forceRefresh: boolean): Promise<Directory> {
+    const status: LRUCache.Status<string, Directory, LoadContext> = {};
+    const v = await this.cache.fetch(realm.key, { context: { realm, headers }, forceRefresh, allowStale: !forceRefresh, status });
+    // A request that started an upstream read is a miss; one served from memory (or that joined a read under way) a hit.
+    const miss = status.fetch === 'miss' || status.fetch === 'refresh';
+    this.metrics.lookups.inc({ cache: 'user_directory', result: miss ? 'miss' : 'hit' });
+    if (!v) throw upstreamBadResponse('GET /users gave no answer');
+    return v;
+  }
+
+  private async load({ realm, headers }: LoadContext): Promise<Directory> {
+    const r = await this.client.fetch({ realm, method: 'GET', path: '/api/v1/users', headers });
+    if (!isSuccess(r.status)) {
+      this.log.warn({ realm: realm.host, status: r.status }, 'user directory: GET /users failed');
+      throw upstreamBadResponse(`GET /users answered HTTP ${r.status}`);
+    }
+    const dir = directoryOf(parseJsonObject(r.body), Date.now());
+    this.log.debug({ realm: realm.host, members: dir.byId.size }, 'user directory loaded');
+    return dir;
+  }
+}

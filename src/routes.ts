@@ -1,4 +1,5 @@
 import type { Handler } from './context.js';
+import { presenceHandler } from './presence/handler.js';
 import { serverSettingsHandler } from './server-settings.js';
 
 /**
@@ -7,4 +8,6 @@ import { serverSettingsHandler } from './server-settings.js';
  */
 export const INTERCEPTED: ReadonlyMap<string, Handler> = new Map<string, Handler>([
   ['GET /api/v1/server_settings', serverSettingsHandler],
+  ['POST /api/v1/users/me/presence', presenceHandler],
+  ['POST /json/users/me/presence', presenceHandler],
 ]);

@@ -1,0 +1,358 @@
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { facts, timedUpstream, type Handler, type ShimContext } from '../context.js';
+import { parseParams, readBody, encodeForm } from '../http/body.js';
+import { sendBytes, upstreamBadResponse } from '../http/errors.js';
+import { isSuccess, relay, relayBuffered, rewrittenHeaders } from '../http/relay.js';
+import { forwardedHeaders, parseJsonObject, type BufferedResponse } from '../upstream/client.js';
+import { FL } from '../upstream/feature-level.js';
+import { callerKey, realmOf, type Realm } from '../upstream/realm.js';
+import type { Directory } from '../upstream/user-directory.js';
+import { limitLegacyHistory, presenceEra, toModern, FL_SLIM, type PresenceEra } from './convert.js';
+import { answer, idAsOf, type LedgerState, type ModernPresence } from './ledger.js';
+import { parseJsonInt, parsePresenceRequest, wantsModern, type PresenceRequest } from './params.js';
+import { fromData, toData, type Snapshot } from './snapshots.js';
+
+/**
+ * POST /api/v1/users/me/presence and /json/users/me/presence on an upstream below feature
+ * level 263: the caller's status is always reported upstream; full presence is fetched at most
+ * once per window per scope (P9), converted to the modern format (P1, P2), merged into the
+ * realm's ledger (P3–P7), and each caller gets a full answer or a delta from it.
+ */
+
+type Format = 'legacy' | 'slim';
+
+/** An upstream answer that is not a success: the caller gets it unchanged (E1). */
+class UpstreamRefused extends Error {
+  constructor(readonly response: BufferedResponse) {
+    super(`upstream answered ${response.status}`);
+  }
+}
+
+interface Poll {
+  req: IncomingMessage;
+  ctx: ShimContext;
+  realm: Realm;
+  featureLevel: number;
+  era: PresenceEra;
+  p: PresenceRequest;
+}
+
+export const presenceHandler: Handler = async (req, res, ctx) => {
+  const raw = await readBody(req, ctx.config.server.bodyLimitBytes);
+  const params = await parseParams(req, raw);
+  // E3 before any upstream call, in the modern server's order and words.
+  parseJsonInt('history_limit_days', params.get('history_limit_days'));
+  parseJsonInt('last_update_id', params.get('last_update_id'));
+
+  const realm = realmOf(ctx.upstreamId, req.headers);
+  const featureLevel = await timedUpstream(req, () => ctx.featureLevels.featureLevel(realm));
+  const f = facts(req);
+  f.realm = realm.host;
+  f.featureLevel = featureLevel;
+
+  if (featureLevel >= FL.LAST_UPDATE_ID) {
+    // The upstream speaks the modern presence API itself: untouched.
+    ctx.metrics.presenceAnswers.inc({ kind: 'passthrough' });
+    f.kind = 'passthrough';
+    const headers: Record<string, string> = { ...forwardedHeaders(req), 'accept-encoding': req.headers['accept-encoding'] ?? 'identity' };
+    if (req.headers['content-type']) headers['content-type'] = req.headers['content-type'];
+    const r = await timedUpstream(req, () => ctx.client.request({ realm, method: 'POST', path: req.url ?? '/', headers, body: raw }));
+    return relay(res, r);
+  }
+
+  const poll: Poll = { req, ctx, realm, featureLevel, era: presenceEra(featureLevel), p: parsePresenceRequest(params, featureLevel) };
+  if (poll.p.upstreamWillReject) {
+    // A value only the upstream validates is wrong: let it say so in its own words (E1).
+    const r = await report(poll, { ping_only: poll.p.raw.get('ping_only'), slim_presence: poll.p.raw.get('slim_presence') });
+    return relayBuffered(res, r);
+  }
+  if (poll.p.pingOnly) return pingOnly(poll, res);
+  return fullPoll(poll, res);
+};
+
+/** The caller's own report to the upstream, form-encoded, with only parameters it knows. */
+async function report(poll: Poll, extra: { ping_only?: string | undefined; slim_presence?: string | undefined }): Promise<BufferedResponse> {
+  const { p, ctx, req, realm } = poll;
+  const form: Array<[string, string]> = [];
+  if (p.raw.has('status')) form.push(['status', p.raw.get('status')!]);
+  if (p.raw.has('new_user_input')) form.push(['new_user_input', p.raw.get('new_user_input')!]);
+  if (extra.ping_only !== undefined) form.push(['ping_only', extra.ping_only]);
+  if (extra.slim_presence !== undefined && poll.featureLevel >= FL_SLIM) form.push(['slim_presence', extra.slim_presence]);
+  const headers = { ...forwardedHeaders(req), 'content-type': 'application/x-www-form-urlencoded' };
+  const path = req.url?.startsWith('/json/') ? '/json/users/me/presence' : '/api/v1/users/me/presence';
+  return timedUpstream(req, () => ctx.client.fetch({ realm, method: 'POST', path, headers, body: encodeForm(form) }));
+}
+
+/** P11: the upstream's own list is replaced by the shim's, which knows every parameter. */
+function withIgnored(body: Record<string, unknown>, ignored: string[]): Record<string, unknown> {
+  const { ignored_parameters_unsupported: _dropped, ...rest } = body;
+  return ignored.length ? { ...rest, ignored_parameters_unsupported: ignored } : rest;
+}
+
+/** P8: the status is reported; the answer carries no presence data. */
+async function pingOnly(poll: Poll, res: ServerResponse): Promise<void> {
+  const r = await report(poll, { ping_only: 'true' });
+  if (!isSuccess(r.status)) return relayBuffered(res, r);
+  poll.ctx.metrics.presenceAnswers.inc({ kind: 'ping' });
+  facts(poll.req).kind = 'ping';
+  const body = withIgnored(parseJsonObject(r.body), poll.p.ignored);
+  sendBytes(res, r.status, Buffer.from(JSON.stringify(body)), rewrittenHeaders(r.headers));
+}
+
+function scopeOf(poll: Poll, format: Format): { scope: string; shared: boolean } {
+  const { ctx, featureLevel, realm, req } = poll;
+  const mode = ctx.config.presence.shareSnapshots;
+  // P9: one snapshot for all callers only where all callers see the same users.
+  const shared = mode === 'always' || (mode === 'auto' && featureLevel < FL.PRESENCE_ACCESS_LIMIT);
+  return { scope: shared ? `${realm.key}|${format}` : `${realm.key}|${format}|${callerKey(req.headers)}`, shared };
+}
+
+async function fullPoll(poll: Poll, res: ServerResponse): Promise<void> {
+  const { ctx, req } = poll;
+  const modern = wantsModern(poll.p);
+  // 2.1 has only the legacy format, which then feeds modern answers too.
+  const format: Format = modern && poll.era !== 'legacy' ? 'slim' : 'legacy';
+  const { scope, shared } = scopeOf(poll, format);
+  const hub = ctx.snapshots;
+
+  let snapshot = hub.fresh(scope);
+  const pending = snapshot ? undefined : hub.pending(scope);
+  let own: BufferedResponse | undefined;
+  if (snapshot || pending) {
+    // P9: the caller's own report still reaches the upstream, and only a caller the upstream
+    // accepts sees shared data.
+    own = await report(poll, { ping_only: 'true' });
+    if (!isSuccess(own.status)) return relayBuffered(res, own);
+    snapshot ??= await pending!.catch(() => undefined);
+    if (snapshot) ctx.metrics.presenceSnapshots.inc({ source: 'shared' });
+  }
+  if (!snapshot) {
+    try {
+      let leaderAnswer: BufferedResponse | undefined;
+      snapshot = await hub.lead(scope, async () => {
+        const r = await fetchSnapshot(poll, format, shared, scope);
+        leaderAnswer = r.own;
+        return r.snapshot;
+      });
+      own = leaderAnswer ?? own;
+    } catch (e) {
+      if (e instanceof UpstreamRefused) return relayBuffered(res, e.response);
+      throw e;
+    }
+  }
+  respond(poll, res, snapshot, modern, own);
+}
+
+/** Date header → seconds, for upstream answers without server_timestamp (P6). */
+function upstreamTime(body: Record<string, unknown>, headers: BufferedResponse['headers']): number {
+  const ts = body.server_timestamp;
+  if (typeof ts === 'number' && Number.isFinite(ts)) return ts;
+  const date = Date.parse(String(headers.date ?? ''));
+  if (Number.isFinite(date)) return date / 1000;
+  throw upstreamBadResponse('presence answer without server_timestamp or Date');
+}
+
+/** One full upstream presence fetch (the caller's own report), converted and merged. */
+async function fetchSnapshot(
+  poll: Poll,
+  format: Format,
+  shared: boolean,
+  scope: string,
+): Promise<{ snapshot: Snapshot; own?: BufferedResponse }> {
+  const { ctx } = poll;
+  const cluster = shared ? ctx.clusterSnapshots : undefined;
+  const window = ctx.config.presence.coalesceMs;
+  if (cluster && window > 0) {
+    // S1/P9 across replicas: read another replica's snapshot, or wait for the one fetching.
+    let data = await cluster.get(scope).catch(() => undefined);
+    const locked = data ? false : await cluster.tryLock(scope, window).catch(() => true);
+    if (data || !locked) {
+      const own = await report(poll, { ping_only: 'true' });
+      if (!isSuccess(own.status)) throw new UpstreamRefused(own);
+      data ??= await cluster.waitFor(scope, Math.max(window, 1000)).catch(() => undefined);
+      if (data) {
+        ctx.metrics.presenceSnapshots.inc({ source: 'shared' });
+        return { snapshot: fromData(data, await loadLedger(poll)), own };
+      }
+    }
+  }
+  try {
+    const own = await report(poll, { ping_only: 'false', slim_presence: format === 'slim' ? 'true' : undefined });
+    if (!isSuccess(own.status)) throw new UpstreamRefused(own);
+    ctx.metrics.presenceSnapshots.inc({ source: 'upstream' });
+    const body = parseJsonObject(own.body);
+    const presences = body.presences;
+    if (!presences || typeof presences !== 'object' || Array.isArray(presences)) {
+      throw upstreamBadResponse('presence answer without a presences object');
+    }
+    const serverTimestamp = upstreamTime(body, own.headers);
+    const modern = await convert(poll, format, presences as Record<string, unknown>);
+    const ledger = modern ? await observe(poll, { serverTimestamp, presences: modern, complete: shared }) : await loadLedger(poll);
+    const snapshot: Snapshot = {
+      serverTimestamp,
+      fetchedAt: Date.now(),
+      modern,
+      legacy: format === 'legacy' ? body : undefined,
+      ledger,
+      answers: new Map(),
+    };
+    if (cluster && window > 0) await cluster.publish(scope, toData(snapshot), window).catch(() => undefined);
+    return { snapshot, own };
+  } catch (e) {
+    if (cluster) await cluster.release(scope).catch(() => undefined);
+    throw e;
+  }
+}
+
+/**
+ * The upstream's presences in the modern format, or undefined where that cannot be done
+ * faithfully (a 7.0–8.x legacy answer, whose per-user status is lossy: it is passed on as made
+ * and not merged).
+ */
+async function convert(poll: Poll, format: Format, presences: Record<string, unknown>): Promise<Map<number, ModernPresence> | undefined> {
+  const { ctx, req, realm, era } = poll;
+  if (format === 'legacy' && era === 'exact-slim') return undefined;
+  // Exact slim needs no user list; every other era may need date_joined, 2.1 needs email → id.
+  if (era === 'exact-slim') return toModern(era, presences, { idOf: () => undefined, dateJoinedOf: () => undefined }).presences;
+  const sourceEra: PresenceEra = format === 'legacy' ? 'legacy' : era;
+  const headers = forwardedHeaders(req);
+  const needIds = sourceEra === 'legacy';
+  let directory: Directory | undefined;
+  try {
+    directory = await timedUpstream(req, () => ctx.users.get(realm, headers));
+  } catch (e) {
+    if (needIds) throw e; // without the email → id map there is no modern answer to give
+    ctx.log.warn({ realm: realm.host, err: (e as Error).message }, 'user list unavailable: active_timestamp falls back to 0 where unknown');
+  }
+  const lookup = (d: Directory | undefined) => ({
+    idOf: (email: string) => d?.byEmail.get(email)?.user_id,
+    dateJoinedOf: (id: number) => {
+      const t = Date.parse(d?.byId.get(id)?.date_joined ?? '');
+      return Number.isFinite(t) ? Math.floor(t / 1000) : undefined;
+    },
+  });
+  let converted = toModern(sourceEra, presences, lookup(directory));
+  if (converted.unknownEmails.length && directory) {
+    // A user the cached map does not know yet: refresh it once (single flight in the directory).
+    directory = await timedUpstream(req, () => ctx.users.refresh(realm, headers));
+    converted = toModern(sourceEra, presences, lookup(directory));
+    if (converted.unknownEmails.length) {
+      ctx.log.warn({ realm: realm.host, unknown: converted.unknownEmails.length }, 'presence for users missing from the user list left out');
+    }
+  }
+  return converted.presences;
+}
+
+async function observe(poll: Poll, obs: Parameters<ShimContext['store']['observe']>[1]): Promise<LedgerState | undefined> {
+  try {
+    const ledger = await poll.ctx.store.observe(poll.realm.key, obs);
+    poll.ctx.metrics.ledgerUsers.set({ realm: poll.realm.host }, ledger.users.size);
+    return ledger;
+  } catch (e) {
+    storeFailed(poll, e);
+    return undefined;
+  }
+}
+
+async function loadLedger(poll: Poll): Promise<LedgerState | undefined> {
+  try {
+    return await poll.ctx.store.load(poll.realm.key);
+  } catch (e) {
+    storeFailed(poll, e);
+    return undefined;
+  }
+}
+
+/** The store is down: answers degrade to full data with no id to continue from (P5). */
+function storeFailed(poll: Poll, e: unknown): void {
+  poll.ctx.metrics.storeErrors.inc();
+  poll.ctx.log.warn({ err: (e as Error).message }, 'presence store unavailable: answering with full data and no ids');
+}
+
+const kindOf = (p: PresenceRequest, full: boolean) =>
+  !full ? 'delta' : p.lastUpdateId !== undefined && p.lastUpdateId > 0 ? 'resync' : 'modern_full';
+
+function respond(poll: Poll, res: ServerResponse, s: Snapshot, modern: boolean, own: BufferedResponse | undefined): void {
+  const { p, ctx, req } = poll;
+  const headers = own ? rewrittenHeaders(own.headers) : {};
+  let body: string;
+  let kind: string;
+  if (!modern) {
+    ({ body, kind } = legacyAnswer(s, p));
+  } else {
+    ({ body, kind } = modernAnswer(s, p));
+    ctx.metrics.presenceBytesFull.inc(Buffer.byteLength(fullModernBody(s)));
+  }
+  const bytes = Buffer.from(body);
+  ctx.metrics.presenceAnswers.inc({ kind });
+  ctx.metrics.presenceBytesSent.inc(bytes.length);
+  facts(req).kind = kind;
+  sendBytes(res, 200, bytes, headers);
+}
+
+/** Cached presences JSON and the largest id in it, per snapshot and answer key. */
+function cached(s: Snapshot, key: string, build: () => { json: string; maxId: number }) {
+  let a = s.answers.get(key);
+  if (!a) {
+    a = build();
+    s.answers.set(key, a);
+  }
+  return a;
+}
+
+function fullModernBody(s: Snapshot): string {
+  const { json } = modernPresences(s, undefined, undefined);
+  return `{"result":"success","msg":"","server_timestamp":${JSON.stringify(s.serverTimestamp)},"presences":${json}}`;
+}
+
+function modernPresences(s: Snapshot, lastUpdateId: number | undefined, historyLimitDays: number | undefined) {
+  const ledger = s.ledger;
+  const modern = s.modern ?? new Map<number, ModernPresence>();
+  if (!ledger) {
+    // No ledger (store down): full data from the snapshot itself, no id (P5).
+    return cached(s, `nl|${historyLimitDays ?? ''}`, () => {
+      const out: Record<string, ModernPresence> = {};
+      const cutoff = historyLimitDays === undefined ? -Infinity : s.serverTimestamp - historyLimitDays * 86_400;
+      if (historyLimitDays !== 0) for (const [id, e] of modern) if (e.idle_timestamp >= cutoff) out[String(id)] = e;
+      return { json: JSON.stringify(out), maxId: -1, full: true };
+    });
+  }
+  const probe = answer(ledger, { visible: [], lastUpdateId, serverTimestamp: s.serverTimestamp });
+  const key = probe.full ? `full|${historyLimitDays ?? ''}` : `delta|${lastUpdateId}`;
+  return cached(s, key, () => {
+    const a = answer(ledger, { visible: modern.keys(), lastUpdateId, historyLimitDays, serverTimestamp: s.serverTimestamp });
+    return { json: JSON.stringify(a.presences), maxId: Object.keys(a.presences).length ? a.presenceLastUpdateId : -1 };
+  });
+}
+
+function modernAnswer(s: Snapshot, p: PresenceRequest): { body: string; kind: string } {
+  const x = p.lastUpdateId;
+  const full = !s.ledger || answer(s.ledger, { visible: [], lastUpdateId: x, serverTimestamp: 0 }).full;
+  const { json, maxId } = modernPresences(s, x, p.historyLimitDays);
+  // P4: the largest id returned; else the client's own id echoed; else -1. No ledger: -1 (P5).
+  const id = !s.ledger ? -1 : maxId >= 0 ? maxId : x !== undefined ? x : -1;
+  const ignored = p.ignored.length ? `,"ignored_parameters_unsupported":${JSON.stringify(p.ignored)}` : '';
+  const body = `{"result":"success","msg":"","server_timestamp":${JSON.stringify(s.serverTimestamp)},"presences":${json},"presence_last_update_id":${id}${ignored}}`;
+  return { body, kind: s.ledger ? kindOf(p, full) : 'modern_full' };
+}
+
+function legacyAnswer(s: Snapshot, p: PresenceRequest): { body: string; kind: string } {
+  const upstream = s.legacy ?? {};
+  let presences = (upstream.presences ?? {}) as Record<string, unknown>;
+  if (p.historyLimitDays !== undefined) presences = limitLegacyHistory(presences, p.historyLimitDays, s.serverTimestamp);
+  let id = -1;
+  if (s.ledger && s.modern) {
+    // 2.1–6.x: the legacy answer was merged; its id is the largest among the users shown.
+    id = answer(s.ledger, {
+      visible: s.modern.keys(),
+      lastUpdateId: undefined,
+      historyLimitDays: p.historyLimitDays,
+      serverTimestamp: s.serverTimestamp,
+    }).presenceLastUpdateId;
+  } else if (s.ledger) {
+    // 7.0–8.x: not merged (lossy); the id every change before this answer is covered by.
+    id = idAsOf(s.ledger, s.serverTimestamp);
+  }
+  const body = withIgnored({ ...upstream, presences, presence_last_update_id: id }, p.ignored);
+  return { body: JSON.stringify(body), kind: 'legacy_full' };
+}

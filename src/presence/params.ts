@@ -1,0 +1,100 @@
+import { badRequest } from '../http/errors.js';
+import type { Params } from '../http/body.js';
+import { FL } from '../upstream/feature-level.js';
+
+/**
+ * Parameters of POST …/users/me/presence, read the way a modern server reads them. Values are
+ * JSON-encoded strings. `status`, `ping_only`, `new_user_input` and `slim_presence` are left
+ * for the upstream to validate (its errors go back by E1); `last_update_id` and
+ * `history_limit_days`, which old servers do not know, are validated here (E3).
+ */
+
+/** Every parameter the endpoint uses, shim and upstream together (P11). */
+export const PRESENCE_PARAMS = new Set([
+  'status',
+  'ping_only',
+  'new_user_input',
+  'slim_presence',
+  'last_update_id',
+  'history_limit_days',
+]);
+
+export interface PresenceRequest {
+  /** As sent; validated by the upstream. */
+  status: string | undefined;
+  pingOnly: boolean;
+  slimPresence: boolean;
+  newUserInput: string | undefined;
+  lastUpdateId: number | undefined;
+  historyLimitDays: number | undefined;
+  /**
+   * True when a parameter the upstream validates has a value it will reject: the request is
+   * then forwarded as sent so the upstream words the error itself (E1).
+   */
+  upstreamWillReject: boolean;
+  /** P11: parameters neither the shim nor the upstream uses, sorted. */
+  ignored: string[];
+  /** Raw values of the parameters the upstream validates, to forward unchanged. */
+  raw: ReadonlyMap<string, string>;
+}
+
+const INTEGER = /^\s*-?(0|[1-9]\d*)\s*$/;
+
+/** E3: the modern server's strict JSON int (pydantic): `1.5`, `true`, `"5"` are not integers. */
+export function parseJsonInt(name: string, raw: string | undefined): number | undefined {
+  if (raw === undefined) return undefined;
+  let v: unknown;
+  try {
+    v = JSON.parse(raw);
+  } catch {
+    throw badRequest(`${name} is not valid JSON`);
+  }
+  if (typeof v !== 'number' || !INTEGER.test(raw) || !Number.isFinite(v)) throw badRequest(`${name} is not an integer`);
+  return v === 0 ? 0 : v; // -0 is 0
+}
+
+/** A JSON boolean as the upstream reads it; `undefined` for absent, `null` for invalid. */
+export function readJsonBool(raw: string | undefined): boolean | undefined | null {
+  if (raw === undefined) return undefined;
+  try {
+    const v: unknown = JSON.parse(raw);
+    return typeof v === 'boolean' ? v : null;
+  } catch {
+    return null;
+  }
+}
+
+export function parsePresenceRequest(params: Params, featureLevel: number): PresenceRequest {
+  // A modern server parses its parameters in alphabetical order: history_limit_days first.
+  const historyLimitDays = parseJsonInt('history_limit_days', params.get('history_limit_days'));
+  const lastUpdateId = parseJsonInt('last_update_id', params.get('last_update_id'));
+  const status = params.get('status');
+  const pingOnly = readJsonBool(params.get('ping_only'));
+  const newUserInput = readJsonBool(params.get('new_user_input'));
+  // 2.1 does not know slim_presence and ignores it; from 3.0 on the upstream validates it.
+  const slim = readJsonBool(params.get('slim_presence'));
+  const slimChecked = featureLevel >= FL.ZULIP_3_0;
+
+  const raw = new Map<string, string>();
+  for (const name of ['status', 'ping_only', 'new_user_input', 'slim_presence']) {
+    const v = params.get(name);
+    if (v !== undefined) raw.set(name, v);
+  }
+  return {
+    status,
+    pingOnly: pingOnly === true,
+    slimPresence: slim === true,
+    newUserInput: params.get('new_user_input'),
+    lastUpdateId,
+    historyLimitDays,
+    upstreamWillReject:
+      (status !== 'active' && status !== 'idle') || pingOnly === null || newUserInput === null || (slimChecked && slim === null),
+    ignored: [...params.names()].filter((n) => !PRESENCE_PARAMS.has(n)).sort(),
+    raw,
+  };
+}
+
+/** P1: the modern format iff `last_update_id` is given or `slim_presence=true`. */
+export function wantsModern(r: PresenceRequest): boolean {
+  return r.lastUpdateId !== undefined || r.slimPresence;
+}

@@ -1,0 +1,125 @@
+import { LRUCache } from 'lru-cache';
+import type { LedgerState, ModernPresence } from './ledger.js';
+
+/**
+ * P9, shared snapshots: one full upstream presence fetch per scope (a realm and an answer
+ * format, or one caller where callers may see different users) per `coalesceMs`, single
+ * flight; every other poll in the window is answered from the snapshot after its own status
+ * report (a `ping_only` call) succeeded.
+ */
+
+/** One full upstream presence answer, converted and merged. */
+export interface Snapshot {
+  /** The upstream's server_timestamp of the answer (P10). */
+  serverTimestamp: number;
+  /** Local clock (ms) when it was fetched: for the coalescing window only. */
+  fetchedAt: number;
+  /** The modern entries by user id; also the users in view (P7). Undefined when unconvertible. */
+  modern: ReadonlyMap<number, ModernPresence> | undefined;
+  /** The upstream's own answer when it was in the legacy format (P1: passed on as made). */
+  legacy: Readonly<Record<string, unknown>> | undefined;
+  /** The realm's ledger after merging this snapshot; undefined when the store failed. */
+  ledger: LedgerState | undefined;
+  /** Serialised answers built from this snapshot, by answer key (computed once per snapshot). */
+  readonly answers: Map<string, { json: string; maxId: number }>;
+}
+
+/** What replicas exchange about a snapshot (everything but the ledger, which the store holds). */
+export interface SnapshotData {
+  serverTimestamp: number;
+  fetchedAt: number;
+  modern: Array<[number, number, number]> | undefined;
+  legacy: Record<string, unknown> | undefined;
+}
+
+export function toData(s: Snapshot): SnapshotData {
+  return {
+    serverTimestamp: s.serverTimestamp,
+    fetchedAt: s.fetchedAt,
+    modern: s.modern && [...s.modern].map(([id, p]) => [id, p.active_timestamp, p.idle_timestamp]),
+    legacy: s.legacy as Record<string, unknown> | undefined,
+  };
+}
+
+export function fromData(d: SnapshotData, ledger: LedgerState | undefined): Snapshot {
+  return {
+    serverTimestamp: d.serverTimestamp,
+    fetchedAt: d.fetchedAt,
+    modern: d.modern && new Map(d.modern.map(([id, a, i]) => [id, { active_timestamp: a, idle_timestamp: i }])),
+    legacy: d.legacy,
+    ledger,
+    answers: new Map(),
+  };
+}
+
+/**
+ * Cross-replica coordination (S1): at most one replica fetches a scope per window; the others
+ * read its snapshot. Implemented on Redis; absent with a single replica.
+ */
+export interface ClusterSnapshots {
+  /** A snapshot another replica published in this window, if any. */
+  get(scope: string): Promise<SnapshotData | undefined>;
+  /** Takes the scope's fetch lock for `ttlMs`; false when another replica holds it. */
+  tryLock(scope: string, ttlMs: number): Promise<boolean>;
+  /** Publishes a fetched snapshot for the rest of the window and releases the lock. */
+  publish(scope: string, data: SnapshotData, ttlMs: number): Promise<void>;
+  /** Releases the lock without publishing (the fetch failed). */
+  release(scope: string): Promise<void>;
+  /** Waits until another replica publishes (or gives up: undefined). */
+  waitFor(scope: string, timeoutMs: number): Promise<SnapshotData | undefined>;
+}
+
+interface Slot {
+  snapshot?: Snapshot;
+  pending?: Promise<Snapshot>;
+}
+
+/** The in-process side of P9: one slot per scope, bounded. */
+export class SnapshotHub {
+  private readonly slots: LRUCache<string, Slot>;
+
+  constructor(
+    readonly coalesceMs: number,
+    maxScopes: number,
+    private readonly clock: () => number = Date.now,
+  ) {
+    this.slots = new LRUCache({ max: maxScopes });
+  }
+
+  /** A snapshot still inside its window. */
+  fresh(scope: string): Snapshot | undefined {
+    const s = this.slots.get(scope)?.snapshot;
+    return s && this.clock() - s.fetchedAt < this.coalesceMs ? s : undefined;
+  }
+
+  /** The fetch in flight for the scope, if any. */
+  pending(scope: string): Promise<Snapshot> | undefined {
+    return this.slots.get(scope)?.pending;
+  }
+
+  /**
+   * Runs `fetch` as the scope's single flight: callers arriving meanwhile see `pending`.
+   * Must be called synchronously after fresh()/pending() found nothing.
+   */
+  lead(scope: string, fetch: () => Promise<Snapshot>): Promise<Snapshot> {
+    const slot: Slot = this.slots.get(scope) ?? {};
+    const p = fetch().then(
+      (snapshot) => {
+        if (slot.pending === p) slot.pending = undefined;
+        if (this.coalesceMs > 0 && (!slot.snapshot || slot.snapshot.serverTimestamp <= snapshot.serverTimestamp)) {
+          slot.snapshot = snapshot;
+        }
+        return snapshot;
+      },
+      (e: unknown) => {
+        if (slot.pending === p) slot.pending = undefined;
+        throw e;
+      },
+    );
+    if (this.coalesceMs > 0) {
+      slot.pending = p;
+      this.slots.set(scope, slot);
+    }
+    return p;
+  }
+}

@@ -1,0 +1,236 @@
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import { answer, createLedger, idAsOf, merge, vouchesFor, type LedgerState, type ModernPresence } from '../src/presence/ledger.js';
+
+/**
+ * P3–P7 as properties of the pure ledger. A model upstream changes users' presence (including
+ * invisible-mode backdating to smaller timestamps, and users leaving and re-entering the
+ * 14-day window); snapshots of it reach the ledger, sometimes late and out of order; clients
+ * poll with the last id they got and apply each answer (replace on full data, merge on a
+ * delta); the shim restarts or loses its store now and then.
+ */
+
+type Step =
+  | { t: 'change'; user: number; active: number; idle: number }
+  | { t: 'backdate'; user: number }
+  | { t: 'leave'; user: number }
+  | { t: 'snapshot' }
+  | { t: 'late'; back: number }
+  | { t: 'poll'; client: number }
+  | { t: 'restart' };
+
+const USERS = 6;
+const CLIENTS = 3;
+
+const step: fc.Arbitrary<Step> = fc.oneof(
+  { weight: 4, arbitrary: fc.record({ t: fc.constant('change' as const), user: fc.nat(USERS - 1), active: fc.nat(50), idle: fc.nat(50) }) },
+  { weight: 1, arbitrary: fc.record({ t: fc.constant('backdate' as const), user: fc.nat(USERS - 1) }) },
+  { weight: 1, arbitrary: fc.record({ t: fc.constant('leave' as const), user: fc.nat(USERS - 1) }) },
+  { weight: 3, arbitrary: fc.constant({ t: 'snapshot' as const }) },
+  { weight: 1, arbitrary: fc.record({ t: fc.constant('late' as const), back: fc.integer({ min: 1, max: 4 }) }) },
+  { weight: 5, arbitrary: fc.record({ t: fc.constant('poll' as const), client: fc.nat(CLIENTS - 1) }) },
+  { weight: 1, arbitrary: fc.constant({ t: 'restart' as const }) },
+);
+
+interface Snap {
+  ts: number;
+  data: Map<number, ModernPresence>;
+}
+
+function run(steps: Step[]) {
+  let clock = 1_000_000; // ms, the shim's clock; only used for epochs
+  let upTime = 100; // the upstream's clock (server_timestamp), unrelated to the shim's
+  let base = 1_000; // upstream timestamps grow with its time
+  const upstream = new Map<number, ModernPresence>();
+  const history: Snap[] = [];
+  let ledger: LedgerState = createLedger(clock);
+  let lastSnap: Snap | undefined;
+  const issued: number[] = [];
+  const clients = Array.from({ length: CLIENTS }, () => ({ id: undefined as number | undefined, map: new Map<number, ModernPresence>() }));
+
+  const takeSnapshot = (): Snap => {
+    upTime += 1;
+    const s = { ts: upTime, data: new Map([...upstream].map(([k, v]) => [k, { ...v }])) };
+    history.push(s);
+    return s;
+  };
+  const feed = (s: Snap) => {
+    ledger = merge(ledger, { serverTimestamp: s.ts, presences: s.data, complete: true });
+    if (!lastSnap || s.ts >= lastSnap.ts) lastSnap = s;
+  };
+
+  for (const st of steps) {
+    clock += 7;
+    switch (st.t) {
+      case 'change': {
+        base += 10;
+        const active = base + st.active;
+        upstream.set(st.user, { active_timestamp: active, idle_timestamp: active + st.idle });
+        break;
+      }
+      case 'backdate': {
+        // Invisible mode: the server rewrites the user's row to older timestamps.
+        const prev = upstream.get(st.user);
+        if (prev) upstream.set(st.user, { active_timestamp: prev.active_timestamp - 265, idle_timestamp: prev.active_timestamp - 265 });
+        break;
+      }
+      case 'leave':
+        upstream.delete(st.user); // out of the 14-day window, deactivated, …
+        break;
+      case 'snapshot':
+        feed(takeSnapshot());
+        break;
+      case 'late': {
+        // An older snapshot arrives after newer ones (a slow fetch): it must change nothing.
+        const s = history[history.length - 1 - st.back];
+        const newest = ledger.merges[ledger.merges.length - 1]?.[0];
+        if (s && newest !== undefined && newest > s.ts) {
+          const before = ledger;
+          ledger = merge(ledger, { serverTimestamp: s.ts, presences: s.data, complete: true });
+          expect([...ledger.users]).toEqual([...before.users]);
+          expect(ledger.lastId).toBe(before.lastId);
+        }
+        break;
+      }
+      case 'poll': {
+        const s = takeSnapshot();
+        feed(s);
+        const c = clients[st.client]!;
+        const a = answer(ledger, { visible: s.data.keys(), lastUpdateId: c.id, serverTimestamp: s.ts });
+        const got = new Map(Object.entries(a.presences).map(([k, v]) => [Number(k), v]));
+        // P7: nothing outside the snapshot's view.
+        for (const k of got.keys()) expect(s.data.has(k)).toBe(true);
+        if (a.full) c.map = got;
+        else for (const [k, v] of got) c.map.set(k, v);
+        // P4.
+        if (got.size === 0) expect(a.presenceLastUpdateId).toBe(c.id ?? -1);
+        else expect(a.presenceLastUpdateId).toBe(Math.max(...Object.keys(a.presences).map((k) => ledger.users.get(Number(k))!.changedAt)));
+        c.id = a.presenceLastUpdateId;
+        if (a.presenceLastUpdateId > 0 && got.size) issued.push(a.presenceLastUpdateId);
+        // P6: after every poll the client holds exactly the upstream's data for every user it
+        // can see now.
+        for (const [k, v] of s.data) expect(c.map.get(k)).toEqual(v);
+        break;
+      }
+      case 'restart':
+        // A restart or a lost store: a new ledger from the clock; earlier ids must not be vouched for.
+        ledger = createLedger(clock);
+        for (const id of issued) expect(vouchesFor(ledger, id)).toBe(false);
+        break;
+    }
+  }
+  return { ledger, issued };
+}
+
+describe('presence ledger properties (P3–P7)', () => {
+  it('no update is lost and nothing goes backwards, for any interleaving', () => {
+    fc.assert(
+      fc.property(fc.array(step, { minLength: 1, maxLength: 80 }), (steps) => {
+        run(steps);
+      }),
+      { numRuns: 3000 },
+    );
+  });
+
+  it('ids handed out are strictly increasing within a ledger and across restarts', () => {
+    fc.assert(
+      fc.property(fc.array(step, { minLength: 1, maxLength: 80 }), (steps) => {
+        const { issued } = run(steps);
+        // Ids are non-decreasing as handed out (a client may get the same id again when nothing
+        // changed), and every id is a safe integer.
+        for (let i = 1; i < issued.length; i++) expect(issued[i]!).toBeGreaterThanOrEqual(issued[i - 1]!);
+        for (const id of issued) expect(Number.isSafeInteger(id)).toBe(true);
+      }),
+      { numRuns: 1000 },
+    );
+  });
+});
+
+describe('ledger rules', () => {
+  const p = (a: number, i: number): ModernPresence => ({ active_timestamp: a, idle_timestamp: i });
+  const obs = (ts: number, entries: Array<[number, ModernPresence]>, complete = true) => ({ serverTimestamp: ts, presences: new Map(entries), complete });
+
+  it('a newer observation wins even with smaller timestamps (invisible mode, P6)', () => {
+    let l = createLedger(5_000);
+    l = merge(l, obs(10, [[1, p(900, 950)]]));
+    const first = l.users.get(1)!.changedAt;
+    l = merge(l, obs(11, [[1, p(600, 600)]]));
+    expect(l.users.get(1)).toMatchObject({ active: 600, idle: 600 });
+    expect(l.users.get(1)!.changedAt).toBeGreaterThan(first);
+  });
+
+  it('an older snapshot arriving late changes nothing (ordered by server_timestamp)', () => {
+    let l = createLedger(5_000);
+    l = merge(l, obs(20, [[1, p(900, 950)]]));
+    const again = merge(l, obs(19, [[1, p(100, 100)]]));
+    expect(again).toBe(l);
+  });
+
+  it('the same snapshot merged twice issues no new id', () => {
+    let l = createLedger(5_000);
+    l = merge(l, obs(20, [[1, p(900, 950)]]));
+    expect(merge(l, obs(20, [[1, p(900, 950)]])).lastId).toBe(l.lastId);
+    expect(merge(l, obs(21, [[1, p(900, 950)]])).lastId).toBe(l.lastId);
+  });
+
+  it('a user coming back into view is a change (P6 for clients that replaced their map)', () => {
+    let l = createLedger(5_000);
+    l = merge(l, obs(10, [[1, p(1, 2)], [2, p(3, 4)]]));
+    l = merge(l, obs(11, [[1, p(1, 2)]]));
+    expect(l.users.get(2)!.present).toBe(false);
+    const before = l.lastId;
+    l = merge(l, obs(12, [[1, p(1, 2)], [2, p(3, 4)]]));
+    expect(l.users.get(2)).toMatchObject({ present: true, changedAt: before + 1 });
+  });
+
+  it('a per-caller (incomplete) snapshot says nothing about users it leaves out', () => {
+    let l = createLedger(5_000);
+    l = merge(l, obs(10, [[1, p(1, 2)], [2, p(3, 4)]]));
+    l = merge(l, obs(11, [[1, p(1, 2)]], false));
+    expect(l.users.get(2)!.present).toBe(true);
+  });
+
+  it('answers follow P3/P4 exactly', () => {
+    let l = createLedger(5_000);
+    expect(answer(l, { visible: [], lastUpdateId: undefined, serverTimestamp: 1 })).toEqual({ presences: {}, presenceLastUpdateId: -1, full: true });
+    expect(answer(l, { visible: [], lastUpdateId: -1, serverTimestamp: 1 }).presenceLastUpdateId).toBe(-1);
+    l = merge(l, obs(10, [[1, p(1, 2)], [2, p(3, 4)]]));
+    const full = answer(l, { visible: [1, 2], lastUpdateId: -1, serverTimestamp: 10 });
+    expect(Object.keys(full.presences)).toEqual(['1', '2']);
+    expect(full.presenceLastUpdateId).toBe(l.lastId);
+    // Nothing changed since: empty delta, the client's own id echoed.
+    expect(answer(l, { visible: [1, 2], lastUpdateId: l.lastId, serverTimestamp: 10 })).toEqual({ presences: {}, presenceLastUpdateId: l.lastId, full: false });
+    // An id from the future, from before the epoch, or garbage: full data (P5).
+    for (const bad of [l.lastId + 1, l.epoch, 3, 2 ** 63]) {
+      expect(answer(l, { visible: [1, 2], lastUpdateId: bad, serverTimestamp: 10 }).full).toBe(true);
+    }
+  });
+
+  it('history_limit_days applies to full answers only (P12)', () => {
+    let l = createLedger(5_000);
+    const day = 86_400;
+    l = merge(l, obs(100 * day, [[1, p(99 * day, 99 * day)], [2, p(50 * day, 50 * day)]]));
+    const q = { visible: [1, 2], serverTimestamp: 100 * day };
+    expect(Object.keys(answer(l, { ...q, lastUpdateId: undefined, historyLimitDays: 10 }).presences)).toEqual(['1']);
+    expect(Object.keys(answer(l, { ...q, lastUpdateId: undefined, historyLimitDays: 0 }).presences)).toEqual([]);
+    expect(answer(l, { ...q, lastUpdateId: undefined, historyLimitDays: 0 }).presenceLastUpdateId).toBe(-1);
+    expect(Object.keys(answer(l, { ...q, lastUpdateId: l.epoch + 1, historyLimitDays: 0 }).presences)).toEqual(['2']);
+  });
+
+  it('a new ledger starts above every id an earlier one issued, even on a stuck clock', () => {
+    let l = createLedger(5_000);
+    for (let i = 0; i < 5; i++) l = merge(l, obs(10 + i, [[1, p(i, i)]]));
+    expect(createLedger(5_000, l.lastId).epoch).toBeGreaterThanOrEqual(l.lastId);
+    expect(vouchesFor(createLedger(5_000, l.lastId), l.lastId)).toBe(false);
+  });
+
+  it('idAsOf gives the id after the newest merge not newer than an answer', () => {
+    let l = createLedger(5_000);
+    l = merge(l, obs(10, [[1, p(1, 1)]]));
+    const at10 = l.lastId;
+    l = merge(l, obs(20, [[1, p(2, 2)]]));
+    expect(idAsOf(l, 15)).toBe(at10);
+    expect(idAsOf(l, 25)).toBe(l.lastId);
+    expect(idAsOf(l, 5)).toBe(-1);
+  });
+});

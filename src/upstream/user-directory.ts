@@ -144,7 +144,8 @@ export class UserDirectory {
   private async fetch(realm: Realm, headers: Record<string, string>, forceRefresh: boolean): Promise<Directory> {
     const status: LRUCache.Status<string, Directory, LoadContext> = {};
     const v = await this.cache.fetch(realm.key, { context: { realm, headers }, forceRefresh, allowStale: !forceRefresh, status });
-    // A request that started an upstream read is a miss; one served from memory (or that joined a read under way) a hit.
+    // A miss is a request that started an upstream read and waited for it; joining a read under
+    // way, or getting a stale list while it is re-read in the background, counts as a hit.
     const miss = status.fetch === 'miss' || status.fetch === 'refresh';
     this.metrics.lookups.inc({ cache: 'user_directory', result: miss ? 'miss' : 'hit' });
     if (!v) throw upstreamBadResponse('GET /users gave no answer');

@@ -1,0 +1,66 @@
+import { facts, timedUpstream, type Handler } from '../context.js';
+import { sendJson } from '../http/errors.js';
+import { isSuccess, relayBuffered, rewrittenHeaders } from '../http/relay.js';
+import { forwardedHeaders, parseJsonObject } from '../upstream/client.js';
+import { realmOf } from '../upstream/realm.js';
+import { applyChanges, needsOf, pendingChanges } from './changes/index.js';
+import { lookUp } from './lookups.js';
+
+/** U4: the fields the shim added, so an operator can see what came from where. */
+export const BACKFILLED_HEADER = 'x-zulip-compat-backfilled';
+/** Added fields whose lookup failed, so a documented rule stands in for the true value (U2). */
+export const FALLBACK_HEADER = 'x-zulip-compat-fallback';
+
+/** U5: GET /users/me takes no parameters, so every query parameter sent is listed, sorted. Pure. */
+export function ignoredParameters(url: string | undefined): string[] {
+  const q = url?.indexOf('?') ?? -1;
+  if (!url || q < 0) return [];
+  return [...new Set(new URLSearchParams(url.slice(q + 1)).keys())].sort();
+}
+
+/**
+ * `GET /api/v1/users/me` answered like a modern server (U1–U5): the upstream's answer, plus
+ * the fields its feature level lacks, each from the version change that introduced it.
+ */
+export const ownProfileHandler: Handler = async (req, res, ctx) => {
+  const realm = realmOf(ctx.upstreamId, req.headers);
+  const headers = forwardedHeaders(req);
+  const f = facts(req);
+  f.realm = realm.host;
+  f.kind = 'own_profile';
+  // server_settings needs no credentials, so it is asked alongside the caller's own call.
+  const level = ctx.featureLevels.featureLevel(realm).catch((e: unknown) => {
+    ctx.log.warn({ realm: realm.host, err: { message: (e as Error).message } }, 'own profile: feature level unknown, checking every field');
+    return 0; // every change then runs, and each adds only what is missing (U1)
+  });
+  const r = await timedUpstream(req, () => ctx.client.fetch({ realm, method: 'GET', path: req.url ?? '/api/v1/users/me', headers }));
+  if (!isSuccess(r.status)) return relayBuffered(res, r); // E1
+  const upstream = parseJsonObject(r.body);
+  const featureLevel = await level;
+  f.featureLevel = featureLevel;
+
+  const changes = pendingChanges(featureLevel, upstream);
+  const userId = upstream.user_id;
+  // Lookups are keyed by the user id the upstream just vouched for, never by a credential (P13).
+  const found =
+    changes.length > 0 && typeof userId === 'number' && Number.isInteger(userId)
+      ? await timedUpstream(req, () => lookUp(ctx, needsOf(changes), realm, userId, headers))
+      : {};
+  const { user, added, sources } = applyChanges(upstream, changes, found);
+
+  const ignored = ignoredParameters(req.url);
+  if (ignored.length > 0 && !('ignored_parameters_unsupported' in user)) {
+    user.ignored_parameters_unsupported = ignored; // U5
+    added.push('ignored_parameters_unsupported');
+  }
+  if (added.length === 0) return relayBuffered(res, r); // nothing to add: the upstream's bytes (U1)
+
+  const out = rewrittenHeaders(r.headers);
+  out[BACKFILLED_HEADER] = added.join(',');
+  const fallbacks = added.filter((k) => sources[k] === 'fallback');
+  if (fallbacks.length > 0) {
+    out[FALLBACK_HEADER] = fallbacks.join(',');
+    ctx.log.warn({ realm: realm.host, fields: fallbacks }, 'own profile: documented fallbacks used');
+  }
+  sendJson(res, r.status, user, out);
+};

@@ -1,0 +1,221 @@
+import { afterEach, describe, expect, it } from 'vitest';
+import request from 'supertest';
+import { ERAS, startFake, type Era, type FakeZulip } from './support/fake-zulip.js';
+import { startShim, type RunningShim } from './support/shim.js';
+
+const OLD_ERAS = ERAS.filter((e) => e !== '9.0');
+
+let fake: FakeZulip;
+let shim: RunningShim;
+afterEach(async () => {
+  await shim?.close();
+  await fake?.stop();
+});
+
+async function setup(era: Era, over: Parameters<typeof startShim>[1] = { presence: { coalesceMs: 0 } }) {
+  fake = await startFake({ era });
+  for (const u of fake.humans()) fake.report(u.user_id, 'active');
+  shim = await startShim(fake.url, over);
+}
+
+const poll = (user: number, form: Record<string, string>, path = '/api/v1/users/me/presence') =>
+  request(shim.url).post(path).set('Authorization', fake.auth(user)).type('form').send(form);
+
+type Modern = Record<string, { active_timestamp: number; idle_timestamp: number }>;
+
+describe.each(OLD_ERAS)('presence on a Zulip %s upstream', (era) => {
+  it('answers in full, then only what changed, then nothing (P1–P4, P10)', async () => {
+    await setup(era);
+    const full = await poll(10, { status: 'active', last_update_id: '-1' });
+    expect(full.status).toBe(200);
+    const presences = full.body.presences as Modern;
+    expect(Object.keys(presences).sort()).toEqual(fake.humans().map((u) => String(u.user_id)).sort());
+    for (const e of Object.values(presences)) {
+      expect(Number.isInteger(e.active_timestamp) && Number.isInteger(e.idle_timestamp)).toBe(true);
+      expect(e.idle_timestamp).toBeGreaterThanOrEqual(e.active_timestamp);
+    }
+    expect(full.body.server_timestamp).toBe(fake.now);
+    const id1 = full.body.presence_last_update_id as number;
+    expect(Number.isSafeInteger(id1) && id1 > 0).toBe(true);
+
+    fake.advance(120);
+    fake.report(12, 'idle');
+    const delta = await poll(10, { status: 'active', last_update_id: String(id1) });
+    // User 10 reported again (its own poll) and 12 went idle; nobody else changed.
+    expect(Object.keys(delta.body.presences).sort()).toEqual(['10', '12']);
+    expect(delta.body.presences['12'].idle_timestamp).toBe(Math.floor(fake.now));
+    expect(delta.body.presence_last_update_id).toBeGreaterThan(id1);
+
+    const again = await poll(10, { status: 'active', last_update_id: String(delta.body.presence_last_update_id) });
+    expect(again.body.presences).toEqual({});
+    expect(again.body.presence_last_update_id).toBe(delta.body.presence_last_update_id);
+  });
+
+  it('gives legacy clients the upstream answer as made, plus presence_last_update_id (P1, P4)', async () => {
+    await setup(era);
+    const expected = fake.legacyPresence();
+    const r = await poll(11, { status: 'active' });
+    expect(r.status).toBe(200);
+    // The shim's own report (user 11, active again at the same second) changes nothing.
+    expect(r.body.presences).toEqual(expected);
+    expect(Object.keys(r.body.presences)[0]).toMatch(/@/);
+    expect(Number.isInteger(r.body.presence_last_update_id)).toBe(true);
+    expect(r.body.server_timestamp).toBe(fake.now);
+  });
+
+  it('answers slim_presence=true with the full modern map, never a delta', async () => {
+    await setup(era);
+    const r = await poll(10, { status: 'active', slim_presence: 'true' });
+    expect(Object.keys(r.body.presences)).toHaveLength(fake.humans().length);
+    const r2 = await poll(10, { status: 'active', slim_presence: 'true' });
+    expect(Object.keys(r2.body.presences)).toHaveLength(fake.humans().length);
+  });
+
+  it('answers ping_only=true with result and msg only (P8)', async () => {
+    await setup(era);
+    const r = await poll(10, { status: 'idle', ping_only: 'true', last_update_id: '5' });
+    expect(r.body).toEqual({ result: 'success', msg: '' });
+    expect(fake.stats.presencePing).toBe(1);
+  });
+
+  it('passes upstream errors through unchanged (E1)', async () => {
+    await setup(era);
+    const bad = await request(shim.url).post('/api/v1/users/me/presence').set('Authorization', 'Basic eDp5').type('form').send({ status: 'active', last_update_id: '-1' });
+    expect(bad.status).toBe(401);
+    expect(bad.body.msg).toBe('Invalid API key');
+    const invalid = await poll(10, { status: 'bogus', last_update_id: '-1' });
+    expect(invalid.status).toBe(400);
+    expect(invalid.body).toEqual({ result: 'error', msg: 'Invalid status: bogus', code: 'BAD_REQUEST' });
+    const missing = await poll(10, { last_update_id: '-1' });
+    expect(missing.body.code).toBe('REQUEST_VARIABLE_MISSING');
+  });
+});
+
+describe('presence details', () => {
+  it('rejects bad last_update_id and history_limit_days before any upstream call (E3)', async () => {
+    await setup('2.1');
+    fake.resetStats();
+    for (const [name, value, msg] of [
+      ['last_update_id', 'abc', 'last_update_id is not valid JSON'],
+      ['last_update_id', '1.5', 'last_update_id is not an integer'],
+      ['last_update_id', 'true', 'last_update_id is not an integer'],
+      ['history_limit_days', 'x', 'history_limit_days is not valid JSON'],
+    ] as const) {
+      const r = await poll(10, { status: 'active', [name]: value });
+      expect(r.status).toBe(400);
+      expect(r.body).toEqual({ result: 'error', msg, code: 'BAD_REQUEST' });
+    }
+    expect(fake.stats.requests.size).toBe(0);
+  });
+
+  it('reads multipart bodies (zulip-js) and /json with a session cookie', async () => {
+    await setup('3.0');
+    const m = await request(shim.url)
+      .post('/api/v1/users/me/presence')
+      .set('Authorization', fake.auth(10))
+      .field('status', 'active')
+      .field('last_update_id', '-1');
+    expect(m.status).toBe(200);
+    expect(Object.keys(m.body.presences)).toContain('10');
+    const j = await request(shim.url)
+      .post('/json/users/me/presence')
+      .set('Cookie', `sessionid=${fake.user(11).api_key}`)
+      .type('form')
+      .send({ status: 'active', last_update_id: '-1' });
+    expect(j.status).toBe(200);
+    expect(fake.seen.some((s) => s.url === '/json/users/me/presence')).toBe(true);
+  });
+
+  it('lists unknown parameters, never the ones the shim handles, even when a 7.0 upstream did (P11)', async () => {
+    await setup('7.0');
+    const r = await poll(10, { status: 'active', last_update_id: '-1', history_limit_days: '3', bogus: '1' });
+    expect(r.body.ignored_parameters_unsupported).toEqual(['bogus']);
+    const plain = await poll(10, { status: 'active', last_update_id: '-1' });
+    expect(plain.body).not.toHaveProperty('ignored_parameters_unsupported');
+    // Only parameters the upstream knows were forwarded.
+    const sent = fake.seen.filter((s) => s.url.endsWith('/presence')).map((s) => new URLSearchParams(s.body.toString()));
+    for (const form of sent) for (const k of form.keys()) expect(['status', 'ping_only', 'new_user_input', 'slim_presence']).toContain(k);
+  });
+
+  it('applies history_limit_days to full answers only (P12)', async () => {
+    await setup('7.0');
+    fake.advance(5 * 86_400);
+    fake.report(10, 'active');
+    const recent = await poll(10, { status: 'active', last_update_id: '-1', history_limit_days: '2' });
+    expect(Object.keys(recent.body.presences)).toEqual(['10']);
+    const none = await poll(10, { status: 'active', history_limit_days: '0', slim_presence: 'true' });
+    expect(none.body.presences).toEqual({});
+    expect(none.body.presence_last_update_id).toBe(-1);
+  });
+
+  it('shows an invisible user backdated to smaller timestamps in the next delta (P6)', async () => {
+    await setup('7.0');
+    const full = await poll(10, { status: 'active', last_update_id: '-1' });
+    fake.advance(60);
+    fake.setPresenceEnabled(13, false);
+    const d = await poll(10, { status: 'active', last_update_id: String(full.body.presence_last_update_id) });
+    expect(d.body.presences['13'].active_timestamp).toBeLessThan(full.body.presences['13'].active_timestamp);
+  });
+
+  it('gives full data for an id it cannot vouch for, after a restart (P5)', async () => {
+    await setup('2.1');
+    const full = await poll(10, { status: 'active', last_update_id: '-1' });
+    await shim.close();
+    shim = await startShim(fake.url, { presence: { coalesceMs: 0 } });
+    const r = await poll(10, { status: 'active', last_update_id: String(full.body.presence_last_update_id) });
+    expect(Object.keys(r.body.presences)).toHaveLength(fake.humans().length);
+    expect(r.body.presence_last_update_id).toBeGreaterThan(full.body.presence_last_update_id);
+    for (const bad of ['999999999999999999', '7']) {
+      const g = await poll(10, { status: 'active', last_update_id: bad });
+      expect(Object.keys(g.body.presences)).toHaveLength(fake.humans().length);
+    }
+  });
+
+  it('passes presence through untouched on a 9.0 upstream', async () => {
+    await setup('9.0');
+    const r = await poll(10, { status: 'active', last_update_id: '-1', bogus: '1' });
+    expect(r.body.presence_last_update_id).toBeLessThan(1000);
+    const seen = fake.seen.at(-1)!;
+    expect(new URLSearchParams(seen.body.toString()).get('bogus')).toBe('1');
+  });
+});
+
+describe('shared snapshots (P9)', () => {
+  it('N concurrent callers: N reports upstream, one full fetch', async () => {
+    await setup('2.1', { presence: { coalesceMs: 5000 } });
+    await poll(10, { status: 'active', last_update_id: '-1' }); // warm the user list and feature level
+    fake.resetStats();
+    fake.advance(10);
+    const users = fake.humans().map((u) => u.user_id);
+    const answers = await Promise.all(
+      Array.from({ length: 30 }, (_, i) => poll(users[i % users.length]!, { status: 'active', last_update_id: '-1' })),
+    );
+    for (const a of answers) expect(a.status).toBe(200);
+    // The first poll's snapshot is still fresh: every caller is answered from it after its ping.
+    expect(fake.stats.presenceFull).toBe(0);
+    expect(fake.stats.presencePing).toBe(30);
+  });
+
+  it('a burst with no snapshot yet fetches once; the rest wait and ping', async () => {
+    await setup('4.0', { presence: { coalesceMs: 5000 } });
+    const users = fake.humans().map((u) => u.user_id);
+    const answers = await Promise.all(users.map((u) => poll(u, { status: 'active', slim_presence: 'true' })));
+    for (const a of answers) expect(Object.keys(a.body.presences)).toHaveLength(users.length);
+    expect(fake.stats.presenceFull).toBe(1);
+    expect(fake.stats.presencePing).toBe(users.length - 1);
+  });
+
+  it('a caller the upstream rejects never sees shared data', async () => {
+    await setup('2.1', { presence: { coalesceMs: 5000 } });
+    await poll(10, { status: 'active', last_update_id: '-1' });
+    const bad = await request(shim.url).post('/api/v1/users/me/presence').set('Authorization', 'Basic eDp5').type('form').send({ status: 'active', last_update_id: '-1' });
+    expect(bad.status).toBe(401);
+    expect(bad.body).not.toHaveProperty('presences');
+  });
+
+  it('keeps snapshots per caller where callers may see different users (feature level >= 228)', async () => {
+    await setup('8.0', { presence: { coalesceMs: 5000 } });
+    await Promise.all([10, 11, 12].map((u) => poll(u, { status: 'active', last_update_id: '-1' })));
+    expect(fake.stats.presenceFull).toBe(3);
+  });
+});

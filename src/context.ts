@@ -3,6 +3,7 @@ import type { Config } from './config.js';
 import type { Logger } from './observability/logger.js';
 import type { Metrics } from './observability/metrics.js';
 import type { UpstreamClient } from './upstream/client.js';
+import type { ClusterSnapshots, SnapshotHub } from './presence/snapshots.js';
 import type { PresenceStore } from './store/types.js';
 import type { FeatureLevels } from './upstream/feature-level.js';
 import type { UserDirectory } from './upstream/user-directory.js';
@@ -17,6 +18,10 @@ export interface ShimContext {
   featureLevels: FeatureLevels;
   /** Realm presence ledgers (memory, or Redis for replicas). */
   store: PresenceStore;
+  /** P9: shared presence snapshots in this process… */
+  snapshots: SnapshotHub;
+  /** …and across replicas (Redis), when there are several. */
+  clusterSnapshots?: ClusterSnapshots | undefined;
   metrics: Metrics;
   /** The realm's user list (GET /users), cached per realm: email ↔ user_id, own-profile rows. */
   users: UserDirectory;

@@ -10,6 +10,7 @@ import { loggablePath, type Logger } from './observability/logger.js';
 import { createMetrics } from './observability/metrics.js';
 import { createPassThrough, type PassThrough } from './proxy/passthrough.js';
 import { INTERCEPTED } from './routes.js';
+import { SnapshotHub, type ClusterSnapshots } from './presence/snapshots.js';
 import { MemoryStore } from './store/memory.js';
 import type { PresenceStore } from './store/types.js';
 import { UpstreamClient } from './upstream/client.js';
@@ -31,6 +32,8 @@ export interface ShimOptions {
   upstreamId: string;
   /** Where realm state lives; in-memory by default. */
   store?: PresenceStore;
+  /** Cross-replica snapshot sharing (with a shared store). */
+  clusterSnapshots?: ClusterSnapshots;
   /** Extra readiness checks (store reachable, …); each throws when not ready. */
   readinessChecks?: Array<() => Promise<void>>;
 }
@@ -66,7 +69,19 @@ export function createShim(o: ShimOptions): Shim {
   const store = o.store ?? new MemoryStore(config.presence.maxRealms);
   const metrics = createMetrics();
   const users = new UserDirectory(client, log, metrics, config.lookups);
-  const context: ShimContext = { config, log, upstreamId: o.upstreamId, client, featureLevels, store, metrics, users };
+  const snapshots = new SnapshotHub(config.presence.coalesceMs, config.presence.maxRealms * 4);
+  const context: ShimContext = {
+    config,
+    log,
+    upstreamId: o.upstreamId,
+    client,
+    featureLevels,
+    store,
+    snapshots,
+    clusterSnapshots: o.clusterSnapshots,
+    metrics,
+    users,
+  };
 
   const passThrough: PassThrough = createPassThrough({
     target: o.target,

@@ -76,6 +76,12 @@ export interface FakeOptions {
   /** The upstream clock, float seconds; tests move it with advance(). */
   now?: number;
   realmHost?: string;
+  /**
+   * The realm's email_address_visibility. Users' `email` is a dummy address different from
+   * `delivery_email`, as in a realm that hides addresses: "nobody" (default) shows nobody the
+   * real one before 6.0; "admins" shows it to administrators (own user from 3.0, user lists).
+   */
+  emailAddressVisibility?: 'nobody' | 'admins';
 }
 
 const DAY = 86_400;
@@ -83,6 +89,7 @@ const DAY = 86_400;
 export class FakeZulip {
   readonly era: Era;
   readonly featureLevel: number;
+  readonly emailAddressVisibility: 'nobody' | 'admins';
   now: number;
   users: FakeUser[] = [];
   /** < 7.0: rows per user per client name. */
@@ -102,6 +109,7 @@ export class FakeZulip {
   constructor(o: FakeOptions) {
     this.era = o.era;
     this.featureLevel = ERA_FEATURE_LEVEL[o.era];
+    this.emailAddressVisibility = o.emailAddressVisibility ?? 'nobody';
     this.now = o.now ?? 1_700_000_000.25;
     const n = o.users ?? 6;
     const roles: FakeUser['role'][] = [100, 200, 300, 400, 600];
@@ -516,8 +524,8 @@ export class FakeZulip {
     this.json(res, 200, { ...out, ...extra });
   }
 
-  /** A user object as GET /users shows it in this era (§5.2). */
-  userObject(u: FakeUser, forOwn = false): Record<string, unknown> {
+  /** A user object as GET /users shows it in this era (§5.2), to `viewer` when given. */
+  userObject(u: FakeUser, forOwn = false, viewer?: FakeUser): Record<string, unknown> {
     const fl = this.featureLevel;
     const o: Record<string, unknown> = {
       email: u.email,
@@ -535,7 +543,8 @@ export class FakeZulip {
     if (fl >= 8) o.is_owner = u.role === 100;
     if (fl >= 59) o.role = u.role;
     if (fl >= 73) o.is_billing_admin = u.is_billing_admin;
-    if (fl >= 163 || (fl >= 156 && forOwn)) o.delivery_email = u.delivery_email;
+    const viewerSeesEmails = this.emailAddressVisibility === 'admins' && viewer !== undefined && viewer.role <= 200;
+    if (fl >= 163 || (fl >= 156 && forOwn) || viewerSeesEmails) o.delivery_email = u.delivery_email;
     if (u.is_bot) {
       o.bot_type = u.bot_type;
       o.bot_owner_id = u.bot_owner_id;
@@ -544,9 +553,10 @@ export class FakeZulip {
   }
 
   private usersList(req: IncomingMessage, res: ServerResponse): void {
-    if (!this.authenticate(req, res)) return;
+    const viewer = this.authenticate(req, res);
+    if (!viewer) return;
     this.stats.usersList++;
-    this.json(res, 200, { result: 'success', msg: '', members: this.users.map((u) => this.userObject(u)) });
+    this.json(res, 200, { result: 'success', msg: '', members: this.users.map((u) => this.userObject(u, false, viewer)) });
   }
 
   private ownUser(req: IncomingMessage, res: ServerResponse): void {
@@ -569,7 +579,7 @@ export class FakeZulip {
         short_name: u.email.split('@')[0],
       };
     } else {
-      o = { ...this.userObject(u, true), max_message_id: 30 };
+      o = { ...this.userObject(u, true, u), max_message_id: 30 };
     }
     if (!u.is_bot) o.profile_data = u.profile_data;
     this.json(res, 200, { result: 'success', msg: '', ...o });

@@ -8,6 +8,7 @@ import { facts, type Handler, type ShimContext } from './context.js';
 import { sendJson, sendShimError, toShimError, ShimError } from './http/errors.js';
 import { loggablePath, type Logger } from './observability/logger.js';
 import { createMetrics } from './observability/metrics.js';
+import { upstreamObserver } from './observability/upstream-metrics.js';
 import { createPassThrough, type PassThrough } from './proxy/passthrough.js';
 import { INTERCEPTED } from './routes.js';
 import { SnapshotHub, type ClusterSnapshots } from './presence/snapshots.js';
@@ -58,16 +59,18 @@ const REQUEST_ID = /^[\w.:-]{1,128}$/;
 
 export function createShim(o: ShimOptions): Shim {
   const { config, log } = o;
+  const metrics = createMetrics();
+  const observeUpstream = upstreamObserver(metrics);
   const client = new UpstreamClient({
     target: o.target,
     timeoutMs: config.upstream.timeoutMs,
     maxSockets: config.upstream.maxSockets,
     insecureTls: config.upstream.insecureTls,
     maxResponseBytes: config.upstream.maxResponseBytes,
+    observe: observeUpstream,
   });
   const featureLevels = new FeatureLevels(client, log, config.featureLevel.ttlMs);
   const store = o.store ?? new MemoryStore(config.presence.maxRealms);
-  const metrics = createMetrics();
   const users = new UserDirectory(client, log, metrics, config.lookups);
   const snapshots = new SnapshotHub(config.presence.coalesceMs, config.presence.maxRealms * 4);
   const context: ShimContext = {
@@ -89,6 +92,7 @@ export function createShim(o: ShimOptions): Shim {
     maxSockets: config.upstream.maxSockets,
     insecureTls: config.upstream.insecureTls,
     log,
+    observe: observeUpstream,
   });
 
   const httpLog = pinoHttp({

@@ -1,4 +1,5 @@
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import { VERSION } from '../version.js';
 
 /**
  * Prometheus metrics (`GET /metrics`). Names follow Prometheus conventions: the
@@ -8,19 +9,32 @@ export function createMetrics() {
   const registry = new Registry();
   collectDefaultMetrics({ register: registry, prefix: 'zulip_compat_shim_' });
   const p = 'zulip_compat_shim_';
+  const buildInfo = new Gauge({
+    name: `${p}build_info`,
+    help: 'Always 1; the labels say which shim version runs on which Node.js',
+    labelNames: ['version', 'nodejs'] as const,
+    registers: [registry],
+  });
+  buildInfo.set({ version: VERSION, nodejs: process.version }, 1);
   return {
     registry,
+    /**
+     * route: see observability/route-label.ts (a fixed set, never a raw path);
+     * status: 1xx..5xx, or error (no answer) / timeout (upstream silent past the timeout).
+     * Counts the pass-through and the shim's own calls (presence, profile, version detection).
+     */
     upstreamRequests: new Counter({
       name: `${p}upstream_requests_total`,
-      help: 'Requests the shim sent to the upstream, by route and HTTP status class',
+      help: 'Requests the shim sent to the upstream, by route and HTTP status class (error/timeout: no answer)',
       labelNames: ['route', 'status'] as const,
       registers: [registry],
     }),
+    /** Up to the response headers, so a long poll (`events`) counts its whole wait. */
     upstreamDuration: new Histogram({
       name: `${p}upstream_request_duration_seconds`,
-      help: 'Time until the upstream answered (headers), by route',
+      help: 'Time from sending a request to the upstream until its response headers arrived, by route',
       labelNames: ['route'] as const,
-      buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 90],
+      buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 90, 120],
       registers: [registry],
     }),
     /** kind: legacy_full | modern_full | delta | resync | ping | passthrough */

@@ -4,6 +4,7 @@ import type { Duplex } from 'node:stream';
 import { createProxyServer } from 'http-proxy-3';
 import { errorBody, upstreamTimeout, upstreamUnavailable } from '../http/errors.js';
 import type { Logger } from '../observability/logger.js';
+import type { UpstreamObserver } from '../observability/upstream-metrics.js';
 
 /**
  * T1: everything the shim does not handle itself is streamed to the upstream and back,
@@ -16,6 +17,8 @@ export interface PassThroughOptions {
   maxSockets: number;
   insecureTls: boolean;
   log: Logger;
+  /** Metrics hook: told of every proxied request when its headers arrive or it fails. */
+  observe?: UpstreamObserver;
 }
 
 export interface PassThrough {
@@ -25,6 +28,9 @@ export interface PassThrough {
 }
 
 const TIMED_OUT = Symbol('upstream timed out');
+/** When the request was handed to the proxy; cleared once it has been counted. */
+const STARTED = Symbol('pass-through started');
+type Tracked = IncomingMessage & { [TIMED_OUT]?: boolean; [STARTED]?: number };
 
 export function createPassThrough(o: PassThroughOptions): PassThrough {
   const secure = o.target.startsWith('https:');
@@ -52,9 +58,19 @@ export function createPassThrough(o: PassThroughOptions): PassThrough {
     });
   });
 
+  // Metrics: one count per request, at its response headers or at its failure below.
+  const observed = (req: Tracked, outcome: number | 'error' | 'timeout') => {
+    const started = req[STARTED];
+    if (started === undefined || !o.observe) return;
+    req[STARTED] = undefined;
+    o.observe(req.url ?? '/', outcome, (performance.now() - started) / 1000);
+  };
+  proxy.on('proxyRes', (proxyRes, req) => observed(req as Tracked, proxyRes.statusCode ?? 0));
+
   // Without this handler http-proxy would throw and take the process down (E4).
   proxy.on('error', (err, req, res) => {
-    const timedOut = (req as IncomingMessage & { [TIMED_OUT]?: boolean })[TIMED_OUT] === true;
+    const timedOut = (req as Tracked)[TIMED_OUT] === true;
+    observed(req as Tracked, timedOut ? 'timeout' : 'error');
     const code = (err as NodeJS.ErrnoException).code ?? 'error';
     o.log.warn({ err: { code, message: err.message }, timedOut }, 'upstream error on pass-through');
     if (!(res instanceof (http.ServerResponse as unknown as typeof ServerResponse))) {
@@ -75,7 +91,10 @@ export function createPassThrough(o: PassThroughOptions): PassThrough {
   proxy.on('econnreset', () => {});
 
   return {
-    web: (req, res) => proxy.web(req, res),
+    web: (req, res) => {
+      if (o.observe) (req as Tracked)[STARTED] = performance.now();
+      proxy.web(req, res);
+    },
     ws: (req, socket, head) => {
       socket.on('error', () => socket.destroy());
       proxy.ws(req, socket, head);

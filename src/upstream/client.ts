@@ -1,7 +1,8 @@
 import type { IncomingHttpHeaders, IncomingMessage } from 'node:http';
 import type { Readable } from 'node:stream';
 import { Pool, errors as undiciErrors } from 'undici';
-import { upstreamBadResponse, upstreamTimeout, upstreamUnavailable } from '../http/errors.js';
+import { ShimError, upstreamBadResponse, upstreamTimeout, upstreamUnavailable } from '../http/errors.js';
+import type { UpstreamObserver } from '../observability/upstream-metrics.js';
 import type { Realm } from './realm.js';
 
 /**
@@ -38,6 +39,8 @@ export interface UpstreamClientOptions {
   maxSockets: number;
   insecureTls: boolean;
   maxResponseBytes: number;
+  /** Metrics hook: told of every call when its headers arrive or it fails. */
+  observe?: UpstreamObserver;
 }
 
 export class UpstreamClient {
@@ -57,6 +60,8 @@ export class UpstreamClient {
 
   /** Sends a request; the body is left for the caller to stream or read. */
   async request(call: UpstreamCall): Promise<UpstreamResponse> {
+    const started = performance.now();
+    const observe = this.options.observe;
     try {
       const r = await this.pool.request({
         method: call.method,
@@ -64,9 +69,13 @@ export class UpstreamClient {
         headers: { ...call.headers, host: call.realm.host || new URL(this.options.target).host },
         body: call.body,
       });
+      observe?.(call.path, r.statusCode, (performance.now() - started) / 1000);
       return { status: r.statusCode, headers: r.headers as IncomingHttpHeaders, body: r.body };
     } catch (e) {
-      throw translate(e);
+      const err = translate(e);
+      const timedOut = err instanceof ShimError && err.code === 'UPSTREAM_TIMEOUT';
+      observe?.(call.path, timedOut ? 'timeout' : 'error', (performance.now() - started) / 1000);
+      throw err;
     }
   }
 

@@ -1,0 +1,125 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import request from 'supertest';
+import { createMetrics } from '../src/observability/metrics.js';
+import { upstreamObserver } from '../src/observability/upstream-metrics.js';
+import { VERSION } from '../src/version.js';
+import { startFake, type FakeZulip } from './support/fake-zulip.js';
+import { parsePrometheusText, sampleValue, type Exposition } from './support/prometheus-text.js';
+import { startShim, type RunningShim } from './support/shim.js';
+
+const P = 'zulip_compat_shim_';
+
+async function scrape(url: string): Promise<Exposition> {
+  const res = await request(url).get('/metrics');
+  expect(res.status).toBe(200);
+  expect(res.headers['content-type']).toMatch(/^text\/plain; version=0\.0\.4/);
+  const e = parsePrometheusText(res.text);
+  expect(e.errors).toEqual([]);
+  return e;
+}
+
+const requests = (e: Exposition, route: string, status: string) =>
+  sampleValue(e, `${P}upstream_requests_total`, { route, status });
+const answered = (e: Exposition, route: string) => sampleValue(e, `${P}upstream_request_duration_seconds_count`, { route });
+
+describe('GET /metrics', () => {
+  let fake: FakeZulip;
+  let shim: RunningShim;
+
+  beforeAll(async () => {
+    fake = await startFake({ era: '2.1' });
+    shim = await startShim(fake.url, { upstream: { timeoutMs: 1000 } });
+  });
+  afterAll(async () => {
+    await shim.close();
+    await fake.stop();
+  });
+
+  it('is Prometheus text whose every metric is the shim’s, with process metrics and build info', async () => {
+    const e = await scrape(shim.url);
+    for (const name of e.types.keys()) expect(name.startsWith(P)).toBe(true);
+    for (const [name, type] of e.types) if (type === 'counter') expect(name).toMatch(/_total$/);
+    expect(e.types.get(`${P}process_cpu_user_seconds_total`)).toBe('counter');
+    expect(e.types.get(`${P}nodejs_heap_size_used_bytes`)).toBe('gauge');
+    expect(e.types.get(`${P}upstream_requests_total`)).toBe('counter');
+    expect(e.types.get(`${P}upstream_request_duration_seconds`)).toBe('histogram');
+    expect(sampleValue(e, `${P}build_info`, { version: VERSION, nodejs: process.version })).toBe(1);
+  });
+
+  it('counts pass-through requests by route and status class, and times the answered ones', async () => {
+    const before = await scrape(shim.url);
+    for (let i = 0; i < 3; i++) expect((await request(shim.url).get('/test/echo')).status).toBe(200);
+    expect((await request(shim.url).get('/test/echo?status=503')).status).toBe(503);
+    expect((await request(shim.url).get('/api/v1/messages/12345').set('Authorization', fake.auth(10))).status).toBe(404);
+    expect((await request(shim.url).get('/api/v1/events?delay_ms=1').set('Authorization', fake.auth(10))).status).toBe(200);
+    const after = await scrape(shim.url);
+
+    expect(requests(after, 'other', '2xx') - requests(before, 'other', '2xx')).toBe(3);
+    expect(requests(after, 'other', '5xx') - requests(before, 'other', '5xx')).toBe(1);
+    expect(requests(after, 'messages', '4xx') - requests(before, 'messages', '4xx')).toBe(1);
+    expect(requests(after, 'events', '2xx') - requests(before, 'events', '2xx')).toBe(1);
+    expect(answered(after, 'other') - answered(before, 'other')).toBe(4);
+    expect(answered(after, 'events') - answered(before, 'events')).toBe(1);
+    // Label values are from the fixed set: the id in the path never becomes one.
+    for (const s of after.samples) for (const v of Object.values(s.labels)) expect(v).not.toContain('12345');
+  });
+
+  it('counts the shim’s own upstream calls (intercepted server_settings)', async () => {
+    const before = await scrape(shim.url);
+    const res = await request(shim.url).get('/api/v1/server_settings');
+    expect(res.status).toBe(200);
+    expect(res.body.zulip_compat_shim).toBeTruthy();
+    const after = await scrape(shim.url);
+    expect(requests(after, 'server_settings', '2xx') - requests(before, 'server_settings', '2xx')).toBe(1);
+    expect(answered(after, 'server_settings') - answered(before, 'server_settings')).toBe(1);
+  });
+
+  it('counts a silent upstream as a timeout, without a latency observation', async () => {
+    const before = await scrape(shim.url);
+    expect((await request(shim.url).get('/test/slow?ms=3000')).status).toBe(504);
+    const after = await scrape(shim.url);
+    expect(requests(after, 'other', 'timeout') - requests(before, 'other', 'timeout')).toBe(1);
+    expect(answered(after, 'other') - answered(before, 'other')).toBe(0);
+  });
+
+  it('does not count its own paths as upstream requests', async () => {
+    const before = await scrape(shim.url);
+    await request(shim.url).get('/healthz');
+    const after = await scrape(shim.url);
+    const total = (e: Exposition) =>
+      e.samples.filter((s) => s.name === `${P}upstream_requests_total`).reduce((a, s) => a + s.value, 0);
+    expect(total(after)).toBe(total(before));
+  });
+});
+
+describe('upstream unreachable', () => {
+  it('counts pass-through and own calls as status="error"', async () => {
+    const shim = await startShim('http://127.0.0.1:1');
+    try {
+      expect((await request(shim.url).get('/api/v1/messages')).status).toBe(502);
+      expect((await request(shim.url).get('/api/v1/server_settings')).status).toBe(502);
+      const e = await scrape(shim.url);
+      expect(requests(e, 'messages', 'error')).toBe(1);
+      expect(requests(e, 'server_settings', 'error')).toBe(1);
+    } finally {
+      await shim.close();
+    }
+  });
+});
+
+describe('upstreamObserver', () => {
+  it('maps paths to route labels and outcomes to status labels', async () => {
+    const m = createMetrics();
+    const observe = upstreamObserver(m);
+    observe('/api/v1/users/me/presence', 200, 0.02);
+    observe('/json/users/me/presence', 200, 0.03);
+    observe('/api/v1/users/me', 'error', 0.001);
+    const e = parsePrometheusText(await m.registry.metrics());
+    expect(e.errors).toEqual([]);
+    expect(requests(e, 'presence', '2xx')).toBe(2);
+    expect(requests(e, 'users_me', 'error')).toBe(1);
+    expect(answered(e, 'presence')).toBe(2);
+    expect(answered(e, 'users_me')).toBe(0);
+    expect(sampleValue(e, `${P}upstream_request_duration_seconds_bucket`, { route: 'presence', le: '0.025' })).toBe(1);
+  });
+});

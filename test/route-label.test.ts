@@ -1,0 +1,70 @@
+import { describe, expect, it } from 'vitest';
+import { ROUTE_LABELS, routeLabel, statusLabel } from '../src/observability/route-label.js';
+
+describe('routeLabel', () => {
+  it.each([
+    ['/api/v1/events', 'events'],
+    ['/json/events', 'events'],
+    ['/api/v1/events?queue_id=1:2&last_event_id=5', 'events'],
+    ['/api/v1/messages', 'messages'],
+    ['/json/messages', 'messages'],
+    ['/api/v1/messages/12345', 'messages'],
+    ['/api/v1/messages/12345/reactions', 'messages'],
+    ['/json/messages/flags', 'messages'],
+    ['/api/v1/messages?anchor=newest&num_before=100', 'messages'],
+    ['/api/v1/register', 'register'],
+    ['/json/register', 'register'],
+    ['/api/v1/users/me/presence', 'presence'],
+    ['/json/users/me/presence', 'presence'],
+    ['/api/v1/users/me', 'users_me'],
+    ['/api/v1/users/me?include_subscribers=false', 'users_me'],
+    ['/json/users/me', 'users_me'],
+    ['/api/v1/users', 'users'],
+    ['/api/v1/users?client_gravatar=true', 'users'],
+    ['/api/v1/server_settings', 'server_settings'],
+    ['/json/server_settings', 'server_settings'],
+    // Everything else, and anything carrying an id or an email in its path, is "other".
+    ['/api/v1/users/me/subscriptions', 'other'],
+    ['/api/v1/users/me/presence/extra', 'other'],
+    ['/api/v1/users/17', 'other'],
+    ['/api/v1/users/someone@example.com', 'other'],
+    ['/api/v1/users/17/presence', 'other'],
+    ['/api/v1/realm/presence', 'other'],
+    ['/api/v1/messagesx', 'other'],
+    ['/api/v1/events/', 'other'],
+    ['/api/v2/events', 'other'],
+    ['/events', 'other'],
+    ['/user_uploads/2/ab/file.png', 'other'],
+    ['/static/webpack-bundles/app.js', 'other'],
+    ['/', 'other'],
+    ['', 'other'],
+    ['http://chat.example.com/api/v1/events', 'other'],
+    ['/test/echo', 'other'],
+  ])('%s → %s', (path, label) => {
+    expect(routeLabel(path)).toBe(label);
+  });
+
+  it('only ever returns one of the declared labels', () => {
+    const samples = ['/api/v1/x', '/json/users/me/x', '/api/v1/messages/1/2/3', '/a?b=/api/v1/events', '/json/'];
+    for (const s of samples) expect(ROUTE_LABELS).toContain(routeLabel(s));
+  });
+});
+
+describe('statusLabel', () => {
+  it.each([
+    [101, '1xx'],
+    [200, '2xx'],
+    [204, '2xx'],
+    [302, '3xx'],
+    [401, '4xx'],
+    [429, '4xx'],
+    [502, '5xx'],
+    [599, '5xx'],
+    [0, 'error'],
+    [600, 'error'],
+    ['error', 'error'],
+    ['timeout', 'timeout'],
+  ] as const)('%s → %s', (outcome, label) => {
+    expect(statusLabel(outcome)).toBe(label);
+  });
+});

@@ -50,7 +50,10 @@ export interface UserDirectoryOptions {
   ttlMs: number;
   /** Realms kept at most (least recently used go first). */
   maxEntries: number;
-  /** refresh() re-reads a list only when it is older than this, so unknown users cannot force a read per request. */
+  /**
+   * refresh() re-reads a list only when it is older than this (default 1000), so a user the
+   * list cannot show (another realm's bot) costs at most one read per this many ms.
+   */
   minRefreshMs?: number;
 }
 
@@ -110,7 +113,7 @@ export class UserDirectory {
     private readonly metrics: Metrics,
     options: UserDirectoryOptions,
   ) {
-    this.minRefreshMs = options.minRefreshMs ?? 5_000;
+    this.minRefreshMs = options.minRefreshMs ?? 1_000;
     this.cache = new LRUCache<string, Directory, LoadContext>({
       max: options.maxEntries,
       ttl: options.ttlMs,

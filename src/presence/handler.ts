@@ -1,14 +1,14 @@
-import type { IncomingMessage, ServerResponse } from 'node:http';
-import { facts, timedUpstream, type Handler, type ShimContext } from '../context.js';
+import type { ServerResponse } from 'node:http';
+import { facts, timedUpstream, type Handler } from '../context.js';
 import { parseParams, readBody, encodeForm } from '../http/body.js';
 import { sendBytes, upstreamBadResponse } from '../http/errors.js';
 import { isSuccess, relay, relayBuffered, rewrittenHeaders } from '../http/relay.js';
 import { forwardedHeaders, parseJsonObject, type BufferedResponse } from '../upstream/client.js';
 import { FL } from '../upstream/feature-level.js';
-import { callerKey, realmOf, type Realm } from '../upstream/realm.js';
-import type { Directory } from '../upstream/user-directory.js';
-import { limitLegacyHistory, presenceEra, toModern, FL_SLIM, type PresenceEra } from './convert.js';
-import { answer, idAsOf, type LedgerState, type ModernPresence } from './ledger.js';
+import { callerKey, realmOf } from '../upstream/realm.js';
+import { limitLegacyHistory, presenceEra, FL_SLIM } from './convert.js';
+import { answer, type ModernPresence } from './ledger.js';
+import { legacyAnswerId, loadLedger, observeAnswer, upstreamTime, type Asker, type Format } from './observe.js';
 import { parseJsonInt, parsePresenceRequest, wantsModern, type PresenceRequest } from './params.js';
 import { fromData, toData, type Snapshot } from './snapshots.js';
 
@@ -19,8 +19,6 @@ import { fromData, toData, type Snapshot } from './snapshots.js';
  * realm's ledger (P3–P7), and each caller gets a full answer or a delta from it.
  */
 
-type Format = 'legacy' | 'slim';
-
 /** An upstream answer that is not a success: the caller gets it unchanged (E1). */
 class UpstreamRefused extends Error {
   constructor(readonly response: BufferedResponse) {
@@ -28,12 +26,8 @@ class UpstreamRefused extends Error {
   }
 }
 
-interface Poll {
-  req: IncomingMessage;
-  ctx: ShimContext;
-  realm: Realm;
+interface Poll extends Asker {
   featureLevel: number;
-  era: PresenceEra;
   p: PresenceRequest;
 }
 
@@ -143,15 +137,6 @@ async function fullPoll(poll: Poll, res: ServerResponse): Promise<void> {
   respond(poll, res, snapshot, modern, own);
 }
 
-/** Date header → seconds, for upstream answers without server_timestamp (P6). */
-function upstreamTime(body: Record<string, unknown>, headers: BufferedResponse['headers']): number {
-  const ts = body.server_timestamp;
-  if (typeof ts === 'number' && Number.isFinite(ts)) return ts;
-  const date = Date.parse(String(headers.date ?? ''));
-  if (Number.isFinite(date)) return date / 1000;
-  throw upstreamBadResponse('presence answer without server_timestamp or Date');
-}
-
 /** One full upstream presence fetch (the caller's own report), converted and merged. */
 async function fetchSnapshot(
   poll: Poll,
@@ -186,8 +171,7 @@ async function fetchSnapshot(
       throw upstreamBadResponse('presence answer without a presences object');
     }
     const serverTimestamp = upstreamTime(body, own.headers);
-    const modern = await convert(poll, format, presences as Record<string, unknown>);
-    const ledger = modern ? await observe(poll, { serverTimestamp, presences: modern, complete: shared }) : await loadLedger(poll);
+    const { modern, ledger } = await observeAnswer(poll, format, presences as Record<string, unknown>, serverTimestamp, shared);
     const snapshot: Snapshot = {
       serverTimestamp,
       fetchedAt: Date.now(),
@@ -202,71 +186,6 @@ async function fetchSnapshot(
     if (cluster) await cluster.release(scope).catch(() => undefined);
     throw e;
   }
-}
-
-/**
- * The upstream's presences in the modern format, or undefined where that cannot be done
- * faithfully (a 7.0–8.x legacy answer, whose per-user status is lossy: it is passed on as made
- * and not merged).
- */
-async function convert(poll: Poll, format: Format, presences: Record<string, unknown>): Promise<Map<number, ModernPresence> | undefined> {
-  const { ctx, req, realm, era } = poll;
-  if (format === 'legacy' && era === 'exact-slim') return undefined;
-  // Exact slim needs no user list; every other era may need date_joined, 2.1 needs email → id.
-  if (era === 'exact-slim') return toModern(era, presences, { idOf: () => undefined, dateJoinedOf: () => undefined }).presences;
-  const sourceEra: PresenceEra = format === 'legacy' ? 'legacy' : era;
-  const headers = forwardedHeaders(req);
-  const needIds = sourceEra === 'legacy';
-  let directory: Directory | undefined;
-  try {
-    directory = await timedUpstream(req, () => ctx.users.get(realm, headers));
-  } catch (e) {
-    if (needIds) throw e; // without the email → id map there is no modern answer to give
-    ctx.log.warn({ realm: realm.host, err: (e as Error).message }, 'user list unavailable: active_timestamp falls back to 0 where unknown');
-  }
-  const lookup = (d: Directory | undefined) => ({
-    idOf: (email: string) => d?.byEmail.get(email)?.user_id,
-    dateJoinedOf: (id: number) => {
-      const t = Date.parse(d?.byId.get(id)?.date_joined ?? '');
-      return Number.isFinite(t) ? Math.floor(t / 1000) : undefined;
-    },
-  });
-  let converted = toModern(sourceEra, presences, lookup(directory));
-  if (converted.unknownEmails.length && directory) {
-    // A user the cached map does not know yet: refresh it once (single flight in the directory).
-    directory = await timedUpstream(req, () => ctx.users.refresh(realm, headers));
-    converted = toModern(sourceEra, presences, lookup(directory));
-    if (converted.unknownEmails.length) {
-      ctx.log.warn({ realm: realm.host, unknown: converted.unknownEmails.length }, 'presence for users missing from the user list left out');
-    }
-  }
-  return converted.presences;
-}
-
-async function observe(poll: Poll, obs: Parameters<ShimContext['store']['observe']>[1]): Promise<LedgerState | undefined> {
-  try {
-    const ledger = await poll.ctx.store.observe(poll.realm.key, obs);
-    poll.ctx.metrics.ledgerUsers.set({ realm: poll.realm.host }, ledger.users.size);
-    return ledger;
-  } catch (e) {
-    storeFailed(poll, e);
-    return undefined;
-  }
-}
-
-async function loadLedger(poll: Poll): Promise<LedgerState | undefined> {
-  try {
-    return await poll.ctx.store.load(poll.realm.key);
-  } catch (e) {
-    storeFailed(poll, e);
-    return undefined;
-  }
-}
-
-/** The store is down: answers degrade to full data with no id to continue from (P5). */
-function storeFailed(poll: Poll, e: unknown): void {
-  poll.ctx.metrics.storeErrors.inc();
-  poll.ctx.log.warn({ err: (e as Error).message }, 'presence store unavailable: answering with full data and no ids');
 }
 
 const kindOf = (p: PresenceRequest, full: boolean) =>
@@ -340,19 +259,7 @@ function legacyAnswer(s: Snapshot, p: PresenceRequest): { body: string; kind: st
   const upstream = s.legacy ?? {};
   let presences = (upstream.presences ?? {}) as Record<string, unknown>;
   if (p.historyLimitDays !== undefined) presences = limitLegacyHistory(presences, p.historyLimitDays, s.serverTimestamp);
-  let id = -1;
-  if (s.ledger && s.modern) {
-    // 2.1–6.x: the legacy answer was merged; its id is the largest among the users shown.
-    id = answer(s.ledger, {
-      visible: s.modern.keys(),
-      lastUpdateId: undefined,
-      historyLimitDays: p.historyLimitDays,
-      serverTimestamp: s.serverTimestamp,
-    }).presenceLastUpdateId;
-  } else if (s.ledger) {
-    // 7.0–8.x: not merged (lossy); the id every change before this answer is covered by.
-    id = idAsOf(s.ledger, s.serverTimestamp);
-  }
+  const id = legacyAnswerId(s, p.historyLimitDays);
   const body = withIgnored({ ...upstream, presences, presence_last_update_id: id }, p.ignored);
   return { body: JSON.stringify(body), kind: 'legacy_full' };
 }

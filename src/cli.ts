@@ -2,7 +2,9 @@
 import { resolve } from 'node:path';
 import { ConfigError, loadConfig, PROJECT_ROOT, USAGE, type Config } from './config.js';
 import { createLogger, type Logger } from './observability/logger.js';
+import { logStartup } from './observability/startup.js';
 import { createShim } from './server.js';
+import { realmOf } from './upstream/realm.js';
 import { VERSION } from './version.js';
 
 /** The bundled recording of a Zulip 2.1 server that `npm start` replays with no arguments. */
@@ -61,7 +63,10 @@ async function main(argv: string[]): Promise<number> {
 
   const shim = createShim({ config, log, target: upstream.target, upstreamId: upstream.upstreamId });
   const { url } = await shim.listen();
-  log.info({ version: VERSION, upstream: upstream.describe, listen: url }, 'zulip-compat-shim listening');
+  // Not awaited: the line waits briefly for the upstream's feature level while serving goes on.
+  void logStartup(log, { version: VERSION, upstream: upstream.describe, store: shim.context.store.kind, listen: url }, () =>
+    shim.context.featureLevels.featureLevel(realmOf(upstream.upstreamId, {})),
+  );
 
   return new Promise<number>((done) => {
     let stopping = false;

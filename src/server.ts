@@ -189,8 +189,13 @@ export function createShim(o: ShimOptions): Shim {
       closing ??= new Promise<void>((resolve) => {
         const timer = setTimeout(() => server.closeAllConnections(), config.server.shutdownGraceMs);
         timer.unref();
+        // A kept-alive connection goes idle when its in-flight request ends: close it then,
+        // rather than holding shutdown for the whole grace period.
+        const sweep = setInterval(() => server.closeIdleConnections(), 100);
+        sweep.unref();
         server.close(() => {
           clearTimeout(timer);
+          clearInterval(sweep);
           resolve();
         });
         server.closeIdleConnections();

@@ -343,7 +343,9 @@ export class FakeZulip {
 
   private json(res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
     const text = JSON.stringify(body);
-    res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text), ...headers });
+    // The server's clock is the fake's own: Date agrees with server_timestamp, as on a real server.
+    const date = new Date(this.now * 1000).toUTCString();
+    res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text), date, ...headers });
     res.end(text);
   }
 

@@ -1,0 +1,151 @@
+import type { ServerResponse } from 'node:http';
+import type { Readable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
+import { facts, timedUpstream, type Handler } from '../context.js';
+import { Params, parseParams, readBody } from '../http/body.js';
+import { sendBytes } from '../http/errors.js';
+import { isSuccess, relay, rewrittenHeaders } from '../http/relay.js';
+import { forwardedHeaders, parseJsonObject, type UpstreamResponse } from '../upstream/client.js';
+import { FL } from '../upstream/feature-level.js';
+import { realmOf } from '../upstream/realm.js';
+import { FL_SLIM, presenceEra } from '../presence/convert.js';
+import { answer } from '../presence/ledger.js';
+import { legacyAnswerId, observeAnswer, upstreamTime, type Asker, type Format } from '../presence/observe.js';
+import { readJsonBool } from '../presence/params.js';
+
+/**
+ * POST /api/v1/register and /json/register (R1, R2): when the answer carries presence, its
+ * presences feed the realm's ledger like a presence poll, and the answer gains
+ * `presence_last_update_id` (and `server_timestamp` where an old upstream omits it), with the
+ * modern format when the client asked for `slim_presence`. Everything else in the answer keeps
+ * its meaning; a register without presence is passed on byte for byte.
+ */
+
+/** Do the event types fetched at register include presence? (fetch_event_types defaults to event_types, which defaults to all.) */
+export function fetchesPresence(params: Params): boolean {
+  const raw = params.get('fetch_event_types') ?? params.get('event_types');
+  if (raw === undefined) return true;
+  try {
+    const v: unknown = JSON.parse(raw);
+    return !Array.isArray(v) || v.includes('presence');
+  } catch {
+    return true; // the upstream will reject it; the answer then passes unchanged (E1)
+  }
+}
+
+type Bounded = { complete: true; body: Buffer } | { complete: false; head: Buffer[]; rest: Readable };
+
+/** Reads up to `limit` bytes; past it, hands back what was read and the rest of the stream. */
+function readUpTo(body: Readable, limit: number): Promise<Bounded> {
+  // Not `for await`: leaving that loop early would destroy the stream we hand back.
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    const onData = (chunk: Buffer) => {
+      chunks.push(chunk);
+      size += chunk.length;
+      if (size > limit) {
+        body.pause();
+        cleanup();
+        resolve({ complete: false, head: chunks, rest: body });
+      }
+    };
+    const onEnd = () => {
+      cleanup();
+      resolve({ complete: true, body: Buffer.concat(chunks, size) });
+    };
+    const onError = (e: Error) => {
+      cleanup();
+      reject(e);
+    };
+    const cleanup = () => {
+      body.off('data', onData);
+      body.off('end', onEnd);
+      body.off('error', onError);
+    };
+    body.on('data', onData);
+    body.on('end', onEnd);
+    body.on('error', onError);
+  });
+}
+
+async function passOn(res: ServerResponse, r: UpstreamResponse, bounded: Bounded): Promise<void> {
+  if (bounded.complete) {
+    const headers = { ...r.headers };
+    delete headers['transfer-encoding'];
+    delete headers.connection;
+    headers['content-length'] = String(bounded.body.length);
+    res.writeHead(r.status, headers);
+    res.end(bounded.body);
+    return;
+  }
+  const headers = { ...r.headers };
+  delete headers.connection;
+  res.writeHead(r.status, headers);
+  for (const c of bounded.head) res.write(c);
+  await pipeline(bounded.rest, res);
+}
+
+export const registerHandler: Handler = async (req, res, ctx) => {
+  const raw = await readBody(req, ctx.config.server.bodyLimitBytes);
+  const params = await parseParams(req, raw);
+  const realm = realmOf(ctx.upstreamId, req.headers);
+  const featureLevel = await timedUpstream(req, () => ctx.featureLevels.featureLevel(realm));
+  const f = facts(req);
+  f.realm = realm.host;
+  f.featureLevel = featureLevel;
+
+  // The client's request goes upstream as it came (R2); only the answer may change.
+  const headers: Record<string, string> = { ...forwardedHeaders(req) };
+  if (req.headers['content-type']) headers['content-type'] = req.headers['content-type'];
+  const withPresence = featureLevel < FL.LAST_UPDATE_ID && fetchesPresence(params);
+  if (!withPresence) headers['accept-encoding'] = req.headers['accept-encoding'] ?? 'identity';
+  const r = await timedUpstream(req, () =>
+    ctx.client.request({ realm, method: 'POST', path: req.url ?? '/api/v1/register', headers, body: raw }),
+  );
+  if (!withPresence || !isSuccess(r.status)) {
+    f.kind = 'passthrough';
+    return relay(res, r);
+  }
+
+  const limit = ctx.config.upstream.maxResponseBytes;
+  const bounded = await readUpTo(r.body, limit);
+  if (!bounded.complete) {
+    ctx.log.warn({ realm: realm.host, limit }, 'register answer larger than the buffer limit: passed on untouched');
+    f.kind = 'passthrough-large';
+    return passOn(res, r, bounded);
+  }
+  const started = performance.now();
+  const body = parseJsonObject(bounded.body);
+  const presences = body.presences;
+  if (!presences || typeof presences !== 'object' || Array.isArray(presences)) {
+    // No presence in it after all (a spectator, an upstream that left it out): as it came.
+    return passOn(res, r, bounded);
+  }
+
+  const slimAsked = readJsonBool(params.get('slim_presence')) === true;
+  // What the upstream sent: 2.1 ignores slim_presence and always answers legacy.
+  const format: Format = slimAsked && featureLevel >= FL_SLIM ? 'slim' : 'legacy';
+  const asker: Asker = { ctx, req, realm, era: presenceEra(featureLevel) };
+  const serverTimestamp = upstreamTime(body, r.headers);
+  const mode = ctx.config.presence.shareSnapshots;
+  const complete = mode === 'always' || (mode === 'auto' && featureLevel < FL.PRESENCE_ACCESS_LIMIT);
+  const observed = await observeAnswer(asker, format, presences as Record<string, unknown>, serverTimestamp, complete);
+
+  if (slimAsked && observed.modern) {
+    // R1: the modern format with both timestamps, also where the upstream ignored the flag.
+    const a = observed.ledger
+      ? answer(observed.ledger, { visible: observed.modern.keys(), lastUpdateId: undefined, serverTimestamp })
+      : undefined;
+    body.presences = a ? a.presences : Object.fromEntries([...observed.modern].map(([id, p]) => [String(id), p]));
+    body.presence_last_update_id = a ? a.presenceLastUpdateId : -1;
+  } else {
+    body.presence_last_update_id = legacyAnswerId(observed, undefined);
+  }
+  if (body.server_timestamp === undefined) body.server_timestamp = serverTimestamp;
+
+  const out = Buffer.from(JSON.stringify(body));
+  f.kind = 'register';
+  ctx.log.debug({ bytes: out.length, ms: Math.round(performance.now() - started) }, 'register presence rewritten');
+  sendBytes(res, r.status, out, rewrittenHeaders(r.headers));
+};

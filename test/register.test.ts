@@ -1,0 +1,122 @@
+import http from 'node:http';
+import { afterEach, describe, expect, it } from 'vitest';
+import request from 'supertest';
+import { startFake, type Era, type FakeZulip } from './support/fake-zulip.js';
+import { startShim, type RunningShim } from './support/shim.js';
+
+let fake: FakeZulip;
+let shim: RunningShim;
+afterEach(async () => {
+  await shim?.close();
+  await fake?.stop();
+});
+
+async function setup(era: Era, users = 6) {
+  fake = await startFake({ era, users });
+  for (const u of fake.humans()) fake.report(u.user_id, 'active');
+  shim = await startShim(fake.url, { presence: { coalesceMs: 0 } });
+}
+
+const register = (user: number, form: Record<string, string>) =>
+  request(shim.url).post('/api/v1/register').set('Authorization', fake.auth(user)).type('form').send(form);
+const poll = (user: number, form: Record<string, string>) =>
+  request(shim.url).post('/api/v1/users/me/presence').set('Authorization', fake.auth(user)).type('form').send(form);
+
+describe.each(['2.1', '4.0', '7.0'] as const)('register on a Zulip %s upstream (R1, R2)', (era) => {
+  it('gives presence_last_update_id, and a poll with it returns only later changes', async () => {
+    await setup(era);
+    const r = await register(10, { slim_presence: 'true', fetch_event_types: '["presence","realm_user"]' });
+    expect(r.status).toBe(200);
+    const ids = Object.keys(r.body.presences).sort();
+    expect(ids).toEqual(fake.humans().map((u) => String(u.user_id)).sort());
+    for (const e of Object.values(r.body.presences) as Array<Record<string, number>>) {
+      expect(Number.isInteger(e.active_timestamp) && Number.isInteger(e.idle_timestamp)).toBe(true);
+    }
+    expect(Number.isSafeInteger(r.body.presence_last_update_id)).toBe(true);
+    expect(typeof r.body.server_timestamp).toBe('number');
+    expect(r.body.queue_id).toBeTruthy();
+    expect(r.body.realm_users).toHaveLength(fake.humans().length);
+
+    fake.advance(120);
+    fake.report(13, 'idle');
+    const d = await poll(10, { status: 'active', last_update_id: String(r.body.presence_last_update_id) });
+    expect(Object.keys(d.body.presences).sort()).toEqual(['10', '13']);
+  });
+
+  it('keeps the legacy format when slim_presence is not asked, adding the id', async () => {
+    await setup(era);
+    const expected = fake.legacyPresence();
+    const r = await register(10, {});
+    expect(r.body.presences).toEqual(expected);
+    expect(Number.isInteger(r.body.presence_last_update_id)).toBe(true);
+  });
+
+  it('passes a register without presence on byte for byte', async () => {
+    await setup(era);
+    const form = { fetch_event_types: '["realm_user"]', event_types: '["message"]' };
+    const viaShim = await register(10, form);
+    const direct = await request(fake.url).post('/api/v1/register').set('Authorization', fake.auth(10)).type('form').send(form);
+    // Queue ids differ per call; everything else is the same bytes.
+    const strip = (t: string) => t.replace(/"queue_id":"[^"]+"/, '');
+    expect(strip(viaShim.text)).toBe(strip(direct.text));
+    expect(viaShim.body).not.toHaveProperty('presence_last_update_id');
+  });
+});
+
+describe('register details', () => {
+  it('adds server_timestamp from the Date header where an old upstream omits it (P6, P10)', async () => {
+    await setup('4.0');
+    const r = await register(10, { slim_presence: 'true' });
+    expect(r.body.server_timestamp).toBeGreaterThan(1_600_000_000);
+  });
+
+  it('passes upstream errors through unchanged (E1)', async () => {
+    await setup('2.1');
+    const r = await request(shim.url).post('/api/v1/register').set('Authorization', 'Basic eDp5').type('form').send({});
+    expect(r.status).toBe(401);
+    expect(r.body).toEqual({ result: 'error', msg: 'Invalid API key' });
+  });
+
+  it('leaves a 9.0 register untouched', async () => {
+    await setup('9.0');
+    const r = await register(10, { slim_presence: 'true' });
+    expect(r.body.presence_last_update_id).toBeLessThan(1000);
+  });
+
+  it('handles a 10k-user register answer and measures the added time', async () => {
+    await setup('2.1', 10_000);
+    const form = { slim_presence: 'true' };
+    await register(10, form); // warm the user list and feature level
+    const time = async (url: string) => {
+      const t = performance.now();
+      const r = await request(url).post('/api/v1/register').set('Authorization', fake.auth(10)).type('form').send(form);
+      return { ms: performance.now() - t, r };
+    };
+    const direct = await time(fake.url);
+    const viaShim = await time(shim.url);
+    expect(Object.keys(viaShim.r.body.presences)).toHaveLength(10_000);
+    expect(Object.keys(direct.r.body.presences)[0]).toMatch(/@/);
+    console.log(
+      `register, 10k users on 2.1: direct ${direct.ms.toFixed(0)} ms (${direct.r.text.length} bytes), through the shim ${viaShim.ms.toFixed(0)} ms (${viaShim.r.text.length} bytes)`,
+    );
+  }, 60_000);
+
+  it('passes an answer above the buffer limit on untouched', async () => {
+    fake = await startFake({ era: '2.1', users: 200 });
+    for (const u of fake.humans()) fake.report(u.user_id, 'active');
+    shim = await startShim(fake.url, { upstream: { maxResponseBytes: 4096 } });
+    const { port } = new URL(shim.url);
+    const text = await new Promise<string>((resolve, reject) => {
+      const req = http.request({ host: '127.0.0.1', port, path: '/api/v1/register', method: 'POST', headers: { authorization: fake.auth(10), 'content-type': 'application/x-www-form-urlencoded' } }, (res) => {
+        let t = '';
+        res.on('data', (d) => (t += d));
+        res.on('end', () => resolve(t));
+      });
+      req.on('error', reject);
+      req.end('slim_presence=true');
+    });
+    const body = JSON.parse(text);
+    expect(Object.keys(body.presences)[0]).toMatch(/@/);
+    expect(body).not.toHaveProperty('presence_last_update_id');
+  });
+});

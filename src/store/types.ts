@@ -1,4 +1,5 @@
 import type { LedgerState, Observation } from '../presence/ledger.js';
+import type { CacheBackend } from './shared-cache.js';
 
 /**
  * Where realm state lives: in this process (default) or in Redis, shared by replicas (S1).
@@ -17,4 +18,22 @@ export interface PresenceStore {
   /** Throws when the store cannot be reached (for /readyz). */
   ping(): Promise<void>;
   close(): Promise<void>;
+  /** Where lookup caches are shared between replicas (S1); absent: this process only. */
+  readonly cacheBackend?: CacheBackend | undefined;
+}
+
+/**
+ * The shared store cannot answer now (unreachable, timed out, too contended). Thrown fast so
+ * that a caller can fall back to the upstream's own answer instead of waiting (S1).
+ */
+export class StoreUnavailableError extends Error {
+  override name = 'StoreUnavailableError';
+
+  constructor(
+    message: string,
+    readonly reason: 'unreachable' | 'contention',
+    options?: { cause?: unknown },
+  ) {
+    super(message, options);
+  }
 }

@@ -1,0 +1,258 @@
+import { randomBytes } from 'node:crypto';
+import type { Redis } from 'ioredis';
+import { LRUCache } from 'lru-cache';
+import type { Logger } from '../observability/logger.js';
+import { createLedger, merge, type LedgerState, type Observation } from '../presence/ledger.js';
+import { CodecError, decodeLedger, encodeLedger } from './codec.js';
+import { RedisCacheBackend } from './redis-cache.js';
+import { connectRedis, describeRedisUrl } from './redis-connection.js';
+import { StoreHealth } from './redis-health.js';
+import { StoreUnavailableError, type PresenceStore } from './types.js';
+
+/**
+ * Realm ledgers in Redis, shared by every replica (S1).
+ *
+ * One string key per realm, `<prefix>presence:<realm>`: an 8-byte write token, then the ledger
+ * (store/codec.ts). The epoch is part of the value, so a flushed or replaced Redis shows up as a
+ * missing key and the next observation starts a new ledger with a new epoch above every id this
+ * replica has seen: older ids then get full data, never an empty answer (P5).
+ *
+ * Writes are optimistic: merge in JS (ledger.ts stays the one place where ids are made), then a
+ * compare-and-set script writes the result only if the token is still the one the merge started
+ * from; otherwise read again and merge again, a bounded number of times. A script rather than
+ * WATCH/MULTI because WATCH belongs to a connection, and this one connection is shared by every
+ * request in the process. Observations for one realm are merged in batches, one write per batch,
+ * so a busy realm costs one round trip per batch, not one per poll.
+ */
+
+export interface RedisStoreOptions {
+  url: string;
+  /** Prefix of every key (config `store.keyPrefix`). */
+  keyPrefix: string;
+  log: Logger;
+  /** Counts failed store operations (`store_errors_total`). */
+  storeErrors?: { inc(): void };
+  /** A realm's ledger expires after this long without a write (refreshed on every write). */
+  idleTtlMs?: number;
+  /** Store calls fail after this long, so presence falls back to the upstream quickly. */
+  commandTimeoutMs?: number;
+  /** Decoded ledgers kept in this process, keyed by write token (not the truth, just a cache). */
+  maxRealms?: number;
+  /** Compare-and-set attempts per batch before giving up (StoreUnavailableError 'contention'). */
+  maxAttempts?: number;
+  clock?: () => number;
+}
+
+/** What this process last read or wrote for a realm; `state` undefined: a value it cannot read. */
+interface Known {
+  token: Buffer;
+  state: LedgerState | undefined;
+}
+
+interface Pending {
+  obs: Observation;
+  resolve(s: LedgerState): void;
+  reject(e: unknown): void;
+}
+
+const NO_TOKEN = Buffer.alloc(0);
+const TOKEN_BYTES = 8;
+const UNCHANGED = 1;
+
+/** The value, or 1 when its token is the one the caller knows, or nil when absent. */
+const READ_LUA = `
+local t = redis.call('GETRANGE', KEYS[1], 0, ${TOKEN_BYTES - 1})
+if t == '' and redis.call('EXISTS', KEYS[1]) == 0 then return false end
+if ARGV[1] ~= '' and t == ARGV[1] then return ${UNCHANGED} end
+return redis.call('GET', KEYS[1])`;
+
+/** Writes ARGV[2] with expiry ARGV[3] ms iff the value's token is still ARGV[1] ('' = absent). */
+const CAS_LUA = `
+if redis.call('GETRANGE', KEYS[1], 0, ${TOKEN_BYTES - 1}) ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+return 1`;
+
+interface StoreCommands {
+  zcsReadLedgerBuffer(key: string, known: Buffer): Promise<Buffer | number | null>;
+  zcsCasLedger(key: string, expected: Buffer, value: Buffer, ttlMs: number): Promise<number>;
+}
+
+export class RedisStore implements PresenceStore {
+  readonly kind = 'redis' as const;
+  readonly redis: Redis;
+  readonly cacheBackend: RedisCacheBackend;
+  private readonly commands: StoreCommands;
+  private readonly health: StoreHealth;
+  private readonly known: LRUCache<string, Known>;
+  private readonly pending = new Map<string, Pending[]>();
+  private readonly idleTtlMs: number;
+  private readonly maxAttempts: number;
+  private readonly clock: () => number;
+  private readonly commandTimeoutMs: number;
+  /** Settles at the first connection's outcome (or after commandTimeoutMs): calls wait for it once. */
+  private readonly firstConnect: Promise<unknown>;
+  /** The highest id this replica has seen: a new epoch starts above it, even if the clock lags (P5). */
+  private highWater = 0;
+
+  constructor(private readonly o: RedisStoreOptions) {
+    this.idleTtlMs = o.idleTtlMs ?? 86_400_000;
+    this.maxAttempts = o.maxAttempts ?? 8;
+    this.clock = o.clock ?? Date.now;
+    this.health = new StoreHealth(o.log, describeRedisUrl(o.url), o.storeErrors);
+    this.commandTimeoutMs = o.commandTimeoutMs ?? 1_000;
+    this.redis = connectRedis(o.url, { commandTimeoutMs: this.commandTimeoutMs });
+    this.redis.defineCommand('zcsReadLedger', { numberOfKeys: 1, lua: READ_LUA });
+    this.redis.defineCommand('zcsCasLedger', { numberOfKeys: 1, lua: CAS_LUA });
+    this.commands = this.redis as unknown as StoreCommands;
+    // Connection errors are logged (rate-limited) but counted only when an operation fails.
+    this.redis.on('error', (e: unknown) => this.health.failed(e, 0));
+    this.redis.on('ready', () => this.health.ok());
+    this.firstConnect = new Promise((resolve) => {
+      this.redis.once('ready', resolve);
+      this.redis.once('error', resolve); // refused: fail fast from now on
+      setTimeout(resolve, this.commandTimeoutMs).unref();
+    });
+    this.cacheBackend = new RedisCacheBackend(this.redis, `${o.keyPrefix}cache:`, this.health);
+    this.known = new LRUCache({ max: o.maxRealms ?? 1_000 });
+  }
+
+  key(realm: string): string {
+    return `${this.o.keyPrefix}presence:${realm}`;
+  }
+
+  async load(realm: string): Promise<LedgerState | undefined> {
+    return (await this.guard(() => this.read(realm)))?.state;
+  }
+
+  observe(realm: string, obs: Observation): Promise<LedgerState> {
+    return new Promise((resolve, reject) => {
+      const queue = this.pending.get(realm);
+      if (queue) {
+        queue.push({ obs, resolve, reject });
+        return;
+      }
+      this.pending.set(realm, [{ obs, resolve, reject }]);
+      void this.drain(realm);
+    });
+  }
+
+  async ping(): Promise<void> {
+    await this.guard(() => this.redis.ping());
+  }
+
+  async close(): Promise<void> {
+    this.known.clear();
+    try {
+      await this.redis.quit();
+    } catch {
+      this.redis.disconnect();
+    }
+  }
+
+  /** Commits the realm's waiting observations, one batch at a time, until none is left. */
+  private async drain(realm: string): Promise<void> {
+    for (;;) {
+      const batch = this.pending.get(realm);
+      if (!batch || batch.length === 0) break;
+      this.pending.set(realm, []); // arrivals meanwhile wait for the next batch
+      try {
+        const states = await this.guard(() => this.commit(realm, batch.map((p) => p.obs)), batch.length);
+        batch.forEach((p, i) => p.resolve(states[i]!));
+      } catch (e) {
+        for (const p of batch) p.reject(e);
+      }
+    }
+    this.pending.delete(realm);
+  }
+
+  /**
+   * Merges the observations in order into the stored ledger and writes the result once.
+   * Returns the ledger after each observation: every one of them is a state of the realm's
+   * single history, so ids stay strictly increasing (P5).
+   */
+  private async commit(realm: string, batch: Observation[]): Promise<LedgerState[]> {
+    let current = this.known.get(realm) ?? (await this.read(realm));
+    for (let attempt = 1; ; attempt++) {
+      const base = current?.state ?? createLedger(this.clock(), this.highWater);
+      const states: LedgerState[] = [];
+      let next = base;
+      for (const obs of batch) states.push((next = merge(next, obs)));
+      if (next === base && current?.state) {
+        // Nothing to write: still check that `base` is what Redis holds now.
+        const fresh = await this.read(realm);
+        if (fresh?.token.equals(current.token)) return states;
+        current = fresh;
+      } else {
+        const token = randomBytes(TOKEN_BYTES);
+        const value = Buffer.concat([token, encodeLedger(next)]);
+        const written = await this.commands.zcsCasLedger(this.key(realm), current?.token ?? NO_TOKEN, value, this.idleTtlMs);
+        if (written === 1) {
+          this.remember(realm, { token, state: next });
+          return states;
+        }
+        current = await this.read(realm); // another replica wrote first: merge again on its state
+      }
+      if (attempt >= this.maxAttempts) {
+        throw new StoreUnavailableError(`presence state of a realm changed under ${attempt} attempts to write it`, 'contention');
+      }
+      await backoff(attempt);
+    }
+  }
+
+  /** The realm's value now: the known one when unchanged (one small round trip), else decoded. */
+  private async read(realm: string): Promise<Known | undefined> {
+    const known = this.known.get(realm);
+    const reply = await this.commands.zcsReadLedgerBuffer(this.key(realm), known?.token ?? NO_TOKEN);
+    if (reply === UNCHANGED && known) return known;
+    if (!Buffer.isBuffer(reply)) {
+      this.known.delete(realm);
+      return undefined;
+    }
+    const token = Buffer.from(reply.subarray(0, TOKEN_BYTES));
+    let state: LedgerState | undefined;
+    try {
+      state = decodeLedger(reply.subarray(TOKEN_BYTES));
+    } catch (e) {
+      if (!(e instanceof CodecError)) throw e;
+      // Not a ledger this shim wrote: treated as absent, and replaced by the next write (P5).
+      this.o.log.warn({ realm, reason: e.message }, 'stored presence state unreadable; a new epoch will replace it');
+      state = undefined;
+    }
+    const fresh = { token, state };
+    this.remember(realm, fresh);
+    return fresh;
+  }
+
+  private remember(realm: string, k: Known): void {
+    if (k.state) this.highWater = Math.max(this.highWater, k.state.lastId);
+    this.known.set(realm, k);
+  }
+
+  /**
+   * Any Redis failure becomes a StoreUnavailableError, counted once per caller it fails and
+   * logged (rate-limited). Commands fail at once while disconnected, except for a short wait
+   * for the very first connection, so a replica that just started is not failed for nothing.
+   */
+  private async guard<T>(op: () => Promise<T>, callers = 1): Promise<T> {
+    let v: T;
+    try {
+      await this.firstConnect;
+      v = await op();
+    } catch (e) {
+      if (e instanceof StoreUnavailableError && e.reason === 'contention') {
+        for (let i = 0; i < callers; i++) this.o.storeErrors?.inc();
+        throw e;
+      }
+      this.health.failed(e, callers);
+      throw new StoreUnavailableError(`Redis store: ${e instanceof Error ? e.message : String(e)}`, 'unreachable', { cause: e });
+    }
+    this.health.ok();
+    return v;
+  }
+}
+
+/** A short random pause before another compare-and-set, so two replicas stop colliding. */
+function backoff(attempt: number): Promise<void> {
+  const ms = Math.random() * Math.min(2 ** attempt, 50);
+  return new Promise((r) => setTimeout(r, ms));
+}

@@ -1,0 +1,226 @@
+import net from 'node:net';
+import { Writable } from 'node:stream';
+import type { Redis } from 'ioredis';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { createLogger } from '../src/observability/logger.js';
+import { answer, vouchesFor, type Observation } from '../src/presence/ledger.js';
+import { encodeLedger } from '../src/store/codec.js';
+import { RedisStore, type RedisStoreOptions } from '../src/store/redis.js';
+import { StoreUnavailableError } from '../src/store/types.js';
+import { realisticLedger } from './support/ledgers.js';
+import { adminRedis, deleteKeysUnder, describeRedis, keysUnder, REDIS_URL, testKeyPrefix } from './support/redis.js';
+
+const obs = (serverTimestamp: number, users: Record<number, [number, number]>, complete = true): Observation => ({
+  serverTimestamp,
+  complete,
+  presences: new Map(Object.entries(users).map(([id, [a, i]]) => [Number(id), { active_timestamp: a, idle_timestamp: i }])),
+});
+
+function logSink() {
+  const lines: Array<{ level: number; msg: string }> = [];
+  const log = createLogger(
+    'info',
+    new Writable({
+      write(chunk, _enc, cb) {
+        lines.push(JSON.parse(String(chunk)) as { level: number; msg: string });
+        cb();
+      },
+    }),
+  );
+  return { log, lines };
+}
+
+function counter() {
+  return { n: 0, inc() { this.n++; } };
+}
+
+describeRedis('RedisStore (S1, P5)', () => {
+  const prefix = testKeyPrefix();
+  let admin: Redis;
+  const stores: RedisStore[] = [];
+  const open = (o: Partial<RedisStoreOptions> = {}) => {
+    const s = new RedisStore({ url: REDIS_URL, keyPrefix: prefix, log: logSink().log, ...o });
+    stores.push(s);
+    return s;
+  };
+
+  beforeAll(() => {
+    admin = adminRedis();
+  });
+  afterAll(async () => {
+    await Promise.all(stores.map((s) => s.close()));
+    await deleteKeysUnder(admin, prefix);
+    admin.disconnect();
+  });
+
+  it('has no ledger for a new realm, creates one on the first observation, and loads what it wrote', async () => {
+    const store = open();
+    expect(await store.load('r-new')).toBeUndefined();
+    const before = Date.now() * 1000;
+    const s = await store.observe('r-new', obs(100.5, { 1: [90, 95], 2: [80, 80] }));
+    expect(s.epoch).toBeGreaterThanOrEqual(before);
+    expect([...s.users.values()].map((e) => e.changedAt)).toEqual([s.epoch + 1, s.epoch + 2]);
+    expect(await store.load('r-new')).toEqual(s);
+    expect(await open().load('r-new')).toEqual(s); // another replica reads the same state
+  });
+
+  it('keeps one key per realm under the prefix, expiring after the idle TTL, refreshed by writes', async () => {
+    const store = open({ idleTtlMs: 60_000 });
+    await store.observe('r-ttl', obs(1, { 1: [1, 1] }));
+    expect(await keysUnder(admin, `${prefix}presence:r-ttl`)).toEqual([`${prefix}presence:r-ttl`]);
+    await admin.pexpire(`${prefix}presence:r-ttl`, 1_000);
+    await store.observe('r-ttl', obs(2, { 1: [2, 2] }));
+    const ttl = await admin.pttl(`${prefix}presence:r-ttl`);
+    expect(ttl).toBeGreaterThan(1_000);
+    expect(ttl).toBeLessThanOrEqual(60_000);
+  });
+
+  it('starts a new epoch above every earlier id when the key is gone (flush, eviction, new Redis): old ids get full data', async () => {
+    const a = open();
+    const b = open();
+    const first = await a.observe('r-flush', obs(10, { 1: [10, 10], 2: [9, 10] }));
+    const second = await b.observe('r-flush', obs(20, { 1: [20, 20] }));
+    const issued = [first.lastId, second.lastId];
+    await deleteKeysUnder(admin, prefix);
+    expect(await a.load('r-flush')).toBeUndefined();
+    const after = await a.observe('r-flush', obs(30, { 2: [30, 30] }));
+    expect(after.epoch).toBeGreaterThanOrEqual(Math.max(...issued));
+    for (const id of issued) {
+      expect(vouchesFor(after, id)).toBe(false);
+      const full = answer(after, { visible: [2], lastUpdateId: id, serverTimestamp: 30 });
+      expect(full.full).toBe(true);
+      expect(Object.keys(full.presences)).toEqual(['2']);
+    }
+    // The replica that saw nothing of the old epoch reads the new one, not a stale copy.
+    expect(await b.load('r-flush')).toEqual(after);
+  });
+
+  it('replaces a value it cannot read with a new ledger instead of failing', async () => {
+    const store = open();
+    await admin.set(`${prefix}presence:r-junk`, 'not a ledger at all');
+    expect(await store.load('r-junk')).toBeUndefined();
+    const s = await store.observe('r-junk', obs(5, { 7: [5, 5] }));
+    expect(s.users.get(7)?.present).toBe(true);
+    expect(await open().load('r-junk')).toEqual(s);
+  });
+
+  it('answers the same observation twice without a second write, and sees another replica write in between', async () => {
+    const a = open();
+    const b = open();
+    const o1 = obs(50, { 1: [50, 50] });
+    const s1 = await a.observe('r-same', o1);
+    expect(await a.observe('r-same', o1)).toBe(s1);
+    const s2 = await b.observe('r-same', obs(60, { 1: [60, 60] }));
+    expect(await a.observe('r-same', o1)).toEqual(s2); // o1 is older: nothing changes, but a sees b's state
+  });
+
+  it('batches concurrent observations of one realm into one history: every caller gets its own step', async () => {
+    const store = open();
+    const many = Array.from({ length: 25 }, (_, i) => obs(100 + i, { [i % 5]: [100 + i, 100 + i] }));
+    const states = await Promise.all(many.map((o) => store.observe('r-batch', o)));
+    const ids = states.map((s) => s.lastId);
+    for (let i = 1; i < ids.length; i++) expect(ids[i]).toBeGreaterThan(ids[i - 1]!);
+    expect(await store.load('r-batch')).toEqual(states.at(-1));
+  });
+
+  it('measures Redis memory for a 10,000-user realm (MEMORY USAGE)', async () => {
+    const key = `${prefix}presence:r-size`;
+    const value = Buffer.concat([Buffer.alloc(8), encodeLedger(realisticLedger(10_000))]);
+    await admin.set(key, value);
+    const bytes = Number(await admin.call('MEMORY', 'USAGE', key));
+    console.info(`Redis MEMORY USAGE for a 10,000-user realm: ${bytes} bytes (${(bytes / 10_000).toFixed(1)} per user)`);
+    expect(bytes).toBeLessThan(200_000);
+  });
+});
+
+/** A TCP relay in front of the real Redis, to take it away and bring it back. */
+class Relay {
+  private server?: net.Server;
+  private readonly sockets = new Set<net.Socket>();
+  port = 0;
+
+  async start(port = 0): Promise<void> {
+    const target = new URL(REDIS_URL);
+    this.server = net.createServer((client) => {
+      const upstream = net.connect(Number(target.port || 6379), target.hostname);
+      for (const s of [client, upstream]) {
+        this.sockets.add(s);
+        s.on('close', () => this.sockets.delete(s));
+        s.on('error', () => {});
+      }
+      client.pipe(upstream).pipe(client);
+    });
+    await new Promise<void>((r) => this.server!.listen(port, '127.0.0.1', r));
+    this.port = (this.server.address() as net.AddressInfo).port;
+  }
+
+  async stop(): Promise<void> {
+    for (const s of this.sockets) s.destroy();
+    await new Promise<void>((r) => this.server!.close(() => r()));
+  }
+}
+
+describeRedis('RedisStore when Redis goes away and comes back (S1)', () => {
+  const prefix = testKeyPrefix();
+  let admin: Redis;
+  beforeAll(() => {
+    admin = adminRedis();
+  });
+  afterAll(async () => {
+    await deleteKeysUnder(admin, prefix);
+    admin.disconnect();
+  });
+
+  it('fails fast with StoreUnavailableError, counts every failure, logs once, and recovers by itself', async () => {
+    const relay = new Relay();
+    await relay.start();
+    const { log, lines } = logSink();
+    const errors = counter();
+    const store = new RedisStore({ url: `redis://127.0.0.1:${relay.port}`, keyPrefix: prefix, log, storeErrors: errors, commandTimeoutMs: 500 });
+    try {
+      await expect.poll(() => store.ping().then(() => true, () => false)).toBe(true);
+      await store.observe('r-down', obs(1, { 1: [1, 1] }));
+
+      await relay.stop();
+      await expect.poll(() => store.ping().then(() => 'up', (e: unknown) => e instanceof StoreUnavailableError)).toBe(true);
+      const failures = await Promise.allSettled([
+        ...Array.from({ length: 10 }, (_, i) => store.observe('r-down', obs(2 + i, { 1: [2 + i, 2 + i] }))),
+        store.load('r-down'),
+      ]);
+      for (const f of failures) {
+        expect(f.status).toBe('rejected');
+        expect((f as PromiseRejectedResult).reason).toBeInstanceOf(StoreUnavailableError);
+      }
+      expect(errors.n).toBeGreaterThanOrEqual(11);
+      const down = lines.filter((l) => /unavailable/.test(l.msg));
+      expect(down).toHaveLength(1);
+      expect(JSON.stringify(lines)).not.toContain(`redis://`);
+
+      await relay.start(relay.port);
+      await expect.poll(() => store.ping().then(() => true, () => false), { timeout: 10_000 }).toBe(true);
+      const s = await store.observe('r-down', obs(50, { 1: [50, 50] }));
+      expect(s.users.get(1)?.active).toBe(50);
+      expect(lines.filter((l) => /reachable again/.test(l.msg))).toHaveLength(1);
+    } finally {
+      await store.close();
+      await relay.stop().catch(() => {});
+    }
+  });
+});
+
+it('fails fast with StoreUnavailableError when nothing listens at the Redis URL', async () => {
+  const server = net.createServer();
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  const port = (server.address() as net.AddressInfo).port;
+  await new Promise<void>((r) => server.close(() => r()));
+  const errors = counter();
+  const store = new RedisStore({ url: `redis://127.0.0.1:${port}`, keyPrefix: 'x:', log: logSink().log, storeErrors: errors });
+  try {
+    await expect(store.observe('r', obs(1, { 1: [1, 1] }))).rejects.toBeInstanceOf(StoreUnavailableError);
+    await expect(store.load('r')).rejects.toBeInstanceOf(StoreUnavailableError);
+    await expect(store.ping()).rejects.toBeInstanceOf(StoreUnavailableError);
+    expect(errors.n).toBe(3);
+  } finally {
+    await store.close();
+  }
+});

@@ -1,0 +1,101 @@
+import { isDeepStrictEqual } from 'node:util';
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import type { LedgerEntry, LedgerState } from '../src/presence/ledger.js';
+import { CodecError, decodeLedger, encodeLedger } from '../src/store/codec.js';
+import { realisticLedger } from './support/ledgers.js';
+
+const anyNumber = fc.oneof(
+  fc.integer({ min: -1_000, max: 1_000 }),
+  fc.integer({ min: 1_600_000_000, max: 1_900_000_000 }),
+  fc.maxSafeInteger(),
+  fc.double(),
+  fc.constant(-0),
+);
+
+const entry = (n: fc.Arbitrary<number>): fc.Arbitrary<LedgerEntry> =>
+  fc.record({ active: n, idle: n, seenAt: n, changedAt: n, present: fc.boolean() }).map((e) => ({ ...e }));
+
+const state = (n: fc.Arbitrary<number>, userId: fc.Arbitrary<number>): fc.Arbitrary<LedgerState> =>
+  fc.record({
+    epoch: n,
+    lastId: n,
+    users: fc.array(fc.tuple(userId, entry(n)), { maxLength: 30 }).map((pairs) => new Map(pairs)),
+    merges: fc.array(fc.tuple(n, n), { maxLength: 32 }),
+  }).map((s) => ({ ...s })); // plain objects, as the ledger makes them
+
+/** States as the ledger makes them: integer ids and timestamps, float server_timestamps. */
+const ledgerLike: fc.Arbitrary<LedgerState> = fc
+  .record({
+    epoch: fc.integer({ min: 0, max: 2 ** 52 }),
+    span: fc.integer({ min: 0, max: 100_000 }),
+    seen: fc.array(fc.double({ min: 1_500_000_000, max: 2_000_000_000, noNaN: true }), { minLength: 1, maxLength: 6 }),
+    users: fc.array(
+      fc.record({
+        id: fc.integer({ min: 1, max: 2 ** 31 }),
+        seen: fc.nat(5),
+        back: fc.integer({ min: -100, max: 14 * 86_400 }),
+        idleAfter: fc.nat(100_000),
+        age: fc.nat(100_000),
+        present: fc.boolean(),
+      }),
+      { maxLength: 40 },
+    ),
+  })
+  .map(({ epoch, span, seen, users }) => {
+    const lastId = epoch + span;
+    const map = new Map<number, LedgerEntry>();
+    for (const u of users) {
+      const seenAt = seen[u.seen % seen.length]!;
+      const active = Math.floor(seenAt) - u.back;
+      map.set(u.id, { active, idle: active + u.idleAfter, seenAt, changedAt: lastId - Math.min(u.age, span), present: u.present });
+    }
+    return { epoch, lastId, users: map, merges: seen.map((ts, i) => [ts, lastId - i] as const) };
+  });
+
+describe('ledger codec (store of S1, S2)', () => {
+  it('gives back exactly the state encoded, for ledger-like states', () => {
+    fc.assert(
+      fc.property(ledgerLike, (s) => {
+        const bytes = encodeLedger(s);
+        expect(bytes[0]).toBe(1); // the packed format
+        expect(isDeepStrictEqual(decodeLedger(bytes), s)).toBe(true);
+      }),
+      { numRuns: 300 },
+    );
+  });
+
+  it('gives back exactly the state encoded, for any numbers at all (-0, NaN, fractions, huge)', () => {
+    fc.assert(
+      fc.property(state(anyNumber, anyNumber), (s) => {
+        expect(isDeepStrictEqual(decodeLedger(encodeLedger(s)), s)).toBe(true);
+      }),
+      { numRuns: 500 },
+    );
+  });
+
+  it('keeps a 10,000-user realm in about 10 bytes per user', () => {
+    const s = realisticLedger(10_000);
+    const bytes = encodeLedger(s);
+    expect(isDeepStrictEqual(decodeLedger(bytes), s)).toBe(true);
+    expect(bytes.length / 10_000).toBeLessThan(14);
+  });
+
+  it('rejects bytes it did not write with a CodecError, never another error', () => {
+    const good = encodeLedger(realisticLedger(50));
+    expect(() => decodeLedger(Buffer.from('{"json":true}'))).toThrow(CodecError);
+    expect(() => decodeLedger(Buffer.alloc(0))).toThrow(CodecError);
+    expect(() => decodeLedger(good.subarray(0, good.length - 3))).toThrow(CodecError);
+    expect(() => decodeLedger(Buffer.concat([good, Buffer.from([0])]))).toThrow(CodecError);
+    fc.assert(
+      fc.property(fc.uint8Array({ maxLength: 200 }), (raw) => {
+        try {
+          decodeLedger(Buffer.from(raw));
+        } catch (e) {
+          expect(e).toBeInstanceOf(CodecError);
+        }
+      }),
+      { numRuns: 500 },
+    );
+  });
+});

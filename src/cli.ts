@@ -3,6 +3,8 @@ import { resolve } from 'node:path';
 import { ConfigError, loadConfig, PROJECT_ROOT, USAGE, type Config } from './config.js';
 import { createLogger, type Logger } from './observability/logger.js';
 import { logStartup } from './observability/startup.js';
+import { startRecorder } from './har/recorder.js';
+import { startReplay } from './har/replay.js';
 import { createShim } from './server.js';
 import { realmOf } from './upstream/realm.js';
 import { VERSION } from './version.js';
@@ -17,15 +19,64 @@ interface UpstreamTarget {
   upstreamId: string;
   describe: string;
   close(): Promise<void>;
+  /** H2 strict mode: the requests replay could not answer, reported at shutdown. */
+  strictMisses(): string[];
+  /** Plain words for stdout once listening (the demo says how to try it). */
+  announce?(url: string): string;
 }
 
+/**
+ * Recording and replay stand in for the upstream on loopback (H1, H2), so the shim has one
+ * code path: `target` is the recorder or the replayer, `upstreamId` the upstream they stand for.
+ */
 async function openUpstream(config: Config, log: Logger): Promise<UpstreamTarget> {
-  if (config.upstream.url) {
-    return { target: config.upstream.url, upstreamId: config.upstream.url, describe: config.upstream.url, close: async () => {} };
+  const record = config.record.har;
+  if (record && !config.upstream.url) {
+    const with_ = config.replay.har ? ', not with --replay' : '';
+    throw new ConfigError(`record.har (--record / RECORD_HAR): recording needs --upstream URL${with_}`);
   }
-  const file = config.replay.har ?? DEMO_HAR;
-  throw new ConfigError(`replay.har: replaying ${file} is not available in this build; give --upstream URL`);
-  void log;
+  if (config.upstream.url) {
+    const url = config.upstream.url;
+    if (!record) return { target: url, upstreamId: url, describe: url, close: async () => {}, strictMisses: () => [] };
+    const file = resolve(record);
+    const recorder = await startRecorder({ upstream: url, file, log, insecureTls: config.upstream.insecureTls }).catch((e: unknown) => {
+      throw new ConfigError(`record.har (--record / RECORD_HAR): cannot write ${file} (${(e as NodeJS.ErrnoException).code ?? (e as Error).message})`);
+    });
+    return { target: recorder.url, upstreamId: url, describe: url, close: () => recorder.close(), strictMisses: () => [] };
+  }
+
+  const demo = !config.replay.har;
+  const file = resolve(config.replay.har ?? DEMO_HAR);
+  const replay = await startReplay({ file, strict: config.replay.strict, log }).catch((e: unknown) => {
+    throw new ConfigError(`replay.har (--replay / REPLAY_HAR): ${(e as Error).message}`);
+  });
+  return {
+    target: replay.url,
+    upstreamId: `replay:${file}`,
+    describe: `replay:${file}`,
+    close: () => replay.close(),
+    strictMisses: () => (config.replay.strict ? replay.misses() : []),
+    ...(demo ? { announce: demoAnnouncement } : {}),
+  };
+}
+
+function demoAnnouncement(url: string): string {
+  const poll = (id: string) => `curl -s -u demo@example.com:any-key -d status=active -d last_update_id=${id} ${url}/api/v1/users/me/presence`;
+  return [
+    '',
+    `zulip-compat-shim is listening on ${url}, in front of a recorded Zulip 2.1 server (the bundled demo).`,
+    'A Zulip 2.1 server has no incremental presence; through the shim it has. Try a full modern poll:',
+    '',
+    `  ${poll('-1')}`,
+    '',
+    'then poll again with the presence_last_update_id of the answer (wait 5 seconds between polls to',
+    'get the next recorded change; closer polls are answered from the shared snapshot):',
+    '',
+    `  ${poll('<presence_last_update_id>')}`,
+    '',
+    'Stop with Ctrl-C.',
+    '',
+  ].join('\n');
 }
 
 async function main(argv: string[]): Promise<number> {
@@ -63,6 +114,7 @@ async function main(argv: string[]): Promise<number> {
 
   const shim = createShim({ config, log, target: upstream.target, upstreamId: upstream.upstreamId });
   const { url } = await shim.listen();
+  if (upstream.announce) process.stdout.write(upstream.announce(url));
   // Not awaited: the line waits briefly for the upstream's feature level while serving goes on.
   void logStartup(log, { version: VERSION, upstream: upstream.describe, store: shim.context.store.kind, listen: url }, () =>
     shim.context.featureLevels.featureLevel(realmOf(upstream.upstreamId, {})),
@@ -77,7 +129,12 @@ async function main(argv: string[]): Promise<number> {
       void shim
         .close()
         .then(() => upstream.close())
-        .then(() => done(0), (e) => {
+        .then(() => {
+          // H2 strict mode: every miss on stderr, one line each, and a failing exit code.
+          const misses = upstream.strictMisses();
+          for (const m of misses) process.stderr.write(`zulip-compat-shim: replay miss: ${m}\n`);
+          done(misses.length ? 1 : 0);
+        }, (e) => {
           log.error({ err: e }, 'error during shutdown');
           done(1);
         });

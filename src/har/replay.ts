@@ -1,0 +1,177 @@
+import http, { type IncomingMessage, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import type { Duplex } from 'node:stream';
+import { errorBody } from '../http/errors.js';
+import type { Logger } from '../observability/logger.js';
+import { loadHar, type Recorded } from './load.js';
+import { matchOf } from './match.js';
+
+/**
+ * Replay mode (H2): a HAR file served as the upstream on loopback. The shim talks to it as to
+ * any upstream. Requests are matched by method, path, sorted query and normalised body
+ * (match.ts); identical requests get the recorded answers in recorded order, the last one
+ * repeating (a client polls more often than during the recording). A request with no recorded
+ * answer gets 502 REPLAY_MISS naming it, and is remembered for strict mode.
+ */
+
+export interface ReplayOptions {
+  file: string;
+  /** Strict mode: the caller fails the process at shutdown when misses() is not empty. */
+  strict: boolean;
+  log: Logger;
+  /** Largest request body read (default 64 MiB). */
+  maxBodyBytes?: number;
+}
+
+export interface Replay {
+  url: string;
+  /** Recorded exchanges that can answer. */
+  entries: number;
+  /** One line per request that found no recorded answer, in order. */
+  misses(): string[];
+  close(): Promise<void>;
+}
+
+/**
+ * A long poll (GET …/events) answered again from its last recording waits as long as the
+ * recorded one did (capped), so a replayed client does not spin on it.
+ */
+const LONG_POLL = /^\/(?:api\/v1|json)\/events$/;
+const LONG_POLL_CAP_MS = 90_000;
+
+interface Queue {
+  entries: Recorded[];
+  next: number;
+}
+
+const BODILESS = (method: string, status: number) => method === 'HEAD' || status === 204 || status === 304 || status < 200;
+
+async function readBody(req: IncomingMessage, limit: number): Promise<Buffer | undefined> {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const c of req) {
+    size += (c as Buffer).length;
+    if (size > limit) return undefined;
+    chunks.push(c as Buffer);
+  }
+  return Buffer.concat(chunks, size);
+}
+
+function send(res: ServerResponse, method: string, r: Recorded): void {
+  for (const [name, values] of groupHeaders(r.headers)) {
+    try {
+      res.setHeader(name, values.length === 1 ? values[0]! : values);
+    } catch {
+      // a header Node will not send (invalid characters in an export): left out
+    }
+  }
+  const bodiless = BODILESS(method, r.status);
+  if (!bodiless) res.setHeader('content-length', r.body.length);
+  try {
+    res.writeHead(r.status, r.statusText || undefined);
+  } catch {
+    res.writeHead(r.status);
+  }
+  res.end(bodiless ? undefined : r.body);
+}
+
+function groupHeaders(headers: Array<[string, string]>): Map<string, string[]> {
+  const out = new Map<string, string[]>();
+  for (const [k, v] of headers) {
+    const name = k.toLowerCase();
+    const list = out.get(name) ?? [];
+    list.push(v);
+    out.set(name, list);
+  }
+  return out;
+}
+
+export async function startReplay(o: ReplayOptions): Promise<Replay> {
+  const loaded = await loadHar(o.file);
+  const queues = new Map<string, Queue>();
+  for (const r of loaded.entries) {
+    const q = queues.get(r.match.key) ?? { entries: [], next: 0 };
+    q.entries.push(r);
+    queues.set(r.match.key, q);
+  }
+  const misses: string[] = [];
+  const limit = o.maxBodyBytes ?? 64 * 1024 * 1024;
+  const timers = new Set<NodeJS.Timeout>();
+
+  const miss = (res: ServerResponse | undefined, what: string) => {
+    misses.push(what);
+    o.log.warn({ request: what }, 'replay miss: no recorded answer');
+    if (res) {
+      const body = errorBody('REPLAY_MISS', `No recorded answer for ${what}`);
+      res.writeHead(502, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
+      res.end(body);
+    }
+  };
+
+  const handle = async (req: IncomingMessage, res: ServerResponse) => {
+    const method = req.method ?? 'GET';
+    const body = await readBody(req, limit);
+    const url = req.url ?? '/';
+    const match = await matchOf({ method, url, contentType: req.headers['content-type'], body: body ?? Buffer.alloc(0) });
+    const q = body ? queues.get(match.key) : undefined;
+    if (!q) return miss(res, body ? match.describe : `${match.describe} (body over ${limit} bytes)`);
+    const repeat = q.next >= q.entries.length;
+    const r = q.entries[Math.min(q.next, q.entries.length - 1)]!;
+    q.next++;
+    o.log.debug({ entry: r.index, repeat }, 'replayed');
+    const wait = repeat && method === 'GET' && LONG_POLL.test(new URL(url, 'http://x').pathname) ? Math.min(r.time, LONG_POLL_CAP_MS) : 0;
+    if (wait < 1) return send(res, method, r);
+    const t = setTimeout(() => {
+      timers.delete(t);
+      if (!res.destroyed) send(res, method, r);
+    }, wait);
+    timers.add(t);
+    res.on('close', () => {
+      clearTimeout(t);
+      timers.delete(t);
+    });
+  };
+
+  const server = http.createServer((req, res) => {
+    handle(req, res).catch((e: unknown) => {
+      o.log.error({ err: { message: (e as Error).message } }, 'replay failed to answer');
+      if (!res.headersSent) miss(res, `${req.method} ${new URL(req.url ?? '/', 'http://x').pathname} (unreadable request)`);
+      else res.destroy();
+    });
+  });
+  server.on('upgrade', (req: IncomingMessage, socket: Duplex) => {
+    const what = `${req.method} ${new URL(req.url ?? '/', 'http://x').pathname} (WebSocket upgrade)`;
+    miss(undefined, what);
+    const body = errorBody('REPLAY_MISS', `No recorded answer for ${what}`);
+    socket.on('error', () => socket.destroy());
+    socket.end(`HTTP/1.1 502 Bad Gateway\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
+  });
+  server.requestTimeout = 0;
+  server.keepAliveTimeout = 65_000;
+
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+  const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  o.log.info({ file: o.file, entries: loaded.entries.length, skipped: loaded.skipped, strict: o.strict }, 'replaying a HAR file as the upstream');
+
+  let closing: Promise<void> | undefined;
+  return {
+    url,
+    entries: loaded.entries.length,
+    misses: () => [...misses],
+    close() {
+      closing ??= new Promise<void>((resolve) => {
+        for (const t of timers) clearTimeout(t);
+        timers.clear();
+        server.close(() => resolve());
+        server.closeAllConnections();
+      });
+      return closing;
+    },
+  };
+}

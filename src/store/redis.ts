@@ -5,8 +5,7 @@ import type { Logger } from '../observability/logger.js';
 import { createLedger, merge, type LedgerState, type Observation } from '../presence/ledger.js';
 import { CodecError, decodeLedger, encodeLedger } from './codec.js';
 import { RedisCacheBackend } from './redis-cache.js';
-import { connectRedis, describeRedisUrl } from './redis-connection.js';
-import { StoreHealth } from './redis-health.js';
+import { RedisConnection } from './redis-connection.js';
 import { StoreUnavailableError, type PresenceStore } from './types.js';
 
 /**
@@ -79,18 +78,14 @@ interface StoreCommands {
 
 export class RedisStore implements PresenceStore {
   readonly kind = 'redis' as const;
-  readonly redis: Redis;
+  readonly conn: RedisConnection;
   readonly cacheBackend: RedisCacheBackend;
   private readonly commands: StoreCommands;
-  private readonly health: StoreHealth;
   private readonly known: LRUCache<string, Known>;
   private readonly pending = new Map<string, Pending[]>();
   private readonly idleTtlMs: number;
   private readonly maxAttempts: number;
   private readonly clock: () => number;
-  private readonly commandTimeoutMs: number;
-  /** Settles at the first connection's outcome (or after commandTimeoutMs): calls wait for it once. */
-  private readonly firstConnect: Promise<unknown>;
   /** The highest id this replica has seen: a new epoch starts above it, even if the clock lags (P5). */
   private highWater = 0;
 
@@ -98,21 +93,11 @@ export class RedisStore implements PresenceStore {
     this.idleTtlMs = o.idleTtlMs ?? 86_400_000;
     this.maxAttempts = o.maxAttempts ?? 8;
     this.clock = o.clock ?? Date.now;
-    this.health = new StoreHealth(o.log, describeRedisUrl(o.url), o.storeErrors);
-    this.commandTimeoutMs = o.commandTimeoutMs ?? 1_000;
-    this.redis = connectRedis(o.url, { commandTimeoutMs: this.commandTimeoutMs });
-    this.redis.defineCommand('zcsReadLedger', { numberOfKeys: 1, lua: READ_LUA });
-    this.redis.defineCommand('zcsCasLedger', { numberOfKeys: 1, lua: CAS_LUA });
-    this.commands = this.redis as unknown as StoreCommands;
-    // Connection errors are logged (rate-limited) but counted only when an operation fails.
-    this.redis.on('error', (e: unknown) => this.health.failed(e, 0));
-    this.redis.on('ready', () => this.health.ok());
-    this.firstConnect = new Promise((resolve) => {
-      this.redis.once('ready', resolve);
-      this.redis.once('error', resolve); // refused: fail fast from now on
-      setTimeout(resolve, this.commandTimeoutMs).unref();
-    });
-    this.cacheBackend = new RedisCacheBackend(this.redis, `${o.keyPrefix}cache:`, this.health);
+    this.conn = new RedisConnection({ url: o.url, log: o.log, storeErrors: o.storeErrors, commandTimeoutMs: o.commandTimeoutMs ?? 1_000 });
+    this.conn.redis.defineCommand('zcsReadLedger', { numberOfKeys: 1, lua: READ_LUA });
+    this.conn.redis.defineCommand('zcsCasLedger', { numberOfKeys: 1, lua: CAS_LUA });
+    this.commands = this.conn.redis as unknown as StoreCommands;
+    this.cacheBackend = new RedisCacheBackend(this.conn, `${o.keyPrefix}cache:`);
     this.known = new LRUCache({ max: o.maxRealms ?? 1_000 });
   }
 
@@ -121,7 +106,7 @@ export class RedisStore implements PresenceStore {
   }
 
   async load(realm: string): Promise<LedgerState | undefined> {
-    return (await this.guard(() => this.read(realm)))?.state;
+    return (await this.conn.run(() => this.read(realm)))?.state;
   }
 
   observe(realm: string, obs: Observation): Promise<LedgerState> {
@@ -137,16 +122,12 @@ export class RedisStore implements PresenceStore {
   }
 
   async ping(): Promise<void> {
-    await this.guard(() => this.redis.ping());
+    await this.conn.run(() => this.conn.redis.ping());
   }
 
   async close(): Promise<void> {
     this.known.clear();
-    try {
-      await this.redis.quit();
-    } catch {
-      this.redis.disconnect();
-    }
+    await this.conn.close();
   }
 
   /** Commits the realm's waiting observations, one batch at a time, until none is left. */
@@ -156,7 +137,7 @@ export class RedisStore implements PresenceStore {
       if (!batch || batch.length === 0) break;
       this.pending.set(realm, []); // arrivals meanwhile wait for the next batch
       try {
-        const states = await this.guard(() => this.commit(realm, batch.map((p) => p.obs)), batch.length);
+        const states = await this.conn.run(() => this.commit(realm, batch.map((p) => p.obs)), batch.length);
         batch.forEach((p, i) => p.resolve(states[i]!));
       } catch (e) {
         for (const p of batch) p.reject(e);
@@ -193,6 +174,7 @@ export class RedisStore implements PresenceStore {
         current = await this.read(realm); // another replica wrote first: merge again on its state
       }
       if (attempt >= this.maxAttempts) {
+        for (let i = 0; i < batch.length; i++) this.o.storeErrors?.inc();
         throw new StoreUnavailableError(`presence state of a realm changed under ${attempt} attempts to write it`, 'contention');
       }
       await backoff(attempt);
@@ -226,28 +208,6 @@ export class RedisStore implements PresenceStore {
   private remember(realm: string, k: Known): void {
     if (k.state) this.highWater = Math.max(this.highWater, k.state.lastId);
     this.known.set(realm, k);
-  }
-
-  /**
-   * Any Redis failure becomes a StoreUnavailableError, counted once per caller it fails and
-   * logged (rate-limited). Commands fail at once while disconnected, except for a short wait
-   * for the very first connection, so a replica that just started is not failed for nothing.
-   */
-  private async guard<T>(op: () => Promise<T>, callers = 1): Promise<T> {
-    let v: T;
-    try {
-      await this.firstConnect;
-      v = await op();
-    } catch (e) {
-      if (e instanceof StoreUnavailableError && e.reason === 'contention') {
-        for (let i = 0; i < callers; i++) this.o.storeErrors?.inc();
-        throw e;
-      }
-      this.health.failed(e, callers);
-      throw new StoreUnavailableError(`Redis store: ${e instanceof Error ? e.message : String(e)}`, 'unreachable', { cause: e });
-    }
-    this.health.ok();
-    return v;
   }
 }
 

@@ -180,6 +180,23 @@ describe('presence details', () => {
   });
 });
 
+describe('compression', () => {
+  it('gzips large answers for clients that accept it, and reuses the bytes', async () => {
+    await setup('2.1');
+    const plain = await poll(10, { status: 'active', last_update_id: '-1' });
+    const zipped = await request(shim.url)
+      .post('/api/v1/users/me/presence')
+      .set('Authorization', fake.auth(10))
+      .set('Accept-Encoding', 'gzip')
+      .type('form')
+      .send({ status: 'active' });
+    expect(zipped.headers['content-encoding']).toBe('gzip');
+    expect(zipped.headers.vary).toBe('Accept-Encoding');
+    expect(zipped.body.presences).toEqual(fake.legacyPresence());
+    expect(plain.headers['content-encoding']).toBeUndefined();
+  });
+});
+
 describe('shared snapshots (P9)', () => {
   it('N concurrent callers: N reports upstream, one full fetch', async () => {
     await setup('2.1', { presence: { coalesceMs: 5000 } });

@@ -1,6 +1,7 @@
 import type { ServerResponse } from 'node:http';
 import { facts, timedUpstream, type Handler } from '../context.js';
 import { parseParams, readBody, encodeForm } from '../http/body.js';
+import { sendEncoded } from '../http/compress.js';
 import { sendBytes, upstreamBadResponse } from '../http/errors.js';
 import { isSuccess, relay, relayBuffered, rewrittenHeaders } from '../http/relay.js';
 import { forwardedHeaders, parseJsonObject, type BufferedResponse } from '../upstream/client.js';
@@ -134,7 +135,7 @@ async function fullPoll(poll: Poll, res: ServerResponse): Promise<void> {
       throw e;
     }
   }
-  respond(poll, res, snapshot, modern, own);
+  await respond(poll, res, snapshot, modern, own);
 }
 
 /** One full upstream presence fetch (the caller's own report), converted and merged. */
@@ -179,6 +180,7 @@ async function fetchSnapshot(
       legacy: format === 'legacy' ? body : undefined,
       ledger,
       answers: new Map(),
+      bodies: new Map(),
     };
     if (cluster && window > 0) await cluster.publish(scope, toData(snapshot), window).catch(() => undefined);
     return { snapshot, own };
@@ -191,22 +193,22 @@ async function fetchSnapshot(
 const kindOf = (p: PresenceRequest, full: boolean) =>
   !full ? 'delta' : p.lastUpdateId !== undefined && p.lastUpdateId > 0 ? 'resync' : 'modern_full';
 
-function respond(poll: Poll, res: ServerResponse, s: Snapshot, modern: boolean, own: BufferedResponse | undefined): void {
+async function respond(poll: Poll, res: ServerResponse, s: Snapshot, modern: boolean, own: BufferedResponse | undefined): Promise<void> {
   const { p, ctx, req } = poll;
   const headers = own ? rewrittenHeaders(own.headers) : {};
-  let body: string;
-  let kind: string;
-  if (!modern) {
-    ({ body, kind } = legacyAnswer(s, p));
-  } else {
-    ({ body, kind } = modernAnswer(s, p));
-    ctx.metrics.presenceBytesFull.inc(Buffer.byteLength(fullModernBody(s)));
+  const built = modern ? modernAnswer(s, p) : legacyAnswer(s, p);
+  // Callers at the same id with the same parameters get the same bytes (built once).
+  const key = p.ignored.length ? undefined : `${built.key}|${built.id}`;
+  let body = key ? s.bodies.get(key) : undefined;
+  if (!body) {
+    body = { raw: Buffer.from(built.body()) };
+    if (key) s.bodies.set(key, body);
   }
-  const bytes = Buffer.from(body);
-  ctx.metrics.presenceAnswers.inc({ kind });
-  ctx.metrics.presenceBytesSent.inc(bytes.length);
-  facts(req).kind = kind;
-  sendBytes(res, 200, bytes, headers);
+  ctx.metrics.presenceAnswers.inc({ kind: built.kind });
+  if (modern) ctx.metrics.presenceBytesFull.inc(fullModernSize(s));
+  facts(req).kind = built.kind;
+  const sent = await sendEncoded(req, res, 200, body, headers);
+  ctx.metrics.presenceBytesSent.inc(sent);
 }
 
 /** Cached presences JSON and the largest id in it, per snapshot and answer key. */
@@ -219,9 +221,15 @@ function cached(s: Snapshot, key: string, build: () => { json: string; maxId: nu
   return a;
 }
 
-function fullModernBody(s: Snapshot): string {
-  const { json } = modernPresences(s, undefined, undefined);
-  return `{"result":"success","msg":"","server_timestamp":${JSON.stringify(s.serverTimestamp)},"presences":${json}}`;
+/** Size of the full modern answer for the same poll: the reference for the bytes saved. */
+function fullModernSize(s: Snapshot): number {
+  let e = s.bodies.get('full-size');
+  if (!e) {
+    const { json } = modernPresences(s, undefined, undefined);
+    e = { raw: Buffer.from(`{"result":"success","msg":"","server_timestamp":${JSON.stringify(s.serverTimestamp)},"presences":${json}}`) };
+    s.bodies.set('full-size', e);
+  }
+  return e.raw.length;
 }
 
 function modernPresences(s: Snapshot, lastUpdateId: number | undefined, historyLimitDays: number | undefined) {
@@ -244,22 +252,41 @@ function modernPresences(s: Snapshot, lastUpdateId: number | undefined, historyL
   });
 }
 
-function modernAnswer(s: Snapshot, p: PresenceRequest): { body: string; kind: string } {
+interface Built {
+  /** What the body depends on besides the per-caller parameters. */
+  key: string;
+  id: number;
+  kind: string;
+  body: () => string;
+}
+
+function modernAnswer(s: Snapshot, p: PresenceRequest): Built {
   const x = p.lastUpdateId;
   const full = !s.ledger || answer(s.ledger, { visible: [], lastUpdateId: x, serverTimestamp: 0 }).full;
   const { json, maxId } = modernPresences(s, x, p.historyLimitDays);
   // P4: the largest id returned; else the client's own id echoed; else -1. No ledger: -1 (P5).
   const id = !s.ledger ? -1 : maxId >= 0 ? maxId : x !== undefined ? x : -1;
   const ignored = p.ignored.length ? `,"ignored_parameters_unsupported":${JSON.stringify(p.ignored)}` : '';
-  const body = `{"result":"success","msg":"","server_timestamp":${JSON.stringify(s.serverTimestamp)},"presences":${json},"presence_last_update_id":${id}${ignored}}`;
-  return { body, kind: s.ledger ? kindOf(p, full) : 'modern_full' };
+  return {
+    key: `m|${full ? 'full' : x}|${p.historyLimitDays ?? ''}`,
+    id,
+    kind: s.ledger ? kindOf(p, full) : 'modern_full',
+    body: () =>
+      `{"result":"success","msg":"","server_timestamp":${JSON.stringify(s.serverTimestamp)},"presences":${json},"presence_last_update_id":${id}${ignored}}`,
+  };
 }
 
-function legacyAnswer(s: Snapshot, p: PresenceRequest): { body: string; kind: string } {
-  const upstream = s.legacy ?? {};
-  let presences = (upstream.presences ?? {}) as Record<string, unknown>;
-  if (p.historyLimitDays !== undefined) presences = limitLegacyHistory(presences, p.historyLimitDays, s.serverTimestamp);
+function legacyAnswer(s: Snapshot, p: PresenceRequest): Built {
   const id = legacyAnswerId(s, p.historyLimitDays);
-  const body = withIgnored({ ...upstream, presences, presence_last_update_id: id }, p.ignored);
-  return { body: JSON.stringify(body), kind: 'legacy_full' };
+  return {
+    key: `l|${p.historyLimitDays ?? ''}`,
+    id,
+    kind: 'legacy_full',
+    body: () => {
+      const upstream = s.legacy ?? {};
+      let presences = (upstream.presences ?? {}) as Record<string, unknown>;
+      if (p.historyLimitDays !== undefined) presences = limitLegacyHistory(presences, p.historyLimitDays, s.serverTimestamp);
+      return JSON.stringify(withIgnored({ ...upstream, presences, presence_last_update_id: id }, p.ignored));
+    },
+  };
 }

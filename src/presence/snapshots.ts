@@ -1,4 +1,5 @@
 import { LRUCache } from 'lru-cache';
+import type { Encodable } from '../http/compress.js';
 import type { LedgerState, ModernPresence } from './ledger.js';
 
 /**
@@ -20,8 +21,10 @@ export interface Snapshot {
   legacy: Readonly<Record<string, unknown>> | undefined;
   /** The realm's ledger after merging this snapshot; undefined when the store failed. */
   ledger: LedgerState | undefined;
-  /** Serialised answers built from this snapshot, by answer key (computed once per snapshot). */
+  /** Serialised presences built from this snapshot, by answer key (computed once per snapshot). */
   readonly answers: Map<string, { json: string; maxId: number }>;
+  /** Whole answer bodies (raw and gzipped) for callers at the same id: bytes reused, not rebuilt. */
+  readonly bodies: Map<string, Encodable>;
 }
 
 /** What replicas exchange about a snapshot (everything but the ledger, which the store holds). */
@@ -49,6 +52,7 @@ export function fromData(d: SnapshotData, ledger: LedgerState | undefined): Snap
     legacy: d.legacy,
     ledger,
     answers: new Map(),
+    bodies: new Map(),
   };
 }
 

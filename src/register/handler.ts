@@ -3,7 +3,7 @@ import type { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { facts, timedUpstream, type Handler } from '../context.js';
 import { Params, parseParams, readBody } from '../http/body.js';
-import { sendBytes } from '../http/errors.js';
+import { sendEncoded } from '../http/compress.js';
 import { isSuccess, relay, rewrittenHeaders } from '../http/relay.js';
 import { forwardedHeaders, parseJsonObject, type UpstreamResponse } from '../upstream/client.js';
 import { FL } from '../upstream/feature-level.js';
@@ -147,5 +147,5 @@ export const registerHandler: Handler = async (req, res, ctx) => {
   const out = Buffer.from(JSON.stringify(body));
   f.kind = 'register';
   ctx.log.debug({ bytes: out.length, ms: Math.round(performance.now() - started) }, 'register presence rewritten');
-  sendBytes(res, r.status, out, rewrittenHeaders(r.headers));
+  await sendEncoded(req, res, r.status, { raw: out }, rewrittenHeaders(r.headers));
 };

@@ -1,0 +1,216 @@
+import { spawn, spawnSync } from 'node:child_process';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import http from 'node:http';
+import net from 'node:net';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+
+/**
+ * The nginx files of deploy/ are checked by the nginx installed on this machine: `nginx -t` on a
+ * wrapper standing in for Zulip's own configuration, and a live run that shows which paths the
+ * topology (b) snippet sends to the shim. Skipped, with the reason printed, without nginx.
+ */
+
+const DEPLOY = resolve(import.meta.dirname, '..', 'deploy');
+
+function nginxVersion(): [number, number, number] | undefined {
+  const r = spawnSync('nginx', ['-v'], { encoding: 'utf8' });
+  if (r.error) return undefined;
+  const m = /nginx\/(\d+)\.(\d+)\.(\d+)/.exec(`${r.stderr}${r.stdout}`);
+  return m ? [Number(m[1]), Number(m[2]), Number(m[3])] : undefined;
+}
+
+const version = nginxVersion();
+const atLeast = (a: number, b: number, c: number) =>
+  !!version && (version[0] - a || version[1] - b || version[2] - c) >= 0;
+// `-e` (error log on the command line, so no root-owned default log is opened) is 1.19.5+.
+const usable = atLeast(1, 19, 5);
+if (!usable) {
+  console.warn(
+    `nginx-config tests skipped: ${version ? `nginx ${version.join('.')} is older than 1.19.5` : 'nginx is not installed'}`,
+  );
+}
+
+let dir = '';
+
+/** Paths nginx would otherwise take from its build (/var/lib/nginx, /var/log/nginx). */
+function localPaths(): string {
+  return ['client_body', 'proxy', 'fastcgi', 'uwsgi', 'scgi']
+    .map((t) => `    ${t === 'client_body' ? 'client_body' : t}_temp_path ${join(dir, 'tmp', t)};`)
+    .join('\n');
+}
+
+/** Writes a main config around `http` and runs `nginx -t` on it. */
+function nginxTest(name: string, httpBody: string): { ok: boolean; output: string } {
+  const conf = join(dir, 'conf', `${name}.conf`);
+  writeFileSync(
+    conf,
+    `pid ${join(dir, `${name}.pid`)};\nevents {}\nhttp {\n    access_log off;\n${localPaths()}\n${httpBody}\n}\n`,
+  );
+  const r = spawnSync('nginx', ['-t', '-p', dir, '-c', conf, '-e', 'stderr'], { encoding: 'utf8' });
+  return { ok: r.status === 0, output: `${r.stderr}${r.stdout}` };
+}
+
+/** What Zulip's nginx provides around the snippets: its upstreams and a main server block. */
+function zulipStandIn(appBody: string): string {
+  return `
+    upstream django { server unix:${join(dir, 'uwsgi-socket')}; }
+    upstream tornado { server 127.0.0.1:9800; }
+    include ${join(DEPLOY, 'nginx-zulip-shim-upstream.conf')};
+    server {
+        listen 127.0.0.1:8443;
+        server_name zulip.example.com;
+${appBody}
+        # zulip-include/app ends with: include /etc/nginx/zulip-include/app.d/*.conf;
+        include ${join(DEPLOY, 'nginx-zulip-shim.conf')};
+    }`;
+}
+
+describe.skipIf(!usable)('deploy/ nginx configuration', () => {
+  beforeAll(() => {
+    dir = mkdtempSync(join(tmpdir(), 'zcs-nginx-'));
+    mkdirSync(join(dir, 'conf'));
+    mkdirSync(join(dir, 'tmp'));
+    // Zulip ships its own /etc/nginx/uwsgi_params; its first lines are enough here.
+    writeFileSync(join(dir, 'conf', 'uwsgi_params'), 'uwsgi_param QUERY_STRING $query_string;\nuwsgi_param REQUEST_METHOD $request_method;\n');
+  });
+  afterAll(() => {
+    if (dir) rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('topology (b): the snippet and its http-context file pass `nginx -t` inside a Zulip-like config', () => {
+    const r = nginxTest(
+      'zulip',
+      zulipStandIn(`
+        location /api/ { include uwsgi_params; uwsgi_pass django; }
+        location /json/events { proxy_pass http://tornado; }
+        location / { include uwsgi_params; uwsgi_pass django; }`),
+    );
+    expect(r.output).toContain('test is successful');
+    expect(r.ok).toBe(true);
+  });
+
+  it('the replicas load balancer passes `nginx -t`', () => {
+    let lb = readFileSync(join(DEPLOY, 'nginx-lb.conf'), 'utf8').replace(/shim-[ab]:9991/g, '127.0.0.1:9991');
+    // `resolve` in an upstream server is open-source nginx 1.27.3+; the image uses 1.27.
+    if (!atLeast(1, 27, 3)) lb = lb.replace(/ resolve;/g, ';');
+    const r = nginxTest('lb', lb);
+    expect(r.output).toContain('test is successful');
+    expect(r.ok).toBe(true);
+  });
+
+  it('topology (b): exactly the six endpoints reach the shim; /api/v1/users/me/… subpaths stay with Zulip', async () => {
+    // The "shim": answers who it is and which forwarding headers it got.
+    const shim = http.createServer((req, res) => {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ by: 'shim', headers: req.headers }));
+    });
+    await new Promise<void>((r) => shim.listen(0, '127.0.0.1', r));
+    const shimPort = (shim.address() as net.AddressInfo).port;
+    const port = await freePort();
+    const snippetUpstream = readFileSync(join(DEPLOY, 'nginx-zulip-shim-upstream.conf'), 'utf8')
+      .replace('server 127.0.0.1:9991;', `server 127.0.0.1:${shimPort};`)
+      .replace('listen 127.0.0.1:9992;', `listen 127.0.0.1:${await freePort()};`);
+    writeFileSync(join(dir, 'conf', 'live-upstream.conf'), snippetUpstream);
+    const conf = join(dir, 'conf', 'live.conf');
+    writeFileSync(
+      conf,
+      `daemon off;\nmaster_process off;\npid ${join(dir, 'live.pid')};\nevents {}\nhttp {\n    access_log off;\n${localPaths()}
+    upstream django { server unix:${join(dir, 'uwsgi-socket')}; }
+    upstream tornado { server 127.0.0.1:9800; }
+    include ${join(dir, 'conf', 'live-upstream.conf')};
+    server {
+        listen 127.0.0.1:${port};
+        # Zulip's own locations, answering "zulip" instead of going to Django or Tornado.
+        location /api/ { return 200 'zulip'; }
+        location /json/ { return 200 'zulip'; }
+        location / { return 200 'zulip'; }
+        include ${join(DEPLOY, 'nginx-zulip-shim.conf')};
+    }
+}\n`,
+    );
+    const nginx = spawn('nginx', ['-p', dir, '-c', conf, '-e', 'stderr'], { stdio: ['ignore', 'ignore', 'pipe'] });
+    let stderr = '';
+    nginx.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+    try {
+      await waitForPort(port, () => stderr);
+      const who = async (method: string, path: string) => {
+        const text = await send(port, method, path, { host: 'chat.example.com' });
+        return text.startsWith('{') ? (JSON.parse(text) as { by: string }).by : text;
+      };
+      const toShim: Array<[string, string]> = [
+        ['POST', '/api/v1/users/me/presence'],
+        ['POST', '/json/users/me/presence'],
+        ['GET', '/api/v1/users/me'],
+        ['POST', '/api/v1/register'],
+        ['POST', '/json/register'],
+        ['GET', '/api/v1/server_settings'],
+        ['GET', '/api/v1/users/me?include_subscribers=false'],
+      ];
+      for (const [method, path] of toShim) expect(`${method} ${path} → ${await who(method, path)}`).toBe(`${method} ${path} → shim`);
+      const toZulip: Array<[string, string]> = [
+        ['GET', '/api/v1/users/me/subscriptions'],
+        ['GET', '/api/v1/users/me/status'],
+        ['GET', '/api/v1/users/me/presence/extra'],
+        ['GET', '/api/v1/users/me/'],
+        ['GET', '/api/v1/users'],
+        ['GET', '/api/v1/users/12'],
+        ['GET', '/json/users/me'],
+        ['GET', '/api/v1/events'],
+        ['GET', '/json/server_settings'],
+        ['POST', '/api/v1/messages'],
+        ['GET', '/'],
+      ];
+      for (const [method, path] of toZulip) expect(`${method} ${path} → ${await who(method, path)}`).toBe(`${method} ${path} → zulip`);
+
+      const seen = await send(port, 'GET', '/api/v1/users/me', { host: 'chat.example.com', 'x-forwarded-for': '203.0.113.7' });
+      const { headers } = JSON.parse(seen) as { headers: Record<string, string> };
+      expect(headers.host).toBe('chat.example.com');
+      expect(headers['x-forwarded-for']).toBe('203.0.113.7, 127.0.0.1');
+      expect(headers['x-forwarded-proto']).toBe('http');
+      expect(headers['x-real-ip']).toBe('127.0.0.1');
+    } finally {
+      nginx.kill('SIGTERM');
+      await new Promise((r) => nginx.once('close', r));
+      shim.close();
+    }
+  });
+});
+
+/** One request with exactly these headers (fetch may not set Host). */
+function send(port: number, method: string, path: string, headers: Record<string, string>): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const req = http.request({ host: '127.0.0.1', port, method, path, headers, agent: false }, (res) => {
+      let body = '';
+      res.on('data', (d: Buffer) => (body += d.toString()));
+      res.on('end', () => resolve(body));
+      res.on('error', reject);
+    });
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+async function freePort(): Promise<number> {
+  const s = net.createServer();
+  await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
+  const { port } = s.address() as net.AddressInfo;
+  await new Promise((r) => s.close(r));
+  return port;
+}
+
+async function waitForPort(port: number, log: () => string): Promise<void> {
+  for (let i = 0; i < 200; i++) {
+    const up = await new Promise<boolean>((r) => {
+      const c = net.connect(port, '127.0.0.1', () => {
+        c.destroy();
+        r(true);
+      });
+      c.on('error', () => r(false));
+    });
+    if (up) return;
+    await new Promise((r) => setTimeout(r, 25));
+  }
+  throw new Error(`nginx did not start: ${log()}`);
+}

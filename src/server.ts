@@ -12,7 +12,7 @@ import { upstreamObserver } from './observability/upstream-metrics.js';
 import { createPassThrough, type PassThrough } from './proxy/passthrough.js';
 import { INTERCEPTED } from './routes.js';
 import { SnapshotHub, type ClusterSnapshots } from './presence/snapshots.js';
-import { MemoryStore } from './store/memory.js';
+import { clusterSnapshotsFor, createStore } from './store/create.js';
 import type { PresenceStore } from './store/types.js';
 import { UpstreamClient } from './upstream/client.js';
 import { FeatureLevels } from './upstream/feature-level.js';
@@ -31,9 +31,9 @@ export interface ShimOptions {
   target: string;
   /** The upstream's identity for realm keys. */
   upstreamId: string;
-  /** Where realm state lives; in-memory by default. */
+  /** Where realm state lives; by default the one config.store asks for (Redis or in-memory). */
   store?: PresenceStore;
-  /** Cross-replica snapshot sharing (with a shared store). */
+  /** Cross-replica snapshot sharing; by default on the store's Redis, if it has one. */
   clusterSnapshots?: ClusterSnapshots;
   /** Extra readiness checks (store reachable, …); each throws when not ready. */
   readinessChecks?: Array<() => Promise<void>>;
@@ -70,8 +70,8 @@ export function createShim(o: ShimOptions): Shim {
     observe: observeUpstream,
   });
   const featureLevels = new FeatureLevels(client, log, config.featureLevel.ttlMs);
-  const store = o.store ?? new MemoryStore(config.presence.maxRealms);
-  const users = new UserDirectory(client, log, metrics, config.lookups);
+  const store = o.store ?? createStore(config, log, metrics);
+  const users = new UserDirectory(client, log, metrics, { ...config.lookups, backend: store.cacheBackend });
   const snapshots = new SnapshotHub(config.presence.coalesceMs, config.presence.maxRealms * 4);
   const context: ShimContext = {
     config,
@@ -81,7 +81,7 @@ export function createShim(o: ShimOptions): Shim {
     featureLevels,
     store,
     snapshots,
-    clusterSnapshots: o.clusterSnapshots,
+    clusterSnapshots: o.clusterSnapshots ?? clusterSnapshotsFor(store),
     metrics,
     users,
   };
@@ -202,6 +202,7 @@ export function createShim(o: ShimOptions): Shim {
       }).then(async () => {
         passThrough.close();
         await client.destroy();
+        if (!o.store) await store.close(); // a store passed in belongs to the caller
       });
       return closing;
     },

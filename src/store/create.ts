@@ -1,7 +1,9 @@
 import type { Config } from '../config.js';
 import type { Logger } from '../observability/logger.js';
 import type { Metrics } from '../observability/metrics.js';
+import type { ClusterSnapshots } from '../presence/snapshots.js';
 import { MemoryStore } from './memory.js';
+import { RedisSnapshots } from './redis-snapshots.js';
 import { RedisStore } from './redis.js';
 import type { PresenceStore } from './types.js';
 
@@ -16,4 +18,9 @@ export function createStore(config: Config, log: Logger, metrics: Metrics): Pres
     storeErrors: metrics.storeErrors,
     maxRealms: config.presence.maxRealms,
   });
+}
+
+/** P9 across replicas, on the same Redis as the store; none for a store of this process only. */
+export function clusterSnapshotsFor(store: PresenceStore): ClusterSnapshots | undefined {
+  return store instanceof RedisStore ? new RedisSnapshots(store.conn, { keyPrefix: store.keyPrefix }) : undefined;
 }

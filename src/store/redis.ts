@@ -101,6 +101,10 @@ export class RedisStore implements PresenceStore {
     this.known = new LRUCache({ max: o.maxRealms ?? 1_000 });
   }
 
+  get keyPrefix(): string {
+    return this.o.keyPrefix;
+  }
+
   key(realm: string): string {
     return `${this.o.keyPrefix}presence:${realm}`;
   }

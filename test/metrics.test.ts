@@ -1,3 +1,5 @@
+import { readFileSync } from 'node:fs';
+import { resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import request from 'supertest';
 import { createMetrics } from '../src/observability/metrics.js';
@@ -121,5 +123,25 @@ describe('upstreamObserver', () => {
     expect(answered(e, 'presence')).toBe(2);
     expect(answered(e, 'users_me')).toBe(0);
     expect(sampleValue(e, `${P}upstream_request_duration_seconds_bucket`, { route: 'presence', le: '0.025' })).toBe(1);
+  });
+});
+
+describe('docs', () => {
+  it('name only metrics the shim serves (alert rules and the deployment guide)', async () => {
+    const e = parsePrometheusText(await createMetrics().registry.metrics());
+    const served = new Set(e.types.keys());
+    const family = (name: string) => {
+      if (served.has(name)) return name;
+      const base = name.replace(/_(bucket|sum|count)$/, '');
+      return e.types.get(base) === 'histogram' ? base : undefined;
+    };
+    for (const doc of ['docs/alerts.yml', 'docs/deployment.md']) {
+      const text = readFileSync(resolve(import.meta.dirname, '..', doc), 'utf8');
+      const named = new Set(text.match(/zulip_compat_shim_[a-z0-9_]*[a-z0-9]/g) ?? []);
+      expect(named.size).toBeGreaterThan(3);
+      // `zulip_compat_shim_process_*` style wildcards in prose end at the underscore.
+      const missing = [...named].filter((n) => !family(n) && ![...served].some((s) => s.startsWith(`${n}_`)));
+      expect({ doc, missing }).toEqual({ doc, missing: [] });
+    }
   });
 });

@@ -71,7 +71,7 @@ export function createShim(o: ShimOptions): Shim {
   });
   const featureLevels = new FeatureLevels(client, log, config.featureLevel.ttlMs);
   const store = o.store ?? createStore(config, log, metrics);
-  const users = new UserDirectory(client, log, metrics, config.lookups);
+  const users = new UserDirectory(client, log, metrics, { ...config.lookups, backend: store.cacheBackend });
   const snapshots = new SnapshotHub(config.presence.coalesceMs, config.presence.maxRealms * 4);
   const context: ShimContext = {
     config,

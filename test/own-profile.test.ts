@@ -10,6 +10,8 @@ import { realmOf } from '../src/upstream/realm.js';
 import { UserDirectory } from '../src/upstream/user-directory.js';
 import { createLogger } from '../src/observability/logger.js';
 import { createMetrics } from '../src/observability/metrics.js';
+import { MemoryStore } from '../src/store/memory.js';
+import type { CacheBackend } from '../src/store/shared-cache.js';
 import { FakeZulip, startFake, type Era, type FakeUser } from './support/fake-zulip.js';
 import { startShim, type RunningShim } from './support/shim.js';
 
@@ -420,4 +422,41 @@ describe('the user directory', () => {
 afterAll(() => {
   // The numbers behind the report: upstream calls per GET /users/me, by era.
   console.log(`own-profile upstream calls: ${JSON.stringify(costs)}`);
+});
+
+describe('lookup caches shared by replicas (S1)', () => {
+  it('lets a second replica answer a cold own-profile call from what the first looked up', async () => {
+    const fake = await startFake({ era: '2.1' });
+    const shared = new Map<string, { json: string; expires: number }>();
+    const backend: CacheBackend = {
+      get: async (key) => {
+        const e = shared.get(key);
+        return e && e.expires > Date.now() ? { json: e.json, ttlMs: e.expires - Date.now() } : undefined;
+      },
+      set: async (key, json, ttlMs) => void shared.set(key, { json, expires: Date.now() + ttlMs }),
+      delete: async (key) => void shared.delete(key),
+    };
+    const replica = () => {
+      const store = new MemoryStore(10);
+      Object.defineProperty(store, 'cacheBackend', { value: backend });
+      return startShim(fake.url, {}, { store });
+    };
+    const [a, b] = [await replica(), await replica()];
+    try {
+      // Replicas behind one load balancer see the same Host, hence the same realm.
+      const me = (url: string) => request(url).get('/api/v1/users/me').set('Host', 'chat.example.com').set('Authorization', fake.auth(MEMBER));
+      const first = await me(a.url);
+      fake.resetStats();
+      const second = await me(b.url);
+      expect(second.body).toEqual(first.body);
+      expect(fake.stats.usersList + fake.stats.register).toBe(0);
+      // Keys name the realm and user id, never a credential (P13).
+      for (const key of shared.keys()) expect(key).not.toMatch(/Basic|secret/);
+      expect([...shared.keys()].map((k) => k.split(':')[0]).sort()).toEqual(['own_profile', 'user_directory']);
+    } finally {
+      await a.close();
+      await b.close();
+      await fake.stop();
+    }
+  });
 });

@@ -1,9 +1,9 @@
-import { LRUCache } from 'lru-cache';
 import { upstreamBadResponse } from '../http/errors.js';
 import { encodeForm } from '../http/body.js';
 import { isSuccess } from '../http/relay.js';
 import type { Logger } from '../observability/logger.js';
 import type { Metrics } from '../observability/metrics.js';
+import { SharedCache, type CacheBackend } from '../store/shared-cache.js';
 import type { UpstreamClient } from '../upstream/client.js';
 import type { Realm } from '../upstream/realm.js';
 
@@ -13,12 +13,15 @@ import type { Realm } from '../upstream/realm.js';
  * opens an event queue, which is deleted at once (also when anything else fails), so the shim
  * never leaves one behind; a queue lost to a network failure expires upstream on its own.
  *
- * Cached per realm + user id (P13: never per credential), bounded, single flight.
+ * Cached per realm + user id (P13: never per credential), bounded, single flight, and shared by
+ * replicas through the store when there is one (S1).
  */
 
 export interface DeliveryEmailOptions {
   ttlMs: number;
+  /** Users kept in this process at most. */
   maxEntries: number;
+  backend?: CacheBackend | undefined;
 }
 
 interface LoadContext {
@@ -61,18 +64,21 @@ export function deliveryEmailOf(body: Buffer, userId: number): string {
 }
 
 export class DeliveryEmails {
-  private readonly cache: LRUCache<string, string, LoadContext>;
+  private readonly cache: SharedCache<string, LoadContext>;
 
   constructor(
     private readonly client: UpstreamClient,
     private readonly log: Logger,
-    private readonly metrics: Metrics,
+    metrics: Metrics,
     options: DeliveryEmailOptions,
   ) {
-    this.cache = new LRUCache<string, string, LoadContext>({
+    this.cache = new SharedCache<string, LoadContext>({
+      name: 'own_profile',
+      ttlMs: options.ttlMs,
       max: options.maxEntries,
-      ttl: options.ttlMs,
-      fetchMethod: (_key, _stale, { context }) => this.load(context),
+      backend: options.backend,
+      lookups: metrics.lookups,
+      load: (_key, context) => this.load(context),
     });
   }
 
@@ -80,13 +86,8 @@ export class DeliveryEmails {
    * The user's delivery email. `userId` must come from the caller's own successful
    * GET /users/me, so cached data only ever goes back to the user it belongs to.
    */
-  async get(realm: Realm, userId: number, headers: Record<string, string>): Promise<string> {
-    const status: LRUCache.Status<string, string, LoadContext> = {};
-    const v = await this.cache.fetch(`${realm.key}|${userId}`, { context: { realm, userId, headers }, status });
-    const miss = status.fetch === 'miss' || status.fetch === 'refresh' || status.fetch === 'stale';
-    this.metrics.lookups.inc({ cache: 'own_profile', result: miss ? 'miss' : 'hit' });
-    if (v === undefined) throw upstreamBadResponse('register gave no answer');
-    return v;
+  get(realm: Realm, userId: number, headers: Record<string, string>): Promise<string> {
+    return this.cache.get(`${realm.key}|${userId}`, { realm, userId, headers });
   }
 
   private async load({ realm, userId, headers }: LoadContext): Promise<string> {

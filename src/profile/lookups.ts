@@ -15,7 +15,7 @@ const deliveryEmailCaches = new WeakMap<ShimContext, DeliveryEmails>();
 function deliveryEmails(ctx: ShimContext): DeliveryEmails {
   let d = deliveryEmailCaches.get(ctx);
   if (!d) {
-    d = new DeliveryEmails(ctx.client, ctx.log, ctx.metrics, ctx.config.lookups);
+    d = new DeliveryEmails(ctx.client, ctx.log, ctx.metrics, { ...ctx.config.lookups, backend: ctx.store.cacheBackend });
     deliveryEmailCaches.set(ctx, d);
   }
   return d;

@@ -1,13 +1,14 @@
-import { LRUCache } from 'lru-cache';
 import { isSuccess } from '../http/relay.js';
 import { upstreamBadResponse } from '../http/errors.js';
 import type { Logger } from '../observability/logger.js';
 import type { Metrics } from '../observability/metrics.js';
+import { SharedCache, type CacheBackend } from '../store/shared-cache.js';
 import { parseJsonObject, type UpstreamClient } from './client.js';
 import type { Realm } from './realm.js';
 
 /**
- * The realm's user directory: one cached, single-flight, bounded `GET /api/v1/users` per realm,
+ * The realm's user directory: one cached, single-flight, bounded `GET /api/v1/users` per realm
+ * (shared by replicas through the store when there is one, S1),
  * used to map emails to user ids (presence) and to read the caller's own row (own profile).
  *
  * The list is whatever the upstream showed the caller whose request loaded it. Before feature
@@ -46,20 +47,28 @@ export interface Directory {
 }
 
 export interface UserDirectoryOptions {
-  /** How long a realm's list is fresh; a stale one is served while it is re-read. */
+  /** How long a realm's list is used before it is read again. */
   ttlMs: number;
-  /** Realms kept at most (least recently used go first). */
+  /** Realms kept in this process at most (least recently used go first). */
   maxEntries: number;
   /**
    * refresh() re-reads a list only when it is older than this (default 1000), so a user the
    * list cannot show (another realm's bot) costs at most one read per this many ms.
    */
   minRefreshMs?: number;
+  /** S1: where replicas share the lists (the store's cache backend); absent: this process only. */
+  backend?: CacheBackend | undefined;
 }
 
 interface LoadContext {
   realm: Realm;
   headers: Record<string, string>;
+}
+
+/** What is cached (and shared between replicas as JSON): the members as read. */
+interface Stored {
+  members: Member[];
+  fetchedAt: number;
 }
 
 const str = (v: unknown): v is string => typeof v === 'string';
@@ -89,38 +98,46 @@ export function memberOf(row: unknown): Member | undefined {
   return m;
 }
 
-/** Builds the directory from a `GET /users` answer (`{"members": [...]}`). Pure. */
-export function directoryOf(answer: Record<string, unknown>, fetchedAt: number): Directory {
+function storedOf(answer: Record<string, unknown>, fetchedAt: number): Stored {
   if (!Array.isArray(answer.members)) throw upstreamBadResponse('GET /users has no members list');
-  const byEmail = new Map<string, Member>();
-  const byId = new Map<number, Member>();
+  const members: Member[] = [];
   for (const row of answer.members) {
     const m = memberOf(row);
-    if (!m) continue;
-    byEmail.set(m.email, m);
-    byId.set(m.user_id, m);
+    if (m) members.push(m);
   }
-  return { byEmail, byId, fetchedAt };
+  return { members, fetchedAt };
+}
+
+function directoryFrom({ members, fetchedAt }: Stored): Directory {
+  return { byEmail: new Map(members.map((m) => [m.email, m])), byId: new Map(members.map((m) => [m.user_id, m])), fetchedAt };
+}
+
+/** Builds the directory from a `GET /users` answer (`{"members": [...]}`). Pure. */
+export function directoryOf(answer: Record<string, unknown>, fetchedAt: number): Directory {
+  return directoryFrom(storedOf(answer, fetchedAt));
 }
 
 export class UserDirectory {
-  private readonly cache: LRUCache<string, Directory, LoadContext>;
+  private readonly cache: SharedCache<Stored, LoadContext>;
+  /** The maps of each cached list, built once per list rather than per request. */
+  private readonly built = new WeakMap<Stored, Directory>();
   private readonly minRefreshMs: number;
+  private readonly refreshing = new Map<string, Promise<Directory>>();
 
   constructor(
     private readonly client: UpstreamClient,
     private readonly log: Logger,
-    private readonly metrics: Metrics,
+    metrics: Metrics,
     options: UserDirectoryOptions,
   ) {
     this.minRefreshMs = options.minRefreshMs ?? 1_000;
-    this.cache = new LRUCache<string, Directory, LoadContext>({
+    this.cache = new SharedCache<Stored, LoadContext>({
+      name: 'user_directory',
+      ttlMs: options.ttlMs,
       max: options.maxEntries,
-      ttl: options.ttlMs,
-      allowStale: true,
-      noDeleteOnFetchRejection: true,
-      allowStaleOnFetchRejection: true,
-      fetchMethod: (_key, _stale, { context }) => this.load(context),
+      backend: options.backend,
+      lookups: metrics.lookups,
+      load: (_key, context) => this.load(context),
     });
   }
 
@@ -128,41 +145,45 @@ export class UserDirectory {
    * The realm's directory, loaded with the given caller's headers when not cached (P13: the
    * key is the realm, the headers are only used for the call). Callers must have been
    * authenticated by the upstream already before they are served cached data.
-   * Rejects when the upstream cannot give the list and nothing is cached.
+   * Rejects when the upstream cannot give the list; a failure is not cached.
    */
-  get(realm: Realm, headers: Record<string, string>): Promise<Directory> {
-    return this.fetch(realm, headers, false);
+  async get(realm: Realm, headers: Record<string, string>): Promise<Directory> {
+    const stored = await this.cache.get(realm.key, { realm, headers });
+    let dir = this.built.get(stored);
+    if (!dir) {
+      dir = directoryFrom(stored);
+      this.built.set(stored, dir);
+    }
+    return dir;
   }
 
   /**
    * Re-reads the realm's list (a user the cached one does not know may have joined since),
    * unless the cached list is younger than minRefreshMs.
    */
-  refresh(realm: Realm, headers: Record<string, string>): Promise<Directory> {
-    const cached = this.cache.peek(realm.key, { allowStale: true });
-    const young = cached !== undefined && Date.now() - cached.fetchedAt < this.minRefreshMs;
-    return this.fetch(realm, headers, !young);
+  async refresh(realm: Realm, headers: Record<string, string>): Promise<Directory> {
+    const cached = await this.get(realm, headers);
+    if (Date.now() - cached.fetchedAt < this.minRefreshMs) return cached;
+    // One refresh per realm at a time: a second one would drop the first one's read.
+    let p = this.refreshing.get(realm.key);
+    if (!p) {
+      p = this.cache
+        .delete(realm.key)
+        .then(() => this.get(realm, headers))
+        .finally(() => this.refreshing.delete(realm.key));
+      this.refreshing.set(realm.key, p);
+    }
+    return p;
   }
 
-  private async fetch(realm: Realm, headers: Record<string, string>, forceRefresh: boolean): Promise<Directory> {
-    const status: LRUCache.Status<string, Directory, LoadContext> = {};
-    const v = await this.cache.fetch(realm.key, { context: { realm, headers }, forceRefresh, allowStale: !forceRefresh, status });
-    // A miss is a request that started an upstream read and waited for it; joining a read under
-    // way, or getting a stale list while it is re-read in the background, counts as a hit.
-    const miss = status.fetch === 'miss' || status.fetch === 'refresh';
-    this.metrics.lookups.inc({ cache: 'user_directory', result: miss ? 'miss' : 'hit' });
-    if (!v) throw upstreamBadResponse('GET /users gave no answer');
-    return v;
-  }
-
-  private async load({ realm, headers }: LoadContext): Promise<Directory> {
+  private async load({ realm, headers }: LoadContext): Promise<Stored> {
     const r = await this.client.fetch({ realm, method: 'GET', path: '/api/v1/users', headers });
     if (!isSuccess(r.status)) {
       this.log.warn({ realm: realm.host, status: r.status }, 'user directory: GET /users failed');
       throw upstreamBadResponse(`GET /users answered HTTP ${r.status}`);
     }
-    const dir = directoryOf(parseJsonObject(r.body), Date.now());
-    this.log.debug({ realm: realm.host, members: dir.byId.size }, 'user directory loaded');
-    return dir;
+    const stored = storedOf(parseJsonObject(r.body), Date.now());
+    this.log.debug({ realm: realm.host, members: stored.members.length }, 'user directory loaded');
+    return stored;
   }
 }

@@ -133,7 +133,7 @@ describe('presence ledger properties (P3–P7)', () => {
       fc.property(fc.array(step, { minLength: 1, maxLength: 80 }), (steps) => {
         run(steps);
       }),
-      { numRuns: 3000 },
+      { numRuns: 5000 },
     );
   });
 
@@ -187,6 +187,19 @@ describe('ledger rules', () => {
     const before = l.lastId;
     l = merge(l, obs(12, [[1, p(1, 2)], [2, p(3, 4)]]));
     expect(l.users.get(2)).toMatchObject({ present: true, changedAt: before + 1 });
+  });
+
+  it('a late snapshot does not bring back a user a newer complete one left out, even one the ledger never saw', () => {
+    // After a restart the ledger is empty; the newest snapshot (ts 12) shows nobody, then an
+    // older one (ts 11) with user 1 arrives. User 1 must not count as in view: when they come
+    // back unchanged, clients that replaced their map must still get them.
+    let l = createLedger(5_000);
+    l = merge(l, obs(12, []));
+    l = merge(l, obs(11, [[1, p(1, 2)]]));
+    expect(l.users.has(1)).toBe(false);
+    const before = l.lastId;
+    l = merge(l, obs(13, [[1, p(1, 2)]]));
+    expect(l.users.get(1)!.changedAt).toBe(before + 1);
   });
 
   it('a per-caller (incomplete) snapshot says nothing about users it leaves out', () => {

@@ -22,6 +22,7 @@ const state = (n: fc.Arbitrary<number>, userId: fc.Arbitrary<number>): fc.Arbitr
     lastId: n,
     users: fc.array(fc.tuple(userId, entry(n)), { maxLength: 30 }).map((pairs) => new Map(pairs)),
     merges: fc.array(fc.tuple(n, n), { maxLength: 32 }),
+    completeAt: n,
   }).map((s) => ({ ...s })); // plain objects, as the ledger makes them
 
 /** States as the ledger makes them: integer ids and timestamps, float server_timestamps. */
@@ -50,7 +51,7 @@ const ledgerLike: fc.Arbitrary<LedgerState> = fc
       const active = Math.floor(seenAt) - u.back;
       map.set(u.id, { active, idle: active + u.idleAfter, seenAt, changedAt: lastId - Math.min(u.age, span), present: u.present });
     }
-    return { epoch, lastId, users: map, merges: seen.map((ts, i) => [ts, lastId - i] as const) };
+    return { epoch, lastId, users: map, merges: seen.map((ts, i) => [ts, lastId - i] as const), completeAt: seen[0]! };
   });
 
 describe('ledger codec (store of S1, S2)', () => {

@@ -46,6 +46,11 @@ export interface LedgerState {
    * which id a client holding an upstream answer of a given time is safe to continue from.
    */
   readonly merges: ReadonlyArray<readonly [number, number]>;
+  /**
+   * server_timestamp of the newest complete snapshot merged (0: none). A user it did not show
+   * is out of view as of then, including one the ledger has never seen (I3, I4).
+   */
+  readonly completeAt: number;
 }
 
 /** One upstream snapshot, converted to the modern format and keyed by user id. */
@@ -73,7 +78,7 @@ export function epochFor(nowMs: number): number {
  */
 export function createLedger(nowMs: number = Date.now(), floor = 0): LedgerState {
   const epoch = Math.max(epochFor(nowMs), floor);
-  return { epoch, lastId: epoch, users: new Map(), merges: [] };
+  return { epoch, lastId: epoch, users: new Map(), merges: [], completeAt: 0 };
 }
 
 /** I2. */
@@ -100,6 +105,7 @@ export function merge(state: LedgerState, obs: Observation): LedgerState {
   for (const [userId, p] of obs.presences) {
     const prev = state.users.get(userId);
     if (prev && ts <= prev.seenAt) continue; // I3: older or the same snapshot again
+    if (!prev && ts < state.completeAt) continue; // I3: a newer complete snapshot left them out
     // Same data, still in view: nothing to write. A snapshot at least this new can only carry
     // this data or newer, so seenAt needs to move only when something changes.
     if (prev && prev.present && samePresence(prev, p)) continue;
@@ -112,12 +118,13 @@ export function merge(state: LedgerState, obs: Observation): LedgerState {
       }
     }
   }
+  const completeAt = obs.complete ? Math.max(state.completeAt, ts) : state.completeAt;
   const lastMerge = state.merges[state.merges.length - 1];
-  if (!users && lastMerge && lastMerge[0] >= ts) return state;
+  if (!users && lastMerge && lastMerge[0] >= ts && completeAt === state.completeAt) return state;
   const merges = [...state.merges, [ts, lastId] as const]
     .sort((a, b) => a[0] - b[0])
     .slice(-MERGE_HISTORY);
-  return { epoch: state.epoch, lastId, users: users ?? state.users, merges };
+  return { epoch: state.epoch, lastId, users: users ?? state.users, merges, completeAt };
 }
 
 /**

@@ -103,6 +103,7 @@ function header(w: Writer, format: number, s: LedgerState): void {
   w.u8(format);
   w.f64(s.epoch);
   w.f64(s.lastId);
+  w.f64(s.completeAt);
   w.uint(s.merges.length);
   for (const [ts, id] of s.merges) {
     w.f64(ts);
@@ -119,7 +120,7 @@ function encodePacked(s: LedgerState): Buffer | undefined {
     if (Object.is(e.seenAt, -0)) return undefined; // a Map key cannot tell -0 from 0
     if (!seenIndex.has(e.seenAt)) seenIndex.set(e.seenAt, seenIndex.size);
   }
-  const w = new Writer(64 + s.merges.length * 16 + seenIndex.size * 8 + ids.length * 40);
+  const w = new Writer(72 + s.merges.length * 16 + seenIndex.size * 8 + ids.length * 40);
   header(w, PACKED, s);
   w.uint(seenIndex.size);
   for (const t of seenIndex.keys()) w.f64(t);
@@ -143,7 +144,7 @@ function encodePacked(s: LedgerState): Buffer | undefined {
 }
 
 function encodeWide(s: LedgerState): Buffer {
-  const w = new Writer(64 + s.merges.length * 16 + s.users.size * 41);
+  const w = new Writer(72 + s.merges.length * 16 + s.users.size * 41);
   header(w, WIDE, s);
   w.uint(s.users.size);
   for (const [id, e] of s.users) {
@@ -168,6 +169,7 @@ export function decodeLedger(buf: Buffer): LedgerState {
   if (format !== PACKED && format !== WIDE) throw new CodecError(`unknown ledger format ${format}`);
   const epoch = r.f64();
   const lastId = r.f64();
+  const completeAt = r.f64();
   const merges: Array<readonly [number, number]> = [];
   for (let n = r.uint(); n > 0; n--) merges.push([r.f64(), r.f64()] as const);
   const users = new Map<number, LedgerEntry>();
@@ -192,5 +194,5 @@ export function decodeLedger(buf: Buffer): LedgerState {
     }
   }
   r.end();
-  return { epoch, lastId, users, merges };
+  return { epoch, lastId, users, merges, completeAt };
 }

@@ -23,5 +23,5 @@ export function realisticLedger(users: number, seed = 1): LedgerState {
     });
   }
   const merges = snapshots.slice(-32).map((ts, i) => [ts, lastId - 32 + i] as const);
-  return { epoch, lastId, users: map, merges };
+  return { epoch, lastId, users: map, merges, completeAt: snapshots[snapshots.length - 1] ?? 0 };
 }

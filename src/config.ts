@@ -19,6 +19,15 @@ const httpUrl = z
       return false;
     }
   }, 'must be an http:// or https:// URL')
+  // P13: the upstream URL is part of every realm key and log line; it must not hold a secret.
+  .refine((s) => {
+    try {
+      const u = new URL(s);
+      return u.username === '' && u.password === '';
+    } catch {
+      return true;
+    }
+  }, 'must not contain a user name or password')
   .transform((s) => s.replace(/\/+$/, ''));
 
 const port = z.number().int().min(0).max(65535);

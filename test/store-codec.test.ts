@@ -59,7 +59,7 @@ describe('ledger codec (store of S1, S2)', () => {
     fc.assert(
       fc.property(ledgerLike, (s) => {
         const bytes = encodeLedger(s);
-        expect(bytes[0]).toBe(1); // the packed format
+        expect(bytes[0]).toBe(3); // the packed format
         expect(isDeepStrictEqual(decodeLedger(bytes), s)).toBe(true);
       }),
       { numRuns: 300 },
@@ -86,6 +86,8 @@ describe('ledger codec (store of S1, S2)', () => {
     const good = encodeLedger(realisticLedger(50));
     expect(() => decodeLedger(Buffer.from('{"json":true}'))).toThrow(CodecError);
     expect(() => decodeLedger(Buffer.alloc(0))).toThrow(CodecError);
+    // Formats 1 and 2 (before completeAt) are not read: the store starts a new epoch instead (P5).
+    expect(() => decodeLedger(Buffer.concat([Buffer.from([1]), good.subarray(1)]))).toThrow(CodecError);
     expect(() => decodeLedger(good.subarray(0, good.length - 3))).toThrow(CodecError);
     expect(() => decodeLedger(Buffer.concat([good, Buffer.from([0])]))).toThrow(CodecError);
     fc.assert(

@@ -3,15 +3,18 @@ import type { LedgerEntry, LedgerState } from '../presence/ledger.js';
 /**
  * A realm ledger as bytes, for the shared store (S2: one value per realm, ~10 bytes per user).
  *
- * Packed (format 1), when every number fits: users sorted by id, each as varints relative to
+ * Packed (format 3), when every number fits: users sorted by id, each as varints relative to
  * what is already known (the previous user id, the snapshot time it was seen at, the realm's
  * lastId), with the distinct `seenAt` times in a table. Anything that does not fit (fractional
- * timestamps, ids beyond 2^51, -0) is written in the wide format (2): every number as a float64.
+ * timestamps, ids beyond 2^51, -0) is written in the wide format (4): every number as a float64.
  * Both decode to exactly the state encoded; test/store-codec.test.ts checks it for any state.
+ *
+ * Formats 1 and 2 were the same without `completeAt`; a value in a format this code does not
+ * write is unreadable, and the store replaces it with a new epoch (clients resync in full, P5).
  */
 
-const PACKED = 1;
-const WIDE = 2;
+const PACKED = 3;
+const WIDE = 4;
 const ZIGZAG_MAX = 2 ** 51;
 
 export class CodecError extends Error {
@@ -112,22 +115,27 @@ function header(w: Writer, format: number, s: LedgerState): void {
 }
 
 function encodePacked(s: LedgerState): Buffer | undefined {
-  const ids = [...s.users.keys()];
-  if (!ids.every((id) => isInt(id) && id >= 0)) return undefined;
-  ids.sort((a, b) => a - b);
+  const entries = [...s.users];
+  let sorted = true;
+  for (let i = 0; i < entries.length; i++) {
+    const id = entries[i]![0];
+    if (!isInt(id) || id < 0) return undefined;
+    if (i > 0 && id < entries[i - 1]![0]) sorted = false;
+  }
+  // A decoded ledger is in id order already, and a merge appends new users: sort only if needed.
+  if (!sorted) entries.sort((a, b) => a[0] - b[0]);
   const seenIndex = new Map<number, number>();
-  for (const e of s.users.values()) {
+  for (const [, e] of entries) {
     if (Object.is(e.seenAt, -0)) return undefined; // a Map key cannot tell -0 from 0
     if (!seenIndex.has(e.seenAt)) seenIndex.set(e.seenAt, seenIndex.size);
   }
-  const w = new Writer(72 + s.merges.length * 16 + seenIndex.size * 8 + ids.length * 40);
+  const w = new Writer(72 + s.merges.length * 16 + seenIndex.size * 8 + entries.length * 40);
   header(w, PACKED, s);
   w.uint(seenIndex.size);
   for (const t of seenIndex.keys()) w.f64(t);
-  w.uint(ids.length);
+  w.uint(entries.length);
   let prev = 0;
-  for (const id of ids) {
-    const e = s.users.get(id)!;
+  for (const [id, e] of entries) {
     const sinceActive = Math.floor(e.seenAt) - e.active;
     const idleAfter = e.idle - e.active;
     const age = s.lastId - e.changedAt;

@@ -126,6 +126,18 @@ describe('presence details', () => {
     expect(fake.seen.some((s) => s.url === '/json/users/me/presence')).toBe(true);
   });
 
+  it('reads the 2.1 user list under /json for a session-cookie caller', async () => {
+    await setup('2.1');
+    const j = await request(shim.url)
+      .post('/json/users/me/presence')
+      .set('Cookie', `sessionid=${fake.user(11).api_key}`)
+      .type('form')
+      .send({ status: 'active', last_update_id: '-1' });
+    expect(j.status).toBe(200);
+    expect(Object.keys(j.body.presences)).toContain('11');
+    expect(fake.seen.some((s) => s.url === '/json/users')).toBe(true);
+  });
+
   it('lists unknown parameters, never the ones the shim handles, even when a 7.0 upstream did (P11)', async () => {
     await setup('7.0');
     const r = await poll(10, { status: 'active', last_update_id: '-1', history_limit_days: '3', bogus: '1' });

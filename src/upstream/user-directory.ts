@@ -177,7 +177,9 @@ export class UserDirectory {
   }
 
   private async load({ realm, headers }: LoadContext): Promise<Stored> {
-    const r = await this.client.fetch({ realm, method: 'GET', path: '/api/v1/users', headers });
+    // A web-app caller (session cookie, no Basic auth) can only read the list under /json.
+    const path = headers.authorization ? '/api/v1/users' : '/json/users';
+    const r = await this.client.fetch({ realm, method: 'GET', path, headers });
     if (!isSuccess(r.status)) {
       this.log.warn({ realm: realm.host, status: r.status }, 'user directory: GET /users failed');
       throw upstreamBadResponse(`GET /users answered HTTP ${r.status}`);

@@ -1,0 +1,123 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { dirname, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+/**
+ * The bench runs the shim and the synthetic upstream in child processes of their own (the
+ * machine has two cores; the load driver must not share a thread with what it measures) and
+ * talks to them over IPC: one `ready` message with the child's URL, then request/reply calls.
+ */
+
+export const BENCH_DIR = dirname(fileURLToPath(import.meta.url));
+export const ROOT = resolve(BENCH_DIR, '..');
+
+interface Request {
+  id: number;
+  cmd: string;
+  args?: unknown;
+}
+interface Reply {
+  id: number;
+  ok: boolean;
+  result?: unknown;
+  error?: string;
+}
+interface Ready {
+  type: 'ready';
+  url: string;
+}
+
+export interface Child {
+  proc: ChildProcess;
+  url: string;
+  call<T>(cmd: string, args?: unknown): Promise<T>;
+  /** Asks the child to stop, and kills that one process if it does not within 10 s. */
+  stop(): Promise<void>;
+}
+
+export interface SpawnOptions {
+  /** Extra node flags (--expose-gc, --cpu-prof, …). */
+  nodeArgs?: string[];
+  env?: NodeJS.ProcessEnv;
+  readyTimeoutMs?: number;
+}
+
+export function spawnChild(script: string, args: string[], o: SpawnOptions = {}): Promise<Child> {
+  const proc = spawn(process.execPath, [...(o.nodeArgs ?? []), '--import', 'tsx', resolve(BENCH_DIR, script), ...args], {
+    cwd: ROOT,
+    env: { ...process.env, ...o.env },
+    // stdout (the shim's request log) is discarded; stderr shows crashes.
+    stdio: ['ignore', 'ignore', 'inherit', 'ipc'],
+  });
+  let nextId = 1;
+  const waiting = new Map<number, { resolve: (v: unknown) => void; reject: (e: Error) => void }>();
+  let exited = false;
+  const exit = new Promise<void>((r) => proc.once('exit', () => ((exited = true), r())));
+
+  return new Promise<Child>((resolveReady, rejectReady) => {
+    const timer = setTimeout(() => {
+      proc.kill('SIGKILL');
+      rejectReady(new Error(`${script} did not start within ${o.readyTimeoutMs ?? 30_000} ms`));
+    }, o.readyTimeoutMs ?? 30_000);
+    proc.once('exit', (code) => {
+      clearTimeout(timer);
+      rejectReady(new Error(`${script} exited with code ${code} before it was ready`));
+      for (const w of waiting.values()) w.reject(new Error(`${script} exited (code ${code})`));
+      waiting.clear();
+    });
+    proc.on('message', (m: Reply | Ready) => {
+      if ('type' in m && m.type === 'ready') {
+        clearTimeout(timer);
+        resolveReady({
+          proc,
+          url: m.url,
+          call<T>(cmd: string, callArgs?: unknown) {
+            if (exited) return Promise.reject(new Error(`${script} is not running`));
+            const id = nextId++;
+            return new Promise<T>((res, rej) => {
+              waiting.set(id, { resolve: res as (v: unknown) => void, reject: rej });
+              proc.send({ id, cmd, args: callArgs } satisfies Request);
+            });
+          },
+          async stop() {
+            if (exited) return;
+            const id = nextId++;
+            proc.send({ id, cmd: 'stop' } satisfies Request);
+            const killer = setTimeout(() => proc.kill('SIGKILL'), 10_000);
+            await exit;
+            clearTimeout(killer);
+          },
+        });
+        return;
+      }
+      const r = m as Reply;
+      const w = waiting.get(r.id);
+      if (!w) return;
+      waiting.delete(r.id);
+      if (r.ok) w.resolve(r.result);
+      else w.reject(new Error(r.error ?? 'child call failed'));
+    });
+  });
+}
+
+/** The child's side: announce the URL, then answer calls; `stop` runs `onStop` and exits. */
+export function serveParent(url: string, handlers: Record<string, (args: unknown) => unknown>, onStop: () => Promise<void>): void {
+  const send = (m: Reply | Ready) => process.send?.(m);
+  process.on('message', (m: Request) => {
+    if (m.cmd === 'stop') {
+      void onStop().finally(() => process.exit(0));
+      return;
+    }
+    const h = handlers[m.cmd];
+    if (!h) return send({ id: m.id, ok: false, error: `unknown command ${m.cmd}` });
+    Promise.resolve()
+      .then(() => h(m.args))
+      .then(
+        (result) => send({ id: m.id, ok: true, result }),
+        (e: unknown) => send({ id: m.id, ok: false, error: (e as Error).message }),
+      );
+  });
+  // The bench went away: so does the child.
+  process.on('disconnect', () => void onStop().finally(() => process.exit(0)));
+  send({ type: 'ready', url });
+}

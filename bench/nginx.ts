@@ -1,0 +1,128 @@
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import net from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
+/**
+ * B4's reference: Debian's nginx as a plain `proxy_pass` reverse proxy with kept-alive
+ * upstream connections, one worker process (the shim is one process too), started on
+ * loopback from a configuration in a temporary directory, and stopped by its own pid.
+ */
+
+export type NginxFound = { bin: string; version: string } | { bin?: undefined; reason: string };
+
+function locate(): string | undefined {
+  for (const p of ['/usr/sbin/nginx', '/usr/bin/nginx', '/usr/local/sbin/nginx', '/usr/local/bin/nginx']) if (existsSync(p)) return p;
+  const which = spawnSync('sh', ['-c', 'command -v nginx'], { encoding: 'utf8' });
+  const p = which.stdout.trim();
+  return which.status === 0 && p ? p : undefined;
+}
+
+function versionOf(bin: string): string {
+  const r = spawnSync(bin, ['-v'], { encoding: 'utf8' });
+  return (r.stderr || r.stdout).trim().replace(/^nginx version:\s*/, '');
+}
+
+/** Finds nginx; when missing, installs Debian's package with apt-get if this is possible. */
+export function findNginx(allowInstall: boolean): NginxFound {
+  let bin = locate();
+  if (bin) return { bin, version: versionOf(bin) };
+  if (!allowInstall) return { reason: 'nginx not installed (installation not allowed in this run)' };
+  if (process.platform !== 'linux' || process.getuid?.() !== 0) return { reason: 'nginx not installed, and apt-get needs root' };
+  if (spawnSync('sh', ['-c', 'command -v apt-get'], { encoding: 'utf8' }).status !== 0) return { reason: 'nginx not installed, and no apt-get' };
+  const env = { ...process.env, DEBIAN_FRONTEND: 'noninteractive' };
+  const install = () => spawnSync('apt-get', ['install', '-y', 'nginx'], { stdio: 'inherit', env, timeout: 300_000 }).status === 0;
+  if (!install()) {
+    spawnSync('apt-get', ['update'], { stdio: 'inherit', env, timeout: 300_000 });
+    if (!install()) return { reason: 'apt-get install -y nginx failed' };
+  }
+  bin = locate();
+  return bin ? { bin, version: versionOf(bin) } : { reason: 'nginx installed but not found on PATH' };
+}
+
+async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = net.createServer();
+    s.once('error', reject);
+    s.listen(0, '127.0.0.1', () => {
+      const port = (s.address() as net.AddressInfo).port;
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+async function waitForPort(port: number, timeoutMs: number): Promise<void> {
+  const end = Date.now() + timeoutMs;
+  while (Date.now() < end) {
+    const ok = await new Promise<boolean>((r) => {
+      const c = net.connect(port, '127.0.0.1');
+      c.once('connect', () => (c.destroy(), r(true)));
+      c.once('error', () => r(false));
+    });
+    if (ok) return;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  throw new Error(`nginx did not listen on ${port} within ${timeoutMs} ms`);
+}
+
+export interface RunningNginx {
+  url: string;
+  stop(): Promise<void>;
+}
+
+export async function startNginx(bin: string, upstreamUrl: string): Promise<RunningNginx> {
+  const dir = mkdtempSync(join(tmpdir(), 'zcs-bench-nginx-'));
+  const port = await freePort();
+  const up = new URL(upstreamUrl);
+  const conf = `
+worker_processes 1;
+daemon off;
+pid ${dir}/nginx.pid;
+error_log ${dir}/error.log warn;
+events { worker_connections 4096; }
+http {
+  access_log ${dir}/access.log;
+  client_body_temp_path ${dir}/body;
+  proxy_temp_path ${dir}/proxy;
+  fastcgi_temp_path ${dir}/fastcgi;
+  uwsgi_temp_path ${dir}/uwsgi;
+  scgi_temp_path ${dir}/scgi;
+  upstream zulip {
+    server ${up.hostname}:${up.port};
+    keepalive 64;
+  }
+  server {
+    listen 127.0.0.1:${port};
+    location / {
+      proxy_pass http://zulip;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_set_header Host $host;
+      proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
+      proxy_set_header X-Forwarded-Proto $scheme;
+      proxy_read_timeout 120s;
+    }
+  }
+}
+`;
+  writeFileSync(join(dir, 'nginx.conf'), conf);
+  const proc: ChildProcess = spawn(bin, ['-p', dir, '-c', join(dir, 'nginx.conf')], { stdio: ['ignore', 'ignore', 'inherit'] });
+  const exited = new Promise<void>((r) => proc.once('exit', () => r()));
+  try {
+    await waitForPort(port, 10_000);
+  } catch (e) {
+    proc.kill('SIGKILL');
+    throw e;
+  }
+  return {
+    url: `http://127.0.0.1:${port}`,
+    async stop() {
+      proc.kill('SIGQUIT'); // graceful stop of this master and its worker
+      const killer = setTimeout(() => proc.kill('SIGKILL'), 5_000);
+      await exited;
+      clearTimeout(killer);
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}

@@ -1,0 +1,449 @@
+import { execFileSync, spawnSync } from 'node:child_process';
+import { mkdirSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import { join, relative, resolve } from 'node:path';
+import { parseArgs } from 'node:util';
+import { gzipSync } from 'node:zlib';
+import { Pool } from 'undici';
+import { BENCH_DIR, ROOT, spawnChild, type Child } from './children.js';
+import { cannon, closedLoop, lastUpdateIdOf, pacedClients, percentile, send, type CannonResult, type Req, type Sample } from './load.js';
+import { findNginx, startNginx, type NginxFound } from './nginx.js';
+import { formatProfile, summariseProfile } from './profile-summary.js';
+import { renderCosts, renderMarkdown, renderTable, type Results, type Target } from './report.js';
+import { basicAuth, PRESENCE_PATH, SMALL_PATH, type Flavour, type UpstreamStats } from './synthetic-upstream.js';
+
+/**
+ * `npm run bench` (issue 8): what the shim saves and what it costs, each figure against its
+ * reference measured in the same run. The synthetic upstream and the shim run in child
+ * processes; this process drives the load. See bench/RESULTS.md for the latest figures.
+ */
+
+// ---------------------------------------------------------------------------- options
+
+const { values: flags } = parseArgs({
+  options: {
+    users: { type: 'string' },
+    quick: { type: 'boolean' },
+    'no-nginx': { type: 'boolean' },
+    'no-install': { type: 'boolean' },
+    out: { type: 'string' },
+    clients: { type: 'string' },
+    churn: { type: 'string' },
+    'phase-seconds': { type: 'string' },
+    rounds: { type: 'string' },
+    profile: { type: 'string' },
+    'log-level': { type: 'string' },
+    flavour: { type: 'string' },
+  },
+  strict: true,
+});
+const env = process.env;
+const flagOrEnv = (f: string | undefined, e: string | undefined) => f ?? (e === '' ? undefined : e);
+const bool = (f: boolean | undefined, e: string | undefined) => f === true || /^(1|true|yes)$/i.test(e ?? '');
+const quick = bool(flags.quick, env.BENCH_QUICK);
+const num = (v: string | undefined, fallback: number, name: string) => {
+  if (v === undefined) return fallback;
+  const n = Number(v);
+  if (!Number.isFinite(n) || n <= 0) throw new Error(`${name}: expected a positive number, got ${JSON.stringify(v)}`);
+  return n;
+};
+
+const opts = {
+  quick,
+  flavour: (flagOrEnv(flags.flavour, env.BENCH_FLAVOUR) ?? '2.1') as Flavour,
+  users: Math.round(num(flagOrEnv(flags.users, env.BENCH_USERS), 10_000, '--users')),
+  /** B2 simulated clients (1,000 in the issue; fewer by default in --quick). */
+  clients: Math.round(num(flagOrEnv(flags.clients, env.BENCH_CLIENTS), quick ? 100 : 1_000, '--clients')),
+  churn: num(flagOrEnv(flags.churn, env.BENCH_CHURN), 0.02, '--churn'),
+  /** Length of each closed-loop phase (B3, B6, B4). */
+  phaseSeconds: num(flagOrEnv(flags['phase-seconds'], env.BENCH_PHASE_SECONDS), quick ? 1 : 10, '--phase-seconds'),
+  /** B4 runs each target this many times, alternating, and keeps the best. */
+  rounds: Math.round(num(flagOrEnv(flags.rounds, env.BENCH_ROUNDS), quick ? 1 : 2, '--rounds')),
+  nginx: !bool(flags['no-nginx'], env.BENCH_NO_NGINX),
+  installNginx: !bool(flags['no-install'], env.BENCH_NO_INSTALL),
+  out: resolve(flagOrEnv(flags.out, env.BENCH_OUT) ?? (quick ? join(BENCH_DIR, '.tmp') : BENCH_DIR)),
+  profile: flagOrEnv(flags.profile, env.BENCH_PROFILE),
+  logLevel: flagOrEnv(flags['log-level'], env.BENCH_LOG_LEVEL) ?? 'info',
+  /** B2: real ms per simulated minute, and simulated minutes (the first one warms up). */
+  minuteMs: quick ? 1_000 : 6_000,
+  minutes: quick ? 3 : 4,
+  /** Connections of the closed loops (B3, B6) and of autocannon (B4). */
+  presenceConnections: 10,
+  passthroughConnections: 50,
+  /** B5: polls per RSS run. */
+  rssPolls: quick ? 1_000 : 3_000,
+  coalesceMs: 5_000,
+};
+if (opts.flavour !== '2.1' && opts.flavour !== '7.0') throw new Error('--flavour: 2.1 or 7.0');
+
+const log = (s: string) => process.stdout.write(`${s}\n`);
+const round = (v: number, d = 2) => Math.round(v * 10 ** d) / 10 ** d;
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+// ---------------------------------------------------------------------------- helpers
+
+const form = { 'content-type': 'application/x-www-form-urlencoded' };
+
+function presenceReq(caller: number, lastUpdateId: number | undefined, extra: Record<string, string> = {}): Req {
+  const body = lastUpdateId === undefined ? 'status=active' : `status=active&last_update_id=${lastUpdateId}`;
+  return { method: 'POST', path: PRESENCE_PATH, headers: { ...form, authorization: basicAuth(caller), ...extra }, body };
+}
+
+async function once(url: string, r: Req) {
+  const pool = new Pool(url, { connections: 1 });
+  try {
+    return await send(pool, r, true);
+  } finally {
+    await pool.close();
+  }
+}
+
+function startShim(upstreamUrl: string, coalesceMs: number, nodeArgs: string[] = []): Promise<Child> {
+  return spawnChild('shim-process.ts', [upstreamUrl, String(coalesceMs), opts.logLevel], { nodeArgs });
+}
+
+const profiles: Record<string, string> = {};
+async function profiled<T>(shim: Child, name: string, run: () => Promise<T>): Promise<T> {
+  if (!opts.profile) return run();
+  await shim.call('profile-start');
+  try {
+    return await run();
+  } finally {
+    const file = resolve(opts.profile, `${name}.cpuprofile`);
+    await shim.call('profile-stop', { file });
+    profiles[name] = file;
+  }
+}
+
+const gz = (b: Buffer) => gzipSync(b, { level: 6 }).length;
+const mean = (xs: number[]) => (xs.length ? xs.reduce((a, b) => a + b, 0) / xs.length : NaN);
+
+function commitOf(): string {
+  try {
+    const head = execFileSync('git', ['rev-parse', '--short', 'HEAD'], { cwd: ROOT, encoding: 'utf8' }).trim();
+    const dirty = execFileSync('git', ['status', '--porcelain', '--untracked-files=no'], { cwd: ROOT, encoding: 'utf8' }).trim() !== '';
+    return dirty ? `${head} (working tree with uncommitted changes)` : head;
+  } catch {
+    return 'unknown';
+  }
+}
+
+// ---------------------------------------------------------------------------- run
+
+const started = performance.now();
+const loadStart = os.loadavg();
+log(`zulip-compat-shim bench: ${opts.users} users, synthetic ${opts.flavour} upstream, ${opts.quick ? 'quick' : 'full'} run`);
+if (opts.profile) mkdirSync(opts.profile, { recursive: true });
+mkdirSync(opts.out, { recursive: true });
+
+const details: Record<string, unknown> = {};
+const method: string[] = [];
+const up = await spawnChild('upstream-process.ts', [opts.flavour, String(opts.users), String(opts.churn), '60000']);
+const stats = () => up.call<UpstreamStats>('stats');
+
+try {
+  // -------------------------------------------------------------------------- B5 ledger
+  log('B5 ledger memory …');
+  const ledgerRun = spawnSync(process.execPath, ['--expose-gc', '--import', 'tsx', join(BENCH_DIR, 'ledger-memory.ts'), String(opts.users)], {
+    cwd: ROOT,
+    encoding: 'utf8',
+  });
+  if (ledgerRun.status !== 0) throw new Error(`ledger-memory.ts failed: ${ledgerRun.stderr}`);
+  const ledger = JSON.parse(ledgerRun.stdout.trim().split('\n').pop()!) as {
+    bytesFirst: number;
+    bytesSteady: number;
+    bytesStore: number;
+  };
+  const ledgerBytes = Math.max(ledger.bytesFirst, ledger.bytesSteady);
+  method.push(
+    `B5 ledger: a child process with --expose-gc builds a ${opts.users}-user observation, then measures heapUsed (after full GCs) before and after merging it into a new ledger and after a second merge with 2 % changed; the larger of the two deltas divided by the users (first ${ledger.bytesFirst} B, steady ${ledger.bytesSteady} B, through MemoryStore ${ledger.bytesStore} B).`,
+  );
+
+  // -------------------------------------------------------------------------- B1 + B2
+  const coalesceScaled = Math.round((opts.coalesceMs * opts.minuteMs) / 60_000);
+  log(`B1/B2 ${opts.clients} clients polling once per simulated minute (${opts.minuteMs} ms), coalesceMs ${coalesceScaled} …`);
+  await up.call('clock', { minuteMs: opts.minuteMs });
+  await up.call('churn', { on: true });
+  const s1 = await startShim(up.url, coalesceScaled);
+  const measuredMinutes = opts.minutes - 1;
+  const stride = Math.max(1, Math.floor((opts.clients * measuredMinutes) / 150));
+  let before: UpstreamStats | undefined;
+  let tSteady = 0;
+  let upCpu = 0;
+  let shimCpu = 0;
+  const polls = await profiled(s1, 'b2-steady-polling', () =>
+    pacedClients({
+      url: s1.url,
+      clients: opts.clients,
+      minuteMs: opts.minuteMs,
+      minutes: opts.minutes,
+      connections: Math.min(opts.clients, 128),
+      // Real clients (browsers, the mobile app) send Accept-Encoding: gzip.
+      request: (c, id) => presenceReq(c, id, { 'accept-encoding': 'gzip' }),
+      keepBody: (c, minute) => minute >= 1 && c % stride === 0,
+      onMinute: async (minute) => {
+        if (minute !== 1) return;
+        [before] = await Promise.all([stats(), up.call<number>('cpu'), s1.call<number>('cpu')]);
+        tSteady = performance.now();
+      },
+    }),
+  );
+  const [after, upCpuMs, shimCpuMs] = await Promise.all([stats(), up.call<number>('cpu'), s1.call<number>('cpu')]);
+  upCpu = upCpuMs;
+  shimCpu = shimCpuMs;
+  const steadyMs = performance.now() - tSteady;
+  await up.call('churn', { on: false });
+  const steady = polls.filter((p) => p.minute >= 1 && p.status === 200 && p.sent > 0);
+  const fullFetches = after.presenceFull - before!.presenceFull;
+  const fetchesPerMin = fullFetches / measuredMinutes;
+  // Identity: the JSON a client without gzip gets. Gzip: what the shim sent to clients that
+  // accept it, or, if it did not compress, zlib over the bodies (a compressing front proxy).
+  const shimCompresses = steady.some((p) => p.encoding === 'gzip');
+  const deltaBytes = mean(steady.map((p) => p.rawBytes));
+  const samples = steady.filter((p) => p.body);
+  const deltaGzip = shimCompresses ? mean(steady.map((p) => p.bytes)) : mean(samples.map((p) => gz(p.body!)));
+  const gzipHeader = { 'accept-encoding': 'gzip' };
+  const fullModern = await once(s1.url, presenceReq(0, -1));
+  const fullModernGz = await once(s1.url, presenceReq(0, -1, gzipHeader));
+  const fullLegacy = await once(up.url, presenceReq(0, undefined, gzipHeader));
+  const shimLegacy = await once(s1.url, presenceReq(0, undefined));
+  await s1.stop();
+  const wireGzip = (x: Sample) => (x.encoding === 'gzip' ? x.bytes : gz(x.body!));
+  const steadyLatency = Float64Array.from(steady.map((p) => p.ms)).sort();
+  const fullModernGzipBytes = wireGzip(fullModernGz);
+  const fullLegacyGzipBytes = wireGzip(fullLegacy);
+  details.b1 = {
+    deltaBytes: round(deltaBytes, 0),
+    deltaPolls: steady.length,
+    deltaGzipBytes: round(deltaGzip, 0),
+    deltaGzipFrom: shimCompresses ? 'shim answers (gzip above 1 KiB)' : `zlib level 6 over ${samples.length} sampled bodies`,
+    fullModernBytes: fullModern.bytes,
+    fullModernGzipBytes,
+    fullModernGzipFrom: fullModernGz.encoding === 'gzip' ? 'shim answer' : 'zlib level 6',
+    fullLegacyBytes: fullLegacy.bytes,
+    fullLegacyGzipBytes,
+    fullLegacyGzipFrom: fullLegacy.encoding === 'gzip' ? 'upstream answer' : 'zlib level 6 (the synthetic upstream does not compress)',
+    shimLegacyBytes: shimLegacy.bytes,
+    shimCompressesAnswers: shimCompresses,
+  };
+  details.b2 = {
+    clients: opts.clients,
+    simulatedMinuteMs: opts.minuteMs,
+    coalesceMs: coalesceScaled,
+    measuredMinutes,
+    fullFetches,
+    pingsPerMinute: (after.presencePing - before!.presencePing) / measuredMinutes,
+    usersListFetches: after.usersList,
+    polls: polls.length,
+    steadyPolls: steady.length,
+    failedPolls: polls.filter((p) => p.status !== 200).length,
+    skippedPolls: opts.clients * opts.minutes - polls.length,
+    p50: round(percentile(steadyLatency, 50), 3),
+    p99: round(percentile(steadyLatency, 99), 3),
+    pollsPerSecond: (steady.length / steadyMs) * 1000,
+    shimCpuMsPerPoll: shimCpu / Math.max(1, steady.length),
+    shimCpuPct: (shimCpu / steadyMs) * 100,
+    upstreamCpuPct: (upCpu / steadyMs) * 100,
+  };
+  method.push(
+    `B1/B2: ${opts.clients} simulated clients each poll once per simulated minute at their own offset (spread evenly), with the presence_last_update_id of their previous answer, through a shim in its own process. Time is compressed: a simulated minute lasts ${opts.minuteMs} ms, the upstream's clock and churn (${opts.churn * 100} % of users per minute, in 10 steps) run at the same speed, and coalesceMs is scaled alike (${opts.coalesceMs} ms → ${coalesceScaled} ms). The first minute (full answers, -1) warms up; the next ${measuredMinutes} are measured.`,
+    `B1: bytes are response bodies. Delta = mean of the ${steady.length} steady-state polls; full modern = the shim's answer to last_update_id=-1 (what a modern server sends for a full poll); full legacy = the synthetic upstream's own answer to a plain poll (what an old client gets without the shim). Polls send Accept-Encoding: gzip; ${
+      shimCompresses
+        ? 'the shim gzips its own answers above 1 KiB, so the gzip column is the bytes it sent (decoded for the identity column); the legacy reference is zlib level 6 over the upstream body, as Zulip\'s nginx would send it.'
+        : `the shim did not compress its presence answers, so the gzip column is what a compressing front proxy would send: zlib level 6 over the bodies (${samples.length} delta samples).`
+    }`,
+    `B2: full presence fetches counted by the upstream during the measured minutes; without the shim every poll is a full fetch (${opts.clients}/min). Each poll's own status report still reaches the upstream (ping_only, P9), shown as pings/min.`,
+  );
+
+  // -------------------------------------------------------------------------- B3, B6, B4
+  log(`B3/B6 presence latency and event loop, ${opts.presenceConnections} connections, ${opts.phaseSeconds} s per phase …`);
+  await up.call('clock', { minuteMs: 60_000 });
+  await up.call('churn', { on: true });
+  const s2 = await startShim(up.url, opts.coalesceMs);
+  const prime = await once(s2.url, presenceReq(0, -1));
+  const id0 = lastUpdateIdOf(prime.tail);
+  if (id0 === undefined || prime.status !== 200) throw new Error(`priming poll failed: HTTP ${prime.status}`);
+  const phaseMs = opts.phaseSeconds * 1000;
+  const warmMs = Math.min(2000, phaseMs / 2);
+  const delta = (w: number) => presenceReq(w, id0);
+  await closedLoop(s2.url, opts.presenceConnections, warmMs, delta);
+  await s2.call('eld-start');
+  const b3Shim = await profiled(s2, 'b3-delta-polls', () => closedLoop(s2.url, opts.presenceConnections, phaseMs, delta));
+  const eldDelta = await s2.call<{ maxMs: number; p99Ms: number }>('eld-stop');
+  await closedLoop(up.url, opts.presenceConnections, warmMs, delta);
+  const b3Direct = await closedLoop(up.url, opts.presenceConnections, phaseMs, delta);
+  details.b3 = {
+    users: opts.users,
+    connections: opts.presenceConnections,
+    shim: b3Shim,
+    direct: b3Direct,
+    shimRps: b3Shim.rps,
+    directRps: b3Direct.rps,
+    shimMeanBytes: b3Shim.meanBytes,
+    directMeanBytes: b3Direct.meanBytes,
+  };
+  method.push(
+    `B3: closed loop of ${opts.presenceConnections} connections for ${opts.phaseSeconds} s each (after a ${warmMs} ms warm-up), latencies timed per request to the last body byte (undici, this process). Shim: delta polls (the last_update_id of a full poll made just before; the upstream churns ${opts.churn * 100} %/min in real time, coalesceMs ${opts.coalesceMs}, so the phase includes its full upstream fetches). Direct: the same request to the upstream, which answers with its full snapshot (pre-serialised, so faster than a real Zulip server would be). No Accept-Encoding in either.`,
+  );
+
+  await s2.call('eld-start');
+  const mixed = await profiled(s2, 'b6-mixed-polls', () =>
+    closedLoop(s2.url, opts.presenceConnections, phaseMs, (w, n) => {
+      const gzip = { 'accept-encoding': 'gzip' };
+      return n % 10 < 8 ? presenceReq(w, id0, gzip) : n % 10 === 8 ? presenceReq(w, -1, gzip) : presenceReq(w, undefined, gzip);
+    }),
+  );
+  const eldMixed = await s2.call<{ maxMs: number; p99Ms: number }>('eld-stop');
+  const maxBlock = Math.max(eldDelta.maxMs, eldMixed.maxMs);
+  details.b6 = {
+    deltaOnlyMaxMs: round(eldDelta.maxMs),
+    deltaOnlyEldP99Ms: round(eldDelta.p99Ms),
+    mixedMaxMs: round(eldMixed.maxMs),
+    mixedEldP99Ms: round(eldMixed.p99Ms),
+    mixedP50: mixed.p50,
+    mixedP99: mixed.p99,
+    mixedRps: mixed.rps,
+    mixed,
+  };
+  method.push(
+    `B6: perf_hooks.monitorEventLoopDelay (1 ms resolution) inside the shim process, during the B3 delta phase and during a mixed phase (each connection cycles 8 delta polls, 1 full modern poll, 1 legacy poll, all with Accept-Encoding: gzip; ${opts.phaseSeconds} s, ${opts.presenceConnections} connections); the figure is the larger maximum.`,
+  );
+
+  log(`B4 pass-through ${SMALL_PATH}, ${opts.passthroughConnections} connections, ${opts.phaseSeconds} s × ${opts.rounds} rounds …`);
+  const nginx: NginxFound = opts.nginx ? findNginx(opts.installNginx) : { reason: 'disabled for this run (--no-nginx)' };
+  const nginxRun = nginx.bin !== undefined ? await startNginx(nginx.bin, up.url) : undefined;
+  await up.call('churn', { on: false });
+  const headers = { authorization: basicAuth(0) };
+  const targets: Array<[string, string]> = [
+    ['direct', up.url],
+    ['shim', s2.url],
+  ];
+  if (nginxRun) targets.push(['nginx', nginxRun.url]);
+  const runs: Record<string, CannonResult[]> = {};
+  await cannon(`${s2.url}${SMALL_PATH}`, opts.passthroughConnections, Math.max(1, Math.round(opts.phaseSeconds / 5)), headers);
+  for (let r = 0; r < opts.rounds; r++) {
+    for (const [name, url] of targets) {
+      const run = () => cannon(`${url}${SMALL_PATH}`, opts.passthroughConnections, opts.phaseSeconds, headers);
+      const res = name === 'shim' && r === 0 ? await profiled(s2, 'b4-passthrough', run) : await run();
+      (runs[name] ??= []).push(res);
+      await sleep(200);
+    }
+  }
+  await nginxRun?.stop();
+  await s2.stop();
+  const best = (name: string) => runs[name]?.reduce((a, b) => (b.rps > a.rps ? b : a));
+  details.b4 = {
+    connections: opts.passthroughConnections,
+    rounds: opts.rounds,
+    runs,
+    nginx: nginx.bin !== undefined ? nginx.version : null,
+    nginxSkipped: nginx.bin !== undefined ? null : nginx.reason,
+  };
+  method.push(
+    `B4: autocannon (this process), GET ${SMALL_PATH} (${'{"result":"success","msg":"","alert_words":[…]}'.length} B of JSON) with Basic auth, ${opts.passthroughConnections} connections, ${opts.phaseSeconds} s per run, targets alternated over ${opts.rounds} round(s), best run kept. The shim logs each request at level ${opts.logLevel} (to a discarded stdout); nginx (${
+      nginx.bin !== undefined ? nginx.version : 'skipped'
+    }) runs one worker process with upstream keepalive and an access log. Latency percentiles are autocannon's whole milliseconds.`,
+  );
+
+  // -------------------------------------------------------------------------- B5 RSS
+  log(`B5 RSS with 1 and 1,000 callers, ${opts.rssPolls} polls each …`);
+  const rss: Record<number, { rss: number; heapUsed: number; baseHeap: number; baseRss: number; run: unknown }> = {};
+  for (const callers of [1, 1000]) {
+    const s = await startShim(up.url, opts.coalesceMs, ['--expose-gc']);
+    const base = await s.call<{ rss: number; heapUsed: number }>('memory', { gc: true });
+    const p = await once(s.url, presenceReq(0, -1));
+    const id = lastUpdateIdOf(p.tail)!;
+    let k = 0;
+    const run = await closedLoop(s.url, 20, 120_000, () => presenceReq(k++ % callers, id), opts.rssPolls);
+    await sleep(100);
+    const m = await s.call<{ rss: number; heapUsed: number }>('memory', { gc: true });
+    rss[callers] = { rss: m.rss, heapUsed: m.heapUsed, baseHeap: base.heapUsed, baseRss: base.rss, run };
+    await s.stop();
+  }
+  details.b5 = {
+    users: opts.users,
+    ledgerBytes,
+    ledger,
+    rss1: rss[1]!.rss,
+    rss1000: rss[1000]!.rss,
+    heap1: rss[1]!.heapUsed,
+    heap1000: rss[1000]!.heapUsed,
+    realmHeapBytes: rss[1]!.heapUsed - rss[1]!.baseHeap,
+    runs: rss,
+  };
+  method.push(
+    `B5 RSS: two fresh shim processes (--expose-gc), each primed with one full poll, then ${opts.rssPolls} delta polls over 20 connections, from 1 caller or from 1,000 distinct callers (distinct Basic credentials) of the same realm; RSS read after full GCs. Same work in both, only the callers differ.`,
+  );
+
+  // -------------------------------------------------------------------------- results
+  const nginxBest = best('nginx');
+  const shimBest = best('shim')!;
+  const directBest = best('direct')!;
+  const r: Omit<Results, 'targets'> = {
+    bandwidth_ratio_full_modern: round(fullModern.bytes / deltaBytes),
+    bandwidth_ratio_full_legacy: round(fullLegacy.bytes / deltaBytes),
+    upstream_fetch_reduction: round(opts.clients / fetchesPerMin),
+    presence_p50_ms_shim: round(b3Shim.p50, 3),
+    presence_p50_ms_direct: round(b3Direct.p50, 3),
+    passthrough_rps_shim: round(shimBest.rps, 0),
+    passthrough_rps_direct: round(directBest.rps, 0),
+    passthrough_rps_nginx: nginxBest ? round(nginxBest.rps, 0) : null,
+    ledger_bytes_per_user: round(ledgerBytes / opts.users, 1),
+    rss_ratio_1000_vs_1_callers: round(rss[1000]!.rss / rss[1]!.rss, 3),
+    max_event_loop_block_ms: round(maxBlock),
+    bandwidth_ratio_full_modern_gzip: round((details.b1 as { fullModernGzipBytes: number }).fullModernGzipBytes / deltaGzip),
+    bandwidth_ratio_full_legacy_gzip: round((details.b1 as { fullLegacyGzipBytes: number }).fullLegacyGzipBytes / deltaGzip),
+    presence_p99_ms_shim: round(b3Shim.p99, 3),
+    presence_p99_ms_direct: round(b3Direct.p99, 3),
+    passthrough_p99_ms_shim: shimBest.p99,
+    passthrough_p99_ms_direct: directBest.p99,
+    passthrough_p99_ms_nginx: nginxBest ? nginxBest.p99 : null,
+    upstream_full_fetches_per_min_shim: round(fetchesPerMin),
+    upstream_full_fetches_per_min_direct: opts.clients,
+    machine: {
+      cpu: os.cpus()[0]?.model.trim() ?? 'unknown',
+      cores: os.cpus().length,
+      memoryGiB: round(os.totalmem() / 2 ** 30, 1),
+      loadavgStart: loadStart.map((x) => round(x)),
+      loadavgEnd: os.loadavg().map((x) => round(x)),
+    },
+    node: process.version,
+    date: new Date().toISOString(),
+    commit: commitOf(),
+    options: { ...opts, out: relative(ROOT, opts.out) || '.' },
+    details: { ...details, method, durationS: round((performance.now() - started) / 1000, 1) },
+  };
+  const target = (figure: string, goal: string, value: number | null, ok: boolean | null): Target => ({ figure, goal, value, met: ok });
+  const results: Results = {
+    ...r,
+    targets: [
+      target('B1', '≥ 25× fewer than full modern', r.bandwidth_ratio_full_modern, r.bandwidth_ratio_full_modern >= 25),
+      target('B2', '≥ 100× fewer', r.upstream_fetch_reduction, r.upstream_fetch_reduction >= 100),
+      target('B3', 'shim p50 < direct p50', r.presence_p50_ms_shim, r.presence_p50_ms_shim < r.presence_p50_ms_direct),
+      target(
+        'B4',
+        '≥ 0.5× nginx req/s',
+        r.passthrough_rps_nginx === null ? null : round(r.passthrough_rps_shim / r.passthrough_rps_nginx),
+        r.passthrough_rps_nginx === null ? null : r.passthrough_rps_shim >= 0.5 * r.passthrough_rps_nginx,
+      ),
+      target('B5 ledger', '≤ 200 B per user', r.ledger_bytes_per_user, r.ledger_bytes_per_user <= 200),
+      target('B5 RSS', '≤ 1.1×', r.rss_ratio_1000_vs_1_callers, r.rss_ratio_1000_vs_1_callers <= 1.1),
+      target('B6', '≤ 50 ms', r.max_event_loop_block_ms, r.max_event_loop_block_ms <= 50),
+    ],
+  };
+
+  log('');
+  log(renderTable(results));
+  log('');
+  log(renderCosts(results));
+  for (const [name, file] of Object.entries(profiles)) {
+    log(`\nCPU profile of the shim, ${name} (${relative(ROOT, file)}):`);
+    log(formatProfile(summariseProfile(file, 12)));
+  }
+  writeFileSync(join(opts.out, 'results.json'), `${JSON.stringify(results, null, 2)}\n`);
+  const command = opts.quick ? 'npm run bench -- --quick' : opts.users === 10_000 ? 'npm run bench' : `npm run bench -- --users ${opts.users}`;
+  writeFileSync(join(opts.out, 'RESULTS.md'), renderMarkdown(results, command));
+  log(`\nwrote ${relative(ROOT, join(opts.out, 'results.json'))} and RESULTS.md in ${round((performance.now() - started) / 1000, 1)} s`);
+} finally {
+  await up.stop();
+}

@@ -1,0 +1,84 @@
+import { writeFileSync } from 'node:fs';
+import { Session } from 'node:inspector/promises';
+import { monitorEventLoopDelay, type IntervalHistogram } from 'node:perf_hooks';
+import { loadConfig } from '../src/config.js';
+import { createLogger } from '../src/observability/logger.js';
+import { createShim } from '../src/server.js';
+import { serveParent } from './children.js';
+
+/**
+ * The shim in a process of its own, started with createShim as the CLI would, and reporting
+ * its own measurements over IPC: event-loop delay, CPU time, memory (after a GC when the
+ * process runs with --expose-gc).
+ * argv: upstreamUrl coalesceMs logLevel
+ */
+
+const [upstream = '', coalesceMs = '5000', logLevel = 'info'] = process.argv.slice(2);
+const { config } = loadConfig(['--upstream', upstream, '--port', '0', '--coalesce-ms', coalesceMs, '--log-level', logLevel], {});
+// The request log goes to stdout, which the bench discards: it is written, as in production.
+const log = createLogger(config.log.level);
+const shim = createShim({ config, log, target: upstream, upstreamId: upstream });
+const { url } = await shim.listen(0, '127.0.0.1');
+
+let eld: IntervalHistogram | undefined;
+let profiler: Session | undefined;
+let cpuMark = process.cpuUsage();
+const gc = (globalThis as { gc?: () => void }).gc;
+
+function memory(collect: boolean) {
+  if (collect && gc) {
+    gc();
+    gc();
+  }
+  const m = process.memoryUsage();
+  return { rss: m.rss, heapUsed: m.heapUsed, heapTotal: m.heapTotal, external: m.external, arrayBuffers: m.arrayBuffers, collected: collect && !!gc };
+}
+
+serveParent(
+  url,
+  {
+    /** Starts measuring event-loop delay (B6) at 1 ms resolution. */
+    'eld-start': () => {
+      eld?.disable();
+      eld = monitorEventLoopDelay({ resolution: 1 });
+      eld.enable();
+    },
+    /** Stops measuring: the longest delay seen, and the distribution (ms). */
+    'eld-stop': () => {
+      if (!eld) return undefined;
+      eld.disable();
+      const ms = (ns: number) => ns / 1e6;
+      const r = { maxMs: ms(eld.max), p99Ms: ms(eld.percentile(99)), p50Ms: ms(eld.percentile(50)), meanMs: ms(eld.mean) };
+      eld = undefined;
+      return r;
+    },
+    /** CPU time used since the last call (ms). */
+    cpu: () => {
+      const d = process.cpuUsage(cpuMark);
+      cpuMark = process.cpuUsage();
+      return (d.user + d.system) / 1000;
+    },
+    /** args: { gc: boolean } */
+    memory: (a) => memory((a as { gc?: boolean } | undefined)?.gc === true),
+    metrics: () => shim.context.metrics.registry.metrics(),
+    /** Starts the V8 CPU profiler (the same profile `node --cpu-prof` writes), for one phase. */
+    'profile-start': async () => {
+      profiler = new Session();
+      profiler.connect();
+      await profiler.post('Profiler.enable');
+      await profiler.post('Profiler.setSamplingInterval', { interval: 250 });
+      await profiler.post('Profiler.start');
+    },
+    /** args: { file }: stops the profiler and writes the .cpuprofile there. */
+    'profile-stop': async (a) => {
+      if (!profiler) return undefined;
+      const { profile } = await profiler.post('Profiler.stop');
+      profiler.disconnect();
+      profiler = undefined;
+      const file = (a as { file: string }).file;
+      writeFileSync(file, JSON.stringify(profile));
+      return file;
+    },
+  },
+  () => shim.close(),
+);

@@ -1,0 +1,37 @@
+import { serveParent } from './children.js';
+import { SyntheticZulip, type Flavour } from './synthetic-upstream.js';
+
+/**
+ * The synthetic upstream in a process of its own.
+ * argv: flavour users churnPerMinute minuteMs
+ */
+
+const [flavour = '2.1', users = '10000', churn = '0.02', minuteMs = '60000'] = process.argv.slice(2);
+const upstream = new SyntheticZulip({
+  flavour: flavour as Flavour,
+  users: Number(users),
+  churnPerMinute: Number(churn),
+  minuteMs: Number(minuteMs),
+});
+const url = await upstream.start();
+let cpuMark = process.cpuUsage();
+
+serveParent(
+  url,
+  {
+    stats: () => ({ ...upstream.stats, simNow: upstream.simNow() }),
+    'reset-stats': () => {
+      upstream.stats = SyntheticZulip.emptyStats();
+    },
+    /** args: { minuteMs } */
+    clock: (a) => upstream.setMinute((a as { minuteMs: number }).minuteMs),
+    churn: (a) => ((a as { on: boolean }).on ? upstream.startChurn() : upstream.stopChurn()),
+    /** CPU time used since the last call (ms). */
+    cpu: () => {
+      const d = process.cpuUsage(cpuMark);
+      cpuMark = process.cpuUsage();
+      return (d.user + d.system) / 1000;
+    },
+  },
+  () => upstream.stop(),
+);

@@ -125,3 +125,46 @@ describe('a mitmproxy export, plain and as .zhar', () => {
     await expect(startReplay({ file: join(dir, 'absent.har'), strict: false, log })).rejects.toThrow(/cannot read .*absent\.har \(ENOENT\)/);
   });
 });
+
+describe('a long poll answered again from its last recording', () => {
+  it('waits as the recorded one did instead of answering at once (no busy loop), and close() does not wait for it', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'zcs-events-'));
+    const file = join(dir, 'events.har');
+    const heartbeat = '{"result":"success","msg":"","events":[{"type":"heartbeat","id":0}]}';
+    writeFileSync(
+      file,
+      JSON.stringify({
+        log: {
+          version: '1.2',
+          creator: { name: 'test', version: '1' },
+          entries: [
+            {
+              startedDateTime: '2024-05-02T09:00:00.000Z',
+              time: 60_000,
+              request: { method: 'GET', url: 'https://chat.example.com/api/v1/events?queue_id=q1&last_event_id=-1', httpVersion: 'HTTP/1.1', cookies: [], headers: [], queryString: [], headersSize: -1, bodySize: 0 },
+              response: { status: 200, statusText: 'OK', httpVersion: 'HTTP/1.1', cookies: [], headers: [], content: { size: heartbeat.length, mimeType: 'application/json', text: heartbeat }, redirectURL: '', headersSize: -1, bodySize: -1 },
+              cache: {},
+              timings: { send: 0, wait: 60_000, receive: 0 },
+            },
+          ],
+        },
+      }),
+    );
+    const replay = await startReplay({ file, strict: false, log });
+    try {
+      const path = '/api/v1/events?queue_id=q1&last_event_id=-1';
+      const first = await request(replay.url).get(path);
+      expect(first.body.events[0].type).toBe('heartbeat');
+      const again = new AbortController();
+      const pending = fetch(`${replay.url}${path}`, { signal: again.signal }).then(() => 'answered', () => 'still waiting');
+      await new Promise((r) => setTimeout(r, 300));
+      again.abort();
+      expect(await pending).toBe('still waiting');
+      void fetch(`${replay.url}${path}`).catch(() => undefined);
+      await new Promise((r) => setTimeout(r, 50));
+    } finally {
+      await replay.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});

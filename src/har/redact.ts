@@ -18,6 +18,9 @@ export const LONG_SECRET = 8;
 
 const SECRET_HEADERS = new Set(['authorization', 'proxy-authorization', 'cookie', 'set-cookie', 'x-csrftoken']);
 
+/** A JSON text that may hold a secret key (isSecretName), possibly escaped: cheap pre-check. */
+const SECRET_KEY_HINT = /api_key|token|password|\\u/i;
+
 /** Parameter (and JSON key) names whose values are credentials. */
 export function isSecretName(name: string): boolean {
   const n = name.toLowerCase();
@@ -153,6 +156,8 @@ export class Redactor {
    * the text escapes them in an unusual way it is re-serialised instead.
    */
   json(text: string): string {
+    // Most bodies name no credential at all: not worth parsing.
+    if (!SECRET_KEY_HINT.test(text)) return text;
     let parsed: unknown;
     try {
       parsed = JSON.parse(text);

@@ -38,6 +38,8 @@ export interface Replay {
  */
 const LONG_POLL = /^\/(?:api\/v1|json)\/events$/;
 const LONG_POLL_CAP_MS = 90_000;
+/** Misses listed one by one; beyond this many a runaway client only adds to a count. */
+const LISTED_MISSES = 1000;
 
 interface Queue {
   entries: Recorded[];
@@ -95,11 +97,13 @@ export async function startReplay(o: ReplayOptions): Promise<Replay> {
     queues.set(r.match.key, q);
   }
   const misses: string[] = [];
+  let unlisted = 0;
   const limit = o.maxBodyBytes ?? 64 * 1024 * 1024;
   const timers = new Set<NodeJS.Timeout>();
 
   const miss = (res: ServerResponse | undefined, what: string) => {
-    misses.push(what);
+    if (misses.length < LISTED_MISSES) misses.push(what);
+    else unlisted++;
     o.log.warn({ request: what }, 'replay miss: no recorded answer');
     if (res) {
       const body = errorBody('REPLAY_MISS', `No recorded answer for ${what}`);
@@ -163,7 +167,7 @@ export async function startReplay(o: ReplayOptions): Promise<Replay> {
   return {
     url,
     entries: loaded.entries.length,
-    misses: () => [...misses],
+    misses: () => (unlisted ? [...misses, `… and ${unlisted} more`] : [...misses]),
     close() {
       closing ??= new Promise<void>((resolve) => {
         for (const t of timers) clearTimeout(t);

@@ -25,8 +25,7 @@ export interface HarWriterOptions {
 
 interface Kept {
   at: number;
-  entry: HarEntry;
-  /** The entry as indented JSON, scrubbed at `generation` of the redactor. */
+  /** The entry as indented JSON (only the text is kept), scrubbed at `generation` of the redactor. */
   json: string;
   generation: number;
 }
@@ -51,7 +50,6 @@ export class HarWriter {
   add(entry: HarEntry, startedAt: number): void {
     const kept: Kept = {
       at: startedAt,
-      entry,
       json: indent(JSON.stringify(entry, null, 2), '      '),
       generation: this.o.redactor.generation,
     };
@@ -97,8 +95,8 @@ export class HarWriter {
     // replaced in that entry too.
     for (const k of this.kept) {
       if (k.generation === redactor.generation) continue;
-      k.entry = redactor.scrubDeep(k.entry);
-      k.json = indent(JSON.stringify(k.entry, null, 2), '      ');
+      const entry = redactor.scrubDeep(JSON.parse(k.json) as HarEntry);
+      k.json = indent(JSON.stringify(entry, null, 2), '      ');
       k.generation = redactor.generation;
     }
     const head = [

@@ -16,9 +16,10 @@ import { StoreUnavailableError, type PresenceStore } from './types.js';
  * missing key and the next observation starts a new ledger with a new epoch above every id this
  * replica has seen: older ids then get full data, never an empty answer (P5).
  *
- * Writes are optimistic: merge in JS (ledger.ts stays the one place where ids are made), then a
- * compare-and-set script writes the result only if the token is still the one the merge started
- * from; otherwise read again and merge again, a bounded number of times. A script rather than
+ * Writes are optimistic: read (a one-byte reply when this replica's copy is current), merge in
+ * JS (ledger.ts stays the one place where ids are made), then a compare-and-set script writes
+ * the result only if the token is still the one the merge started from; otherwise read again and
+ * merge again, a bounded number of times. A script rather than
  * WATCH/MULTI because WATCH belongs to a connection, and this one connection is shared by every
  * request in the process. Observations for one realm are merged in batches, one write per batch,
  * so a busy realm costs one round trip per batch, not one per poll.
@@ -156,32 +157,29 @@ export class RedisStore implements PresenceStore {
    * single history, so ids stay strictly increasing (P5).
    */
   private async commit(realm: string, batch: Observation[]): Promise<LedgerState[]> {
-    let current = this.known.get(realm) ?? (await this.read(realm));
+    // Read first: when this replica wrote last the reply is one byte; when another one did,
+    // merging on a stale copy would be wasted work at 10,000 users.
+    let current = await this.read(realm);
     for (let attempt = 1; ; attempt++) {
       const base = current?.state ?? createLedger(this.clock(), this.highWater);
       const states: LedgerState[] = [];
       let next = base;
       for (const obs of batch) states.push((next = merge(next, obs)));
-      if (next === base && current?.state) {
-        // Nothing to write: still check that `base` is what Redis holds now.
-        const fresh = await this.read(realm);
-        if (fresh?.token.equals(current.token)) return states;
-        current = fresh;
-      } else {
-        const token = randomBytes(TOKEN_BYTES);
-        const value = Buffer.concat([token, encodeLedger(next)]);
-        const written = await this.commands.zcsCasLedger(this.key(realm), current?.token ?? NO_TOKEN, value, this.idleTtlMs);
-        if (written === 1) {
-          this.remember(realm, { token, state: next });
-          return states;
-        }
-        current = await this.read(realm); // another replica wrote first: merge again on its state
+      if (next === base && current?.state) return states; // nothing to write; base was read just now
+      const token = randomBytes(TOKEN_BYTES);
+      const value = Buffer.concat([token, encodeLedger(next)]);
+      const written = await this.commands.zcsCasLedger(this.key(realm), current?.token ?? NO_TOKEN, value, this.idleTtlMs);
+      if (written === 1) {
+        this.remember(realm, { token, state: next });
+        return states;
       }
+      // Another replica wrote in between: merge again on its ledger.
       if (attempt >= this.maxAttempts) {
         for (let i = 0; i < batch.length; i++) this.o.storeErrors?.inc();
         throw new StoreUnavailableError(`presence state of a realm changed under ${attempt} attempts to write it`, 'contention');
       }
       await backoff(attempt);
+      current = await this.read(realm);
     }
   }
 

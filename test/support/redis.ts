@@ -15,13 +15,14 @@ export const REDIS_REQUIRED = process.env.REQUIRE_REDIS === '1';
 
 async function probe(url: string): Promise<string | undefined> {
   const r = new Redis(url, { lazyConnect: true, connectTimeout: 1_500, maxRetriesPerRequest: 0, retryStrategy: () => null });
-  r.on('error', () => {});
+  let cause: string | undefined;
+  r.on('error', (e: Error) => (cause ??= e.message));
   try {
     await r.connect();
     const pong = await r.ping();
     return pong === 'PONG' ? undefined : `answered ${pong}`;
   } catch (e) {
-    return (e as Error).message;
+    return cause ?? (e as Error).message;
   } finally {
     r.disconnect();
   }

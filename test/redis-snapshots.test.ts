@@ -1,0 +1,77 @@
+import type { Redis } from 'ioredis';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { createLogger } from '../src/observability/logger.js';
+import type { SnapshotData } from '../src/presence/snapshots.js';
+import { RedisConnection } from '../src/store/redis-connection.js';
+import { RedisSnapshots } from '../src/store/redis-snapshots.js';
+import { adminRedis, deleteKeysUnder, describeRedis, REDIS_URL, testKeyPrefix } from './support/redis.js';
+
+const data = (serverTimestamp: number): SnapshotData => ({
+  serverTimestamp,
+  fetchedAt: 1,
+  modern: [[10, 100, 110]],
+  legacy: undefined,
+});
+
+describeRedis('RedisSnapshots: one fetch per shared scope per window, across replicas (P9, S1)', () => {
+  const prefix = testKeyPrefix();
+  const log = createLogger('silent');
+  let admin: Redis;
+  let conns: RedisConnection[];
+  let a: RedisSnapshots;
+  let b: RedisSnapshots;
+
+  beforeAll(() => {
+    admin = adminRedis();
+    conns = [0, 1].map(() => new RedisConnection({ url: REDIS_URL, log, commandTimeoutMs: 1_000 }));
+    [a, b] = conns.map((c) => new RedisSnapshots(c, { keyPrefix: prefix, pollMs: 5 })) as [RedisSnapshots, RedisSnapshots];
+  });
+  afterAll(async () => {
+    await Promise.all(conns.map((c) => c.close()));
+    await deleteKeysUnder(admin, prefix);
+    admin.disconnect();
+  });
+
+  it('lets one replica fetch; the other waits and reads what it published', async () => {
+    expect(await a.get('s1')).toBeUndefined();
+    expect(await a.tryLock('s1', 60_000)).toBe(true);
+    expect(await b.tryLock('s1', 60_000)).toBe(false);
+    const waiting = b.waitFor('s1', 10_000);
+    await a.publish('s1', data(42), 60_000);
+    expect(await waiting).toEqual(data(42));
+    expect(await b.get('s1')).toEqual(data(42));
+    const ttl = await admin.pttl(`${prefix}snap:s1`);
+    expect(ttl).toBeGreaterThan(0);
+    expect(ttl).toBeLessThanOrEqual(60_000);
+  });
+
+  it('does not lock a scope whose snapshot is already published in this window', async () => {
+    expect(await a.tryLock('s2', 60_000)).toBe(true);
+    await a.publish('s2', data(1), 60_000);
+    expect(await admin.exists(`${prefix}snap-lock:s2`)).toBe(0);
+    // A replica that looked just before the publish must not fetch a second time.
+    expect(await b.tryLock('s2', 60_000)).toBe(false);
+    expect(await b.waitFor('s2', 10_000)).toEqual(data(1));
+  });
+
+  it('a waiter stops waiting at once when the fetcher gives up, and may then fetch itself', async () => {
+    expect(await a.tryLock('s3', 60_000)).toBe(true);
+    const waiting = b.waitFor('s3', 60_000);
+    await a.release('s3');
+    expect(await waiting).toBeUndefined();
+    expect(await b.tryLock('s3', 60_000)).toBe(true);
+  });
+
+  it('releases only its own lock (one that expired and was taken by another replica stays)', async () => {
+    expect(await a.tryLock('s4', 1)).toBe(true);
+    await expect.poll(() => admin.exists(`${prefix}snap-lock:s4`)).toBe(0);
+    expect(await b.tryLock('s4', 60_000)).toBe(true);
+    await a.release('s4');
+    expect(await admin.exists(`${prefix}snap-lock:s4`)).toBe(1);
+  });
+
+  it('treats a value it cannot read as no snapshot', async () => {
+    await admin.set(`${prefix}snap:s5`, 'garbage', 'PX', 60_000);
+    expect(await a.get('s5')).toBeUndefined();
+  });
+});

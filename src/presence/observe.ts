@@ -96,8 +96,8 @@ export async function loadLedger(a: Asker): Promise<LedgerState | undefined> {
 }
 
 let lastStoreWarning = 0;
+/** The store counts its own errors (storeErrors); here only the degradation is logged. */
 function storeFailed(a: Asker, e: unknown): void {
-  a.ctx.metrics.storeErrors.inc();
   const now = Date.now();
   if (now - lastStoreWarning > 10_000) {
     lastStoreWarning = now;

@@ -18,6 +18,7 @@ import { UpstreamClient } from './upstream/client.js';
 import { FeatureLevels } from './upstream/feature-level.js';
 import { realmOf } from './upstream/realm.js';
 import { UserDirectory } from './upstream/user-directory.js';
+import { allowLongPolls, listen } from './http/listen.js';
 
 /**
  * A request comes in; one of the intercepted handlers or the shim's own paths takes it
@@ -165,25 +166,14 @@ export function createShim(o: ShimOptions): Shim {
     log.debug({ err: { code: (err as NodeJS.ErrnoException).code } }, 'client error');
   });
   // Long polls (GET /events, ~90 s) must never be cut by the shim's own server timeouts.
-  server.requestTimeout = 0;
-  server.headersTimeout = 60_000;
-  server.keepAliveTimeout = 65_000;
-  server.timeout = 0;
+  allowLongPolls(server);
 
   let closing: Promise<void> | undefined;
   return {
     server,
     context,
     listen(port = config.server.port, host = config.server.host) {
-      return new Promise((resolve, reject) => {
-        server.once('error', reject);
-        server.listen(port, host, () => {
-          server.off('error', reject);
-          const addr = server.address() as { port: number; address: string };
-          const shown = addr.address.includes(':') ? `[${addr.address}]` : addr.address;
-          resolve({ port: addr.port, url: `http://${shown}:${addr.port}` });
-        });
-      });
+      return listen(server, port, host);
     },
     close() {
       closing ??= new Promise<void>((resolve) => {

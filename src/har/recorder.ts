@@ -1,6 +1,5 @@
 import http, { type IncomingMessage, type ServerResponse } from 'node:http';
 import https from 'node:https';
-import type { AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { createProxyServer } from 'http-proxy-3';
 import { loggablePath, type Logger } from '../observability/logger.js';
@@ -8,6 +7,7 @@ import { loggableUrl } from '../observability/startup.js';
 import { toHarEntry, type Exchange } from './entry.js';
 import { Redactor } from './redact.js';
 import { HarWriter } from './writer.js';
+import { allowLongPolls, listen } from '../http/listen.js';
 
 /**
  * Record mode (H1): a stand-in for the upstream on loopback. The shim sends its upstream
@@ -145,20 +145,9 @@ export async function startRecorder(o: RecorderOptions): Promise<Recorder> {
     o.log.debug({ path: loggablePath(req.url) }, 'recorder: WebSocket upgrade passed on, not recorded');
     proxy.ws(req, socket, head);
   });
-  // The shim's own timeouts apply; the recorder never cuts a long poll.
-  server.requestTimeout = 0;
-  server.headersTimeout = 60_000;
-  server.keepAliveTimeout = 65_000;
-  server.timeout = 0;
-
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      server.off('error', reject);
-      resolve();
-    });
-  });
-  const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  // Like the shim, never cut a long poll.
+  allowLongPolls(server);
+  const { url } = await listen(server, 0, '127.0.0.1');
   o.log.info({ file: o.file, upstream: loggableUrl(upstream) }, 'recording upstream exchanges to a HAR file');
 
   let closing: Promise<void> | undefined;

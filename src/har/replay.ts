@@ -1,10 +1,10 @@
 import http, { type IncomingMessage, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { errorBody } from '../http/errors.js';
 import type { Logger } from '../observability/logger.js';
 import { loadHar, type Recorded } from './load.js';
 import { matchOf } from './match.js';
+import { allowLongPolls, listen } from '../http/listen.js';
 
 /**
  * Replay mode (H2): a HAR file served as the upstream on loopback. The shim talks to it as to
@@ -150,17 +150,9 @@ export async function startReplay(o: ReplayOptions): Promise<Replay> {
     socket.on('error', () => socket.destroy());
     socket.end(`HTTP/1.1 502 Bad Gateway\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
   });
-  server.requestTimeout = 0;
-  server.keepAliveTimeout = 65_000;
-
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      server.off('error', reject);
-      resolve();
-    });
-  });
-  const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  // Like the shim, never cut a long poll.
+  allowLongPolls(server);
+  const { url } = await listen(server, 0, '127.0.0.1');
   o.log.info({ file: o.file, entries: loaded.entries.length, skipped: loaded.skipped, strict: o.strict }, 'replaying a HAR file as the upstream');
 
   let closing: Promise<void> | undefined;

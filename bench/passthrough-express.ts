@@ -3,6 +3,7 @@
  * small JSON answer, measured with autocannon, for
  *   direct          the upstream itself
  *   raw → proxy     a raw http server handing every request to the pass-through (http-proxy-3)
+ *   … + metrics     the same with the upstream metrics hook (route label, counter, histogram)
  *   express → proxy the same pass-through behind `express()` + `app.use((req, res) => proxy.web(req, res))`
  *   shim            the shim as built (createShim: raw server, pino-http, metrics, pass-through)
  *   shim, info log  the same with a request log line per request (to /dev/null)
@@ -20,7 +21,7 @@ import { cpus, loadavg } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 
-type Role = 'upstream' | 'raw' | 'express' | 'shim';
+type Role = 'upstream' | 'raw' | 'raw-metrics' | 'express' | 'shim';
 
 /** A 114-byte JSON answer, the size used in ../shared/reference/anchors.md §6. */
 const BODY = JSON.stringify({ result: 'success', msg: '', zulip_version: '2.1.7', zulip_feature_level: 0, padding: 'x'.repeat(34) });
@@ -50,14 +51,17 @@ async function serve(role: Role, upstream: string, logLevel: string): Promise<nu
     return (await shim.listen(0, '127.0.0.1')).port;
   }
   const { createPassThrough } = await import('../src/proxy/passthrough.js');
+  const { createMetrics } = await import('../src/observability/metrics.js');
+  const { upstreamObserver } = await import('../src/observability/upstream-metrics.js');
   const proxy = createPassThrough({
     target: upstream,
     timeoutMs: config.upstream.timeoutMs,
     maxSockets: config.upstream.maxSockets,
     insecureTls: false,
     log,
+    observe: role === 'raw-metrics' ? upstreamObserver(createMetrics()) : undefined,
   });
-  if (role === 'raw') return listen(http.createServer((req, res) => proxy.web(req, res)));
+  if (role === 'raw' || role === 'raw-metrics') return listen(http.createServer((req, res) => proxy.web(req, res)));
   const { default: express } = await import('express');
   const app = express();
   app.use((req, res) => proxy.web(req, res));
@@ -134,6 +138,7 @@ async function main(): Promise<void> {
   const targets: Array<[string, Started]> = [
     ['direct', upstream],
     ['raw → proxy', await start('raw', upstream.url)],
+    ['raw → proxy + metrics', await start('raw-metrics', upstream.url)],
     ['express → proxy', await start('express', upstream.url)],
     ['shim', await start('shim', upstream.url)],
     ['shim, info log', await start('shim', upstream.url, 'info')],

@@ -168,6 +168,10 @@ export interface PacedOptions {
   request(client: number, lastUpdateId: number): Req;
   /** Keep the body of this poll (for the gzip figures)? */
   keepBody(client: number, minute: number): boolean;
+  /** The last_update_id each client starts from (default -1: a full first poll). */
+  initialId?: number;
+  /** Stop sending new polls after this many ms (default: the whole schedule). */
+  limitMs?: number;
   /** Called at the start of each simulated minute (after the first). */
   onMinute?(minute: number): void | Promise<void>;
 }
@@ -179,7 +183,7 @@ export interface PacedOptions {
  */
 export async function pacedClients(o: PacedOptions): Promise<PacedPoll[]> {
   const pool = new Pool(o.url, { connections: o.connections, pipelining: 1, keepAliveTimeout: 60_000 });
-  const lastId = new Array<number>(o.clients).fill(-1);
+  const lastId = new Array<number>(o.clients).fill(o.initialId ?? -1);
   const busy = new Uint8Array(o.clients);
   const polls: PacedPoll[] = [];
   const inflight = new Set<Promise<void>>();
@@ -221,6 +225,7 @@ export async function pacedClients(o: PacedOptions): Promise<PacedPoll[]> {
 
   while (fired < total) {
     const elapsed = performance.now() - t0;
+    if (o.limitMs !== undefined && elapsed >= o.limitMs) break;
     // Every poll whose time has come: poll k is client k % clients in minute k / clients.
     const due = Math.min(total, Math.floor((elapsed / o.minuteMs) * o.clients) + 1);
     while (fired < due) {

@@ -9,8 +9,8 @@ import { BENCH_DIR, ROOT, spawnChild, type Child } from './children.js';
 import { cannon, closedLoop, lastUpdateIdOf, pacedClients, percentile, send, type CannonResult, type Req, type Sample } from './load.js';
 import { findNginx, startNginx, type NginxFound } from './nginx.js';
 import { formatProfile, summariseProfile } from './profile-summary.js';
-import { renderCosts, renderMarkdown, renderTable, type Results, type Target } from './report.js';
-import { basicAuth, PRESENCE_PATH, SMALL_PATH, type Flavour, type UpstreamStats } from './synthetic-upstream.js';
+import { renderCosts, renderMarkdown, renderNotes, renderTable, type Results, type Target } from './report.js';
+import { basicAuth, PRESENCE_PATH, SMALL_BODY, SMALL_PATH, type Flavour, type UpstreamStats } from './synthetic-upstream.js';
 
 /**
  * `npm run bench` (issue 8): what the shim saves and what it costs, each figure against its
@@ -70,6 +70,8 @@ const opts = {
   /** Connections of the closed loops (B3, B6) and of autocannon (B4). */
   presenceConnections: 10,
   passthroughConnections: 50,
+  /** B2 checked in real time (coalesceMs 5000, clients at their real rate) for this long; 0 = not. */
+  b2RealSeconds: quick ? 0 : 30,
   /** B5: polls per RSS run. */
   rssPolls: quick ? 1_000 : 3_000,
   coalesceMs: 5_000,
@@ -98,8 +100,18 @@ async function once(url: string, r: Req) {
   }
 }
 
-function startShim(upstreamUrl: string, coalesceMs: number, nodeArgs: string[] = []): Promise<Child> {
-  return spawnChild('shim-process.ts', [upstreamUrl, String(coalesceMs), opts.logLevel], { nodeArgs });
+function startShim(upstreamUrl: string, coalesceMs: number, nodeArgs: string[] = [], logLevel = opts.logLevel): Promise<Child> {
+  return spawnChild('shim-process.ts', [upstreamUrl, String(coalesceMs), logLevel], { nodeArgs });
+}
+
+interface Blocks {
+  maxMs: number;
+  p99Ms: number;
+  maxGapMs: number;
+  cpuInMaxGapMs: number;
+  maxCpuInGapMs: number;
+  gapOfMaxCpuMs: number;
+  cpuSource?: string;
 }
 
 const profiles: Record<string, string> = {};
@@ -165,6 +177,11 @@ try {
   await up.call('clock', { minuteMs: opts.minuteMs });
   await up.call('churn', { on: true });
   const s1 = await startShim(up.url, coalesceScaled);
+  // Clients that have polled before: each starts from the id of one earlier full poll, so the
+  // first minute (not measured) is deltas too, as in a steady state.
+  const prime1 = await once(s1.url, presenceReq(0, -1));
+  const id1 = lastUpdateIdOf(prime1.tail);
+  if (id1 === undefined || prime1.status !== 200) throw new Error(`priming poll failed: HTTP ${prime1.status}`);
   const measuredMinutes = opts.minutes - 1;
   const stride = Math.max(1, Math.floor((opts.clients * measuredMinutes) / 150));
   let before: UpstreamStats | undefined;
@@ -178,6 +195,7 @@ try {
       minuteMs: opts.minuteMs,
       minutes: opts.minutes,
       connections: Math.min(opts.clients, 128),
+      initialId: id1,
       // Real clients (browsers, the mobile app) send Accept-Encoding: gzip.
       request: (c, id) => presenceReq(c, id, { 'accept-encoding': 'gzip' }),
       keepBody: (c, minute) => minute >= 1 && c % stride === 0,
@@ -246,7 +264,7 @@ try {
     upstreamCpuPct: (upCpu / steadyMs) * 100,
   };
   method.push(
-    `B1/B2: ${opts.clients} simulated clients each poll once per simulated minute at their own offset (spread evenly), with the presence_last_update_id of their previous answer, through a shim in its own process. Time is compressed: a simulated minute lasts ${opts.minuteMs} ms, the upstream's clock and churn (${opts.churn * 100} % of users per minute, in 10 steps) run at the same speed, and coalesceMs is scaled alike (${opts.coalesceMs} ms → ${coalesceScaled} ms). The first minute (full answers, -1) warms up; the next ${measuredMinutes} are measured.`,
+    `B1/B2: ${opts.clients} simulated clients each poll once per simulated minute at their own offset (spread evenly), with the presence_last_update_id of their previous answer, through a shim in its own process. Time is compressed: a simulated minute lasts ${opts.minuteMs} ms, the upstream's clock and churn (${opts.churn * 100} % of users per minute, in 10 steps) run at the same speed, and coalesceMs is scaled alike (${opts.coalesceMs} ms → ${coalesceScaled} ms). Every client starts from the id of one full poll made just before; the first minute warms up, the next ${measuredMinutes} are measured.`,
     `B1: bytes are response bodies. Delta = mean of the ${steady.length} steady-state polls; full modern = the shim's answer to last_update_id=-1 (what a modern server sends for a full poll); full legacy = the synthetic upstream's own answer to a plain poll (what an old client gets without the shim). Polls send Accept-Encoding: gzip; ${
       shimCompresses
         ? 'the shim gzips its own answers above 1 KiB, so the gzip column is the bytes it sent (decoded for the identity column); the legacy reference is zlib level 6 over the upstream body, as Zulip\'s nginx would send it.'
@@ -263,13 +281,37 @@ try {
   const prime = await once(s2.url, presenceReq(0, -1));
   const id0 = lastUpdateIdOf(prime.tail);
   if (id0 === undefined || prime.status !== 200) throw new Error(`priming poll failed: HTTP ${prime.status}`);
+  const gzipHeader2 = { 'accept-encoding': 'gzip' };
+  let realTime: { fetches: number; spanMs: number; perMinute: number; polls: number } | undefined;
+  if (opts.b2RealSeconds > 0) {
+    log(`B2 in real time: ${opts.clients} clients at one poll per minute each, coalesceMs ${opts.coalesceMs}, ${opts.b2RealSeconds} s …`);
+    const mark = (await up.call<{ now: number }>('fetch-times')).now;
+    const realPolls = await pacedClients({
+      url: s2.url,
+      clients: opts.clients,
+      minuteMs: 60_000,
+      minutes: 1,
+      connections: Math.min(opts.clients, 128),
+      initialId: id0,
+      limitMs: opts.b2RealSeconds * 1000,
+      request: (c, id) => presenceReq(c, id, gzipHeader2),
+      keepBody: () => false,
+    });
+    const times = (await up.call<{ times: number[] }>('fetch-times')).times.filter((t) => t > mark);
+    const spanMs = times.length > 1 ? times[times.length - 1]! - times[0]! : NaN;
+    realTime = { fetches: times.length, spanMs, perMinute: (60_000 * (times.length - 1)) / spanMs, polls: realPolls.length };
+    (details.b2 as Record<string, unknown>).realTime = realTime;
+    method.push(
+      `B2 in real time: time compression shortens the coalescing window but not the time a full fetch takes (reading, parsing and merging ${opts.users} users), which adds to every window; so B2 is also measured in real time on a fresh shim with coalesceMs ${opts.coalesceMs}: ${opts.clients} clients at their real rate (one poll per client per minute, spread) for ${opts.b2RealSeconds} s, the rate taken from the arrival times of the full fetches at the upstream (${realTime.fetches} fetches). This real-time rate is the headline figure.`,
+    );
+  }
   const phaseMs = opts.phaseSeconds * 1000;
   const warmMs = Math.min(2000, phaseMs / 2);
   const delta = (w: number) => presenceReq(w, id0);
   await closedLoop(s2.url, opts.presenceConnections, warmMs, delta);
   await s2.call('eld-start');
   const b3Shim = await profiled(s2, 'b3-delta-polls', () => closedLoop(s2.url, opts.presenceConnections, phaseMs, delta));
-  const eldDelta = await s2.call<{ maxMs: number; p99Ms: number }>('eld-stop');
+  const eldDelta = await s2.call<Blocks>('eld-stop');
   await closedLoop(up.url, opts.presenceConnections, warmMs, delta);
   const b3Direct = await closedLoop(up.url, opts.presenceConnections, phaseMs, delta);
   details.b3 = {
@@ -293,34 +335,41 @@ try {
       return n % 10 < 8 ? presenceReq(w, id0, gzip) : n % 10 === 8 ? presenceReq(w, -1, gzip) : presenceReq(w, undefined, gzip);
     }),
   );
-  const eldMixed = await s2.call<{ maxMs: number; p99Ms: number }>('eld-stop');
+  const eldMixed = await s2.call<Blocks>('eld-stop');
   const maxBlock = Math.max(eldDelta.maxMs, eldMixed.maxMs);
+  const maxBlockCpu = Math.max(eldDelta.maxCpuInGapMs, eldMixed.maxCpuInGapMs);
   details.b6 = {
     deltaOnlyMaxMs: round(eldDelta.maxMs),
     deltaOnlyEldP99Ms: round(eldDelta.p99Ms),
     mixedMaxMs: round(eldMixed.maxMs),
     mixedEldP99Ms: round(eldMixed.p99Ms),
+    maxBlockCpuMs: round(maxBlockCpu),
+    deltaOnly: eldDelta,
+    mixedBlocks: eldMixed,
     mixedP50: mixed.p50,
     mixedP99: mixed.p99,
     mixedRps: mixed.rps,
     mixed,
   };
   method.push(
-    `B6: perf_hooks.monitorEventLoopDelay (1 ms resolution) inside the shim process, during the B3 delta phase and during a mixed phase (each connection cycles 8 delta polls, 1 full modern poll, 1 legacy poll, all with Accept-Encoding: gzip; ${opts.phaseSeconds} s, ${opts.presenceConnections} connections); the figure is the larger maximum.`,
+    `B6: perf_hooks.monitorEventLoopDelay (1 ms resolution) inside the shim process, during the B3 delta phase and during a mixed phase (each connection cycles 8 delta polls, 1 full modern poll, 1 legacy poll, all with Accept-Encoding: gzip; ${opts.phaseSeconds} s, ${opts.presenceConnections} connections); the figure is the larger maximum. The machine is shared, so a block in wall time includes time the shim waited for a core: a 1 ms timer in the shim also notes the CPU time its main thread used between two ticks (source: ${eldDelta.cpuSource ?? 'unknown'}), and the largest of those is given beside it.`,
   );
 
   log(`B4 pass-through ${SMALL_PATH}, ${opts.passthroughConnections} connections, ${opts.phaseSeconds} s × ${opts.rounds} rounds …`);
   const nginx: NginxFound = opts.nginx ? findNginx(opts.installNginx) : { reason: 'disabled for this run (--no-nginx)' };
   const nginxRun = nginx.bin !== undefined ? await startNginx(nginx.bin, up.url) : undefined;
+  // The same shim without its per-request log line: what the request log costs.
+  const quiet = opts.logLevel === 'warn' || opts.quick ? undefined : await startShim(up.url, opts.coalesceMs, [], 'warn');
   await up.call('churn', { on: false });
   const headers = { authorization: basicAuth(0) };
   const targets: Array<[string, string]> = [
     ['direct', up.url],
     ['shim', s2.url],
   ];
+  if (quiet) targets.push(['shim, log level warn', quiet.url]);
   if (nginxRun) targets.push(['nginx', nginxRun.url]);
   const runs: Record<string, CannonResult[]> = {};
-  await cannon(`${s2.url}${SMALL_PATH}`, opts.passthroughConnections, Math.max(1, Math.round(opts.phaseSeconds / 5)), headers);
+  for (const [, url] of targets) await cannon(`${url}${SMALL_PATH}`, opts.passthroughConnections, Math.max(1, Math.round(opts.phaseSeconds / 5)), headers);
   for (let r = 0; r < opts.rounds; r++) {
     for (const [name, url] of targets) {
       const run = () => cannon(`${url}${SMALL_PATH}`, opts.passthroughConnections, opts.phaseSeconds, headers);
@@ -330,6 +379,7 @@ try {
     }
   }
   await nginxRun?.stop();
+  await quiet?.stop();
   await s2.stop();
   const best = (name: string) => runs[name]?.reduce((a, b) => (b.rps > a.rps ? b : a));
   details.b4 = {
@@ -340,7 +390,7 @@ try {
     nginxSkipped: nginx.bin !== undefined ? null : nginx.reason,
   };
   method.push(
-    `B4: autocannon (this process), GET ${SMALL_PATH} (${'{"result":"success","msg":"","alert_words":[…]}'.length} B of JSON) with Basic auth, ${opts.passthroughConnections} connections, ${opts.phaseSeconds} s per run, targets alternated over ${opts.rounds} round(s), best run kept. The shim logs each request at level ${opts.logLevel} (to a discarded stdout); nginx (${
+    `B4: autocannon (this process), GET ${SMALL_PATH} (${SMALL_BODY.length} B of JSON) with Basic auth, ${opts.passthroughConnections} connections, ${opts.phaseSeconds} s per run, targets alternated over ${opts.rounds} round(s), best run kept. The shim logs each request at level ${opts.logLevel} (to a discarded stdout); nginx (${
       nginx.bin !== undefined ? nginx.version : 'skipped'
     }) runs one worker process with upstream keepalive and an access log. Latency percentiles are autocannon's whole milliseconds.`,
   );
@@ -382,7 +432,7 @@ try {
   const r: Omit<Results, 'targets'> = {
     bandwidth_ratio_full_modern: round(fullModern.bytes / deltaBytes),
     bandwidth_ratio_full_legacy: round(fullLegacy.bytes / deltaBytes),
-    upstream_fetch_reduction: round(opts.clients / fetchesPerMin),
+    upstream_fetch_reduction: round(opts.clients / (realTime?.perMinute ?? fetchesPerMin)),
     presence_p50_ms_shim: round(b3Shim.p50, 3),
     presence_p50_ms_direct: round(b3Direct.p50, 3),
     passthrough_rps_shim: round(shimBest.rps, 0),
@@ -398,7 +448,12 @@ try {
     passthrough_p99_ms_shim: shimBest.p99,
     passthrough_p99_ms_direct: directBest.p99,
     passthrough_p99_ms_nginx: nginxBest ? nginxBest.p99 : null,
-    upstream_full_fetches_per_min_shim: round(fetchesPerMin),
+    upstream_full_fetches_per_min_shim: round(realTime?.perMinute ?? fetchesPerMin),
+    upstream_full_fetches_per_min_shim_compressed: round(fetchesPerMin),
+    upstream_full_fetches_per_min_shim_real_time: realTime ? round(realTime.perMinute) : null,
+    upstream_fetch_reduction_compressed: round(opts.clients / fetchesPerMin),
+    max_event_loop_block_cpu_ms: round(maxBlockCpu),
+    passthrough_rps_shim_log_warn: best('shim, log level warn') ? round(best('shim, log level warn')!.rps, 0) : null,
     upstream_full_fetches_per_min_direct: opts.clients,
     machine: {
       cpu: os.cpus()[0]?.model.trim() ?? 'unknown',
@@ -429,6 +484,7 @@ try {
       target('B5 ledger', '≤ 200 B per user', r.ledger_bytes_per_user, r.ledger_bytes_per_user <= 200),
       target('B5 RSS', '≤ 1.1×', r.rss_ratio_1000_vs_1_callers, r.rss_ratio_1000_vs_1_callers <= 1.1),
       target('B6', '≤ 50 ms', r.max_event_loop_block_ms, r.max_event_loop_block_ms <= 50),
+      target('B6 CPU', '≤ 50 ms', r.max_event_loop_block_cpu_ms, r.max_event_loop_block_cpu_ms <= 50),
     ],
   };
 
@@ -436,6 +492,7 @@ try {
   log(renderTable(results));
   log('');
   log(renderCosts(results));
+  log(renderNotes(results));
   for (const [name, file] of Object.entries(profiles)) {
     log(`\nCPU profile of the shim, ${name} (${relative(ROOT, file)}):`);
     log(formatProfile(summariseProfile(file, 12)));

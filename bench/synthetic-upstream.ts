@@ -53,8 +53,9 @@ export interface UpstreamStats {
   regenMs: number;
 }
 
-/** The small JSON endpoint used for the pass-through figures (B4). */
+/** The small JSON endpoint used for the pass-through figures (B4), and its answer. */
 export const SMALL_PATH = '/api/v1/users/me/alert_words';
+export const SMALL_BODY = '{"result":"success","msg":"","alert_words":["bench","compat"]}';
 export const PRESENCE_PATH = '/api/v1/users/me/presence';
 
 export const emailOf = (i: number) => `user${i}@zulip.example.com`;
@@ -83,6 +84,8 @@ const MOBILE = 1;
 export class SyntheticZulip {
   readonly o: SyntheticOptions;
   stats: UpstreamStats = SyntheticZulip.emptyStats();
+  /** When full presence fetches arrived (performance.now() ms), the most recent ones. */
+  fetchTimes: number[] = [];
   url = '';
   private server?: http.Server;
   private readonly rand: () => number;
@@ -97,7 +100,7 @@ export class SyntheticZulip {
   private slimBody = Buffer.alloc(0);
   private readonly usersBody: Buffer;
   private readonly settingsBody: Buffer;
-  private readonly smallBody = Buffer.from('{"result":"success","msg":"","alert_words":["bench","compat"]}');
+  private readonly smallBody = Buffer.from(SMALL_BODY);
   private readonly pingBody = Buffer.from('{"result":"success","msg":""}');
   private readonly presenceHead = Buffer.from('{"result":"success","msg":"","presences":');
   private simBase: number;
@@ -306,6 +309,8 @@ export class SyntheticZulip {
             return send(res, [this.pingBody]);
           }
           this.stats.presenceFull++;
+          if (this.fetchTimes.length >= 10_000) this.fetchTimes.shift();
+          this.fetchTimes.push(performance.now());
           const slim = form.get('slim_presence') === 'true' && this.o.flavour === '7.0';
           return send(res, [this.presenceHead, slim ? this.slimBody : this.legacyBody, this.presenceTail()]);
         }

@@ -22,7 +22,10 @@ serveParent(
     stats: () => ({ ...upstream.stats, simNow: upstream.simNow() }),
     'reset-stats': () => {
       upstream.stats = SyntheticZulip.emptyStats();
+      upstream.fetchTimes = [];
     },
+    /** Arrival times of full presence fetches (ms, this process's clock) and the clock now. */
+    'fetch-times': () => ({ times: upstream.fetchTimes, now: performance.now() }),
     /** args: { minuteMs } */
     clock: (a) => upstream.setMinute((a as { minuteMs: number }).minuteMs),
     churn: (a) => ((a as { on: boolean }).on ? upstream.startChurn() : upstream.stopChurn()),

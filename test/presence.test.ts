@@ -63,6 +63,13 @@ describe.each(OLD_ERAS)('presence on a Zulip %s upstream', (era) => {
     expect(r.body.server_timestamp).toBe(fake.now);
   });
 
+  it('passes the legacy answer on byte for byte, the id added at the end', async () => {
+    await setup(era);
+    const viaShim = await poll(11, { status: 'active' });
+    const direct = await request(fake.url).post('/api/v1/users/me/presence').set('Authorization', fake.auth(11)).type('form').send({ status: 'active' });
+    expect(viaShim.text).toBe(`${direct.text.slice(0, -1)},"presence_last_update_id":${viaShim.body.presence_last_update_id}}`);
+  });
+
   it('answers slim_presence=true with the full modern map, never a delta', async () => {
     await setup(era);
     const r = await poll(10, { status: 'active', slim_presence: 'true' });

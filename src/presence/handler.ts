@@ -178,6 +178,7 @@ async function fetchSnapshot(
       fetchedAt: Date.now(),
       modern,
       legacy: format === 'legacy' ? body : undefined,
+      legacyBytes: format === 'legacy' ? own.body : undefined,
       ledger,
       answers: new Map(),
       bodies: new Map(),
@@ -201,7 +202,7 @@ async function respond(poll: Poll, res: ServerResponse, s: Snapshot, modern: boo
   const key = p.ignored.length ? undefined : `${built.key}|${built.id}`;
   let body = key ? s.bodies.get(key) : undefined;
   if (!body) {
-    body = { raw: Buffer.from(built.body()) };
+    body = { raw: built.body() };
     if (key) s.bodies.set(key, body);
   }
   ctx.metrics.presenceAnswers.inc({ kind: built.kind });
@@ -257,7 +258,7 @@ interface Built {
   key: string;
   id: number;
   kind: string;
-  body: () => string;
+  body: () => Buffer;
 }
 
 function modernAnswer(s: Snapshot, p: PresenceRequest): Built {
@@ -272,7 +273,9 @@ function modernAnswer(s: Snapshot, p: PresenceRequest): Built {
     id,
     kind: s.ledger ? kindOf(p, full) : 'modern_full',
     body: () =>
-      `{"result":"success","msg":"","server_timestamp":${JSON.stringify(s.serverTimestamp)},"presences":${json},"presence_last_update_id":${id}${ignored}}`,
+      Buffer.from(
+        `{"result":"success","msg":"","server_timestamp":${JSON.stringify(s.serverTimestamp)},"presences":${json},"presence_last_update_id":${id}${ignored}}`,
+      ),
   };
 }
 
@@ -284,9 +287,14 @@ function legacyAnswer(s: Snapshot, p: PresenceRequest): Built {
     kind: 'legacy_full',
     body: () => {
       const upstream = s.legacy ?? {};
+      const asMade = s.legacyBytes && p.historyLimitDays === undefined && !p.ignored.length && !('ignored_parameters_unsupported' in upstream);
+      const end = asMade ? s.legacyBytes!.lastIndexOf('}') : -1;
+      // The upstream's own bytes with the id added before the closing brace: exactly as it made
+      // them (P1), and no re-serialisation of a multi-megabyte answer on the event loop.
+      if (end > 0) return Buffer.concat([s.legacyBytes!.subarray(0, end), Buffer.from(`,"presence_last_update_id":${id}}`)]);
       let presences = (upstream.presences ?? {}) as Record<string, unknown>;
       if (p.historyLimitDays !== undefined) presences = limitLegacyHistory(presences, p.historyLimitDays, s.serverTimestamp);
-      return JSON.stringify(withIgnored({ ...upstream, presences, presence_last_update_id: id }, p.ignored));
+      return Buffer.from(JSON.stringify(withIgnored({ ...upstream, presences, presence_last_update_id: id }, p.ignored)));
     },
   };
 }

@@ -19,6 +19,8 @@ export interface Snapshot {
   modern: ReadonlyMap<number, ModernPresence> | undefined;
   /** The upstream's own answer when it was in the legacy format (P1: passed on as made). */
   legacy: Readonly<Record<string, unknown>> | undefined;
+  /** …and its bytes, so the common legacy answer is those bytes plus the id, not a re-serialisation. */
+  legacyBytes?: Buffer | undefined;
   /** The realm's ledger after merging this snapshot; undefined when the store failed. */
   ledger: LedgerState | undefined;
   /** Serialised presences built from this snapshot, by answer key (computed once per snapshot). */

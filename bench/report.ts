@@ -183,7 +183,7 @@ export function renderNotes(r: Results): string {
   }
   if (r.passthrough_rps_shim_log_warn !== null) {
     notes.push(
-      `- B4: the shim at log level warn (no request line) does ${fmt(r.passthrough_rps_shim_log_warn, 0)} req/s against ${fmt(r.passthrough_rps_shim, 0)} at info; nginx runs one worker process, the shim one process.`,
+      `- B4: the shim at log level warn (no request line) does ${fmt(r.passthrough_rps_shim_log_warn, 0)} req/s against ${fmt(r.passthrough_rps_shim, 0)} at info; nginx runs one worker process, the shim one process. \`node --import tsx bench/passthrough-variants.ts\` splits the difference: a bare server in front of the same http-proxy-3 pass-through, and one streaming through an undici Pool instead.`,
     );
   }
   return notes.join('\n');

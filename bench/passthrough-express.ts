@@ -24,7 +24,7 @@ import { parseArgs } from 'node:util';
 type Role = 'upstream' | 'raw' | 'raw-metrics' | 'express' | 'shim';
 
 /** A 114-byte JSON answer, the size used in ../shared/reference/anchors.md §6. */
-const BODY = JSON.stringify({ result: 'success', msg: '', zulip_version: '2.1.7', zulip_feature_level: 0, padding: 'x'.repeat(34) });
+const BODY = JSON.stringify({ result: 'success', msg: '', zulip_version: '2.1.7', zulip_feature_level: 0, padding: 'x'.repeat(24) });
 
 async function listen(server: http.Server): Promise<number> {
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));

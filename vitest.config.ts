@@ -7,5 +7,7 @@ export default defineConfig({
     testTimeout: 20_000,
     hookTimeout: 20_000,
     pool: 'forks',
+    // P13 over the whole suite: no credential in any log line, HAR file or metric.
+    setupFiles: ['test/support/secrets-setup.ts'],
   },
 });

@@ -7,6 +7,8 @@ type DeepPartial<T> = { [K in keyof T]?: T[K] extends object ? DeepPartial<T[K]>
 
 /** Every log line written by shims started in tests (for the secrets checks). */
 export const capturedLogLines: string[] = [];
+/** Every shim started in tests (the secrets check reads their /metrics text). */
+export const startedShims: Shim[] = [];
 
 export function testConfig(upstream: string, over: DeepPartial<Config> = {}): Config {
   const base = loadConfig(['--upstream', upstream, '--port', '0', '--log-level', 'silent'], {}).config;
@@ -39,6 +41,7 @@ export async function startShim(
   });
   const log = createLogger(process.env.TEST_LOG_LEVEL ?? 'debug', sink);
   const shim = createShim({ config, log, target: upstream, upstreamId: upstream, ...extra });
+  startedShims.push(shim);
   const { url } = await shim.listen(0, '127.0.0.1');
   return { shim, url, logs, close: () => shim.close() };
 }

@@ -1,11 +1,11 @@
 import { randomUUID } from 'node:crypto';
-import http, { type IncomingMessage, type ServerResponse } from 'node:http';
+import http, { STATUS_CODES, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
 import express from 'express';
 import { pinoHttp } from 'pino-http';
 import type { Config } from './config.js';
 import { facts, type Handler, type ShimContext } from './context.js';
-import { sendJson, sendShimError, toShimError, ShimError } from './http/errors.js';
+import { errorBody, sendJson, sendShimError, toShimError, ShimError } from './http/errors.js';
 import { loggablePath, type Logger } from './observability/logger.js';
 import { createMetrics } from './observability/metrics.js';
 import { upstreamObserver } from './observability/upstream-metrics.js';
@@ -57,6 +57,27 @@ function pathOf(url: string | undefined): string {
 }
 
 const REQUEST_ID = /^[\w.:-]{1,128}$/;
+
+/** Statuses for requests Node's parser refuses (as Node itself answers them). */
+const CLIENT_ERROR_STATUS: Readonly<Record<string, number>> = {
+  HPE_HEADER_OVERFLOW: 431,
+  HPE_CHUNK_EXTENSIONS_OVERFLOW: 413,
+  ERR_HTTP_REQUEST_TIMEOUT: 408,
+};
+
+/** A complete HTTP answer with a shim error in Zulip's shape, for a socket without a response (E2). */
+function rawShimError(status: number, msg = `Malformed HTTP request: ${STATUS_CODES[status] ?? 'Bad Request'}`): string {
+  const reason = STATUS_CODES[status] ?? 'Bad Request';
+  const body = errorBody('BAD_REQUEST', msg);
+  return [
+    `HTTP/1.1 ${status} ${reason}`,
+    'Content-Type: application/json',
+    `Content-Length: ${Buffer.byteLength(body)}`,
+    'Connection: close',
+    '',
+    body,
+  ].join('\r\n');
+}
 
 export function createShim(o: ShimOptions): Shim {
   const { config, log } = o;
@@ -149,21 +170,45 @@ export function createShim(o: ShimOptions): Shim {
     const [method, path] = key.split(' ') as [string, string];
     app[method.toLowerCase() as 'get' | 'post'](path, wrap(handler));
   }
+  // Only the shim's own paths get here unmatched (another method): a Zulip-shaped 405 (E2).
+  app.use((_req: express.Request, res: express.Response) => {
+    sendJson(res, 405, errorBody('BAD_REQUEST', 'Method Not Allowed'), { allow: 'GET, HEAD' });
+  });
+  // What Express catches itself (a failed /metrics, say) answers in Zulip's shape too (E4).
+  const expressFault: express.ErrorRequestHandler = (e, _req, res, _next) => {
+    log.error({ err: e }, 'unexpected error in a shim path');
+    sendShimError(res, toShimError(e));
+  };
+  app.use(expressFault);
 
   const server = http.createServer((req, res) => {
-    httpLog(req, res);
-    const path = pathOf(req.url);
-    if (OWN_PATHS.has(path) || INTERCEPTED.has(`${req.method} ${path}`)) {
-      app(req, res);
-    } else {
-      passThrough.web(req, res);
+    try {
+      httpLog(req, res);
+      const path = pathOf(req.url);
+      if (OWN_PATHS.has(path) || INTERCEPTED.has(`${req.method} ${path}`)) {
+        app(req, res);
+      } else {
+        passThrough.web(req, res);
+      }
+    } catch (e) {
+      // E4: a fault on the way in costs this request a 500, never the process.
+      log.error({ err: e }, 'unexpected error routing a request');
+      sendShimError(res, toShimError(e));
     }
   });
   server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => passThrough.ws(req, socket, head));
   server.on('clientError', (err, socket) => {
-    if (socket.writable) socket.end('HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n');
+    const code = (err as NodeJS.ErrnoException).code;
+    // Node's own rule: answer only where no answer to an earlier request is being written.
+    const inFlight = (socket as Duplex & { _httpMessage?: { headersSent?: boolean } })._httpMessage;
+    if (code !== 'ECONNRESET' && socket.writable && !inFlight?.headersSent) socket.end(rawShimError(CLIENT_ERROR_STATUS[code ?? ''] ?? 400));
     else socket.destroy();
-    log.debug({ err: { code: (err as NodeJS.ErrnoException).code } }, 'client error');
+    log.debug({ err: { code } }, 'client error');
+  });
+  // No tunnels through the shim (E4: an answer all the same, not a dropped connection).
+  server.on('connect', (_req: IncomingMessage, socket: Duplex) => {
+    socket.on('error', () => socket.destroy());
+    socket.end(rawShimError(405, 'CONNECT is not supported'));
   });
   // Long polls (GET /events, ~90 s) must never be cut by the shim's own server timeouts.
   allowLongPolls(server);

@@ -60,7 +60,9 @@ function multipartEntries(contentType: string, body: Buffer): Promise<Array<[str
     }
     const out: Array<[string, string]> = [];
     bb.on('field', (name, value) => out.push([name, value]));
-    bb.on('file', (_name, stream) => stream.resume());
+    // A body cut inside a file part destroys its stream with an error: without a listener
+    // that error would be uncaught and take the process down (E4). The form's own 'error' answers.
+    bb.on('file', (_name, stream) => stream.on('error', () => {}).resume());
     bb.on('error', () => reject(badRequest('Malformed multipart/form-data body')));
     bb.on('close', () => resolve(out));
     bb.end(body);

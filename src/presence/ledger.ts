@@ -67,9 +67,9 @@ export interface Observation {
 
 const MERGE_HISTORY = 32;
 
-/** I1: a new ledger's epoch, from the clock, in the id space of every earlier ledger. */
+/** I1: a new ledger's epoch, from the clock (milliseconds, with a fraction when the clock has it). */
 export function epochFor(nowMs: number): number {
-  return Math.floor(nowMs) * 1000;
+  return Math.floor(nowMs * 1000);
 }
 
 /**

@@ -86,14 +86,12 @@ export class RedisStore implements PresenceStore {
   private readonly pending = new Map<string, Pending[]>();
   private readonly idleTtlMs: number;
   private readonly maxAttempts: number;
-  private readonly clock: () => number;
   /** The highest id this replica has seen: a new epoch starts above it, even if the clock lags (P5). */
   private highWater = 0;
 
   constructor(private readonly o: RedisStoreOptions) {
     this.idleTtlMs = o.idleTtlMs ?? 86_400_000;
     this.maxAttempts = o.maxAttempts ?? 8;
-    this.clock = o.clock ?? Date.now;
     this.conn = new RedisConnection({ url: o.url, log: o.log, storeErrors: o.storeErrors, commandTimeoutMs: o.commandTimeoutMs ?? 1_000 });
     this.conn.redis.defineCommand('zcsReadLedger', { numberOfKeys: 1, lua: READ_LUA });
     this.conn.redis.defineCommand('zcsCasLedger', { numberOfKeys: 1, lua: CAS_LUA });
@@ -104,6 +102,17 @@ export class RedisStore implements PresenceStore {
 
   get keyPrefix(): string {
     return this.o.keyPrefix;
+  }
+
+  /**
+   * The clock a new epoch is taken from: Redis's own (TIME, microseconds), shared by every
+   * replica, so a ledger re-created after a flush starts above the ids of the one before even
+   * when replicas' clocks disagree (P5). An injected clock (tests) wins.
+   */
+  private async epochClock(): Promise<number> {
+    if (this.o.clock) return this.o.clock();
+    const [sec, usec] = await this.conn.redis.time();
+    return Number(sec) * 1000 + Number(usec) / 1000;
   }
 
   key(realm: string): string {
@@ -161,7 +170,7 @@ export class RedisStore implements PresenceStore {
     // merging on a stale copy would be wasted work at 10,000 users.
     let current = await this.read(realm);
     for (let attempt = 1; ; attempt++) {
-      const base = current?.state ?? createLedger(this.clock(), this.highWater);
+      const base = current?.state ?? createLedger(await this.epochClock(), this.highWater);
       const states: LedgerState[] = [];
       let next = base;
       for (const obs of batch) states.push((next = merge(next, obs)));

@@ -44,6 +44,19 @@ describe('pass-through (T1, E1, E2)', () => {
     expect(echo.headers['x-request-id']).toBeTruthy();
   });
 
+  it('keeps the Proto and Host a proxy in front said, and appends to X-Forwarded-For', async () => {
+    const res = await request(shim.url)
+      .get('/test/echo')
+      .set('Host', 'shim.internal')
+      .set('X-Forwarded-For', '203.0.113.7')
+      .set('X-Forwarded-Proto', 'https')
+      .set('X-Forwarded-Host', 'chat.example.com');
+    const h = (res.body as { headers: Record<string, string> }).headers;
+    expect(h['x-forwarded-proto']).toBe('https');
+    expect(h['x-forwarded-host']).toBe('chat.example.com');
+    expect(h['x-forwarded-for']).toMatch(/^203\.0\.113\.7, .*127\.0\.0\.1$/);
+  });
+
   it('passes an upstream error through unchanged (E1)', async () => {
     const res = await request(shim.url).get('/api/v1/users').set('Authorization', 'Basic bm9wZTpub3Bl');
     expect(res.status).toBe(401);

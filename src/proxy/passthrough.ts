@@ -3,6 +3,7 @@ import https from 'node:https';
 import type { Duplex } from 'node:stream';
 import { createProxyServer } from 'http-proxy-3';
 import { errorBody, upstreamTimeout, upstreamUnavailable } from '../http/errors.js';
+import { forwardedHeaders } from '../http/forwarded.js';
 import type { Logger } from '../observability/logger.js';
 import type { UpstreamObserver } from '../observability/upstream-metrics.js';
 
@@ -42,7 +43,8 @@ export function createPassThrough(o: PassThroughOptions): PassThrough {
   const proxy = createProxyServer({
     target: o.target,
     agent,
-    xfwd: true,
+    // X-Forwarded-* are set below by the shim's one rule (src/http/forwarded.ts).
+    xfwd: false,
     ws: true,
     changeOrigin: false,
     secure: !o.insecureTls,
@@ -93,10 +95,12 @@ export function createPassThrough(o: PassThroughOptions): PassThrough {
   return {
     web: (req, res) => {
       if (o.observe) (req as Tracked)[STARTED] = performance.now();
+      Object.assign(req.headers, forwardedHeaders(req));
       proxy.web(req, res);
     },
     ws: (req, socket, head) => {
       socket.on('error', () => socket.destroy());
+      Object.assign(req.headers, forwardedHeaders(req));
       proxy.ws(req, socket, head);
     },
     close: () => {

@@ -3,6 +3,7 @@ import type { Readable } from 'node:stream';
 import { Pool, errors as undiciErrors } from 'undici';
 import { ShimError, upstreamBadResponse, upstreamTimeout, upstreamUnavailable } from '../http/errors.js';
 import type { UpstreamObserver } from '../observability/upstream-metrics.js';
+import { forwardedHeaders as xForwarded } from '../http/forwarded.js';
 import type { Realm } from './realm.js';
 
 /**
@@ -165,11 +166,7 @@ export function forwardedHeaders(req: IncomingMessage): Record<string, string> {
     if (v === undefined || HOP_BY_HOP.has(k)) continue;
     out[k] = Array.isArray(v) ? v.join(', ') : v;
   }
-  const remote = req.socket.remoteAddress ?? '';
-  out['x-forwarded-for'] = out['x-forwarded-for'] ? `${out['x-forwarded-for']},${remote}` : remote;
-  const proto = (req.socket as { encrypted?: boolean }).encrypted ? 'https' : 'http';
-  out['x-forwarded-proto'] = out['x-forwarded-proto'] ? `${out['x-forwarded-proto']},${proto}` : proto;
-  out['x-forwarded-host'] ??= req.headers.host ?? '';
+  Object.assign(out, xForwarded(req));
   out['accept-encoding'] = 'identity';
   return out;
 }

@@ -145,3 +145,16 @@ describe('docs', () => {
     }
   });
 });
+
+describe('bounded realm labels', () => {
+  it('keeps at most MAX_REALM_LABELS realms in ledger_users, dropping the least recent', async () => {
+    const { createMetrics, MAX_REALM_LABELS } = await import('../src/observability/metrics.js');
+    const m = createMetrics();
+    for (let i = 0; i < MAX_REALM_LABELS + 5; i++) m.ledgerUsers.set({ realm: `r${i}.example.com` }, i);
+    const text = await m.registry.metrics();
+    const series = text.split('\n').filter((l) => l.startsWith('zulip_compat_shim_ledger_users{'));
+    expect(series).toHaveLength(MAX_REALM_LABELS);
+    expect(text).not.toContain('realm="r0.example.com"');
+    expect(text).toContain(`realm="r${MAX_REALM_LABELS + 4}.example.com"`);
+  });
+});

@@ -1,3 +1,4 @@
+import { LRUCache } from 'lru-cache';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import { VERSION } from '../version.js';
 
@@ -61,12 +62,15 @@ export function createMetrics() {
       help: 'Bytes a full modern answer would have been for the same polls (the saving is the difference)',
       registers: [registry],
     }),
-    ledgerUsers: new Gauge({
-      name: `${p}ledger_users`,
-      help: 'Users held in the presence ledger, by realm host',
-      labelNames: ['realm'] as const,
-      registers: [registry],
-    }),
+    ledgerUsers: boundedByLabel(
+      new Gauge({
+        name: `${p}ledger_users`,
+        help: 'Users held in the presence ledger, by realm host (the most recently active realms)',
+        labelNames: ['realm'] as const,
+        registers: [registry],
+      }),
+      MAX_REALM_LABELS,
+    ),
     /** cache: user_directory | own_profile | feature_level; result: hit | miss */
     lookups: new Counter({
       name: `${p}lookup_cache_total`,
@@ -83,3 +87,25 @@ export function createMetrics() {
 }
 
 export type Metrics = ReturnType<typeof createMetrics>;
+
+/** Realm hosts come from clients' Host headers: at most this many label values are kept. */
+export const MAX_REALM_LABELS = 100;
+
+/**
+ * A gauge by realm whose label values stay bounded: setting a realm beyond `max` drops the one
+ * set least recently, so no client can grow the series without bound.
+ */
+function boundedByLabel(gauge: Gauge<'realm'>, max: number) {
+  const recent = new LRUCache<string, true>({
+    max,
+    dispose: (_v, realm, reason) => {
+      if (reason === 'evict') gauge.remove({ realm });
+    },
+  });
+  return {
+    set(labels: { realm: string }, value: number): void {
+      recent.set(labels.realm, true);
+      gauge.set(labels, value);
+    },
+  };
+}

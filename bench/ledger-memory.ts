@@ -2,7 +2,8 @@ import { createLedger, merge, type ModernPresence, type LedgerState } from '../s
 import { MemoryStore } from '../src/store/memory.js';
 
 /**
- * B5: heap held by one realm's presence ledger, per user. Run with --expose-gc in a process of
+ * B5: heap held by one realm's presence ledger, per user. Run with --expose-gc (and
+ * --single-threaded, for a figure that does not depend on when V8 optimises) in a process of
  * its own: the observation is built first, then the heap is measured (after full GCs) before
  * and after merging it into a new ledger, and again after a steady-state merge (2 % of the
  * users changed). Prints one JSON line.

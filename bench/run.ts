@@ -156,7 +156,9 @@ const stats = () => up.call<UpstreamStats>('stats');
 try {
   // -------------------------------------------------------------------------- B5 ledger
   log('B5 ledger memory …');
-  const ledgerRun = spawnSync(process.execPath, ['--expose-gc', '--import', 'tsx', join(BENCH_DIR, 'ledger-memory.ts'), String(opts.users)], {
+  // --single-threaded: with V8's background compiler, the figure moved between runs (124–219 B
+  // a user seen on this machine under load) with the moment `merge` got optimised.
+  const ledgerRun = spawnSync(process.execPath, ['--expose-gc', '--single-threaded', '--import', 'tsx', join(BENCH_DIR, 'ledger-memory.ts'), String(opts.users)], {
     cwd: ROOT,
     encoding: 'utf8',
   });
@@ -168,7 +170,7 @@ try {
   };
   const ledgerBytes = Math.max(ledger.bytesFirst, ledger.bytesSteady);
   method.push(
-    `B5 ledger: a child process with --expose-gc builds a ${opts.users}-user observation, then measures heapUsed (after full GCs) before and after merging it into a new ledger and after a second merge with 2 % changed; the larger of the two deltas divided by the users (first ${ledger.bytesFirst} B, steady ${ledger.bytesSteady} B, through MemoryStore ${ledger.bytesStore} B).`,
+    `B5 ledger: a child process with --expose-gc and --single-threaded (without it the figure moved from run to run with the moment V8's background compiler optimised the merge) builds a ${opts.users}-user observation, then measures heapUsed (after full GCs) before and after merging it into a new ledger and after a second merge with 2 % changed; the larger of the two deltas divided by the users (first ${ledger.bytesFirst} B, steady ${ledger.bytesSteady} B, through MemoryStore ${ledger.bytesStore} B).`,
   );
 
   // -------------------------------------------------------------------------- B1 + B2

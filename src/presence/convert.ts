@@ -23,6 +23,9 @@ export const FL_SLIM = 25;
 
 export type PresenceEra = 'legacy' | 'old-slim' | 'exact-slim';
 
+/** The user's date_joined in seconds, or how to find it: looked up only for users never active. */
+export type Joined = number | undefined | (() => number | undefined);
+
 export function presenceEra(featureLevel: number): PresenceEra {
   if (featureLevel < FL_SLIM) return 'legacy';
   return featureLevel < FL_ONE_ROW_PER_USER ? 'old-slim' : 'exact-slim';
@@ -35,7 +38,7 @@ const int = (v: unknown): number | undefined =>
  * 2.1–6.x legacy entry (`{"website": {client, status, timestamp, pushable}, …, "aggregated": …}`)
  * → modern: active = newest active report of any client; idle = newest report of any client.
  */
-export function legacyUserToModern(entry: unknown, dateJoined: number | undefined): ModernPresence | undefined {
+export function legacyUserToModern(entry: unknown, dateJoined: Joined): ModernPresence | undefined {
   if (!entry || typeof entry !== 'object') return undefined;
   let active: number | undefined;
   let idle: number | undefined;
@@ -53,7 +56,7 @@ export function legacyUserToModern(entry: unknown, dateJoined: number | undefine
 }
 
 /** 3.0–6.x slim entry: keys may be missing; idle_timestamp meant "newest idle report". */
-export function oldSlimToModern(entry: unknown, dateJoined: number | undefined): ModernPresence | undefined {
+export function oldSlimToModern(entry: unknown, dateJoined: Joined): ModernPresence | undefined {
   if (!entry || typeof entry !== 'object') return undefined;
   const a = int((entry as { active_timestamp?: unknown }).active_timestamp);
   const i = int((entry as { idle_timestamp?: unknown }).idle_timestamp);
@@ -62,13 +65,14 @@ export function oldSlimToModern(entry: unknown, dateJoined: number | undefined):
 }
 
 /** 7.0–8.x slim entry: exact; made integers and checked, nothing else. */
-export function exactSlimToModern(entry: unknown, dateJoined: number | undefined): ModernPresence | undefined {
+export function exactSlimToModern(entry: unknown, dateJoined: Joined): ModernPresence | undefined {
   return oldSlimToModern(entry, dateJoined);
 }
 
 /** P2: both integers, idle >= active; a missing active time is the user's date_joined, or 0. */
-function complete(active: number | undefined, idle: number, dateJoined: number | undefined): ModernPresence {
-  const a = active ?? Math.min(dateJoined ?? 0, idle);
+function complete(active: number | undefined, idle: number, dateJoined: Joined): ModernPresence {
+  const joined = () => (typeof dateJoined === 'function' ? dateJoined() : dateJoined);
+  const a = active ?? Math.min(joined() ?? 0, idle);
   return { active_timestamp: a, idle_timestamp: Math.max(idle, a) };
 }
 
@@ -100,7 +104,7 @@ export function toModern(era: PresenceEra, presences: Record<string, unknown>, u
       if (id === undefined) continue;
     }
     const convert = era === 'legacy' ? legacyUserToModern : era === 'old-slim' ? oldSlimToModern : exactSlimToModern;
-    const p = convert(entry, users.dateJoinedOf(id));
+    const p = convert(entry, () => users.dateJoinedOf(id));
     if (p) out.set(id, p);
   }
   return { presences: out, unknownEmails };

@@ -1,3 +1,4 @@
+import { setImmediate } from 'node:timers/promises';
 import type { ServerResponse } from 'node:http';
 import { facts, timedUpstream, type Handler } from '../context.js';
 import { parseParams, readBody, encodeForm } from '../http/body.js';
@@ -167,6 +168,8 @@ async function fetchSnapshot(
     if (!isSuccess(own.status)) throw new UpstreamRefused(own);
     ctx.metrics.presenceSnapshots.inc({ source: 'upstream' });
     const body = parseJsonObject(own.body);
+    // Parsing a multi-megabyte answer is the longest step: let other requests run after it (B6).
+    await setImmediate();
     const presences = body.presences;
     if (!presences || typeof presences !== 'object' || Array.isArray(presences)) {
       throw upstreamBadResponse('presence answer without a presences object');
@@ -280,7 +283,7 @@ function modernAnswer(s: Snapshot, p: PresenceRequest): Built {
 }
 
 function legacyAnswer(s: Snapshot, p: PresenceRequest): Built {
-  const id = legacyAnswerId(s, p.historyLimitDays);
+  const id = cached(s, `lid|${p.historyLimitDays ?? ''}`, () => ({ json: '', maxId: legacyAnswerId(s, p.historyLimitDays) })).maxId;
   return {
     key: `l|${p.historyLimitDays ?? ''}`,
     id,

@@ -1,3 +1,4 @@
+import { setImmediate } from 'node:timers/promises';
 import type { IncomingMessage } from 'node:http';
 import { timedUpstream, type ShimContext } from '../context.js';
 import { upstreamBadResponse } from '../http/errors.js';
@@ -122,6 +123,8 @@ export async function observeAnswer(
   complete: boolean,
 ): Promise<Observed> {
   const modern = await toModernPresences(a, format, presences);
+  // Let other requests run between converting and merging a large snapshot (B6).
+  await setImmediate();
   const ledger = modern ? await observe(a, { serverTimestamp, presences: modern, complete }) : await loadLedger(a);
   return { serverTimestamp, modern, ledger };
 }

@@ -1,3 +1,4 @@
+import { setImmediate } from 'node:timers/promises';
 import type { ServerResponse } from 'node:http';
 import type { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
@@ -5,7 +6,7 @@ import { facts, timedUpstream, type Handler } from '../context.js';
 import { Params, parseParams, readBody } from '../http/body.js';
 import { sendEncoded } from '../http/compress.js';
 import { isSuccess, relay, rewrittenHeaders } from '../http/relay.js';
-import { forwardedHeaders, parseJsonObject, type UpstreamResponse } from '../upstream/client.js';
+import { forwardedHeaders, parseJsonObject, translate, type UpstreamResponse } from '../upstream/client.js';
 import { FL } from '../upstream/feature-level.js';
 import { realmOf } from '../upstream/realm.js';
 import { FL_SLIM, presenceEra } from '../presence/convert.js';
@@ -56,7 +57,7 @@ function readUpTo(body: Readable, limit: number): Promise<Bounded> {
     };
     const onError = (e: Error) => {
       cleanup();
-      reject(e);
+      reject(translate(e)); // a reset or a silent upstream mid-answer is E2's, not an internal error
     };
     const cleanup = () => {
       body.off('data', onData);
@@ -117,6 +118,7 @@ export const registerHandler: Handler = async (req, res, ctx) => {
   }
   const started = performance.now();
   const body = parseJsonObject(bounded.body);
+  await setImmediate(); // a large register answer: let other requests run after parsing it
   const presences = body.presences;
   if (!presences || typeof presences !== 'object' || Array.isArray(presences)) {
     // No presence in it after all (a spectator, an upstream that left it out): as it came.

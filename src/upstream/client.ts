@@ -95,7 +95,8 @@ export class UpstreamClient {
   }
 }
 
-function translate(e: unknown): Error {
+/** An upstream transport failure as the shim's own error (E2): timed out, unreachable, too large. */
+export function translate(e: unknown): Error {
   if (e instanceof undiciErrors.HeadersTimeoutError || e instanceof undiciErrors.BodyTimeoutError) {
     return upstreamTimeout();
   }

@@ -57,7 +57,10 @@ export class FeatureLevels {
   }
 
   async info(realm: Realm): Promise<ServerInfo> {
-    const v = await this.cache.fetch(realm.key, { context: realm });
+    // Stale data stands in for a failed refresh; with none, the failure itself is the answer
+    // (E2: a silent upstream is a timeout, not "unavailable"), so lru-cache must not swallow it.
+    const stale = this.cache.peek(realm.key, { allowStale: true }) !== undefined;
+    const v = await this.cache.fetch(realm.key, { context: realm, allowStaleOnFetchRejection: stale });
     if (!v) throw upstreamUnavailable('server_settings gave no answer');
     return v;
   }

@@ -79,6 +79,25 @@ function demoAnnouncement(url: string): string {
   ].join('\n');
 }
 
+/** Exit code after an uncaught exception (EX_SOFTWARE), for a supervisor to restart the shim. */
+export const EXIT_UNCAUGHT = 70;
+
+/**
+ * E4's last line (SECURITY.md). Every request path answers its own errors; what still escapes
+ * is a bug whose effect on this process is unknown. An uncaught exception is logged, the shim
+ * closes as on SIGTERM and exits 70 for the supervisor to restart it (ids survive a restart,
+ * P5). An unhandled rejection had nobody waiting on it: it is logged and serving goes on.
+ */
+function handleEscapedErrors(log: Logger, onUncaught: () => void): void {
+  process.on('uncaughtException', (err) => {
+    log.fatal({ err }, 'uncaught exception: closing, then exiting for a restart');
+    onUncaught();
+  });
+  process.on('unhandledRejection', (reason) => {
+    log.error({ err: reason }, 'unhandled promise rejection: logged, serving goes on');
+  });
+}
+
 async function main(argv: string[]): Promise<number> {
   let loaded;
   try {
@@ -100,6 +119,9 @@ async function main(argv: string[]): Promise<number> {
   }
   const { config } = loaded;
   const log = createLogger(config.log.level);
+  // Until the shim is up there is nothing to close: exit at once.
+  let onUncaught: () => void = () => process.exit(EXIT_UNCAUGHT);
+  handleEscapedErrors(log, () => onUncaught());
   let upstream: UpstreamTarget;
   try {
     upstream = await openUpstream(config, log);
@@ -122,10 +144,12 @@ async function main(argv: string[]): Promise<number> {
 
   return new Promise<number>((done) => {
     let stopping = false;
-    const stop = (signal: string) => {
+    const stop = (signal: string, exitCode?: number) => {
       if (stopping) return;
       stopping = true;
       log.info({ signal }, 'shutting down');
+      // After an uncaught exception, closing itself may hang: exit regardless in the end.
+      if (exitCode !== undefined) setTimeout(() => done(exitCode), config.server.shutdownGraceMs + 2_000);
       void shim
         .close()
         .then(() => upstream.close())
@@ -133,12 +157,13 @@ async function main(argv: string[]): Promise<number> {
           // H2 strict mode: every miss on stderr, one line each, and a failing exit code.
           const misses = upstream.strictMisses();
           for (const m of misses) process.stderr.write(`zulip-compat-shim: replay miss: ${m}\n`);
-          done(misses.length ? 1 : 0);
+          done(exitCode ?? (misses.length ? 1 : 0));
         }, (e) => {
           log.error({ err: e }, 'error during shutdown');
-          done(1);
+          done(exitCode ?? 1);
         });
     };
+    onUncaught = () => stop('uncaughtException', EXIT_UNCAUGHT);
     process.on('SIGTERM', () => stop('SIGTERM'));
     process.on('SIGINT', () => stop('SIGINT'));
   });

@@ -1,0 +1,65 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { resolve } from 'node:path';
+
+/** Runs the CLI (src/cli.ts through tsx) as a child process and collects its output lines. */
+
+export const ROOT = resolve(import.meta.dirname, '..', '..');
+
+export interface CliRun {
+  child: ChildProcess;
+  stdout: string[];
+  stderr: string[];
+  exited: Promise<number | null>;
+}
+
+/** The environment without any shim setting, so the machine's own cannot leak in. */
+export function cleanEnv(extra: NodeJS.ProcessEnv = {}): NodeJS.ProcessEnv {
+  const settings = /^(UPSTREAM_URL|REPLAY_HAR|RECORD_HAR|PORT|HOST|CONFIG_FILE|REDIS_URL|PRESENCE_.*|LOG_LEVEL|UPSTREAM_.*|REPLAY_STRICT)$/;
+  return { ...Object.fromEntries(Object.entries(process.env).filter(([k]) => !settings.test(k))), ...extra };
+}
+
+/** `preload`: modules loaded with --import before the CLI (paths relative to the project). */
+export function runCli(args: string[], o: { env?: NodeJS.ProcessEnv; preload?: string[] } = {}): CliRun {
+  const imports = ['tsx', ...(o.preload ?? []).map((p) => `./${p}`)].flatMap((m) => ['--import', m]);
+  const child = spawn(process.execPath, [...imports, 'src/cli.ts', ...args], { cwd: ROOT, env: cleanEnv(o.env) });
+  const stdout: string[] = [];
+  const stderr: string[] = [];
+  let out = '';
+  child.stdout!.on('data', (d: Buffer) => {
+    out += d.toString();
+    const lines = out.split('\n');
+    out = lines.pop()!;
+    stdout.push(...lines);
+  });
+  child.stderr!.on('data', (d: Buffer) => stderr.push(d.toString()));
+  const exited = new Promise<number | null>((r) =>
+    child.on('close', (code) => {
+      if (out) stdout.push(out);
+      r(code);
+    }),
+  );
+  return { child, stdout, stderr, exited };
+}
+
+export async function until<T>(what: string, f: () => T | undefined, ms = 30_000): Promise<T> {
+  const end = Date.now() + ms;
+  for (;;) {
+    const v = f();
+    if (v !== undefined) return v;
+    if (Date.now() > end) throw new Error(`gave up waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+/** The first JSON log line whose msg matches. */
+export function logLine(run: CliRun, msg: string | RegExp): Record<string, unknown> | undefined {
+  for (const line of run.stdout) {
+    try {
+      const o = JSON.parse(line) as Record<string, unknown>;
+      if (typeof o.msg === 'string' && (typeof msg === 'string' ? o.msg === msg : msg.test(o.msg))) return o;
+    } catch {
+      // not a log line
+    }
+  }
+  return undefined;
+}

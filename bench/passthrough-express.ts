@@ -2,10 +2,10 @@
  * What Express in front of the pass-through would cost (issue 2): requests/s and latency of a
  * small JSON answer, measured with autocannon, for
  *   direct          the upstream itself
- *   raw → proxy     a raw http server handing every request to the pass-through (http-proxy-3)
+ *   raw → proxy     a raw http server handing every request to the pass-through (src/proxy/passthrough.ts)
  *   … + metrics     the same with the upstream metrics hook (route label, counter, histogram)
  *   express → proxy the same pass-through behind `express()` + `app.use((req, res) => proxy.web(req, res))`
- *   shim            the shim as built (createShim: raw server, pino-http, metrics, pass-through)
+ *   shim            the shim as built (createShim: raw server, request log, metrics, pass-through)
  *   shim, info log  the same with a request log line per request (to /dev/null)
  *
  *   node --import tsx bench/passthrough-express.ts [--connections 50] [--duration 10] [--runs 1]

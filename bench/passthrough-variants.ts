@@ -11,9 +11,9 @@ import { basicAuth, SMALL_PATH } from './synthetic-upstream.js';
  * Where B4's pass-through time goes: the same small JSON answer through
  *   direct                  the synthetic upstream itself
  *   nginx                   proxy_pass, one worker, upstream keepalive
- *   shim                    the shim as built (pino-http, metrics, http-proxy-3), log level info
+ *   shim                    the shim as built (request log, metrics, pass-through), log level info
  *   shim, warn              the same without the request log line
- *   raw → http-proxy-3      a bare http server handing every request to src/proxy/passthrough.ts
+ *   raw → pass-through     a bare http server handing every request to src/proxy/passthrough.ts
  *   raw → undici stream     a bare http server streaming through an undici Pool (a sketch of
  *                           what the pass-through could be; no X-Forwarded-*, no timeouts)
  * each in its own process, autocannon in this one, targets alternated, best run kept.
@@ -91,7 +91,7 @@ async function main(): Promise<void> {
   for (const [name, script, args] of [
     ['shim', 'shim-process.ts', [up.url, '5000', 'info']],
     ['shim, warn', 'shim-process.ts', [up.url, '5000', 'warn']],
-    ['raw → http-proxy-3', 'passthrough-variants.ts', ['--role', 'raw-proxy', '--upstream', up.url]],
+    ['raw → pass-through', 'passthrough-variants.ts', ['--role', 'raw-proxy', '--upstream', up.url]],
     ['raw → undici stream', 'passthrough-variants.ts', ['--role', 'undici', '--upstream', up.url]],
   ] as const) {
     const c = await spawnChild(script, [...args]);

@@ -1,13 +1,12 @@
-import { randomUUID } from 'node:crypto';
 import http, { STATUS_CODES, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
 import express from 'express';
-import { pinoHttp } from 'pino-http';
 import type { Config } from './config.js';
-import { facts, type Handler, type ShimContext } from './context.js';
+import type { Handler, ShimContext } from './context.js';
 import { errorBody, sendJson, sendShimError, toShimError, ShimError } from './http/errors.js';
-import { loggablePath, type Logger } from './observability/logger.js';
+import type { Logger } from './observability/logger.js';
 import { createMetrics } from './observability/metrics.js';
+import { requestLogger } from './observability/request-log.js';
 import { upstreamObserver } from './observability/upstream-metrics.js';
 import { createPassThrough, type PassThrough } from './proxy/passthrough.js';
 import { INTERCEPTED } from './routes.js';
@@ -55,8 +54,6 @@ function pathOf(url: string | undefined): string {
   const q = url.indexOf('?');
   return q < 0 ? url : url.slice(0, q);
 }
-
-const REQUEST_ID = /^[\w.:-]{1,128}$/;
 
 /** Statuses for requests Node's parser refuses (as Node itself answers them). */
 const CLIENT_ERROR_STATUS: Readonly<Record<string, number>> = {
@@ -117,25 +114,7 @@ export function createShim(o: ShimOptions): Shim {
     observe: observeUpstream,
   });
 
-  const httpLog = pinoHttp({
-    logger: log,
-    genReqId: (req, res) => {
-      const given = req.headers['x-request-id'];
-      const id = typeof given === 'string' && REQUEST_ID.test(given) ? given : randomUUID();
-      req.headers['x-request-id'] = id; // passed upstream with the other headers
-      res.setHeader('x-request-id', id);
-      return id;
-    },
-    serializers: {
-      req: (req: { id: string; method: string; url: string }) => ({ id: req.id, method: req.method, path: loggablePath(req.url) }),
-      res: (res: { statusCode: number }) => ({ status: res.statusCode }),
-    },
-    customProps: (req) => ({ ...facts(req) }),
-    customLogLevel: (_req, res, err) => (err || res.statusCode >= 500 ? 'warn' : 'info'),
-    autoLogging: { ignore: (req) => OWN_PATHS.has(pathOf(req.url)) },
-    quietReqLogger: true,
-    wrapSerializers: false,
-  });
+  const logRequest = requestLogger(log, (path) => OWN_PATHS.has(path));
 
   const app = express();
   app.disable('x-powered-by');
@@ -183,8 +162,8 @@ export function createShim(o: ShimOptions): Shim {
 
   const server = http.createServer((req, res) => {
     try {
-      httpLog(req, res);
       const path = pathOf(req.url);
+      logRequest(req, res, path);
       if (OWN_PATHS.has(path) || INTERCEPTED.has(`${req.method} ${path}`)) {
         app(req, res);
       } else {
@@ -235,7 +214,7 @@ export function createShim(o: ShimOptions): Shim {
         });
         server.closeIdleConnections();
       }).then(async () => {
-        passThrough.close();
+        await passThrough.close();
         await client.destroy();
         if (!o.store) await store.close(); // a store passed in belongs to the caller
       });

@@ -60,14 +60,20 @@ function endToEnd(headers: IncomingHttpHeaders): Record<string, string | string[
   return out;
 }
 
+/** Zulip's long poll: each connected client holds one, ~90 s at a time. */
+const LONG_POLL = /^\/(api\/v1|json)\/events(\?|$)/;
+
 export function createPassThrough(o: PassThroughOptions): PassThrough {
-  const pool = new Pool(o.target, {
-    connections: o.maxSockets,
+  const poolOptions = {
     headersTimeout: o.timeoutMs,
     bodyTimeout: o.timeoutMs,
     keepAliveTimeout: 30_000,
     connect: { rejectUnauthorized: !o.insecureTls },
-  });
+  };
+  const pool = new Pool(o.target, { ...poolOptions, connections: o.maxSockets });
+  // Long polls get a pool of their own, one connection per waiting client as without the shim:
+  // more waiting clients than maxSockets must never hold the rest of the pass-through back (T1).
+  const longPolls = new Pool(o.target, { ...poolOptions, connections: null });
 
   const secure = o.target.startsWith('https:');
   const agent = secure ? new https.Agent({ keepAlive: true, rejectUnauthorized: !o.insecureTls }) : new http.Agent({ keepAlive: true });
@@ -111,7 +117,7 @@ export function createPassThrough(o: PassThroughOptions): PassThrough {
         clientGone = true;
         controller?.abort(new Error('client closed the connection'));
       });
-      pool.dispatch(
+      (req.method === 'GET' && LONG_POLL.test(req.url ?? '') ? longPolls : pool).dispatch(
         {
           method: req.method as Dispatcher.HttpMethod,
           path: req.url ?? '/',
@@ -152,7 +158,7 @@ export function createPassThrough(o: PassThroughOptions): PassThrough {
     async close() {
       wsProxy.close();
       agent.destroy();
-      await pool.destroy();
+      await Promise.all([pool.destroy(), longPolls.destroy()]);
     },
   };
 }

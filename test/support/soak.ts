@@ -134,7 +134,7 @@ export async function runSoak(o: SoakOptions): Promise<SoakReport> {
       cb();
     },
   });
-  const config = testConfig(upstream.url, { presence: { coalesceMs }, upstream: { maxSockets: Math.max(256, o.clients + 16) } });
+  const config = testConfig(upstream.url, { presence: { coalesceMs } });
   const shim = createShim({ config, log: createLogger('info', sink), target: upstream.url, upstreamId: upstream.url });
   const { url } = await shim.listen(0, '127.0.0.1');
   const agent = new http.Agent({ keepAlive: true, maxSockets: o.clients + 16 });

@@ -631,6 +631,13 @@ describe('bad input never breaks the shim (E1–E4, P13)', () => {
     );
   }, 120_000);
 
+  it('answers a request target the pass-through cannot send on (OPTIONS *) with 400, not 502', async () => {
+    const a = await sendRaw(shim.url, Buffer.from(`OPTIONS * HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: ${fake.auth(10)}\r\n\r\n`), REQUEST_TIMEOUT_MS);
+    expect(a.status).toBe(400);
+    expect(JSON.parse(a.body.toString())).toMatchObject({ result: 'error', code: 'BAD_REQUEST' });
+    await healthy();
+  });
+
   it('answers a body over the limit with 413 at once, reads no further and closes the connection', async () => {
     for (const framing of ['content-length', 'chunked'] as const) {
       // Headers and a first piece only: the rest of the declared body is never sent.

@@ -3,7 +3,7 @@ import https from 'node:https';
 import type { Duplex } from 'node:stream';
 import { createProxyServer } from 'http-proxy-3';
 import { Pool, errors as undiciErrors, type Dispatcher } from 'undici';
-import { errorBody, upstreamTimeout, upstreamUnavailable } from '../http/errors.js';
+import { badRequest, errorBody, upstreamTimeout, upstreamUnavailable } from '../http/errors.js';
 import { forwardedHeaders } from '../http/forwarded.js';
 import type { Logger } from '../observability/logger.js';
 import type { UpstreamObserver } from '../observability/upstream-metrics.js';
@@ -92,6 +92,15 @@ export function createPassThrough(o: PassThroughOptions): PassThrough {
     const timedOut = err instanceof undiciErrors.HeadersTimeoutError || err instanceof undiciErrors.BodyTimeoutError;
     const code = (err as NodeJS.ErrnoException).code ?? (err as { cause?: NodeJS.ErrnoException }).cause?.code ?? 'error';
     if (res.destroyed || (err as Error).name === 'AbortError' || code === 'UND_ERR_ABORTED') return; // the client left
+    if (err instanceof undiciErrors.InvalidArgumentError && !res.headersSent) {
+      // A request that cannot be sent on as it came (`OPTIONS *`, say) is the client's error,
+      // not the upstream's: 400, not 502 (E2).
+      const e = badRequest(`This request cannot be passed to the Zulip server: ${(err as Error).message}`);
+      const body = errorBody(e.code, e.message);
+      res.writeHead(e.status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
+      res.end(body);
+      return;
+    }
     observe(req, started, timedOut ? 'timeout' : 'error');
     o.log.warn({ err: { code, message: (err as Error).message }, timedOut }, 'upstream error on pass-through');
     if (res.headersSent) {

@@ -23,13 +23,14 @@ describe('errors that escape every handler', () => {
   const start = (inject: string) =>
     runCli(['--upstream', fake.url, '--port', '0', '--log-level', 'info'], {
       preload: ['test/support/inject-escape.ts'],
-      env: { ZCS_TEST_INJECT: inject, ZCS_TEST_INJECT_AFTER_MS: '1500' },
+      env: { ZCS_TEST_INJECT: inject },
     });
 
   it('an uncaught exception is logged, then the shim closes and exits 70 for a restart', async () => {
     const run = start('exception');
     try {
       await until('the start-up line', () => logLine(run, 'zulip-compat-shim listening'));
+      run.child.kill('SIGUSR2');
       expect(await run.exited).toBe(EXIT_UNCAUGHT);
       const fatal = logLine(run, /^uncaught exception/);
       expect(fatal).toMatchObject({ level: 60 });
@@ -44,6 +45,7 @@ describe('errors that escape every handler', () => {
     const run = start('rejection');
     try {
       const started = await until('the start-up line', () => logLine(run, 'zulip-compat-shim listening'));
+      run.child.kill('SIGUSR2');
       const logged = await until('the rejection to be logged', () => logLine(run, /^unhandled promise rejection/));
       expect(logged).toMatchObject({ level: 50 });
       const health = await fetch(new URL('/healthz', String(started.listen)));

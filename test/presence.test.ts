@@ -199,6 +199,28 @@ describe('presence details', () => {
   });
 });
 
+describe('user list unavailable on 2.1', () => {
+  it('still answers legacy polls (E4), and modern ones with an error rather than an empty map (P3)', async () => {
+    await setup('2.1');
+    fake.override = (req, res) => {
+      if (!req.url?.startsWith('/api/v1/users?') && req.url !== '/api/v1/users') return false;
+      res.writeHead(500, { 'content-type': 'text/html' });
+      res.end('<h1>Server Error</h1>');
+      return true;
+    };
+    const legacy = await poll(10, { status: 'active' });
+    expect(legacy.status).toBe(200);
+    expect(legacy.body.presences).toEqual(fake.legacyPresence());
+    expect(Number.isInteger(legacy.body.presence_last_update_id)).toBe(true);
+    const modern = await poll(10, { status: 'active', last_update_id: '-1' });
+    expect(modern.status).toBe(502);
+    expect(modern.body).toMatchObject({ result: 'error', code: 'UPSTREAM_BAD_RESPONSE' });
+    fake.override = undefined;
+    const later = await poll(10, { status: 'active', last_update_id: '-1' });
+    expect(Object.keys(later.body.presences)).toHaveLength(fake.humans().length);
+  });
+});
+
 describe('compression', () => {
   it('gzips large answers for clients that accept it, and reuses the bytes', async () => {
     await setup('2.1');

@@ -175,11 +175,12 @@ async function fetchSnapshot(
       throw upstreamBadResponse('presence answer without a presences object');
     }
     const serverTimestamp = upstreamTime(body, own.headers);
-    const { modern, ledger } = await observeAnswer(poll, format, presences as Record<string, unknown>, serverTimestamp, shared);
+    const { modern, modernError, ledger } = await observeAnswer(poll, format, presences as Record<string, unknown>, serverTimestamp, shared);
     const snapshot: Snapshot = {
       serverTimestamp,
       fetchedAt: Date.now(),
       modern,
+      modernError,
       legacy: format === 'legacy' ? body : undefined,
       legacyBytes: format === 'legacy' ? own.body : undefined,
       ledger,
@@ -265,6 +266,8 @@ interface Built {
 }
 
 function modernAnswer(s: Snapshot, p: PresenceRequest): Built {
+  // Never an empty map in place of data that could not be converted (P3).
+  if (!s.modern && s.modernError) throw s.modernError;
   const x = p.lastUpdateId;
   const full = !s.ledger || answer(s.ledger, { visible: [], lastUpdateId: x, serverTimestamp: 0 }).full;
   const { json, maxId } = modernPresences(s, x, p.historyLimitDays);

@@ -111,6 +111,8 @@ export interface Observed {
   serverTimestamp: number;
   /** Modern entries by user id, also the users in view (P7); undefined when not convertible. */
   modern: ReadonlyMap<number, ModernPresence> | undefined;
+  /** Why a legacy answer could not be converted (2.1 without its user list), if it could not. */
+  modernError?: Error | undefined;
   ledger: LedgerState | undefined;
 }
 
@@ -122,11 +124,19 @@ export async function observeAnswer(
   serverTimestamp: number,
   complete: boolean,
 ): Promise<Observed> {
-  const modern = await toModernPresences(a, format, presences);
+  let modern: Map<number, ModernPresence> | undefined;
+  let modernError: Error | undefined;
+  try {
+    modern = await toModernPresences(a, format, presences);
+  } catch (e) {
+    // A legacy answer is still good for legacy callers (E4); modern ones get this error.
+    if (format !== 'legacy') throw e;
+    modernError = e as Error;
+  }
   // Let other requests run between converting and merging a large snapshot (B6).
   await setImmediate();
   const ledger = modern ? await observe(a, { serverTimestamp, presences: modern, complete }) : await loadLedger(a);
-  return { serverTimestamp, modern, ledger };
+  return { serverTimestamp, modern, modernError, ledger };
 }
 
 /**

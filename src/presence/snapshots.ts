@@ -17,6 +17,8 @@ export interface Snapshot {
   fetchedAt: number;
   /** The modern entries by user id; also the users in view (P7). Undefined when unconvertible. */
   modern: ReadonlyMap<number, ModernPresence> | undefined;
+  /** Why `modern` is missing where a modern answer was possible in principle (2.1, no user list). */
+  modernError?: Error | undefined;
   /** The upstream's own answer when it was in the legacy format (P1: passed on as made). */
   legacy: Readonly<Record<string, unknown>> | undefined;
   /** …and its bytes, so the common legacy answer is those bytes plus the id, not a re-serialisation. */

@@ -60,7 +60,7 @@ export const ownProfileHandler: Handler = async (req, res, ctx) => {
   const fallbacks = added.filter((k) => sources[k] === 'fallback');
   if (fallbacks.length > 0) {
     out[FALLBACK_HEADER] = fallbacks.join(',');
-    ctx.log.warn({ realm: realm.host, fields: fallbacks }, 'own profile: documented fallbacks used');
+    ctx.log.debug({ realm: realm.host, fields: fallbacks }, 'own profile: documented fallbacks used');
   }
   sendJson(res, r.status, user, out);
 };

@@ -134,6 +134,7 @@ export const registerHandler: Handler = async (req, res, ctx) => {
   const complete = mode === 'always' || (mode === 'auto' && featureLevel < FL.PRESENCE_ACCESS_LIMIT);
   const observed = await observeAnswer(asker, format, presences as Record<string, unknown>, serverTimestamp, complete);
 
+  if (slimAsked && observed.modernError) throw observed.modernError; // no legacy map where modern was asked
   if (slimAsked && observed.modern) {
     // R1: the modern format with both timestamps, also where the upstream ignored the flag.
     const a = observed.ledger

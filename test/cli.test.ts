@@ -1,73 +1,16 @@
-import { spawn, type ChildProcess } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import http from 'node:http';
 import { resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { featureLevelOrUnknown, loggableUrl } from '../src/observability/startup.js';
+import { logLine, ROOT, runCli, until } from './support/cli-run.js';
 import { startFake, type FakeZulip } from './support/fake-zulip.js';
 
-const ROOT = resolve(import.meta.dirname, '..');
 const PACKAGE_VERSION = (JSON.parse(readFileSync(resolve(ROOT, 'package.json'), 'utf8')) as { version: string }).version;
-
-/** The environment without any shim setting, so the machine's own (REDIS_URL in CI, …) cannot leak in. */
-function cleanEnv(): NodeJS.ProcessEnv {
-  const settings = /^(UPSTREAM_URL|REPLAY_HAR|RECORD_HAR|PORT|HOST|CONFIG_FILE|REDIS_URL|PRESENCE_.*|LOG_LEVEL|UPSTREAM_.*|REPLAY_STRICT)$/;
-  return Object.fromEntries(Object.entries(process.env).filter(([k]) => !settings.test(k)));
-}
-
-interface Run {
-  child: ChildProcess;
-  stdout: string[];
-  stderr: string[];
-  exited: Promise<number | null>;
-}
-
-function cli(args: string[]): Run {
-  const child = spawn(process.execPath, ['--import', 'tsx', 'src/cli.ts', ...args], { cwd: ROOT, env: cleanEnv() });
-  const stdout: string[] = [];
-  const stderr: string[] = [];
-  let out = '';
-  child.stdout.on('data', (d: Buffer) => {
-    out += d.toString();
-    const lines = out.split('\n');
-    out = lines.pop()!;
-    stdout.push(...lines);
-  });
-  child.stderr.on('data', (d: Buffer) => stderr.push(d.toString()));
-  const exited = new Promise<number | null>((r) =>
-    child.on('close', (code) => {
-      if (out) stdout.push(out);
-      r(code);
-    }),
-  );
-  return { child, stdout, stderr, exited };
-}
-
-async function until<T>(what: string, f: () => T | undefined, ms = 15_000): Promise<T> {
-  const end = Date.now() + ms;
-  for (;;) {
-    const v = f();
-    if (v !== undefined) return v;
-    if (Date.now() > end) throw new Error(`gave up waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
-
-function logLine(run: Run, msg: string): Record<string, unknown> | undefined {
-  for (const line of run.stdout) {
-    try {
-      const o = JSON.parse(line) as Record<string, unknown>;
-      if (o.msg === msg) return o;
-    } catch {
-      // not a log line
-    }
-  }
-  return undefined;
-}
 
 describe.concurrent('zulip-compat-shim CLI', () => {
   it('--version prints the package version', async () => {
-    const run = cli(['--version']);
+    const run = runCli(['--version']);
     expect(await run.exited).toBe(0);
     expect(run.stdout.join('\n').trim()).toBe(PACKAGE_VERSION);
   });
@@ -77,7 +20,7 @@ describe.concurrent('zulip-compat-shim CLI', () => {
     [['--upstream', 'ftp://x'], /upstream\.url.*--upstream/],
     [['--upstream', 'http://a', '--replay', 'b.har'], /replay\.har.*--replay/],
   ])('%j exits with code 2 and one line naming the key', async (args, key) => {
-    const run = cli(args);
+    const run = runCli(args);
     expect(await run.exited).toBe(2);
     const lines = run.stderr.join('').trimEnd().split('\n');
     expect(lines).toHaveLength(1);
@@ -96,7 +39,7 @@ describe('start-up line and SIGTERM', () => {
   });
 
   it('logs version, upstream, feature level, store and address; lets an in-flight request finish on SIGTERM; exits 0', async () => {
-    const run = cli(['--upstream', fake.url, '--port', '0', '--log-level', 'info']);
+    const run = runCli(['--upstream', fake.url, '--port', '0', '--log-level', 'info']);
     try {
       const start = await until('the start-up line', () => logLine(run, 'zulip-compat-shim listening'));
       expect(start).toMatchObject({ version: PACKAGE_VERSION, upstream: fake.url, featureLevel: 122, store: 'memory' });
@@ -127,7 +70,7 @@ describe('start-up line and SIGTERM', () => {
   });
 
   it('says "unknown" when the upstream does not answer, and starts anyway', async () => {
-    const run = cli(['--upstream', 'http://127.0.0.1:1', '--port', '0', '--log-level', 'info']);
+    const run = runCli(['--upstream', 'http://127.0.0.1:1', '--port', '0', '--log-level', 'info']);
     try {
       const start = await until('the start-up line', () => logLine(run, 'zulip-compat-shim listening'));
       expect(start).toMatchObject({ featureLevel: 'unknown', upstream: 'http://127.0.0.1:1' });

@@ -19,6 +19,19 @@ export const REDACT_PATHS = [
 
 export type { Logger };
 
+/** How long a log line may wait in the stdout buffer. */
+const FLUSH_EVERY_MS = 200;
+
+/**
+ * stdout through a buffer, written out every FLUSH_EVERY_MS (and by pino on exit): a request log
+ * line written synchronously cost the pass-through ~40% of its throughput (bench B4).
+ */
+function bufferedStdout(): DestinationStream {
+  const dest = pino.destination({ dest: 1, sync: false, minLength: 8 * 1024 });
+  setInterval(() => dest.flush(), FLUSH_EVERY_MS).unref();
+  return dest;
+}
+
 export function createLogger(level: string, destination?: DestinationStream): Logger {
   return pino(
     {
@@ -27,7 +40,7 @@ export function createLogger(level: string, destination?: DestinationStream): Lo
       redact: { paths: REDACT_PATHS, censor: '[redacted]' },
       timestamp: pino.stdTimeFunctions.isoTime,
     },
-    destination,
+    destination ?? bufferedStdout(),
   );
 }
 

@@ -1,4 +1,4 @@
-import { setImmediate } from 'node:timers/promises';
+import { setImmediate as nextTurn } from 'node:timers/promises';
 import type { ServerResponse } from 'node:http';
 import { facts, timedUpstream, type Handler } from '../context.js';
 import { parseParams, readBody, encodeForm } from '../http/body.js';
@@ -169,7 +169,7 @@ async function fetchSnapshot(
     ctx.metrics.presenceSnapshots.inc({ source: 'upstream' });
     const body = parseJsonObject(own.body);
     // Parsing a multi-megabyte answer is the longest step: let other requests run after it (B6).
-    await setImmediate();
+    await nextTurn();
     const presences = body.presences;
     if (!presences || typeof presences !== 'object' || Array.isArray(presences)) {
       throw upstreamBadResponse('presence answer without a presences object');
@@ -210,10 +210,11 @@ async function respond(poll: Poll, res: ServerResponse, s: Snapshot, modern: boo
     if (key) s.bodies.set(key, body);
   }
   ctx.metrics.presenceAnswers.inc({ kind: built.kind });
-  if (modern) ctx.metrics.presenceBytesFull.inc(fullModernSize(s));
   facts(req).kind = built.kind;
   const sent = await sendEncoded(req, res, 200, body, headers);
   ctx.metrics.presenceBytesSent.inc(sent);
+  // The reference size for the bytes saved, once per snapshot, after the answer went out.
+  if (modern) setImmediate(() => ctx.metrics.presenceBytesFull.inc(fullModernSize(s)));
 }
 
 /** Cached presences JSON and the largest id in it, per snapshot and answer key. */

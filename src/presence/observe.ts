@@ -63,6 +63,8 @@ export async function toModernPresences(
       return Number.isFinite(t) ? Math.floor(t / 1000) : undefined;
     },
   });
+  // Reading a fresh user list and converting 10k users are two long steps: not one block (B6).
+  await setImmediate();
   let converted = toModern(sourceEra, presences, lookup(directory));
   if (converted.unknownEmails.length && directory) {
     // Someone the cached map does not know yet: re-read it (bounded by the directory).

@@ -7,6 +7,7 @@ import { startFake, type FakeZulip } from './support/fake-zulip.js';
 import { jsonOf, send, sendRaw, type Answer, type Outgoing } from './support/http-client.js';
 import { findSecret, registerSecret } from './support/secrets.js';
 import { startShim, type RunningShim } from './support/shim.js';
+import { PRESENCE_PARAMS } from '../src/presence/params.js';
 
 /**
  * Bad input (E1–E4, P13): thousands of generated requests (malformed and mixed-up content
@@ -91,12 +92,7 @@ interface Case {
 }
 
 const PARAM_NAMES = [
-  'status',
-  'ping_only',
-  'new_user_input',
-  'slim_presence',
-  'last_update_id',
-  'history_limit_days',
+  ...PRESENCE_PARAMS,
   'event_types',
   'fetch_event_types',
   'apply_markdown',

@@ -21,6 +21,14 @@ async function setup(era: Era, over: Parameters<typeof startShim>[1] = { presenc
 const poll = (user: number, form: Record<string, string>, path = '/api/v1/users/me/presence') =>
   request(shim.url).post(path).set('Authorization', fake.auth(user)).type('form').send(form);
 
+/** The web app's way: /json with a session cookie. */
+const webAppPoll = (user: number) =>
+  request(shim.url)
+    .post('/json/users/me/presence')
+    .set('Cookie', `sessionid=${fake.user(user).api_key}`)
+    .type('form')
+    .send({ status: 'active', last_update_id: '-1' });
+
 type Modern = Record<string, { active_timestamp: number; idle_timestamp: number }>;
 
 describe.each(OLD_ERAS)('presence on a Zulip %s upstream', (era) => {
@@ -124,22 +132,14 @@ describe('presence details', () => {
       .field('last_update_id', '-1');
     expect(m.status).toBe(200);
     expect(Object.keys(m.body.presences)).toContain('10');
-    const j = await request(shim.url)
-      .post('/json/users/me/presence')
-      .set('Cookie', `sessionid=${fake.user(11).api_key}`)
-      .type('form')
-      .send({ status: 'active', last_update_id: '-1' });
+    const j = await webAppPoll(11);
     expect(j.status).toBe(200);
     expect(fake.seen.some((s) => s.url === '/json/users/me/presence')).toBe(true);
   });
 
   it('reads the 2.1 user list under /json for a session-cookie caller', async () => {
     await setup('2.1');
-    const j = await request(shim.url)
-      .post('/json/users/me/presence')
-      .set('Cookie', `sessionid=${fake.user(11).api_key}`)
-      .type('form')
-      .send({ status: 'active', last_update_id: '-1' });
+    const j = await webAppPoll(11);
     expect(j.status).toBe(200);
     expect(Object.keys(j.body.presences)).toContain('11');
     expect(fake.seen.some((s) => s.url === '/json/users')).toBe(true);

@@ -287,6 +287,7 @@ function modernAnswer(s: Snapshot, p: PresenceRequest): Built {
 }
 
 function legacyAnswer(s: Snapshot, p: PresenceRequest): Built {
+  // The id only (the body is the upstream's), computed once per snapshot: it walks every user.
   const id = cached(s, `lid|${p.historyLimitDays ?? ''}`, () => ({ json: '', maxId: legacyAnswerId(s, p.historyLimitDays) })).maxId;
   return {
     key: `l|${p.historyLimitDays ?? ''}`,

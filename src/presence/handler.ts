@@ -125,11 +125,15 @@ async function fullPoll(poll: Poll, res: ServerResponse): Promise<void> {
   if (!snapshot) {
     try {
       let leaderAnswer: BufferedResponse | undefined;
-      snapshot = await hub.lead(scope, async () => {
-        const r = await fetchSnapshot(poll, format, shared, scope);
-        leaderAnswer = r.own;
-        return r.snapshot;
-      });
+      snapshot = await hub.lead(
+        scope,
+        async () => {
+          const r = await fetchSnapshot(poll, format, shared, scope);
+          leaderAnswer = r.own;
+          return r.snapshot;
+        },
+        shared,
+      );
       own = leaderAnswer ?? own;
     } catch (e) {
       if (e instanceof UpstreamRefused) return relayBuffered(res, e.response);

@@ -91,7 +91,8 @@ export class SnapshotHub {
     maxScopes: number,
     private readonly clock: () => number = Date.now,
   ) {
-    this.slots = new LRUCache({ max: maxScopes });
+    // A snapshot is of no use after its window: dropped then, so memory follows live realms.
+    this.slots = new LRUCache({ max: maxScopes, ttl: Math.max(coalesceMs, 1) * 2, ttlAutopurge: true });
   }
 
   /** A snapshot still inside its window. */
@@ -107,14 +108,17 @@ export class SnapshotHub {
 
   /**
    * Runs `fetch` as the scope's single flight: callers arriving meanwhile see `pending`.
-   * Must be called synchronously after fresh()/pending() found nothing.
+   * Must be called synchronously after fresh()/pending() found nothing. With `keep` false the
+   * snapshot is not kept for the rest of the window (a per-caller scope: S2, memory must not
+   * grow with callers × users).
    */
-  lead(scope: string, fetch: () => Promise<Snapshot>): Promise<Snapshot> {
+  lead(scope: string, fetch: () => Promise<Snapshot>, keep = true): Promise<Snapshot> {
     const slot: Slot = this.slots.get(scope) ?? {};
     const p = fetch().then(
       (snapshot) => {
         if (slot.pending === p) slot.pending = undefined;
-        if (this.coalesceMs > 0 && (!slot.snapshot || slot.snapshot.serverTimestamp <= snapshot.serverTimestamp)) {
+        if (!keep) this.slots.delete(scope);
+        else if (this.coalesceMs > 0 && (!slot.snapshot || slot.snapshot.serverTimestamp <= snapshot.serverTimestamp)) {
           slot.snapshot = snapshot;
         }
         return snapshot;

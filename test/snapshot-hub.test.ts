@@ -1,0 +1,51 @@
+import { describe, expect, it } from 'vitest';
+import { SnapshotHub, type Snapshot } from '../src/presence/snapshots.js';
+
+const snapshot = (serverTimestamp: number, fetchedAt: number): Snapshot => ({
+  serverTimestamp,
+  fetchedAt,
+  modern: new Map(),
+  legacy: undefined,
+  ledger: undefined,
+  answers: new Map(),
+  bodies: new Map(),
+});
+
+describe('SnapshotHub (P9, S2)', () => {
+  it('one fetch per scope in flight; the snapshot serves its window, then not', async () => {
+    let now = 1_000;
+    const hub = new SnapshotHub(5_000, 10, () => now);
+    let calls = 0;
+    const p = hub.lead('realm|legacy', async () => {
+      calls++;
+      return snapshot(1, now);
+    });
+    expect(hub.pending('realm|legacy')).toBe(p);
+    await p;
+    expect(calls).toBe(1);
+    expect(hub.fresh('realm|legacy')).toBeDefined();
+    now += 5_000;
+    expect(hub.fresh('realm|legacy')).toBeUndefined();
+  });
+
+  it('keeps nothing for a per-caller scope once its fetch is done (memory does not grow with callers)', async () => {
+    const hub = new SnapshotHub(5_000, 10);
+    await hub.lead('realm|slim|caller', async () => snapshot(1, Date.now()), false);
+    expect(hub.fresh('realm|slim|caller')).toBeUndefined();
+    expect(hub.pending('realm|slim|caller')).toBeUndefined();
+  });
+
+  it('never keeps an older snapshot over a newer one', async () => {
+    const hub = new SnapshotHub(5_000, 10);
+    await hub.lead('s', async () => snapshot(20, Date.now()));
+    await hub.lead('s', async () => snapshot(10, Date.now()));
+    expect(hub.fresh('s')?.serverTimestamp).toBe(20);
+  });
+
+  it('with coalesceMs 0 every poll fetches', async () => {
+    const hub = new SnapshotHub(0, 10);
+    await hub.lead('s', async () => snapshot(1, Date.now()));
+    expect(hub.fresh('s')).toBeUndefined();
+    expect(hub.pending('s')).toBeUndefined();
+  });
+});

@@ -8,13 +8,15 @@
  *
  * Invariants (contract P3–P7, checked by test/presence-ledger.property.test.ts):
  * - I1 ids are integers, strictly increasing per realm, never reused. A ledger starts at an
- *   epoch taken from the clock (milliseconds × 1000), above every id a ledger created earlier
- *   could have issued (that would take 1,000 changes per millisecond of its life), so ids stay
- *   unique across restarts and lost stores (P5).
+ *   epoch taken from the clock in microseconds (the process's, or Redis's shared one) and never
+ *   below the highest id its process has seen: above every id a ledger created earlier could
+ *   have issued (that would take more than one change per microsecond of its life), so ids stay
+ *   unique across restarts, lost stores and replicas (P5).
  * - I2 the ledger vouches only for ids in (epoch, lastId]; any other id gets full data (P5).
  * - I3 per user, observations are ordered by the upstream's `server_timestamp`, never by
- *   arrival and never by the shim's clock: an older snapshot arriving late changes nothing,
- *   and a newer one wins even when its timestamps are smaller (invisible mode, P6).
+ *   arrival and never by the shim's clock: an older snapshot arriving late changes nothing (nor
+ *   brings back a user a newer complete snapshot left out), and a newer one wins even when its
+ *   timestamps are smaller (invisible mode, P6).
  * - I4 a user's `changedAt` moves whenever what a client holds for them would differ: new data,
  *   or coming back into view after a complete snapshot left them out (P6, P7).
  * - I5 answers cover only users of the snapshot they are built from (P7).

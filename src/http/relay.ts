@@ -1,14 +1,9 @@
 import type { ServerResponse } from 'node:http';
 import { pipeline } from 'node:stream/promises';
 import type { BufferedResponse, UpstreamResponse } from '../upstream/client.js';
+import { endToEnd } from './headers.js';
 
-const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'transfer-encoding', 'te', 'trailer', 'upgrade', 'proxy-authenticate']);
-
-function headersOf(h: UpstreamResponse['headers']): Record<string, string | string[]> {
-  const out: Record<string, string | string[]> = {};
-  for (const [k, v] of Object.entries(h)) if (v !== undefined && !HOP_BY_HOP.has(k)) out[k] = v;
-  return out;
-}
+const headersOf = (h: UpstreamResponse['headers']) => endToEnd(h);
 
 /** E1: an upstream answer goes to the client as it came, status, headers and body. */
 export async function relay(res: ServerResponse, r: UpstreamResponse): Promise<void> {

@@ -5,6 +5,7 @@ import { createProxyServer } from 'http-proxy-3';
 import { Pool, errors as undiciErrors, type Dispatcher } from 'undici';
 import { badRequest, errorBody, upstreamTimeout, upstreamUnavailable } from '../http/errors.js';
 import { forwardedHeaders } from '../http/forwarded.js';
+import { endToEnd } from '../http/headers.js';
 import type { Logger } from '../observability/logger.js';
 import type { UpstreamObserver } from '../observability/upstream-metrics.js';
 
@@ -33,31 +34,6 @@ export interface PassThrough {
   web(req: IncomingMessage, res: ServerResponse): void;
   ws(req: IncomingMessage, socket: Duplex, head: Buffer): void;
   close(): Promise<void>;
-}
-
-/** Connection-level headers, never forwarded either way (RFC 9110 §7.6.1), plus `expect`. */
-const HOP_BY_HOP = new Set([
-  'connection',
-  'keep-alive',
-  'proxy-connection',
-  'proxy-authenticate',
-  'proxy-authorization',
-  'te',
-  'trailer',
-  'transfer-encoding',
-  'upgrade',
-  'expect',
-]);
-
-function endToEnd(headers: IncomingHttpHeaders): Record<string, string | string[]> {
-  const out: Record<string, string | string[]> = {};
-  const listed = headers.connection; // headers named in Connection are hop-by-hop too
-  const extra = listed ? new Set(String(listed).toLowerCase().split(',').map((s) => s.trim())) : undefined;
-  for (const [k, v] of Object.entries(headers)) {
-    if (v === undefined || HOP_BY_HOP.has(k) || extra?.has(k)) continue;
-    out[k] = v;
-  }
-  return out;
 }
 
 /** Zulip's long poll: each connected client holds one, ~90 s at a time. */

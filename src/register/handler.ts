@@ -5,7 +5,8 @@ import { pipeline } from 'node:stream/promises';
 import { facts, timedUpstream, type Handler } from '../context.js';
 import { Params, parseParams, readBody } from '../http/body.js';
 import { sendEncoded } from '../http/compress.js';
-import { isSuccess, relay, rewrittenHeaders } from '../http/relay.js';
+import { endToEnd } from '../http/headers.js';
+import { isSuccess, relay, relayBuffered, rewrittenHeaders } from '../http/relay.js';
 import { forwardedHeaders, parseJsonObject, translate, type UpstreamResponse } from '../upstream/client.js';
 import { FL } from '../upstream/feature-level.js';
 import { realmOf } from '../upstream/realm.js';
@@ -70,19 +71,10 @@ function readUpTo(body: Readable, limit: number): Promise<Bounded> {
   });
 }
 
+/** The upstream's answer as it came: buffered when it was read whole, else what was read and the rest streamed. */
 async function passOn(res: ServerResponse, r: UpstreamResponse, bounded: Bounded): Promise<void> {
-  if (bounded.complete) {
-    const headers = { ...r.headers };
-    delete headers['transfer-encoding'];
-    delete headers.connection;
-    headers['content-length'] = String(bounded.body.length);
-    res.writeHead(r.status, headers);
-    res.end(bounded.body);
-    return;
-  }
-  const headers = { ...r.headers };
-  delete headers.connection;
-  res.writeHead(r.status, headers);
+  if (bounded.complete) return relayBuffered(res, { status: r.status, headers: r.headers, body: bounded.body });
+  res.writeHead(r.status, endToEnd(r.headers));
   for (const c of bounded.head) res.write(c);
   await pipeline(bounded.rest, res);
 }

@@ -4,6 +4,7 @@ import { Pool, errors as undiciErrors } from 'undici';
 import { ShimError, upstreamBadResponse, upstreamTimeout, upstreamUnavailable } from '../http/errors.js';
 import type { UpstreamObserver } from '../observability/upstream-metrics.js';
 import { forwardedHeaders as xForwarded } from '../http/forwarded.js';
+import { endToEnd } from '../http/headers.js';
 import type { Realm } from './realm.js';
 
 /**
@@ -138,22 +139,8 @@ export function parseJsonObject(body: Buffer): Record<string, unknown> {
   return v as Record<string, unknown>;
 }
 
-const HOP_BY_HOP = new Set([
-  'connection',
-  'keep-alive',
-  'proxy-authenticate',
-  'proxy-authorization',
-  'proxy-connection',
-  'te',
-  'trailer',
-  'transfer-encoding',
-  'upgrade',
-  'host',
-  'content-length',
-  'content-type',
-  'accept-encoding',
-  'expect',
-]);
+/** Not sent on the shim's own calls: the shim sets the target host and re-encodes the body. */
+const OWN_CALL_DROPS: ReadonlySet<string> = new Set(['host', 'content-length', 'content-type', 'accept-encoding']);
 
 /**
  * The client's end-to-end headers for a call the shim makes on its behalf (authorization,
@@ -163,21 +150,8 @@ const HOP_BY_HOP = new Set([
  */
 export function forwardedHeaders(req: IncomingMessage): Record<string, string> {
   const out: Record<string, string> = {};
-  for (const [k, v] of Object.entries(req.headers)) {
-    if (v === undefined || HOP_BY_HOP.has(k)) continue;
-    out[k] = Array.isArray(v) ? v.join(', ') : v;
-  }
+  for (const [k, v] of Object.entries(endToEnd(req.headers, OWN_CALL_DROPS))) out[k] = Array.isArray(v) ? v.join(', ') : v;
   Object.assign(out, xForwarded(req));
   out['accept-encoding'] = 'identity';
-  return out;
-}
-
-/** Response headers worth passing on from an upstream answer the shim re-serialises. */
-export function passableResponseHeaders(headers: IncomingHttpHeaders): Record<string, string | string[]> {
-  const out: Record<string, string | string[]> = {};
-  for (const [k, v] of Object.entries(headers)) {
-    if (v === undefined || HOP_BY_HOP.has(k) || k === 'content-encoding' || k === 'date') continue;
-    out[k] = v;
-  }
   return out;
 }

@@ -9,7 +9,7 @@ import { forwardedHeaders, parseJsonObject, type BufferedResponse } from '../ups
 import { FL } from '../upstream/feature-level.js';
 import { callerKey, realmOf } from '../upstream/realm.js';
 import { limitLegacyHistory, presenceEra, FL_SLIM } from './convert.js';
-import { answer, type ModernPresence } from './ledger.js';
+import { answer, answersWithDelta, type ModernPresence } from './ledger.js';
 import { legacyAnswerId, loadLedger, observeAnswer, upstreamTime, type Asker, type Format } from './observe.js';
 import { parseJsonInt, parsePresenceRequest, wantsModern, type PresenceRequest } from './params.js';
 import { fromData, toData, type Snapshot } from './snapshots.js';
@@ -254,8 +254,7 @@ function modernPresences(s: Snapshot, lastUpdateId: number | undefined, historyL
       return { json: JSON.stringify(out), maxId: -1, full: true };
     });
   }
-  const probe = answer(ledger, { visible: [], lastUpdateId, serverTimestamp: s.serverTimestamp });
-  const key = probe.full ? `full|${historyLimitDays ?? ''}` : `delta|${lastUpdateId}`;
+  const key = answersWithDelta(ledger, lastUpdateId) ? `delta|${lastUpdateId}` : `full|${historyLimitDays ?? ''}`;
   return cached(s, key, () => {
     const a = answer(ledger, { visible: modern.keys(), lastUpdateId, historyLimitDays, serverTimestamp: s.serverTimestamp });
     return { json: JSON.stringify(a.presences), maxId: Object.keys(a.presences).length ? a.presenceLastUpdateId : -1 };
@@ -274,7 +273,7 @@ function modernAnswer(s: Snapshot, p: PresenceRequest): Built {
   // Never an empty map in place of data that could not be converted (P3).
   if (!s.modern && s.modernError) throw s.modernError;
   const x = p.lastUpdateId;
-  const full = !s.ledger || answer(s.ledger, { visible: [], lastUpdateId: x, serverTimestamp: 0 }).full;
+  const full = !s.ledger || !answersWithDelta(s.ledger, x);
   const { json, maxId } = modernPresences(s, x, p.historyLimitDays);
   // P4: the largest id returned; else the client's own id echoed; else -1. No ledger: -1 (P5).
   const id = !s.ledger ? -1 : maxId >= 0 ? maxId : x !== undefined ? x : -1;

@@ -143,6 +143,11 @@ export function idAsOf(state: LedgerState, serverTimestamp: number): number {
   return -1;
 }
 
+/** P3: a delta only for a positive id the ledger vouches for; anything else gets full data. */
+export function answersWithDelta(state: LedgerState, lastUpdateId: number | undefined): boolean {
+  return lastUpdateId !== undefined && lastUpdateId > 0 && vouchesFor(state, lastUpdateId);
+}
+
 export interface AnswerRequest {
   /** The users the snapshot being answered from shows (I5). */
   visible: Iterable<number>;
@@ -164,7 +169,7 @@ export interface Answer {
 /** P3, P4, P12: what a client gets for a poll, from the ledger and one snapshot. */
 export function answer(state: LedgerState, q: AnswerRequest): Answer {
   const x = q.lastUpdateId;
-  const delta = x !== undefined && x > 0 && vouchesFor(state, x);
+  const delta = answersWithDelta(state, x);
   const cutoff =
     !delta && q.historyLimitDays !== undefined ? q.serverTimestamp - q.historyLimitDays * 86_400 : undefined;
   const presences: Record<string, ModernPresence> = {};
@@ -173,7 +178,7 @@ export function answer(state: LedgerState, q: AnswerRequest): Answer {
     for (const userId of q.visible) {
       const e = state.users.get(userId);
       if (!e || !e.present) continue;
-      if (delta && e.changedAt <= x) continue;
+      if (delta && e.changedAt <= x!) continue; // delta implies x is an id
       if (cutoff !== undefined && e.idle < cutoff) continue;
       presences[String(userId)] = { active_timestamp: e.active, idle_timestamp: e.idle };
       if (e.changedAt > maxId) maxId = e.changedAt;

@@ -91,6 +91,9 @@ describe.each(OLD_ERAS)('presence on a Zulip %s upstream', (era) => {
     const r = await poll(10, { status: 'idle', ping_only: 'true', last_update_id: '5' });
     expect(r.body).toEqual({ result: 'success', msg: '' });
     expect(fake.stats.presencePing).toBe(1);
+    // P11 holds for pings too.
+    const odd = await poll(10, { status: 'idle', ping_only: 'true', zzz: '1' });
+    expect(odd.body).toEqual({ result: 'success', msg: '', ignored_parameters_unsupported: ['zzz'] });
   });
 
   it('passes upstream errors through unchanged (E1)', async () => {

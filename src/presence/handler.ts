@@ -11,7 +11,7 @@ import { callerKey, realmOf } from '../upstream/realm.js';
 import { limitLegacyHistory, presenceEra, FL_SLIM } from './convert.js';
 import { answer, answersWithDelta, type ModernPresence } from './ledger.js';
 import { legacyAnswerId, loadLedger, observeAnswer, upstreamTime, type Asker, type Format } from './observe.js';
-import { parseJsonInt, parsePresenceRequest, wantsModern, type PresenceRequest } from './params.js';
+import { parsePresenceRequest, upstreamWillReject, wantsModern, type PresenceRequest } from './params.js';
 import { fromData, toData, type Snapshot } from './snapshots.js';
 
 /**
@@ -37,8 +37,7 @@ export const presenceHandler: Handler = async (req, res, ctx) => {
   const raw = await readBody(req, ctx.config.server.bodyLimitBytes);
   const params = await parseParams(req, raw);
   // E3 before any upstream call, in the modern server's order and words.
-  parseJsonInt('history_limit_days', params.get('history_limit_days'));
-  parseJsonInt('last_update_id', params.get('last_update_id'));
+  const p = parsePresenceRequest(params);
 
   const realm = realmOf(ctx.upstreamId, req.headers);
   const featureLevel = await timedUpstream(req, () => ctx.featureLevels.featureLevel(realm));
@@ -56,8 +55,8 @@ export const presenceHandler: Handler = async (req, res, ctx) => {
     return relay(res, r);
   }
 
-  const poll: Poll = { req, ctx, realm, featureLevel, era: presenceEra(featureLevel), p: parsePresenceRequest(params, featureLevel) };
-  if (poll.p.upstreamWillReject) {
+  const poll: Poll = { req, ctx, realm, featureLevel, era: presenceEra(featureLevel), p };
+  if (upstreamWillReject(p, featureLevel)) {
     // A value only the upstream validates is wrong: let it say so in its own words (E1).
     const r = await report(poll, { ping_only: poll.p.raw.get('ping_only'), slim_presence: poll.p.raw.get('slim_presence') });
     return relayBuffered(res, r);

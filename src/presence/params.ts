@@ -27,11 +27,10 @@ export interface PresenceRequest {
   newUserInput: string | undefined;
   lastUpdateId: number | undefined;
   historyLimitDays: number | undefined;
-  /**
-   * True when a parameter the upstream validates has a value it will reject: the request is
-   * then forwarded as sent so the upstream words the error itself (E1).
-   */
-  upstreamWillReject: boolean;
+  /** Values the upstream validates that it will reject, before 3.0 (which has no slim_presence)… */
+  invalidBefore30: boolean;
+  /** …and from 3.0 on. */
+  invalidFrom30: boolean;
   /** P11: parameters neither the shim nor the upstream uses, sorted. */
   ignored: string[];
   /** Raw values of the parameters the upstream validates, to forward unchanged. */
@@ -64,16 +63,16 @@ export function readJsonBool(raw: string | undefined): boolean | undefined | nul
   }
 }
 
-export function parsePresenceRequest(params: Params, featureLevel: number): PresenceRequest {
+/** Reads the parameters; throws E3's errors for `history_limit_days` / `last_update_id`. */
+export function parsePresenceRequest(params: Params): PresenceRequest {
   // A modern server parses its parameters in alphabetical order: history_limit_days first.
   const historyLimitDays = parseJsonInt('history_limit_days', params.get('history_limit_days'));
   const lastUpdateId = parseJsonInt('last_update_id', params.get('last_update_id'));
   const status = params.get('status');
   const pingOnly = readJsonBool(params.get('ping_only'));
   const newUserInput = readJsonBool(params.get('new_user_input'));
-  // 2.1 does not know slim_presence and ignores it; from 3.0 on the upstream validates it.
   const slim = readJsonBool(params.get('slim_presence'));
-  const slimChecked = featureLevel >= FL.ZULIP_3_0;
+  const invalid = (status !== 'active' && status !== 'idle') || pingOnly === null || newUserInput === null;
 
   const raw = new Map<string, string>();
   for (const name of ['status', 'ping_only', 'new_user_input', 'slim_presence']) {
@@ -87,11 +86,19 @@ export function parsePresenceRequest(params: Params, featureLevel: number): Pres
     newUserInput: params.get('new_user_input'),
     lastUpdateId,
     historyLimitDays,
-    upstreamWillReject:
-      (status !== 'active' && status !== 'idle') || pingOnly === null || newUserInput === null || (slimChecked && slim === null),
+    invalidBefore30: invalid,
+    invalidFrom30: invalid || slim === null,
     ignored: [...params.names()].filter((n) => !PRESENCE_PARAMS.has(n)).sort(),
     raw,
   };
+}
+
+/**
+ * True when a parameter the upstream validates has a value it will reject: the request is then
+ * forwarded as sent so the upstream words the error itself (E1). 2.1 ignores slim_presence.
+ */
+export function upstreamWillReject(r: PresenceRequest, featureLevel: number): boolean {
+  return featureLevel >= FL.ZULIP_3_0 ? r.invalidFrom30 : r.invalidBefore30;
 }
 
 /** P1: the modern format iff `last_update_id` is given or `slim_presence=true`. */

@@ -16,7 +16,6 @@
 
 export const LONG_SECRET = 8;
 
-const SECRET_HEADERS = new Set(['authorization', 'proxy-authorization', 'cookie', 'set-cookie', 'x-csrftoken']);
 
 /** A JSON text that may hold a secret key (isSecretName), possibly escaped: cheap pre-check. */
 const SECRET_KEY_HINT = /api_key|token|password|\\u/i;
@@ -25,10 +24,6 @@ const SECRET_KEY_HINT = /api_key|token|password|\\u/i;
 export function isSecretName(name: string): boolean {
   const n = name.toLowerCase();
   return n === 'api_key' || n === 'token' || n === 'csrfmiddlewaretoken' || n.endsWith('password');
-}
-
-export function isSecretHeader(name: string): boolean {
-  return SECRET_HEADERS.has(name.toLowerCase());
 }
 
 /** Decodes one form-urlencoded component; a malformed escape is kept as written. */

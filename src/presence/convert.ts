@@ -1,3 +1,4 @@
+import { FL } from '../upstream/feature-level.js';
 import type { ModernPresence } from './ledger.js';
 
 /**
@@ -16,19 +17,14 @@ import type { ModernPresence } from './ledger.js';
  * server sends the user's date_joined; so do we, when the realm's user list gives it.
  */
 
-/** Feature level from which the server keeps one presence row per user (slim is exact). */
-export const FL_ONE_ROW_PER_USER = 178;
-/** Feature level from which the server understands `slim_presence`. */
-export const FL_SLIM = 25;
-
 export type PresenceEra = 'legacy' | 'old-slim' | 'exact-slim';
 
 /** The user's date_joined in seconds, or how to find it: looked up only for users never active. */
 export type Joined = number | undefined | (() => number | undefined);
 
 export function presenceEra(featureLevel: number): PresenceEra {
-  if (featureLevel < FL_SLIM) return 'legacy';
-  return featureLevel < FL_ONE_ROW_PER_USER ? 'old-slim' : 'exact-slim';
+  if (featureLevel < FL.SLIM_PRESENCE) return 'legacy';
+  return featureLevel < FL.ONE_ROW_PER_USER ? 'old-slim' : 'exact-slim';
 }
 
 const int = (v: unknown): number | undefined =>

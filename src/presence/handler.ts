@@ -8,11 +8,11 @@ import { isSuccess, relay, relayBuffered, rewrittenHeaders } from '../http/relay
 import { forwardedHeaders, parseJsonObject, type BufferedResponse } from '../upstream/client.js';
 import { FL } from '../upstream/feature-level.js';
 import { callerKey, realmOf } from '../upstream/realm.js';
-import { limitLegacyHistory, presenceEra, FL_SLIM } from './convert.js';
+import { limitLegacyHistory, presenceEra } from './convert.js';
 import { answer, answersWithDelta, type ModernPresence } from './ledger.js';
 import { legacyAnswerId, loadLedger, observeAnswer, upstreamTime, type Asker, type Format } from './observe.js';
 import { parsePresenceRequest, upstreamWillReject, wantsModern, type PresenceRequest } from './params.js';
-import { fromData, toData, type Snapshot } from './snapshots.js';
+import { everyCallerSeesTheSameUsers, fromData, toData, type Snapshot } from './snapshots.js';
 
 /**
  * POST /api/v1/users/me/presence and /json/users/me/presence on an upstream below feature
@@ -72,7 +72,7 @@ async function report(poll: Poll, extra: { ping_only?: string | undefined; slim_
   if (p.raw.has('status')) form.push(['status', p.raw.get('status')!]);
   if (p.raw.has('new_user_input')) form.push(['new_user_input', p.raw.get('new_user_input')!]);
   if (extra.ping_only !== undefined) form.push(['ping_only', extra.ping_only]);
-  if (extra.slim_presence !== undefined && poll.featureLevel >= FL_SLIM) form.push(['slim_presence', extra.slim_presence]);
+  if (extra.slim_presence !== undefined && poll.featureLevel >= FL.SLIM_PRESENCE) form.push(['slim_presence', extra.slim_presence]);
   const headers = { ...forwardedHeaders(req), 'content-type': 'application/x-www-form-urlencoded' };
   const path = req.url?.startsWith('/json/') ? '/json/users/me/presence' : '/api/v1/users/me/presence';
   return timedUpstream(req, () => ctx.client.fetch({ realm, method: 'POST', path, headers, body: encodeForm(form) }));
@@ -96,9 +96,7 @@ async function pingOnly(poll: Poll, res: ServerResponse): Promise<void> {
 
 function scopeOf(poll: Poll, format: Format): { scope: string; shared: boolean } {
   const { ctx, featureLevel, realm, req } = poll;
-  const mode = ctx.config.presence.shareSnapshots;
-  // P9: one snapshot for all callers only where all callers see the same users.
-  const shared = mode === 'always' || (mode === 'auto' && featureLevel < FL.PRESENCE_ACCESS_LIMIT);
+  const shared = everyCallerSeesTheSameUsers(ctx.config.presence.shareSnapshots, featureLevel);
   return { scope: shared ? `${realm.key}|${format}` : `${realm.key}|${format}|${callerKey(req.headers)}`, shared };
 }
 

@@ -98,7 +98,7 @@ export function parsePresenceRequest(params: Params): PresenceRequest {
  * forwarded as sent so the upstream words the error itself (E1). 2.1 ignores slim_presence.
  */
 export function upstreamWillReject(r: PresenceRequest, featureLevel: number): boolean {
-  return featureLevel >= FL.ZULIP_3_0 ? r.invalidFrom30 : r.invalidBefore30;
+  return featureLevel >= FL.SLIM_PRESENCE ? r.invalidFrom30 : r.invalidBefore30;
 }
 
 /** P1: the modern format iff `last_update_id` is given or `slim_presence=true`. */

@@ -1,5 +1,6 @@
 import { LRUCache } from 'lru-cache';
 import type { Encodable } from '../http/compress.js';
+import { FL } from '../upstream/feature-level.js';
 import type { LedgerState, ModernPresence } from './ledger.js';
 
 /**
@@ -8,6 +9,14 @@ import type { LedgerState, ModernPresence } from './ledger.js';
  * flight; every other poll in the window is answered from the snapshot after its own status
  * report (a `ping_only` call) succeeded.
  */
+
+/**
+ * P9: may one snapshot serve every caller of a realm? Only where every caller sees the same
+ * users: below feature level 228, or where the operator says so.
+ */
+export function everyCallerSeesTheSameUsers(mode: 'auto' | 'always' | 'never', featureLevel: number): boolean {
+  return mode === 'always' || (mode === 'auto' && featureLevel < FL.PRESENCE_ACCESS_LIMIT);
+}
 
 /** One full upstream presence answer, converted and merged. */
 export interface Snapshot {

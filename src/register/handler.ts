@@ -10,10 +10,11 @@ import { isSuccess, relay, relayBuffered, rewrittenHeaders } from '../http/relay
 import { forwardedHeaders, parseJsonObject, translate, type UpstreamResponse } from '../upstream/client.js';
 import { FL } from '../upstream/feature-level.js';
 import { realmOf } from '../upstream/realm.js';
-import { FL_SLIM, presenceEra } from '../presence/convert.js';
+import { presenceEra } from '../presence/convert.js';
 import { answer } from '../presence/ledger.js';
 import { legacyAnswerId, observeAnswer, upstreamTime, type Asker, type Format } from '../presence/observe.js';
 import { readJsonBool } from '../presence/params.js';
+import { everyCallerSeesTheSameUsers } from '../presence/snapshots.js';
 
 /**
  * POST /api/v1/register and /json/register (R1, R2): when the answer carries presence, its
@@ -119,11 +120,11 @@ export const registerHandler: Handler = async (req, res, ctx) => {
 
   const slimAsked = readJsonBool(params.get('slim_presence')) === true;
   // What the upstream sent: 2.1 ignores slim_presence and always answers legacy.
-  const format: Format = slimAsked && featureLevel >= FL_SLIM ? 'slim' : 'legacy';
+  const format: Format = slimAsked && featureLevel >= FL.SLIM_PRESENCE ? 'slim' : 'legacy';
   const asker: Asker = { ctx, req, realm, era: presenceEra(featureLevel) };
   const serverTimestamp = upstreamTime(body, r.headers);
-  const mode = ctx.config.presence.shareSnapshots;
-  const complete = mode === 'always' || (mode === 'auto' && featureLevel < FL.PRESENCE_ACCESS_LIMIT);
+  // A register answer shows the realm as the caller sees it: complete where all see the same.
+  const complete = everyCallerSeesTheSameUsers(ctx.config.presence.shareSnapshots, featureLevel);
   const observed = await observeAnswer(asker, format, presences as Record<string, unknown>, serverTimestamp, complete);
 
   if (slimAsked && observed.modernError) throw observed.modernError; // no legacy map where modern was asked

@@ -4,19 +4,20 @@ import { upstreamBadResponse, upstreamUnavailable } from '../http/errors.js';
 import { parseJsonObject, type UpstreamClient } from './client.js';
 import type { Realm } from './realm.js';
 
-/** Feature levels named by the contract, so code reads `level >= FL.LAST_UPDATE_ID`. */
+/**
+ * The feature levels the shim's behaviour turns on, so code reads `level >= FL.LAST_UPDATE_ID`.
+ * (Own-profile fields name theirs in src/profile/changes/.)
+ */
 export const FL = {
-  ZULIP_3_0: 25,
-  IS_OWNER: 8,
-  OWN_USER_FIELDS_3_0: 10,
-  ROLE: 59,
-  BILLING_ADMIN: 73,
+  /** Zulip 3.0: `slim_presence` exists. */
+  SLIM_PRESENCE: 25,
+  /** One presence row per user (7.0 dev): slim presence is exact. */
+  ONE_ROW_PER_USER: 178,
   DELIVERY_EMAIL: 163,
-  IGNORED_PARAMETERS: 167,
-  ZULIP_7_0: 185,
+  /** Presence limited to the users a caller can access: callers may see different users. */
   PRESENCE_ACCESS_LIMIT: 228,
+  /** The modern presence API: presence and register pass through untouched. */
   LAST_UPDATE_ID: 263,
-  HISTORY_LIMIT_DAYS: 288,
 } as const;
 
 /** `zulip_feature_level` of a server_settings answer; absent = 0 = Zulip 2.1. */

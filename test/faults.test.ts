@@ -267,12 +267,27 @@ describe.each<Era>(['2.1', '7.0'])('upstream faults, Zulip %s upstream', (era) =
     expect(full.presences['12']!.idle_timestamp).toBe(Math.floor(fake.now));
   }, 120_000);
 
+  /**
+   * A fresh shim (nothing cached about the upstream yet) with `paths` failing as `fault`: runs
+   * `check`, then clears the fault and checks that presence recovers.
+   */
+  async function withFreshShim(paths: string[], fault: FaultName, check: (fresh: RunningShim) => Promise<void>): Promise<void> {
+    const fresh = await startShim(fake.url, { upstream: { timeoutMs: TIMEOUT_MS }, presence: { coalesceMs: 0 } });
+    try {
+      setFault(fake, paths, fault);
+      await check(fresh);
+      setFault(fake, []);
+      const ok = await call(fresh, ENDPOINTS.presence.out(fake));
+      expect(ok instanceof Error ? ok.message : ok.status).toBe(200);
+    } finally {
+      setFault(fake, []);
+      await fresh.close();
+    }
+  }
+
   it('answers a presence poll with E2 when server_settings fails, and recovers', async () => {
     for (const fault of ['html-500', 'reset-in-headers', 'silent-headers', 'not-json-2xx'] as FaultName[]) {
-      // A fresh shim: nothing cached about the upstream's feature level yet.
-      const fresh = await startShim(fake.url, { upstream: { timeoutMs: TIMEOUT_MS }, presence: { coalesceMs: 0 } });
-      try {
-        setFault(fake, ['/api/v1/server_settings'], fault);
+      await withFreshShim(['/api/v1/server_settings'], fault, async (fresh) => {
         const a = await call(fresh, ENDPOINTS.presence.out(fake));
         const outcome = fault === 'silent-headers' ? TIMED_OUT : fault === 'reset-in-headers' ? UNAVAILABLE : BAD_RESPONSE;
         expectOutcome(`server_settings ${fault} under presence`, outcome, a);
@@ -280,23 +295,14 @@ describe.each<Era>(['2.1', '7.0'])('upstream faults, Zulip %s upstream', (era) =
         // Own profile does not need the level to answer: it checks every field instead (E4).
         const profile = await call(fresh, ENDPOINTS.profile.out(fake));
         expect(profile instanceof Error ? profile.message : profile.status).toBe(200);
-        setFault(fake, []);
-        const ok = await call(fresh, ENDPOINTS.presence.out(fake));
-        expect(ok instanceof Error ? ok.message : ok.status).toBe(200);
-      } finally {
-        setFault(fake, []);
-        await fresh.close();
-      }
+      });
     }
   }, 60_000);
 
   it('answers with E2 or the documented fallbacks when the user list fails', async () => {
     const outcomes: Record<string, Outcome> = { 'html-500': BAD_RESPONSE, 'reset-in-headers': UNAVAILABLE, 'silent-headers': TIMED_OUT, 'truncated-2xx': BAD_RESPONSE };
     for (const [fault, outcome] of Object.entries(outcomes) as Array<[FaultName, Outcome]>) {
-      // A fresh shim: no user list cached yet.
-      const fresh = await startShim(fake.url, { upstream: { timeoutMs: TIMEOUT_MS }, presence: { coalesceMs: 0 } });
-      try {
-        setFault(fake, ['/api/v1/users'], fault);
+      await withFreshShim(['/api/v1/users'], fault, async (fresh) => {
         const modern = await call(fresh, ENDPOINTS.presence.out(fake));
         if (era === '2.1') {
           // Without the realm's email → id map a 2.1 answer cannot be made modern (E2).
@@ -308,13 +314,7 @@ describe.each<Era>(['2.1', '7.0'])('upstream faults, Zulip %s upstream', (era) =
         // Own profile answers all the same, with the documented fallbacks (U2, E4).
         const profile = await call(fresh, ENDPOINTS.profile.out(fake));
         expect(profile instanceof Error ? profile.message : profile.status).toBe(200);
-        setFault(fake, []);
-        const ok = await call(fresh, ENDPOINTS.presence.out(fake));
-        expect(ok instanceof Error ? ok.message : ok.status).toBe(200);
-      } finally {
-        setFault(fake, []);
-        await fresh.close();
-      }
+      });
     }
   }, 60_000);
 

@@ -52,7 +52,12 @@ export function spawnChild(script: string, args: string[], o: SpawnOptions = {})
   let nextId = 1;
   const waiting = new Map<number, { resolve: (v: unknown) => void; reject: (e: Error) => void }>();
   let exited = false;
-  const exit = new Promise<void>((r) => proc.once('exit', () => ((exited = true), r())));
+  const exit = new Promise<void>((r) =>
+    proc.once('exit', () => {
+      exited = true;
+      r();
+    }),
+  );
 
   return new Promise<Child>((resolveReady, rejectReady) => {
     const timer = setTimeout(() => {

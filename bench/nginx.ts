@@ -30,7 +30,8 @@ export function findNginx(allowInstall: boolean): NginxFound {
   if (bin) return { bin, version: versionOf(bin) };
   if (!allowInstall) return { reason: 'nginx not installed (installation not allowed in this run)' };
   if (process.platform !== 'linux' || process.getuid?.() !== 0) return { reason: 'nginx not installed, and apt-get needs root' };
-  if (spawnSync('sh', ['-c', 'command -v apt-get'], { encoding: 'utf8' }).status !== 0) return { reason: 'nginx not installed, and no apt-get' };
+  if (spawnSync('sh', ['-c', 'command -v apt-get'], { encoding: 'utf8' }).status !== 0)
+    return { reason: 'nginx not installed, and no apt-get' };
   const env = { ...process.env, DEBIAN_FRONTEND: 'noninteractive' };
   const install = () => spawnSync('apt-get', ['install', '-y', 'nginx'], { stdio: 'inherit', env, timeout: 300_000 }).status === 0;
   if (!install()) {
@@ -57,7 +58,10 @@ async function waitForPort(port: number, timeoutMs: number): Promise<void> {
   while (Date.now() < end) {
     const ok = await new Promise<boolean>((r) => {
       const c = net.connect(port, '127.0.0.1');
-      c.once('connect', () => (c.destroy(), r(true)));
+      c.once('connect', () => {
+        c.destroy();
+        r(true);
+      });
       c.once('error', () => r(false));
     });
     if (ok) return;

@@ -51,7 +51,8 @@ function moduleOf(url: string): string {
 }
 
 // Modules loaded through tsx report line 0: their names are shown without a line.
-const frameName = (f: CallFrame) => `${f.functionName || '(anonymous)'} ${moduleOf(f.url)}${f.lineNumber > 0 ? `:${f.lineNumber + 1}` : ''}`;
+const frameName = (f: CallFrame) =>
+  `${f.functionName || '(anonymous)'} ${moduleOf(f.url)}${f.lineNumber > 0 ? `:${f.lineNumber + 1}` : ''}`;
 
 export function summariseProfile(file: string, top = 20): ProfileSummary {
   const p = JSON.parse(readFileSync(file, 'utf8')) as CpuProfile;

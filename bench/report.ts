@@ -108,13 +108,22 @@ export function renderTable(r: Results): string {
         r.passthrough_rps_shim_log_warn === null ? '' : ` (${fmt(r.passthrough_rps_shim_log_warn, 0)} req/s with log level warn)`
       }`,
       `direct ${fmt(r.passthrough_rps_direct, 0)} req/s, p99 ${fmt(r.passthrough_p99_ms_direct, 0)} ms; nginx ${
-        r.passthrough_rps_nginx === null ? `skipped (${b4.nginxSkipped})` : `${fmt(r.passthrough_rps_nginx, 0)} req/s, p99 ${fmt(r.passthrough_p99_ms_nginx, 0)} ms`
+        r.passthrough_rps_nginx === null
+          ? `skipped (${b4.nginxSkipped})`
+          : `${fmt(r.passthrough_rps_nginx, 0)} req/s, p99 ${fmt(r.passthrough_p99_ms_nginx, 0)} ms`
       }`,
       r.passthrough_rps_nginx === null ? '–' : `${fmt(r.passthrough_rps_shim / r.passthrough_rps_nginx, 2)}× nginx`,
       t('B4').goal,
       met(t('B4').met),
     ],
-    ['B5 ledger heap per user', `${fmt(r.ledger_bytes_per_user, 0)} B`, `${fmt(b5.ledgerBytes as number, 0)} B for ${b5.users} users`, '–', t('B5 ledger').goal, met(t('B5 ledger').met)],
+    [
+      'B5 ledger heap per user',
+      `${fmt(r.ledger_bytes_per_user, 0)} B`,
+      `${fmt(b5.ledgerBytes as number, 0)} B for ${b5.users} users`,
+      '–',
+      t('B5 ledger').goal,
+      met(t('B5 ledger').met),
+    ],
     [
       'B5 shim RSS, 1,000 vs 1 callers',
       `${fmt((b5.rss1000 as number) / 2 ** 20)} MiB`,
@@ -171,7 +180,9 @@ export function renderNotes(r: Results): string {
       o.clients,
       0,
     )} clients polling once a minute that caps the reduction near ${fmt(o.clients / bound)}×, whatever the shim does. ${
-      o.clients / bound < 100 ? `100× needs coalesceMs ≥ ${fmt(6_000_000 / o.clients, 0)} at this client count, or more clients per realm.` : ''
+      o.clients / bound < 100
+        ? `100× needs coalesceMs ≥ ${fmt(6_000_000 / o.clients, 0)} at this client count, or more clients per realm.`
+        : ''
     } Every poll's own status report still reaches the upstream as a ping_only call (P9).`,
   ];
   if (b6.deltaOnly) {

@@ -158,10 +158,14 @@ try {
   log('B5 ledger memory …');
   // --single-threaded: with V8's background compiler, the figure moved between runs (124–219 B
   // a user seen on this machine under load) with the moment `merge` got optimised.
-  const ledgerRun = spawnSync(process.execPath, ['--expose-gc', '--single-threaded', '--import', 'tsx', join(BENCH_DIR, 'ledger-memory.ts'), String(opts.users)], {
-    cwd: ROOT,
-    encoding: 'utf8',
-  });
+  const ledgerRun = spawnSync(
+    process.execPath,
+    ['--expose-gc', '--single-threaded', '--import', 'tsx', join(BENCH_DIR, 'ledger-memory.ts'), String(opts.users)],
+    {
+      cwd: ROOT,
+      encoding: 'utf8',
+    },
+  );
   if (ledgerRun.status !== 0) throw new Error(`ledger-memory.ts failed: ${ledgerRun.stderr}`);
   const ledger = JSON.parse(ledgerRun.stdout.trim().split('\n').pop()!) as {
     bytesFirst: number;
@@ -269,7 +273,7 @@ try {
     `B1/B2: ${opts.clients} simulated clients each poll once per simulated minute at their own offset (spread evenly), with the presence_last_update_id of their previous answer, through a shim in its own process. Time is compressed: a simulated minute lasts ${opts.minuteMs} ms, the upstream's clock and churn (${opts.churn * 100} % of users per minute, in 10 steps) run at the same speed, and coalesceMs is scaled alike (${opts.coalesceMs} ms → ${coalesceScaled} ms). Every client starts from the id of one full poll made just before; the first minute warms up, the next ${measuredMinutes} are measured.`,
     `B1: bytes are response bodies. Delta = mean of the ${steady.length} steady-state polls; full modern = the shim's answer to last_update_id=-1 (what a modern server sends for a full poll); full legacy = the synthetic upstream's own answer to a plain poll (what an old client gets without the shim). Polls send Accept-Encoding: gzip; ${
       shimCompresses
-        ? 'the shim gzips its own answers above 1 KiB, so the gzip column is the bytes it sent (decoded for the identity column); the legacy reference is zlib level 6 over the upstream body, as Zulip\'s nginx would send it.'
+        ? "the shim gzips its own answers above 1 KiB, so the gzip column is the bytes it sent (decoded for the identity column); the legacy reference is zlib level 6 over the upstream body, as Zulip's nginx would send it."
         : `the shim did not compress its presence answers, so the gzip column is what a compressing front proxy would send: zlib level 6 over the bodies (${samples.length} delta samples).`
     }`,
     `B2: full presence fetches counted by the upstream during the measured minutes; without the shim every poll is a full fetch (${opts.clients}/min). Each poll's own status report still reaches the upstream (ping_only, P9), shown as pings/min.`,
@@ -371,12 +375,14 @@ try {
   if (quiet) targets.push(['shim, log level warn', quiet.url]);
   if (nginxRun) targets.push(['nginx', nginxRun.url]);
   const runs: Record<string, CannonResult[]> = {};
-  for (const [, url] of targets) await cannon(`${url}${SMALL_PATH}`, opts.passthroughConnections, Math.max(1, Math.round(opts.phaseSeconds / 5)), headers);
+  for (const [, url] of targets)
+    await cannon(`${url}${SMALL_PATH}`, opts.passthroughConnections, Math.max(1, Math.round(opts.phaseSeconds / 5)), headers);
   for (let r = 0; r < opts.rounds; r++) {
     for (const [name, url] of targets) {
       const run = () => cannon(`${url}${SMALL_PATH}`, opts.passthroughConnections, opts.phaseSeconds, headers);
       const res = name === 'shim' && r === 0 ? await profiled(s2, 'b4-passthrough', run) : await run();
-      (runs[name] ??= []).push(res);
+      runs[name] ??= [];
+      runs[name].push(res);
       await sleep(200);
     }
   }
@@ -500,7 +506,11 @@ try {
     log(formatProfile(summariseProfile(file, 12)));
   }
   writeFileSync(join(opts.out, 'results.json'), `${JSON.stringify(results, null, 2)}\n`);
-  const command = opts.quick ? 'npm run bench -- --quick' : opts.users === 10_000 ? 'npm run bench' : `npm run bench -- --users ${opts.users}`;
+  const command = opts.quick
+    ? 'npm run bench -- --quick'
+    : opts.users === 10_000
+      ? 'npm run bench'
+      : `npm run bench -- --users ${opts.users}`;
   writeFileSync(join(opts.out, 'RESULTS.md'), renderMarkdown(results, command));
   log(`\nwrote ${relative(ROOT, join(opts.out, 'results.json'))} and RESULTS.md in ${round((performance.now() - started) / 1000, 1)} s`);
 } finally {

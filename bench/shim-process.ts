@@ -97,7 +97,14 @@ function memory(collect: boolean) {
     gc();
   }
   const m = process.memoryUsage();
-  return { rss: m.rss, heapUsed: m.heapUsed, heapTotal: m.heapTotal, external: m.external, arrayBuffers: m.arrayBuffers, collected: collect && !!gc };
+  return {
+    rss: m.rss,
+    heapUsed: m.heapUsed,
+    heapTotal: m.heapTotal,
+    external: m.external,
+    arrayBuffers: m.arrayBuffers,
+    collected: collect && !!gc,
+  };
 }
 
 serveParent(

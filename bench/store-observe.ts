@@ -78,7 +78,10 @@ try {
       users,
       rounds,
       observe: [memory, redis, turns],
-      addedMedianMs: { oneReplica: +(redis!.medianMs - memory!.medianMs).toFixed(2), alternating: +(turns!.medianMs - memory!.medianMs).toFixed(2) },
+      addedMedianMs: {
+        oneReplica: +(redis!.medianMs - memory!.medianMs).toFixed(2),
+        alternating: +(turns!.medianMs - memory!.medianMs).toFixed(2),
+      },
       valueBytes: state ? encodeLedger(state).length + 8 : undefined,
       redisMemoryUsageBytes: memoryUsage,
     }),

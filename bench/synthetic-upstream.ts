@@ -139,7 +139,17 @@ export class SyntheticZulip {
   }
 
   static emptyStats(): UpstreamStats {
-    return { presenceFull: 0, presencePing: 0, usersList: 0, serverSettings: 0, small: 0, other: 0, churnSteps: 0, changedUsers: 0, regenMs: 0 };
+    return {
+      presenceFull: 0,
+      presencePing: 0,
+      usersList: 0,
+      serverSettings: 0,
+      small: 0,
+      other: 0,
+      churnSteps: 0,
+      changedUsers: 0,
+      regenMs: 0,
+    };
   }
 
   get featureLevel(): number {

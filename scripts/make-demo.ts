@@ -83,7 +83,8 @@ async function main(): Promise<void> {
       body: `status=active&last_update_id=${lastUpdateId}`,
     });
     const body = (await r.json()) as { presences?: Record<string, unknown>; presence_last_update_id?: number; msg?: string };
-    if (r.status !== 200 || body.presence_last_update_id === undefined) throw new Error(`presence poll failed: ${r.status} ${body.msg ?? ''}`);
+    if (r.status !== 200 || body.presence_last_update_id === undefined)
+      throw new Error(`presence poll failed: ${r.status} ${body.msg ?? ''}`);
     process.stdout.write(`  poll last_update_id=${lastUpdateId}: ${Object.keys(body.presences ?? {}).length} users\n`);
     return body.presence_last_update_id;
   };

@@ -40,7 +40,9 @@ async function openUpstream(config: Config, log: Logger): Promise<UpstreamTarget
     if (!record) return { target: url, upstreamId: url, describe: url, close: async () => {}, strictMisses: () => [] };
     const file = resolve(record);
     const recorder = await startRecorder({ upstream: url, file, log, insecureTls: config.upstream.insecureTls }).catch((e: unknown) => {
-      throw new ConfigError(`record.har (--record / RECORD_HAR): cannot write ${file} (${(e as NodeJS.ErrnoException).code ?? (e as Error).message})`);
+      throw new ConfigError(
+        `record.har (--record / RECORD_HAR): cannot write ${file} (${(e as NodeJS.ErrnoException).code ?? (e as Error).message})`,
+      );
     });
     return { target: recorder.url, upstreamId: url, describe: url, close: () => recorder.close(), strictMisses: () => [] };
   }
@@ -61,7 +63,8 @@ async function openUpstream(config: Config, log: Logger): Promise<UpstreamTarget
 }
 
 function demoAnnouncement(url: string): string {
-  const poll = (id: string) => `curl -s -u demo@example.com:any-key -d status=active -d last_update_id=${id} ${url}/api/v1/users/me/presence`;
+  const poll = (id: string) =>
+    `curl -s -u demo@example.com:any-key -d status=active -d last_update_id=${id} ${url}/api/v1/users/me/presence`;
   return [
     '',
     `zulip-compat-shim is listening on ${url}, in front of a recorded Zulip 2.1 server (the bundled demo).`,
@@ -99,7 +102,7 @@ function handleEscapedErrors(log: Logger, onUncaught: () => void): void {
 }
 
 async function main(argv: string[]): Promise<number> {
-  let loaded;
+  let loaded: ReturnType<typeof loadConfig>;
   try {
     loaded = loadConfig(argv);
   } catch (e) {
@@ -153,15 +156,18 @@ async function main(argv: string[]): Promise<number> {
       void shim
         .close()
         .then(() => upstream.close())
-        .then(() => {
-          // H2 strict mode: every miss on stderr, one line each, and a failing exit code.
-          const misses = upstream.strictMisses();
-          for (const m of misses) process.stderr.write(`zulip-compat-shim: replay miss: ${m}\n`);
-          done(exitCode ?? (misses.length ? 1 : 0));
-        }, (e) => {
-          log.error({ err: e }, 'error during shutdown');
-          done(exitCode ?? 1);
-        });
+        .then(
+          () => {
+            // H2 strict mode: every miss on stderr, one line each, and a failing exit code.
+            const misses = upstream.strictMisses();
+            for (const m of misses) process.stderr.write(`zulip-compat-shim: replay miss: ${m}\n`);
+            done(exitCode ?? (misses.length ? 1 : 0));
+          },
+          (e) => {
+            log.error({ err: e }, 'error during shutdown');
+            done(exitCode ?? 1);
+          },
+        );
     };
     onUncaught = () => stop('uncaughtException', EXIT_UNCAUGHT);
     process.on('SIGTERM', () => stop('SIGTERM'));

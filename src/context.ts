@@ -41,7 +41,8 @@ const FACTS = Symbol('zulip-compat-shim request facts');
 
 export function facts(req: IncomingMessage): RequestFacts {
   const r = req as IncomingMessage & { [FACTS]?: RequestFacts };
-  return (r[FACTS] ??= {});
+  r[FACTS] ??= {};
+  return r[FACTS];
 }
 
 /** Times an upstream call and adds it to the request's upstream time. */

@@ -180,7 +180,8 @@ export function createShim(o: ShimOptions): Shim {
     const code = (err as NodeJS.ErrnoException).code;
     // Node's own rule: answer only where no answer to an earlier request is being written.
     const inFlight = (socket as Duplex & { _httpMessage?: { headersSent?: boolean } })._httpMessage;
-    if (code !== 'ECONNRESET' && socket.writable && !inFlight?.headersSent) socket.end(rawShimError(CLIENT_ERROR_STATUS[code ?? ''] ?? 400));
+    if (code !== 'ECONNRESET' && socket.writable && !inFlight?.headersSent)
+      socket.end(rawShimError(CLIENT_ERROR_STATUS[code ?? ''] ?? 400));
     else socket.destroy();
     log.debug({ err: { code } }, 'client error');
   });

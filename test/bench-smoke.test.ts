@@ -31,11 +31,15 @@ const NUMERIC_KEYS = [
 
 describe('npm run bench, tiny', () => {
   it('runs end to end and writes results.json and RESULTS.md', { timeout: 240_000 }, async () => {
-    await run(process.execPath, ['--import', 'tsx', 'bench/run.ts', '--quick', '--users', '200', '--clients', '50', '--no-nginx', '--out', out], {
-      cwd: join(import.meta.dirname, '..'),
-      timeout: 230_000,
-      maxBuffer: 16 * 1024 * 1024,
-    });
+    await run(
+      process.execPath,
+      ['--import', 'tsx', 'bench/run.ts', '--quick', '--users', '200', '--clients', '50', '--no-nginx', '--out', out],
+      {
+        cwd: join(import.meta.dirname, '..'),
+        timeout: 230_000,
+        maxBuffer: 16 * 1024 * 1024,
+      },
+    );
     const r = JSON.parse(readFileSync(join(out, 'results.json'), 'utf8')) as Record<string, unknown>;
     for (const key of NUMERIC_KEYS) {
       expect(typeof r[key], key).toBe('number');
@@ -71,8 +75,9 @@ describe('synthetic upstream flavours', () => {
       expect(Object.keys(full.presences as object)[0]).toMatch(/@/);
       expect(typeof full.server_timestamp).toBe('number');
       expect(await post(url, 'status=active&ping_only=true')).toEqual({ result: 'success', msg: '' });
-      const members = ((await (await fetch(`${url}/api/v1/users`)).json()) as { members: Array<{ user_id: number; email: string; date_joined: string }> })
-        .members;
+      const members = (
+        (await (await fetch(`${url}/api/v1/users`)).json()) as { members: Array<{ user_id: number; email: string; date_joined: string }> }
+      ).members;
       expect(members).toHaveLength(20);
       expect((await fetch(`${url}${SMALL_PATH}`)).status).toBe(200);
       expect(z.stats).toMatchObject({ presenceFull: 1, presencePing: 1, usersList: 1, serverSettings: 1, small: 1 });
@@ -87,7 +92,10 @@ describe('synthetic upstream flavours', () => {
     try {
       const settings = (await (await fetch(`${url}/api/v1/server_settings`)).json()) as Record<string, unknown>;
       expect(settings.zulip_feature_level).toBe(185);
-      const slim = (await post(url, 'status=active&slim_presence=true')).presences as Record<string, { active_timestamp: number; idle_timestamp: number }>;
+      const slim = (await post(url, 'status=active&slim_presence=true')).presences as Record<
+        string,
+        { active_timestamp: number; idle_timestamp: number }
+      >;
       expect(Object.keys(slim)).toHaveLength(50);
       for (const e of Object.values(slim)) expect(e.idle_timestamp).toBeGreaterThanOrEqual(e.active_timestamp);
       const legacy = (await post(url, 'status=active')).presences as Record<string, unknown>;

@@ -34,7 +34,12 @@ const FORM = 'application/x-www-form-urlencoded';
 
 const ENDPOINTS: Record<EndpointName, Endpoint> = {
   presence: {
-    out: (f) => ({ method: 'POST', path: '/api/v1/users/me/presence', headers: { authorization: f.auth(10), 'content-type': FORM }, body: formBody({ status: 'active', last_update_id: '-1' }) }),
+    out: (f) => ({
+      method: 'POST',
+      path: '/api/v1/users/me/presence',
+      headers: { authorization: f.auth(10), 'content-type': FORM },
+      body: formBody({ status: 'active', last_update_id: '-1' }),
+    }),
     upstreamPath: '/api/v1/users/me/presence',
     intercepted: true,
   },
@@ -44,7 +49,12 @@ const ENDPOINTS: Record<EndpointName, Endpoint> = {
     intercepted: true,
   },
   register: {
-    out: (f) => ({ method: 'POST', path: '/api/v1/register', headers: { authorization: f.auth(12), 'content-type': FORM }, body: formBody({ event_types: '["presence"]', slim_presence: 'true' }) }),
+    out: (f) => ({
+      method: 'POST',
+      path: '/api/v1/register',
+      headers: { authorization: f.auth(12), 'content-type': FORM },
+      body: formBody({ event_types: '["presence"]', slim_presence: 'true' }),
+    }),
     upstreamPath: '/api/v1/register',
     intercepted: true,
   },
@@ -60,7 +70,16 @@ const ENDPOINTS: Record<EndpointName, Endpoint> = {
   },
 };
 
-type FaultName = 'reset-in-headers' | 'reset-in-body' | 'silent-headers' | 'silent-body' | 'html-500' | 'html-502' | 'truncated-2xx' | 'not-json-2xx' | 'rate-limited';
+type FaultName =
+  | 'reset-in-headers'
+  | 'reset-in-body'
+  | 'silent-headers'
+  | 'silent-body'
+  | 'html-500'
+  | 'html-502'
+  | 'truncated-2xx'
+  | 'not-json-2xx'
+  | 'rate-limited';
 
 /** What the fake does instead of answering, on the faulted path. */
 const FAULTS: Record<FaultName, (req: IncomingMessage, res: ServerResponse) => void> = {
@@ -92,8 +111,19 @@ const FAULTS: Record<FaultName, (req: IncomingMessage, res: ServerResponse) => v
     res.end(text);
   },
   'rate-limited': (_req, res) => {
-    const text = JSON.stringify({ result: 'error', msg: 'API usage exceeded rate limit', 'retry-after': 28.706807374954224, code: 'RATE_LIMIT_HIT' });
-    res.writeHead(429, { 'content-type': 'application/json', 'retry-after': '29', 'x-ratelimit-remaining': '0', 'x-upstream-fault': 'yes', 'content-length': String(Buffer.byteLength(text)) });
+    const text = JSON.stringify({
+      result: 'error',
+      msg: 'API usage exceeded rate limit',
+      'retry-after': 28.706807374954224,
+      code: 'RATE_LIMIT_HIT',
+    });
+    res.writeHead(429, {
+      'content-type': 'application/json',
+      'retry-after': '29',
+      'x-ratelimit-remaining': '0',
+      'x-upstream-fault': 'yes',
+      'content-length': String(Buffer.byteLength(text)),
+    });
     res.end(text);
   },
 };
@@ -168,7 +198,8 @@ function expectOutcome(what: string, outcome: Outcome, a: Answer | Error, upstre
     expect(a.status, what).toBe(upstream!.status);
     expect(a.body.toString('latin1'), what).toBe(upstream!.body.toString('latin1'));
     expect(a.headers['content-type'], what).toBe(upstream!.headers['content-type']);
-    for (const h of ['retry-after', 'x-ratelimit-remaining', 'x-upstream-fault']) expect(a.headers[h], `${what}: ${h}`).toBe(upstream!.headers[h]);
+    for (const h of ['retry-after', 'x-ratelimit-remaining', 'x-upstream-fault'])
+      expect(a.headers[h], `${what}: ${h}`).toBe(upstream!.headers[h]);
     return;
   }
   expect(a.status, `${what}: ${a.body.toString()}`).toBe(outcome.status);
@@ -221,7 +252,8 @@ describe.each<Era>(['2.1', '7.0'])('upstream faults, Zulip %s upstream', (era) =
     for (const u of fake.humans()) fake.report(u.user_id, 'active');
     shim = await startShim(fake.url, { upstream: { timeoutMs: TIMEOUT_MS }, presence: { coalesceMs: 0 } });
     realmKey = realmOf(fake.url, { host: new URL(shim.url).host }).key;
-    for (const f of ['html-500', 'html-502', 'rate-limited', 'truncated-2xx', 'not-json-2xx'] as FaultName[]) upstreamAnswers.set(f, await upstreamAnswer(f));
+    for (const f of ['html-500', 'html-502', 'rate-limited', 'truncated-2xx', 'not-json-2xx'] as FaultName[])
+      upstreamAnswers.set(f, await upstreamAnswer(f));
   });
   afterAll(async () => {
     await shim?.close();
@@ -231,7 +263,12 @@ describe.each<Era>(['2.1', '7.0'])('upstream faults, Zulip %s upstream', (era) =
   const presencePoll = async (lastUpdateId: number): Promise<{ presences: Modern; id: number }> => {
     const a = await send(
       shim.url,
-      { method: 'POST', path: '/api/v1/users/me/presence', headers: { authorization: fake.auth(10), 'content-type': FORM }, body: formBody({ status: 'active', last_update_id: String(lastUpdateId) }) },
+      {
+        method: 'POST',
+        path: '/api/v1/users/me/presence',
+        headers: { authorization: fake.auth(10), 'content-type': FORM },
+        body: formBody({ status: 'active', last_update_id: String(lastUpdateId) }),
+      },
       { timeoutMs: REQUEST_TIMEOUT_MS },
     );
     expect(a.status, a.body.toString()).toBe(200);
@@ -253,7 +290,9 @@ describe.each<Era>(['2.1', '7.0'])('upstream faults, Zulip %s upstream', (era) =
       setFault(fake, ALL_PATHS, fault);
       const answers = await Promise.all(ENDPOINT_LIST.map(([, e]) => call(shim, e.out(fake))));
       setFault(fake, []);
-      ENDPOINT_LIST.forEach(([name, e], i) => expectOutcome(`${fault} on ${name}`, expected(fault, e), answers[i]!, upstreamAnswers.get(fault)));
+      for (const [i, [name, e]] of ENDPOINT_LIST.entries()) {
+        expectOutcome(`${fault} on ${name}`, expected(fault, e), answers[i]!, upstreamAnswers.get(fault));
+      }
       // No fault half-updates the realm's presence ledger (E1, E2).
       const ledger: LedgerState | undefined = await shim.shim.context.store.load(realmKey);
       expect(ledger, `${fault} changed the ledger`).toEqual(ledgerBefore);
@@ -300,7 +339,12 @@ describe.each<Era>(['2.1', '7.0'])('upstream faults, Zulip %s upstream', (era) =
   }, 60_000);
 
   it('answers with E2 or the documented fallbacks when the user list fails', async () => {
-    const outcomes: Record<string, Outcome> = { 'html-500': BAD_RESPONSE, 'reset-in-headers': UNAVAILABLE, 'silent-headers': TIMED_OUT, 'truncated-2xx': BAD_RESPONSE };
+    const outcomes: Record<string, Outcome> = {
+      'html-500': BAD_RESPONSE,
+      'reset-in-headers': UNAVAILABLE,
+      'silent-headers': TIMED_OUT,
+      'truncated-2xx': BAD_RESPONSE,
+    };
     for (const [fault, outcome] of Object.entries(outcomes) as Array<[FaultName, Outcome]>) {
       await withFreshShim(['/api/v1/users'], fault, async (fresh) => {
         const modern = await call(fresh, ENDPOINTS.presence.out(fake));
@@ -336,51 +380,62 @@ describe.each<Era>(['2.1', '7.0'])('upstream faults, Zulip %s upstream', (era) =
   });
 
   // One era is enough for the resource count: the paths that fail are the same.
-  it.skipIf(era !== '2.1')('leaves no socket, timer or listener behind after repeated faults', async () => {
-    const agent = new http.Agent({ keepAlive: true, maxSockets: 8 });
-    const warnings: string[] = [];
-    const onWarning = (w: Error) => warnings.push(`${w.name}: ${w.message}`);
-    process.on('warning', onWarning);
-    const listeners = () => ['request', 'connection', 'clientError', 'upgrade', 'connect'].map((ev) => shim.shim.server.listenerCount(ev));
-    const round = async () => {
-      for (const fault of Object.keys(FAULTS) as FaultName[]) {
-        setFault(fake, ALL_PATHS, fault);
-        await Promise.all(ENDPOINT_LIST.map(([, e]) => call(shim, e.out(fake), agent)));
-        setFault(fake, []);
-        // Ordinary traffic in between, on the same kept-alive connections.
-        await Promise.all(ENDPOINT_LIST.map(([, e]) => call(shim, e.out(fake), agent)));
-      }
-    };
-    try {
-      await round(); // warm-up: pools fill to what sequential traffic needs
-      await pause(STALL_MS + 200); // the fake's own stalls end
-      const before = resources();
-      const fakeBefore = await fake.connections();
-      const listenersBefore = listeners();
-      for (let i = 0; i < 3; i++) await round();
-      // Let destroyed sockets close and the fake's stalls end.
-      let after = resources();
-      let fakeAfter = await fake.connections();
-      const settled = () => (after.get('TCPSocketWrap') ?? 0) <= (before.get('TCPSocketWrap') ?? 0) + 4 && (after.get('Timeout') ?? 0) <= (before.get('Timeout') ?? 0) + 2;
-      for (let i = 0; i < 60 && !settled(); i++) {
-        await pause(100);
+  it.skipIf(era !== '2.1')(
+    'leaves no socket, timer or listener behind after repeated faults',
+    async () => {
+      const agent = new http.Agent({ keepAlive: true, maxSockets: 8 });
+      const warnings: string[] = [];
+      const onWarning = (w: Error) => warnings.push(`${w.name}: ${w.message}`);
+      process.on('warning', onWarning);
+      const listeners = () =>
+        ['request', 'connection', 'clientError', 'upgrade', 'connect'].map((ev) => shim.shim.server.listenerCount(ev));
+      const round = async () => {
+        for (const fault of Object.keys(FAULTS) as FaultName[]) {
+          setFault(fake, ALL_PATHS, fault);
+          await Promise.all(ENDPOINT_LIST.map(([, e]) => call(shim, e.out(fake), agent)));
+          setFault(fake, []);
+          // Ordinary traffic in between, on the same kept-alive connections.
+          await Promise.all(ENDPOINT_LIST.map(([, e]) => call(shim, e.out(fake), agent)));
+        }
+      };
+      try {
+        await round(); // warm-up: pools fill to what sequential traffic needs
+        await pause(STALL_MS + 200); // the fake's own stalls end
+        const before = resources();
+        const fakeBefore = await fake.connections();
+        const listenersBefore = listeners();
+        for (let i = 0; i < 3; i++) await round();
+        // Let destroyed sockets close and the fake's stalls end.
+        let after = resources();
+        let fakeAfter = await fake.connections();
+        const settled = () =>
+          (after.get('TCPSocketWrap') ?? 0) <= (before.get('TCPSocketWrap') ?? 0) + 4 &&
+          (after.get('Timeout') ?? 0) <= (before.get('Timeout') ?? 0) + 2;
+        for (let i = 0; i < 60 && !settled(); i++) {
+          await pause(100);
+          after = resources();
+          fakeAfter = await fake.connections();
+        }
+        await pause(STALL_MS + 200);
         after = resources();
         fakeAfter = await fake.connections();
+        const summary = (m: Map<string, number>) => ({ sockets: m.get('TCPSocketWrap') ?? 0, timers: m.get('Timeout') ?? 0 });
+        // Kept-alive pool sockets may stay (a few, for sequential traffic); nothing grows per fault.
+        expect(summary(after).sockets, JSON.stringify({ before: summary(before), after: summary(after) })).toBeLessThanOrEqual(
+          summary(before).sockets + 4,
+        );
+        expect(summary(after).timers, JSON.stringify({ before: summary(before), after: summary(after) })).toBeLessThanOrEqual(
+          summary(before).timers + 2,
+        );
+        expect(fakeAfter).toBeLessThanOrEqual(fakeBefore + 4);
+        expect(listeners()).toEqual(listenersBefore);
+        expect(warnings.filter((w) => /MaxListeners/.test(w))).toEqual([]);
+      } finally {
+        process.off('warning', onWarning);
+        agent.destroy();
+        setFault(fake, []);
       }
-      await pause(STALL_MS + 200);
-      after = resources();
-      fakeAfter = await fake.connections();
-      const summary = (m: Map<string, number>) => ({ sockets: m.get('TCPSocketWrap') ?? 0, timers: m.get('Timeout') ?? 0 });
-      // Kept-alive pool sockets may stay (a few, for sequential traffic); nothing grows per fault.
-      expect(summary(after).sockets, JSON.stringify({ before: summary(before), after: summary(after) })).toBeLessThanOrEqual(summary(before).sockets + 4);
-      expect(summary(after).timers, JSON.stringify({ before: summary(before), after: summary(after) })).toBeLessThanOrEqual(summary(before).timers + 2);
-      expect(fakeAfter).toBeLessThanOrEqual(fakeBefore + 4);
-      expect(listeners()).toEqual(listenersBefore);
-      expect(warnings.filter((w) => /MaxListeners/.test(w))).toEqual([]);
-    } finally {
-      process.off('warning', onWarning);
-      agent.destroy();
-      setFault(fake, []);
-    }
-  }, 120_000);
+    },
+    120_000,
+  );
 });

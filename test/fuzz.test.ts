@@ -62,15 +62,7 @@ afterAll(async () => {
 // ------------------------------------------------------------------ generated requests
 
 type Route = 'presence' | 'presence-json' | 'register' | 'profile' | 'passthrough';
-type Encoding =
-  | 'urlencoded'
-  | 'multipart'
-  | 'query-only'
-  | 'raw-bytes'
-  | 'broken-multipart'
-  | 'json'
-  | 'text'
-  | 'mixed-up';
+type Encoding = 'urlencoded' | 'multipart' | 'query-only' | 'raw-bytes' | 'broken-multipart' | 'json' | 'text' | 'mixed-up';
 type Auth = 'valid' | 'bot' | 'wrong-key' | 'unknown-user' | 'garbage' | 'empty' | 'bearer' | 'none' | 'twice' | 'cookie';
 
 interface Case {
@@ -91,23 +83,51 @@ interface Case {
   seed: number;
 }
 
-const PARAM_NAMES = [
-  ...PRESENCE_PARAMS,
-  'event_types',
-  'fetch_event_types',
-  'apply_markdown',
-  'client_gravatar',
-  'queue_id',
-  'api_key',
-];
+const PARAM_NAMES = [...PRESENCE_PARAMS, 'event_types', 'fetch_event_types', 'apply_markdown', 'client_gravatar', 'queue_id', 'api_key'];
 
 /** last_update_id / history_limit_days values, from plausible to absurd; `@id…` = a real id. */
 const absurdInt = fc.oneof(
   fc.constantFrom(
-    '-1', '0', '-0', '1', '-5', '3', '9223372036854775808', '-9223372036854775809', '18446744073709551616',
-    '1e400', '-1e400', '1e3', '1.5', '1.0', '2.', '.5', 'true', 'false', 'null', '"5"', '[]', '[1]', '{}', 'abc',
-    '', ' ', '0x10', 'NaN', 'Infinity', '-Infinity', '05', '+5', ' 7 ', '7\n', '99999999999999999999',
-    '9007199254740993', '@id', '@id+1', '@id-1', '@id*1000',
+    '-1',
+    '0',
+    '-0',
+    '1',
+    '-5',
+    '3',
+    '9223372036854775808',
+    '-9223372036854775809',
+    '18446744073709551616',
+    '1e400',
+    '-1e400',
+    '1e3',
+    '1.5',
+    '1.0',
+    '2.',
+    '.5',
+    'true',
+    'false',
+    'null',
+    '"5"',
+    '[]',
+    '[1]',
+    '{}',
+    'abc',
+    '',
+    ' ',
+    '0x10',
+    'NaN',
+    'Infinity',
+    '-Infinity',
+    '05',
+    '+5',
+    ' 7 ',
+    '7\n',
+    '99999999999999999999',
+    '9007199254740993',
+    '@id',
+    '@id+1',
+    '@id-1',
+    '@id*1000',
   ),
   fc.bigInt({ min: -(2n ** 70n), max: 2n ** 70n }).map(String),
   fc.integer({ min: 1, max: 3000 }).map((n) => '9'.repeat(n)),
@@ -121,7 +141,10 @@ const oddString = fc.oneof(
 );
 
 const value = fc.oneof(
-  { weight: 4, arbitrary: fc.constantFrom('active', 'idle', 'true', 'false', '1', '0', 'maybe', 'null', '["presence"]', '["message"]', '[]', '{') },
+  {
+    weight: 4,
+    arbitrary: fc.constantFrom('active', 'idle', 'true', 'false', '1', '0', 'maybe', 'null', '["presence"]', '["message"]', '[]', '{'),
+  },
   { weight: 3, arbitrary: oddString },
   { weight: 3, arbitrary: absurdInt },
   { weight: 1, arbitrary: fc.integer({ min: 1000, max: 40_000 }).map((n) => 'v'.repeat(n)) },
@@ -134,7 +157,12 @@ const param: fc.Arbitrary<[string, string]> = fc.oneof(
 );
 
 const CONTENT_TYPES: Record<Encoding, fc.Arbitrary<string | undefined>> = {
-  urlencoded: fc.constantFrom('application/x-www-form-urlencoded', 'application/x-www-form-urlencoded; charset=UTF-8', 'APPLICATION/X-WWW-FORM-URLENCODED', undefined),
+  urlencoded: fc.constantFrom(
+    'application/x-www-form-urlencoded',
+    'application/x-www-form-urlencoded; charset=UTF-8',
+    'APPLICATION/X-WWW-FORM-URLENCODED',
+    undefined,
+  ),
   multipart: fc.constant('multipart/form-data; boundary=----zcsFuzzBoundary'),
   'query-only': fc.constantFrom(undefined, 'application/x-www-form-urlencoded'),
   'raw-bytes': fc.constantFrom('application/x-www-form-urlencoded', undefined, 'application/x-www-form-urlencoded; charset=latin-1'),
@@ -157,14 +185,42 @@ const caseArb: fc.Arbitrary<Case> = fc
     route: fc.constantFrom<Route>('presence', 'presence', 'presence', 'presence-json', 'register', 'profile', 'passthrough'),
     params: fc.array(param, { maxLength: 8 }),
     inQuery: fc.array(fc.boolean(), { minLength: 8, maxLength: 8 }),
-    encoding: fc.constantFrom<Encoding>('urlencoded', 'urlencoded', 'multipart', 'multipart', 'query-only', 'raw-bytes', 'broken-multipart', 'json', 'text', 'mixed-up'),
-    auth: fc.constantFrom<Auth>('valid', 'valid', 'valid', 'valid', 'bot', 'wrong-key', 'unknown-user', 'garbage', 'empty', 'bearer', 'none', 'twice', 'cookie'),
+    encoding: fc.constantFrom<Encoding>(
+      'urlencoded',
+      'urlencoded',
+      'multipart',
+      'multipart',
+      'query-only',
+      'raw-bytes',
+      'broken-multipart',
+      'json',
+      'text',
+      'mixed-up',
+    ),
+    auth: fc.constantFrom<Auth>(
+      'valid',
+      'valid',
+      'valid',
+      'valid',
+      'bot',
+      'wrong-key',
+      'unknown-user',
+      'garbage',
+      'empty',
+      'bearer',
+      'none',
+      'twice',
+      'cookie',
+    ),
     user: fc.constantFrom(...HUMANS),
     host: fc.option(fc.constantFrom('realm-b.example', 'EXAMPLE.com:99', '[::1]:1', 'x'), { freq: 8, nil: undefined }),
     chunked: fc.boolean(),
     oversize: fc.oneof({ weight: 9, arbitrary: fc.constant(0) }, { weight: 1, arbitrary: fc.integer({ min: 1, max: 3 * LIMIT }) }),
     acceptGzip: fc.boolean(),
-    requestId: fc.option(fc.oneof(fc.string({ maxLength: 140 }), fc.constantFrom('ok-id.1:2', 'a'.repeat(129))), { freq: 4, nil: undefined }),
+    requestId: fc.option(fc.oneof(fc.string({ maxLength: 140 }), fc.constantFrom('ok-id.1:2', 'a'.repeat(129))), {
+      freq: 4,
+      nil: undefined,
+    }),
     seed: fc.integer(),
   })
   .chain((c) => CONTENT_TYPES[c.encoding].map((contentType) => ({ ...c, contentType: contentType ?? undefined })));
@@ -195,7 +251,13 @@ function multipart(params: Array<[string, string]>, seed: number): Buffer {
   return Buffer.concat(parts);
 }
 
-const INVALID_UTF8 = [Buffer.from([0xff]), Buffer.from([0xc3, 0x28]), Buffer.from([0xe2, 0x82]), Buffer.from([0xed, 0xa0, 0x80]), Buffer.from([0xf8, 0x88, 0x80, 0x80, 0x80])];
+const INVALID_UTF8 = [
+  Buffer.from([0xff]),
+  Buffer.from([0xc3, 0x28]),
+  Buffer.from([0xe2, 0x82]),
+  Buffer.from([0xed, 0xa0, 0x80]),
+  Buffer.from([0xf8, 0x88, 0x80, 0x80, 0x80]),
+];
 
 function rawBytes(params: Array<[string, string]>, seed: number): Buffer {
   const out: Buffer[] = [];
@@ -231,7 +293,9 @@ function bodyOf(c: Case, bodyParams: Array<[string, string]>): Buffer | undefine
       return Buffer.from(new URLSearchParams(bodyParams).toString());
     case 'mixed-up':
       // The body is in the other encoding than the one named.
-      return c.contentType?.startsWith('multipart') ? Buffer.from(new URLSearchParams(bodyParams).toString()) : multipart(bodyParams, c.seed);
+      return c.contentType?.startsWith('multipart')
+        ? Buffer.from(new URLSearchParams(bodyParams).toString())
+        : multipart(bodyParams, c.seed);
   }
 }
 
@@ -306,7 +370,8 @@ function build(c: Case): Built {
   // Multipart is well-formed only with plain part names (a quote or CR/LF breaks the header).
   const wellFormed =
     c.encoding === 'urlencoded' || c.encoding === 'query-only' || (c.encoding === 'multipart' && inBody.every(([k]) => /^\w+$/.test(k)));
-  const bodyFields = c.encoding === 'multipart' ? inBody.filter((_, i) => !isFilePart(c.seed, i)) : c.encoding === 'query-only' ? [] : inBody;
+  const bodyFields =
+    c.encoding === 'multipart' ? inBody.filter((_, i) => !isFilePart(c.seed, i)) : c.encoding === 'query-only' ? [] : inBody;
   const tooLarge = (body?.length ?? 0) > LIMIT;
   return {
     out: { method: route.method, path: `${route.path}${qs}`, headers, body, chunked: c.chunked && body !== undefined },
@@ -330,7 +395,14 @@ function e3Message(name: string, raw: string | undefined): string | undefined {
   return typeof v === 'number' && Number.isInteger(v) && !/[.eE]/.test(raw) ? undefined : `${name} is not an integer`;
 }
 
-const SHIM_CODES = new Set(['BAD_REQUEST', 'UPSTREAM_UNAVAILABLE', 'UPSTREAM_TIMEOUT', 'UPSTREAM_BAD_RESPONSE', 'REPLAY_MISS', 'SHIM_INTERNAL_ERROR']);
+const SHIM_CODES = new Set([
+  'BAD_REQUEST',
+  'UPSTREAM_UNAVAILABLE',
+  'UPSTREAM_TIMEOUT',
+  'UPSTREAM_BAD_RESPONSE',
+  'REPLAY_MISS',
+  'SHIM_INTERNAL_ERROR',
+]);
 
 function decodedBody(a: Answer): Buffer {
   return a.headers['content-encoding'] === 'gzip' ? gunzipSync(a.body) : a.body;
@@ -393,9 +465,11 @@ function judge(c: Case, b: Built, a: Answer): void {
   }
 
   const isPresence = c.route === 'presence' || c.route === 'presence-json';
-  const expectedE3 = isPresence && b.effective
-    ? e3Message('history_limit_days', b.effective.get('history_limit_days')) ?? e3Message('last_update_id', b.effective.get('last_update_id'))
-    : undefined;
+  const expectedE3 =
+    isPresence && b.effective
+      ? (e3Message('history_limit_days', b.effective.get('history_limit_days')) ??
+        e3Message('last_update_id', b.effective.get('last_update_id')))
+      : undefined;
   if (expectedE3) {
     // E3: rejected by the shim before any upstream call, in the modern server's words.
     expect(fromUpstream, why).toBe(false);
@@ -472,7 +546,14 @@ async function healthy(): Promise<void> {
 
 // ------------------------------------------------------------------ raw requests
 
-const RAW_TARGETS = ['/api/v1/users/me/presence', '/json/users/me/presence', '/api/v1/register', '/api/v1/users/me', '/api/v1/messages', '/healthz'];
+const RAW_TARGETS = [
+  '/api/v1/users/me/presence',
+  '/json/users/me/presence',
+  '/api/v1/register',
+  '/api/v1/users/me',
+  '/api/v1/messages',
+  '/healthz',
+];
 
 interface RawCase {
   method: string;
@@ -484,7 +565,20 @@ interface RawCase {
 }
 
 const rawValue = fc.oneof(
-  fc.constantFrom('a\rb', 'a\nInjected: yes', 'a\r\nInjected: yes', 'a\r\n folded', 'a\u0000b', 'a\u007fb', '\u00ff\u00fe', ' x ', '', '-1', '99999999999999999999', 'multipart/form-data; boundary=\r\n'),
+  fc.constantFrom(
+    'a\rb',
+    'a\nInjected: yes',
+    'a\r\nInjected: yes',
+    'a\r\n folded',
+    'a\u0000b',
+    'a\u007fb',
+    '\u00ff\u00fe',
+    ' x ',
+    '',
+    '-1',
+    '99999999999999999999',
+    'multipart/form-data; boundary=\r\n',
+  ),
   fc.string({ unit: 'binary-ascii', maxLength: 30 }),
 );
 
@@ -493,9 +587,18 @@ const rawValue = fc.oneof(
  * client never sends (that wait is a slow client, not bad input).
  */
 const rawHeader: fc.Arbitrary<[string, string]> = fc.oneof(
-  fc.tuple(fc.constantFrom<string>('X-Zulip-Test', 'Authorization', 'Content-Type', 'Host', 'X-Request-Id', 'Cookie', 'Bad Name', ''), rawValue),
-  fc.tuple(fc.constant<string>('Content-Length'), fc.constantFrom<string>('-1', 'abc', '1, 2', '0x10', '', ' ', '1\r\nContent-Length: 2', '\u00001')),
-  fc.tuple(fc.constant<string>('Transfer-Encoding'), fc.constantFrom<string>('chunked, chunked', 'xchunked', 'identity', 'gzip', 'chunked\r\nTransfer-Encoding: x', '')),
+  fc.tuple(
+    fc.constantFrom<string>('X-Zulip-Test', 'Authorization', 'Content-Type', 'Host', 'X-Request-Id', 'Cookie', 'Bad Name', ''),
+    rawValue,
+  ),
+  fc.tuple(
+    fc.constant<string>('Content-Length'),
+    fc.constantFrom<string>('-1', 'abc', '1, 2', '0x10', '', ' ', '1\r\nContent-Length: 2', '\u00001'),
+  ),
+  fc.tuple(
+    fc.constant<string>('Transfer-Encoding'),
+    fc.constantFrom<string>('chunked, chunked', 'xchunked', 'identity', 'gzip', 'chunked\r\nTransfer-Encoding: x', ''),
+  ),
 );
 
 const rawCaseArb: fc.Arbitrary<RawCase> = fc
@@ -503,7 +606,17 @@ const rawCaseArb: fc.Arbitrary<RawCase> = fc
     method: fc.constantFrom('GET', 'POST', 'POST', 'PUT', 'OPTIONS', 'CONNECT', 'G\u00c9T', 'get'),
     target: fc.oneof(
       fc.constantFrom(...RAW_TARGETS),
-      fc.constantFrom('*', 'http://evil.example/api/v1/users/me', '//x', '/%', '/a b', 'api/v1/users/me', '/\u00e9', '/api/v1/users/me/presence?last_update_id=1e400&status=active', '/api/v1/users/me/presence#f'),
+      fc.constantFrom(
+        '*',
+        'http://evil.example/api/v1/users/me',
+        '//x',
+        '/%',
+        '/a b',
+        'api/v1/users/me',
+        '/\u00e9',
+        '/api/v1/users/me/presence?last_update_id=1e400&status=active',
+        '/api/v1/users/me/presence#f',
+      ),
     ),
     header: rawHeader,
     auth: fc.boolean(),
@@ -564,7 +677,12 @@ interface Client {
 async function form(path: string, user: number, params: Record<string, string>): Promise<Record<string, unknown>> {
   const a = await send(
     shim.url,
-    { method: 'POST', path, headers: { authorization: fake.auth(user), 'content-type': 'application/x-www-form-urlencoded' }, body: Buffer.from(new URLSearchParams(params).toString()) },
+    {
+      method: 'POST',
+      path,
+      headers: { authorization: fake.auth(user), 'content-type': 'application/x-www-form-urlencoded' },
+      body: Buffer.from(new URLSearchParams(params).toString()),
+    },
     { agent, timeoutMs: REQUEST_TIMEOUT_MS },
   );
   expect(a.status, a.body.toString()).toBe(200);
@@ -619,7 +737,7 @@ describe('bad input never breaks the shim (E1–E4, P13)', () => {
     await fc.assert(
       fc.asyncProperty(fc.array(rawCaseArb, { minLength: 10, maxLength: 20 }), async (cases) => {
         const answers = await Promise.all(cases.map((r) => sendRaw(shim.url, rawRequest(r, port), REQUEST_TIMEOUT_MS)));
-        cases.forEach((r, i) => judgeRaw(r, answers[i]!));
+        for (const [i, r] of cases.entries()) judgeRaw(r, answers[i]!);
         sent += cases.length;
         await healthy();
       }),
@@ -628,7 +746,11 @@ describe('bad input never breaks the shim (E1–E4, P13)', () => {
   }, 120_000);
 
   it('answers a request target the pass-through cannot send on (OPTIONS *) with 400, not 502', async () => {
-    const a = await sendRaw(shim.url, Buffer.from(`OPTIONS * HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: ${fake.auth(10)}\r\n\r\n`), REQUEST_TIMEOUT_MS);
+    const a = await sendRaw(
+      shim.url,
+      Buffer.from(`OPTIONS * HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: ${fake.auth(10)}\r\n\r\n`),
+      REQUEST_TIMEOUT_MS,
+    );
     expect(a.status).toBe(400);
     expect(JSON.parse(a.body.toString())).toMatchObject({ result: 'error', code: 'BAD_REQUEST' });
     await healthy();
@@ -649,7 +771,11 @@ describe('bad input never breaks the shim (E1–E4, P13)', () => {
       const a = await sendRaw(shim.url, Buffer.from(`${head}\r\n\r\n${piece}`), REQUEST_TIMEOUT_MS, { untilClosed: true });
       expect(a.closed).toBe(true);
       expect(a.status).toBe(413);
-      expect(JSON.parse(a.body.toString())).toEqual({ result: 'error', msg: `Request body too large (limit ${LIMIT} bytes)`, code: 'BAD_REQUEST' });
+      expect(JSON.parse(a.body.toString())).toEqual({
+        result: 'error',
+        msg: `Request body too large (limit ${LIMIT} bytes)`,
+        code: 'BAD_REQUEST',
+      });
       expect(a.headers.connection).toBe('close');
     }
   });
@@ -659,7 +785,12 @@ describe('bad input never breaks the shim (E1–E4, P13)', () => {
     for (const path of ['/api/v1/users/me/presence', '/api/v1/register']) {
       const a = await send(
         shim.url,
-        { method: 'POST', path, headers: { authorization: fake.auth(10), 'content-type': `multipart/form-data; boundary=${BOUNDARY}` }, body },
+        {
+          method: 'POST',
+          path,
+          headers: { authorization: fake.auth(10), 'content-type': `multipart/form-data; boundary=${BOUNDARY}` },
+          body,
+        },
         { agent, timeoutMs: REQUEST_TIMEOUT_MS },
       );
       expect([a.status, jsonOf(a)]).toEqual([400, { result: 'error', msg: 'Malformed multipart/form-data body', code: 'BAD_REQUEST' }]);
@@ -688,7 +819,12 @@ describe('bad input never breaks the shim (E1–E4, P13)', () => {
     for (const [raw, expected] of cases) {
       const a = await send(
         shim.url,
-        { method: 'POST', path: '/api/v1/users/me/presence', headers: { authorization: fake.auth(11), 'content-type': 'application/x-www-form-urlencoded' }, body: Buffer.from(new URLSearchParams({ status: 'active', last_update_id: raw }).toString()) },
+        {
+          method: 'POST',
+          path: '/api/v1/users/me/presence',
+          headers: { authorization: fake.auth(11), 'content-type': 'application/x-www-form-urlencoded' },
+          body: Buffer.from(new URLSearchParams({ status: 'active', last_update_id: raw }).toString()),
+        },
         { agent, timeoutMs: REQUEST_TIMEOUT_MS },
       );
       const body = jsonOf(a) as Record<string, unknown>;

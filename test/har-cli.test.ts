@@ -55,7 +55,11 @@ describe.concurrent('replay from the command line', () => {
       const miss = await fetch(`${url}/api/v1/nothing?b=2&a=1`);
       expect(miss.status).toBe(502);
       expect(await miss.json()).toMatchObject({ code: 'REPLAY_MISS' });
-      const other = await fetch(`${url}/json/messages`, { method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded' }, body: 'content=unrecorded' });
+      const other = await fetch(`${url}/json/messages`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/x-www-form-urlencoded' },
+        body: 'content=unrecorded',
+      });
       expect(other.status).toBe(502);
       expect(await stop(run)).toBe(1);
       expect(run.stderr().trimEnd().split('\n')).toEqual([
@@ -90,7 +94,11 @@ describe.concurrent('replay from the command line', () => {
   it('a file that is not a HAR is a configuration error naming it', async () => {
     const run = cli(['--replay', 'package.json']);
     expect(await run.exited).toBe(2);
-    expect(run.stderr().trimEnd().split('\n')).toEqual([expect.stringMatching(/^zulip-compat-shim: invalid configuration: replay\.har \(--replay \/ REPLAY_HAR\): .*package\.json is not a HAR file/)]);
+    expect(run.stderr().trimEnd().split('\n')).toEqual([
+      expect.stringMatching(
+        /^zulip-compat-shim: invalid configuration: replay\.har \(--replay \/ REPLAY_HAR\): .*package\.json is not a HAR file/,
+      ),
+    ]);
   });
 });
 
@@ -118,11 +126,17 @@ describe('the bundled demo and --record', () => {
       const poll = async (id: number) => {
         const r = await fetch(`${url}/api/v1/users/me/presence`, {
           method: 'POST',
-          headers: { authorization: `Basic ${Buffer.from('demo@example.com:any-key').toString('base64')}`, 'content-type': 'application/x-www-form-urlencoded' },
+          headers: {
+            authorization: `Basic ${Buffer.from('demo@example.com:any-key').toString('base64')}`,
+            'content-type': 'application/x-www-form-urlencoded',
+          },
           body: `status=active&last_update_id=${id}`,
         });
         expect(r.status).toBe(200);
-        return (await r.json()) as { presences: Record<string, { active_timestamp: number; idle_timestamp: number }>; presence_last_update_id: number };
+        return (await r.json()) as {
+          presences: Record<string, { active_timestamp: number; idle_timestamp: number }>;
+          presence_last_update_id: number;
+        };
       };
       const full = await poll(-1);
       expect(Object.keys(full.presences).length).toBeGreaterThanOrEqual(30);
@@ -155,6 +169,8 @@ describe('the bundled demo and --record', () => {
   it('an unwritable --record file is a configuration error', async () => {
     const run = cli(['--upstream', fake.url, '--record', join(dir, 'no', 'such', 'dir.har')]);
     expect(await run.exited).toBe(2);
-    expect(run.stderr().trimEnd().split('\n')).toEqual([expect.stringMatching(/record\.har \(--record \/ RECORD_HAR\): cannot write .*dir\.har \(ENOENT\)$/)]);
+    expect(run.stderr().trimEnd().split('\n')).toEqual([
+      expect.stringMatching(/record\.har \(--record \/ RECORD_HAR\): cannot write .*dir\.har \(ENOENT\)$/),
+    ]);
   });
 });

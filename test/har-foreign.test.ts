@@ -40,7 +40,11 @@ describe('a Chrome devtools export, through the shim', () => {
   it('serves server_settings to the shim, which adds its own field (T2)', async () => {
     const res = await request(shim.url).get('/api/v1/server_settings');
     expect(res.status).toBe(200);
-    expect(res.body).toMatchObject({ realm_name: 'Devtools Example', zulip_version: '2.1.7', zulip_compat_shim: { emulated: expect.arrayContaining(['presence_last_update_id']) } });
+    expect(res.body).toMatchObject({
+      realm_name: 'Devtools Example',
+      zulip_version: '2.1.7',
+      zulip_compat_shim: { emulated: expect.arrayContaining(['presence_last_update_id']) },
+    });
     expect(res.body.zulip_feature_level).toBeUndefined();
   });
 
@@ -57,13 +61,18 @@ describe('a Chrome devtools export, through the shim', () => {
     const messages = await request(shim.url).get('/json/messages?client_gravatar=true&narrow=[]&num_after=0&num_before=2&anchor=newest');
     expect(messages.status).toBe(200);
     expect(messages.body.messages).toHaveLength(2);
-    const sent = await request(shim.url).post('/json/messages').type('form').send('content=Hello+from+replay&topic=greetings&to=general&type=stream');
+    const sent = await request(shim.url)
+      .post('/json/messages')
+      .type('form')
+      .send('content=Hello+from+replay&topic=greetings&to=general&type=stream');
     expect(sent.status).toBe(200);
     expect(sent.body.id).toBe(43);
   });
 
   it('matches a multipart upload with another boundary', async () => {
-    const res = await request(shim.url).post('/json/user_uploads').attach('file', Buffer.from('meeting notes\nline two\n'), { filename: 'notes.txt', contentType: 'text/plain' });
+    const res = await request(shim.url)
+      .post('/json/user_uploads')
+      .attach('file', Buffer.from('meeting notes\nline two\n'), { filename: 'notes.txt', contentType: 'text/plain' });
     expect(res.status).toBe(200);
     expect(res.body.uri).toBe('/user_uploads/2/ab/notes.txt');
   });
@@ -86,7 +95,10 @@ describe('a Chrome devtools export, through the shim', () => {
     const beacon = await request(shim.url).get('/json/analytics/beacon');
     expect(beacon.status).toBe(502);
     expect(beacon.body).toMatchObject({ code: 'REPLAY_MISS', msg: 'No recorded answer for GET /json/analytics/beacon' });
-    const other = await request(shim.url).post('/json/messages').type('form').send('content=Something+else&topic=greetings&to=general&type=stream');
+    const other = await request(shim.url)
+      .post('/json/messages')
+      .type('form')
+      .send('content=Something+else&topic=greetings&to=general&type=stream');
     expect(other.status).toBe(502);
     expect(other.body.code).toBe('REPLAY_MISS');
     expect(replay.misses()).toHaveLength(2);
@@ -122,7 +134,9 @@ describe('a mitmproxy export, plain and as .zhar', () => {
     const bad = join(dir, 'bad.har');
     writeFileSync(bad, '{"entries": []}');
     await expect(startReplay({ file: bad, strict: false, log })).rejects.toThrow(`${bad} is not a HAR file (no log.entries)`);
-    await expect(startReplay({ file: join(dir, 'absent.har'), strict: false, log })).rejects.toThrow(/cannot read .*absent\.har \(ENOENT\)/);
+    await expect(startReplay({ file: join(dir, 'absent.har'), strict: false, log })).rejects.toThrow(
+      /cannot read .*absent\.har \(ENOENT\)/,
+    );
   });
 });
 
@@ -141,8 +155,27 @@ describe('a long poll answered again from its last recording', () => {
             {
               startedDateTime: '2024-05-02T09:00:00.000Z',
               time: 60_000,
-              request: { method: 'GET', url: 'https://chat.example.com/api/v1/events?queue_id=q1&last_event_id=-1', httpVersion: 'HTTP/1.1', cookies: [], headers: [], queryString: [], headersSize: -1, bodySize: 0 },
-              response: { status: 200, statusText: 'OK', httpVersion: 'HTTP/1.1', cookies: [], headers: [], content: { size: heartbeat.length, mimeType: 'application/json', text: heartbeat }, redirectURL: '', headersSize: -1, bodySize: -1 },
+              request: {
+                method: 'GET',
+                url: 'https://chat.example.com/api/v1/events?queue_id=q1&last_event_id=-1',
+                httpVersion: 'HTTP/1.1',
+                cookies: [],
+                headers: [],
+                queryString: [],
+                headersSize: -1,
+                bodySize: 0,
+              },
+              response: {
+                status: 200,
+                statusText: 'OK',
+                httpVersion: 'HTTP/1.1',
+                cookies: [],
+                headers: [],
+                content: { size: heartbeat.length, mimeType: 'application/json', text: heartbeat },
+                redirectURL: '',
+                headersSize: -1,
+                bodySize: -1,
+              },
               cache: {},
               timings: { send: 0, wait: 60_000, receive: 0 },
             },
@@ -156,7 +189,10 @@ describe('a long poll answered again from its last recording', () => {
       const first = await request(replay.url).get(path);
       expect(first.body.events[0].type).toBe('heartbeat');
       const again = new AbortController();
-      const pending = fetch(`${replay.url}${path}`, { signal: again.signal }).then(() => 'answered', () => 'still waiting');
+      const pending = fetch(`${replay.url}${path}`, { signal: again.signal }).then(
+        () => 'answered',
+        () => 'still waiting',
+      );
       await new Promise((r) => setTimeout(r, 300));
       again.abort();
       expect(await pending).toBe('still waiting');

@@ -80,7 +80,7 @@ function comparable(a: Answer): unknown {
 }
 
 function multipart(boundary: string, fields: Array<[string, string]>): string {
-  return fields.map(([k, v]) => `--${boundary}\r\nContent-Disposition: form-data; name="${k}"\r\n\r\n${v}\r\n`).join('') + `--${boundary}--\r\n`;
+  return `${fields.map(([k, v]) => `--${boundary}\r\nContent-Disposition: form-data; name="${k}"\r\n\r\n${v}\r\n`).join('')}--${boundary}--\r\n`;
 }
 
 describe('record through the shim, replay the file (H1, H2)', () => {
@@ -94,13 +94,22 @@ describe('record through the shim, replay the file (H1, H2)', () => {
   /** The client session; `change` moves the upstream between polls while recording. */
   async function session(base: string, change?: (step: number) => void): Promise<Answer[]> {
     const out: Answer[] = [];
-    const add = (a: Answer) => (out.push(a), a);
+    const add = (a: Answer) => {
+      out.push(a);
+      return a;
+    };
     add(await call(base, 'GET', '/api/v1/server_settings'));
     add(await call(base, 'GET', '/api/v1/users', { auth: auth10 }));
     let poll = add(await call(base, 'POST', PRESENCE, { auth: auth10, type: FORM, body: 'status=active&last_update_id=-1' }));
     for (const step of [1, 2]) {
       change?.(step);
-      poll = add(await call(base, 'POST', PRESENCE, { auth: auth10, type: FORM, body: `status=active&last_update_id=${String(json(poll).presence_last_update_id)}` }));
+      poll = add(
+        await call(base, 'POST', PRESENCE, {
+          auth: auth10,
+          type: FORM,
+          body: `status=active&last_update_id=${String(json(poll).presence_last_update_id)}`,
+        }),
+      );
     }
     for (let i = 0; i < 3; i++) add(await call(base, 'GET', '/api/v1/counter'));
     add(await call(base, 'GET', '/test/big?kb=3'));
@@ -108,9 +117,31 @@ describe('record through the shim, replay the file (H1, H2)', () => {
     add(await call(base, 'GET', '/api/v1/gzipped'));
     add(await call(base, 'GET', '/api/v1/users', { auth: 'Basic bm9wZTpub3Bl' }));
     // Credentials in every place H1 names.
-    add(await call(base, 'POST', '/api/v1/fetch_api_key', { type: FORM, body: new URLSearchParams({ username: 'user10@zulip.example.com', password: PASSWORD }).toString(), statusOnly: true }));
-    add(await call(base, 'POST', '/api/v1/fetch_api_key', { type: 'multipart/form-data; boundary=zzB0undary', body: multipart('zzB0undary', [['username', 'user11@zulip.example.com'], ['password', PASSWORD]]), statusOnly: true }));
-    add(await call(base, 'POST', '/api/v1/settings', { auth: fake.auth(12), type: 'application/json', body: JSON.stringify({ api_key: fake.user(13).api_key, full_name: 'x' }), statusOnly: true }));
+    add(
+      await call(base, 'POST', '/api/v1/fetch_api_key', {
+        type: FORM,
+        body: new URLSearchParams({ username: 'user10@zulip.example.com', password: PASSWORD }).toString(),
+        statusOnly: true,
+      }),
+    );
+    add(
+      await call(base, 'POST', '/api/v1/fetch_api_key', {
+        type: 'multipart/form-data; boundary=zzB0undary',
+        body: multipart('zzB0undary', [
+          ['username', 'user11@zulip.example.com'],
+          ['password', PASSWORD],
+        ]),
+        statusOnly: true,
+      }),
+    );
+    add(
+      await call(base, 'POST', '/api/v1/settings', {
+        auth: fake.auth(12),
+        type: 'application/json',
+        body: JSON.stringify({ api_key: fake.user(13).api_key, full_name: 'x' }),
+        statusOnly: true,
+      }),
+    );
     add(
       await call(base, 'GET', `/test/echo?api_key=${fake.user(14).api_key}&password=${encodeURIComponent(PASSWORD)}`, {
         auth: fake.auth(11),
@@ -137,7 +168,8 @@ describe('record through the shim, replay the file (H1, H2)', () => {
         return true;
       };
       if (path === '/api/v1/counter') return send({ result: 'success', msg: '', n: ++counter });
-      if (path === '/api/v1/fetch_api_key') return send({ result: 'success', msg: '', api_key: fake.user(16).api_key, email: fake.user(16).email });
+      if (path === '/api/v1/fetch_api_key')
+        return send({ result: 'success', msg: '', api_key: fake.user(16).api_key, email: fake.user(16).email });
       if (path === '/api/v1/settings') return send({ result: 'success', msg: '' });
       if (path === '/api/v1/gzipped') {
         const b = gzipSync(JSON.stringify({ result: 'success', msg: '', zipped: 'yes'.repeat(50) }));
@@ -190,7 +222,12 @@ describe('record through the shim, replay the file (H1, H2)', () => {
 
   it('keeps bodies: text as text, binary as base64, gzip decoded', () => {
     const har = JSON.parse(readFileSync(file, 'utf8')) as {
-      log: { entries: Array<{ request: { url: string }; response: { content: { text?: string; encoding?: string; size: number; compression?: number } } }> };
+      log: {
+        entries: Array<{
+          request: { url: string };
+          response: { content: { text?: string; encoding?: string; size: number; compression?: number } };
+        }>;
+      };
     };
     const by = (suffix: string) => har.log.entries.find((e) => e.request.url.endsWith(suffix))!.response.content;
     expect(by('/test/big?kb=3')).toMatchObject({ encoding: 'base64', size: 3072 });
@@ -203,7 +240,12 @@ describe('record through the shim, replay the file (H1, H2)', () => {
 
   it('never writes a credential of the test accounts, in any spelling', () => {
     const text = readFileSync(file, 'utf8');
-    const secrets = new Set<string>([PASSWORD, encodeURIComponent(PASSWORD), new URLSearchParams({ p: PASSWORD }).toString().slice(2), CSRF]);
+    const secrets = new Set<string>([
+      PASSWORD,
+      encodeURIComponent(PASSWORD),
+      new URLSearchParams({ p: PASSWORD }).toString().slice(2),
+      CSRF,
+    ]);
     for (const u of fake.users) {
       secrets.add(u.api_key);
       secrets.add(encodeURIComponent(u.api_key));
@@ -217,11 +259,17 @@ describe('record through the shim, replay the file (H1, H2)', () => {
   });
 
   it('gives the same secret the same placeholder across the file', () => {
-    const har = JSON.parse(readFileSync(file, 'utf8')) as { log: { entries: Array<{ request: { headers: Array<{ name: string; value: string }> } }> } };
-    const auths = har.log.entries.flatMap((e) => e.request.headers.filter((h) => h.name.toLowerCase() === 'authorization').map((h) => h.value));
+    const har = JSON.parse(readFileSync(file, 'utf8')) as {
+      log: { entries: Array<{ request: { headers: Array<{ name: string; value: string }> } }> };
+    };
+    const auths = har.log.entries.flatMap((e) =>
+      e.request.headers.filter((h) => h.name.toLowerCase() === 'authorization').map((h) => h.value),
+    );
     // user 10 (most requests), 11 (echo), 12 (settings), the 401 one: four callers, four placeholders.
     expect(new Set(auths).size).toBe(4);
-    const csrf = har.log.entries.flatMap((e) => e.request.headers.filter((h) => h.name.toLowerCase() === 'x-csrftoken').map((h) => h.value));
+    const csrf = har.log.entries.flatMap((e) =>
+      e.request.headers.filter((h) => h.name.toLowerCase() === 'x-csrftoken').map((h) => h.value),
+    );
     const cookie = har.log.entries.flatMap((e) => e.request.headers.filter((h) => h.name.toLowerCase() === 'cookie').map((h) => h.value));
     expect(cookie[0]).toContain(`csrftoken=${csrf[0]}`);
   });

@@ -33,7 +33,12 @@ describe('Redactor (H1, P13)', () => {
     expect(q).toMatch(/^api_key=%5Bredacted-1%5D&a=%2Fx&password=%5Bredacted-2%5D&new_password=&token=%5Bredacted-3%5D$/);
     // The decoded value is the secret: a JSON "p&w" gets the same placeholder.
     expect(r.json('{"password":"p&w"}')).toBe('{"password":"[redacted-2]"}');
-    expect(r.pairs([{ name: 'API_KEY', value: 'k1' }, { name: 'x', value: 'k1' }])).toEqual([
+    expect(
+      r.pairs([
+        { name: 'API_KEY', value: 'k1' },
+        { name: 'x', value: 'k1' },
+      ]),
+    ).toEqual([
       { name: 'API_KEY', value: '[redacted-1]' },
       { name: 'x', value: 'k1' },
     ]);
@@ -51,16 +56,28 @@ describe('Redactor (H1, P13)', () => {
 
   it('replaces secret multipart fields', () => {
     const r = new Redactor();
-    const body = '--b\r\nContent-Disposition: form-data; name="password"\r\n\r\npw1\r\n--b\r\nContent-Disposition: form-data; name="user"\r\n\r\npw1\r\n--b--\r\n';
-    const expected = '--b\r\nContent-Disposition: form-data; name="password"\r\n\r\n[redacted-1]\r\n--b\r\nContent-Disposition: form-data; name="user"\r\n\r\npw1\r\n--b--\r\n';
-    expect(r.multipart(body, [['password', 'pw1'], ['user', 'pw1']])).toBe(expected);
+    const body =
+      '--b\r\nContent-Disposition: form-data; name="password"\r\n\r\npw1\r\n--b\r\nContent-Disposition: form-data; name="user"\r\n\r\npw1\r\n--b--\r\n';
+    const expected =
+      '--b\r\nContent-Disposition: form-data; name="password"\r\n\r\n[redacted-1]\r\n--b\r\nContent-Disposition: form-data; name="user"\r\n\r\npw1\r\n--b--\r\n';
+    expect(
+      r.multipart(body, [
+        ['password', 'pw1'],
+        ['user', 'pw1'],
+      ]),
+    ).toBe(expected);
   });
 
   it('finds long secrets anywhere, in every spelling; short ones only where they belong', () => {
     const r = new Redactor();
     const p = r.placeholder('Tr0ub4dor&3 horse');
     r.placeholder('short');
-    for (const spelled of ['Tr0ub4dor&3 horse', 'Tr0ub4dor%263%20horse', 'Tr0ub4dor%263+horse', Buffer.from('Tr0ub4dor&3 horse').toString('base64')]) {
+    for (const spelled of [
+      'Tr0ub4dor&3 horse',
+      'Tr0ub4dor%263%20horse',
+      'Tr0ub4dor%263+horse',
+      Buffer.from('Tr0ub4dor&3 horse').toString('base64'),
+    ]) {
       expect(r.scrub(`x${spelled}y`)).toBe(`x${p}y`);
     }
     expect(r.scrub('a short text')).toBe('a short text');
@@ -89,18 +106,48 @@ describe('replay matching (H2)', () => {
 
   it('ignores host, query order and form parameter order', async () => {
     expect(await key('get', 'https://a.example/api/v1/x?b=2&a=1')).toBe(await key('GET', '/api/v1/x?a=1&b=2'));
-    expect(await key('POST', '/p', form, 'status=active&last_update_id=5')).toBe(await key('POST', '/p', `${form}; charset=UTF-8`, 'last_update_id=5&status=active'));
-    expect(await key('POST', '/p', form, 'last_update_id=5&status=active')).not.toBe(await key('POST', '/p', form, 'last_update_id=6&status=active'));
+    expect(await key('POST', '/p', form, 'status=active&last_update_id=5')).toBe(
+      await key('POST', '/p', `${form}; charset=UTF-8`, 'last_update_id=5&status=active'),
+    );
+    expect(await key('POST', '/p', form, 'last_update_id=5&status=active')).not.toBe(
+      await key('POST', '/p', form, 'last_update_id=6&status=active'),
+    );
     expect(await key('POST', '/p', form, 'a=1&a=2')).not.toBe(await key('POST', '/p', form, 'a=1'));
   });
 
   it('compares multipart bodies as parameter sets, whatever the boundary', async () => {
     const mp = (b: string, order: Array<[string, string]>) =>
-      order.map(([k, v]) => `--${b}\r\nContent-Disposition: form-data; name="${k}"\r\n\r\n${v}\r\n`).join('') + `--${b}--\r\n`;
-    const one = await key('POST', '/p', 'multipart/form-data; boundary=xx1', mp('xx1', [['status', 'active'], ['ping_only', 'true']]));
-    const two = await key('POST', '/p', 'multipart/form-data; boundary=yy22', mp('yy22', [['ping_only', 'true'], ['status', 'active']]));
+      `${order.map(([k, v]) => `--${b}\r\nContent-Disposition: form-data; name="${k}"\r\n\r\n${v}\r\n`).join('')}--${b}--\r\n`;
+    const one = await key(
+      'POST',
+      '/p',
+      'multipart/form-data; boundary=xx1',
+      mp('xx1', [
+        ['status', 'active'],
+        ['ping_only', 'true'],
+      ]),
+    );
+    const two = await key(
+      'POST',
+      '/p',
+      'multipart/form-data; boundary=yy22',
+      mp('yy22', [
+        ['ping_only', 'true'],
+        ['status', 'active'],
+      ]),
+    );
     expect(one).toBe(two);
-    expect(one).not.toBe(await key('POST', '/p', 'multipart/form-data; boundary=xx1', mp('xx1', [['status', 'idle'], ['ping_only', 'true']])));
+    expect(one).not.toBe(
+      await key(
+        'POST',
+        '/p',
+        'multipart/form-data; boundary=xx1',
+        mp('xx1', [
+          ['status', 'idle'],
+          ['ping_only', 'true'],
+        ]),
+      ),
+    );
   });
 
   it('compares JSON as canonical JSON and other bodies byte for byte', async () => {
@@ -118,7 +165,12 @@ describe('replay matching (H2)', () => {
   });
 
   it('names the request without its credentials', async () => {
-    const m = await matchOf({ method: 'POST', url: '/p?api_key=secret1&b=2', contentType: form, body: Buffer.from('password=secret2&status=idle') });
+    const m = await matchOf({
+      method: 'POST',
+      url: '/p?api_key=secret1&b=2',
+      contentType: form,
+      body: Buffer.from('password=secret2&status=idle'),
+    });
     expect(m.describe).toBe('POST /p?api_key=[redacted]&b=2 with form body password=[redacted]&status=idle');
     expect(m.describe).not.toMatch(/secret/);
   });

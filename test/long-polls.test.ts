@@ -26,7 +26,15 @@ it('long polls beyond maxSockets do not hold other pass-through requests back', 
   const order: string[] = [];
   try {
     const polls = Array.from({ length: 12 }, (_, i) =>
-      send(shim.url, { method: 'GET', path: '/api/v1/events?queue_id=q&last_event_id=-1&delay_ms=4000', headers: { authorization: fake.auth(10 + (i % 5)) } }, { agent, timeoutMs: 30_000 }).then((a) => {
+      send(
+        shim.url,
+        {
+          method: 'GET',
+          path: '/api/v1/events?queue_id=q&last_event_id=-1&delay_ms=4000',
+          headers: { authorization: fake.auth(10 + (i % 5)) },
+        },
+        { agent, timeoutMs: 30_000 },
+      ).then((a) => {
         order.push('long poll');
         return a;
       }),
@@ -34,7 +42,11 @@ it('long polls beyond maxSockets do not hold other pass-through requests back', 
     // Every long poll has reached the upstream and is being held there.
     for (let i = 0; i < 200 && (fake.stats.requests.get('GET /api/v1/events') ?? 0) < 12; i++) await new Promise((r) => setTimeout(r, 25));
     expect(fake.stats.requests.get('GET /api/v1/events')).toBe(12);
-    const other = await send(shim.url, { method: 'GET', path: '/api/v1/users', headers: { authorization: fake.auth(11) } }, { agent, timeoutMs: 30_000 });
+    const other = await send(
+      shim.url,
+      { method: 'GET', path: '/api/v1/users', headers: { authorization: fake.auth(11) } },
+      { agent, timeoutMs: 30_000 },
+    );
     order.push('other request');
     expect(other.status).toBe(200);
     const answers = await Promise.all(polls);

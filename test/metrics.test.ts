@@ -20,8 +20,7 @@ async function scrape(url: string): Promise<Exposition> {
   return e;
 }
 
-const requests = (e: Exposition, route: string, status: string) =>
-  sampleValue(e, `${P}upstream_requests_total`, { route, status });
+const requests = (e: Exposition, route: string, status: string) => sampleValue(e, `${P}upstream_requests_total`, { route, status });
 const answered = (e: Exposition, route: string) => sampleValue(e, `${P}upstream_request_duration_seconds_count`, { route });
 
 describe('GET /metrics', () => {
@@ -88,8 +87,7 @@ describe('GET /metrics', () => {
     const before = await scrape(shim.url);
     await request(shim.url).get('/healthz');
     const after = await scrape(shim.url);
-    const total = (e: Exposition) =>
-      e.samples.filter((s) => s.name === `${P}upstream_requests_total`).reduce((a, s) => a + s.value, 0);
+    const total = (e: Exposition) => e.samples.filter((s) => s.name === `${P}upstream_requests_total`).reduce((a, s) => a + s.value, 0);
     expect(total(after)).toBe(total(before));
   });
 });

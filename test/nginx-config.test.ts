@@ -22,14 +22,11 @@ function nginxVersion(): [number, number, number] | undefined {
 }
 
 const version = nginxVersion();
-const atLeast = (a: number, b: number, c: number) =>
-  !!version && (version[0] - a || version[1] - b || version[2] - c) >= 0;
+const atLeast = (a: number, b: number, c: number) => !!version && (version[0] - a || version[1] - b || version[2] - c) >= 0;
 // `-e` (error log on the command line, so no root-owned default log is opened) is 1.19.5+.
 const usable = atLeast(1, 19, 5);
 if (!usable) {
-  console.warn(
-    `nginx-config tests skipped: ${version ? `nginx ${version.join('.')} is older than 1.19.5` : 'nginx is not installed'}`,
-  );
+  console.warn(`nginx-config tests skipped: ${version ? `nginx ${version.join('.')} is older than 1.19.5` : 'nginx is not installed'}`);
 }
 
 let dir = '';
@@ -44,10 +41,7 @@ function localPaths(): string {
 /** Writes a main config around `http` and runs `nginx -t` on it. */
 function nginxTest(name: string, httpBody: string): { ok: boolean; output: string } {
   const conf = join(dir, 'conf', `${name}.conf`);
-  writeFileSync(
-    conf,
-    `pid ${join(dir, `${name}.pid`)};\nevents {}\nhttp {\n    access_log off;\n${localPaths()}\n${httpBody}\n}\n`,
-  );
+  writeFileSync(conf, `pid ${join(dir, `${name}.pid`)};\nevents {}\nhttp {\n    access_log off;\n${localPaths()}\n${httpBody}\n}\n`);
   const r = spawnSync('nginx', ['-t', '-p', dir, '-c', conf, '-e', 'stderr'], { encoding: 'utf8' });
   return { ok: r.status === 0, output: `${r.stderr}${r.stdout}` };
 }
@@ -73,7 +67,10 @@ describe.skipIf(!usable)('deploy/ nginx configuration', () => {
     mkdirSync(join(dir, 'conf'));
     mkdirSync(join(dir, 'tmp'));
     // Zulip ships its own /etc/nginx/uwsgi_params; its first lines are enough here.
-    writeFileSync(join(dir, 'conf', 'uwsgi_params'), 'uwsgi_param QUERY_STRING $query_string;\nuwsgi_param REQUEST_METHOD $request_method;\n');
+    writeFileSync(
+      join(dir, 'conf', 'uwsgi_params'),
+      'uwsgi_param QUERY_STRING $query_string;\nuwsgi_param REQUEST_METHOD $request_method;\n',
+    );
   });
   afterAll(() => {
     if (dir) rmSync(dir, { recursive: true, force: true });

@@ -154,7 +154,11 @@ describe.each(ERAS)('GET /api/v1/users/me on a %s upstream', (era) => {
     expect(res.body).toEqual({ ...modern, ...upstream });
     for (const [k, v] of Object.entries(modern)) expect([k, res.body[k]]).toEqual([k, v]);
     const added = backfilledFor(fake, u);
-    expect(Object.keys(res.body).filter((k) => !(k in upstream)).sort()).toEqual([...added].sort());
+    expect(
+      Object.keys(res.body)
+        .filter((k) => !(k in upstream))
+        .sort(),
+    ).toEqual([...added].sort());
     if (added.length) expect(res.headers['x-zulip-compat-backfilled']!.split(',').sort()).toEqual([...added].sort());
     else expect(res.headers['x-zulip-compat-backfilled']).toBeUndefined();
     expect(res.headers['x-zulip-compat-fallback']).toBeUndefined();
@@ -369,7 +373,13 @@ describe('own profile lookups', () => {
     const ctx = shim.shim.context;
     ctx.users = new UserDirectory(ctx.client, ctx.log, ctx.metrics, { ...ctx.config.lookups, minRefreshMs: 0 });
     await me(MEMBER);
-    const newcomer: FakeUser = { ...fake.user(MEMBER), user_id: 99, email: 'new@zulip.example.com', api_key: 'newkeysecret', timezone: 'Asia/Tokyo' };
+    const newcomer: FakeUser = {
+      ...fake.user(MEMBER),
+      user_id: 99,
+      email: 'new@zulip.example.com',
+      api_key: 'newkeysecret',
+      timezone: 'Asia/Tokyo',
+    };
     fake.users.push(newcomer);
     const res = await me(99);
     expect(res.body).toMatchObject({ user_id: 99, timezone: 'Asia/Tokyo' });
@@ -444,7 +454,8 @@ describe('lookup caches shared by replicas (S1)', () => {
     const [a, b] = [await replica(), await replica()];
     try {
       // Replicas behind one load balancer see the same Host, hence the same realm.
-      const me = (url: string) => request(url).get('/api/v1/users/me').set('Host', 'chat.example.com').set('Authorization', fake.auth(MEMBER));
+      const me = (url: string) =>
+        request(url).get('/api/v1/users/me').set('Host', 'chat.example.com').set('Authorization', fake.auth(MEMBER));
       const first = await me(a.url);
       fake.resetStats();
       const second = await me(b.url);

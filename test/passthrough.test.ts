@@ -96,16 +96,18 @@ describe('pass-through (T1, E1, E2)', () => {
   it('leaves no upstream socket open after 1,000 clients abort mid-response', async () => {
     const { port } = new URL(shim.url);
     const before = await fake.connections();
-    const aborts = Array.from({ length: 1000 }, () =>
-      new Promise<void>((resolve) => {
-        const req = http.get({ host: '127.0.0.1', port, path: '/test/big?kb=256', agent: false }, (res) => {
-          res.once('data', () => {
-            req.destroy();
-            resolve();
+    const aborts = Array.from(
+      { length: 1000 },
+      () =>
+        new Promise<void>((resolve) => {
+          const req = http.get({ host: '127.0.0.1', port, path: '/test/big?kb=256', agent: false }, (res) => {
+            res.once('data', () => {
+              req.destroy();
+              resolve();
+            });
           });
-        });
-        req.on('error', () => resolve());
-      }),
+          req.on('error', () => resolve());
+        }),
     );
     await Promise.all(aborts);
     // Destroyed upstream sockets close asynchronously; wait for them to go.

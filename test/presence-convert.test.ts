@@ -14,7 +14,15 @@ import { ShimError } from '../src/http/errors.js';
 describe('presence conversion per era (P2)', () => {
   it('maps feature levels to eras', () => {
     expect([0, 24, 25, 65, 156, 177, 178, 185, 237].map(presenceEra)).toEqual([
-      'legacy', 'legacy', 'old-slim', 'old-slim', 'old-slim', 'old-slim', 'exact-slim', 'exact-slim', 'exact-slim',
+      'legacy',
+      'legacy',
+      'old-slim',
+      'old-slim',
+      'old-slim',
+      'old-slim',
+      'exact-slim',
+      'exact-slim',
+      'exact-slim',
     ]);
   });
 
@@ -26,10 +34,18 @@ describe('presence conversion per era (P2)', () => {
   };
 
   it.each([
-    ['two clients: active from the active row, idle = newest report', twoClients, undefined, { active_timestamp: 1656958400, idle_timestamp: 1656958530 }],
+    [
+      'two clients: active from the active row, idle = newest report',
+      twoClients,
+      undefined,
+      { active_timestamp: 1656958400, idle_timestamp: 1656958530 },
+    ],
     [
       'only idle reports: active is date_joined (what a modern server sends)',
-      { aggregated: { client: 'website', status: 'idle', timestamp: 500 }, website: { client: 'website', status: 'idle', timestamp: 500, pushable: false } },
+      {
+        aggregated: { client: 'website', status: 'idle', timestamp: 500 },
+        website: { client: 'website', status: 'idle', timestamp: 500, pushable: false },
+      },
       100,
       { active_timestamp: 100, idle_timestamp: 500 },
     ],
@@ -41,11 +57,19 @@ describe('presence conversion per era (P2)', () => {
     ],
     [
       'aggregated status is not a client report of activity',
-      { aggregated: { client: 'website', status: 'active', timestamp: 700 }, website: { client: 'website', status: 'idle', timestamp: 700, pushable: false } },
+      {
+        aggregated: { client: 'website', status: 'active', timestamp: 700 },
+        website: { client: 'website', status: 'idle', timestamp: 700, pushable: false },
+      },
       5,
       { active_timestamp: 5, idle_timestamp: 700 },
     ],
-    ['float timestamps become integers', { website: { client: 'website', status: 'active', timestamp: 700.9 } }, undefined, { active_timestamp: 700, idle_timestamp: 700 }],
+    [
+      'float timestamps become integers',
+      { website: { client: 'website', status: 'active', timestamp: 700.9 } },
+      undefined,
+      { active_timestamp: 700, idle_timestamp: 700 },
+    ],
     ['garbage gives nothing', { website: 'x' }, undefined, undefined],
     ['not an object', 42, undefined, undefined],
   ])('legacy 2.1–6.x: %s', (_name, entry, joined, expected) => {
@@ -54,7 +78,12 @@ describe('presence conversion per era (P2)', () => {
 
   it.each([
     // zulip-server.md §10.2, 3.0–6.x: keys may be missing; idle meant "newest idle report".
-    ['both keys, active newer than idle', { active_timestamp: 1594825400, idle_timestamp: 1594825300 }, undefined, { active_timestamp: 1594825400, idle_timestamp: 1594825400 }],
+    [
+      'both keys, active newer than idle',
+      { active_timestamp: 1594825400, idle_timestamp: 1594825300 },
+      undefined,
+      { active_timestamp: 1594825400, idle_timestamp: 1594825400 },
+    ],
     ['idle only', { idle_timestamp: 1594825300 }, 1500000000, { active_timestamp: 1500000000, idle_timestamp: 1594825300 }],
     ['active only', { active_timestamp: 1594825440 }, undefined, { active_timestamp: 1594825440, idle_timestamp: 1594825440 }],
     ['neither', {}, undefined, undefined],
@@ -81,7 +110,10 @@ describe('presence conversion per era (P2)', () => {
 
   it('limits legacy answers by history_limit_days (P12)', () => {
     const day = 86_400;
-    const p = { a: { website: { client: 'website', status: 'active', timestamp: 90 * day } }, b: { website: { client: 'website', status: 'idle', timestamp: 10 * day } } };
+    const p = {
+      a: { website: { client: 'website', status: 'active', timestamp: 90 * day } },
+      b: { website: { client: 'website', status: 'idle', timestamp: 10 * day } },
+    };
     expect(Object.keys(limitLegacyHistory(p, 20, 100 * day))).toEqual(['a']);
     expect(Object.keys(limitLegacyHistory(p, 0, 100 * day))).toEqual([]);
     expect(Object.keys(limitLegacyHistory(p, 365, 100 * day))).toEqual(['a', 'b']);
@@ -116,7 +148,7 @@ describe('presence parameters (E3, P1, P11)', () => {
     ['0', 0],
     ['-0', 0],
     [' 42 ', 42],
-    ['9223372036854775808', 9223372036854775808],
+    ['9223372036854775808', 2 ** 63],
   ])('last_update_id=%s is an integer', (raw, expected) => {
     expect(parseJsonInt('last_update_id', raw)).toBe(expected);
   });
@@ -125,28 +157,94 @@ describe('presence parameters (E3, P1, P11)', () => {
   const rejects = (entries: Array<[string, string]>, fl = 0) => upstreamWillReject(req(entries), fl);
 
   it('reads JSON booleans only, as the upstream does', () => {
-    expect(req([['status', 'active'], ['ping_only', 'true']]).pingOnly).toBe(true);
-    expect(rejects([['status', 'active'], ['ping_only', 'True']])).toBe(true);
-    expect(rejects([['status', 'active'], ['ping_only', '1']])).toBe(true);
+    expect(
+      req([
+        ['status', 'active'],
+        ['ping_only', 'true'],
+      ]).pingOnly,
+    ).toBe(true);
+    expect(
+      rejects([
+        ['status', 'active'],
+        ['ping_only', 'True'],
+      ]),
+    ).toBe(true);
+    expect(
+      rejects([
+        ['status', 'active'],
+        ['ping_only', '1'],
+      ]),
+    ).toBe(true);
     expect(rejects([['status', 'bogus']])).toBe(true);
     expect(rejects([])).toBe(true);
     // 2.1 ignores slim_presence; 3.0+ validates it.
-    expect(rejects([['status', 'idle'], ['slim_presence', 'maybe']], 0)).toBe(false);
-    expect(rejects([['status', 'idle'], ['slim_presence', 'maybe']], 25)).toBe(true);
+    expect(
+      rejects(
+        [
+          ['status', 'idle'],
+          ['slim_presence', 'maybe'],
+        ],
+        0,
+      ),
+    ).toBe(false);
+    expect(
+      rejects(
+        [
+          ['status', 'idle'],
+          ['slim_presence', 'maybe'],
+        ],
+        25,
+      ),
+    ).toBe(true);
   });
 
   it('chooses the modern format iff last_update_id or slim_presence=true (P1)', () => {
     expect(wantsModern(req([['status', 'active']]))).toBe(false);
-    expect(wantsModern(req([['status', 'active'], ['slim_presence', 'false']]))).toBe(false);
-    expect(wantsModern(req([['status', 'active'], ['slim_presence', 'true']]))).toBe(true);
-    expect(wantsModern(req([['status', 'active'], ['last_update_id', '-1']]))).toBe(true);
+    expect(
+      wantsModern(
+        req([
+          ['status', 'active'],
+          ['slim_presence', 'false'],
+        ]),
+      ),
+    ).toBe(false);
+    expect(
+      wantsModern(
+        req([
+          ['status', 'active'],
+          ['slim_presence', 'true'],
+        ]),
+      ),
+    ).toBe(true);
+    expect(
+      wantsModern(
+        req([
+          ['status', 'active'],
+          ['last_update_id', '-1'],
+        ]),
+      ),
+    ).toBe(true);
   });
 
   it('lists parameters nobody uses, sorted, and never the ones the shim handles (P11)', () => {
-    expect(req([['status', 'active'], ['zzz', '1'], ['last_update_id', '5'], ['history_limit_days', '3'], ['aaa', '2']]).ignored).toEqual(['aaa', 'zzz']);
+    expect(
+      req([
+        ['status', 'active'],
+        ['zzz', '1'],
+        ['last_update_id', '5'],
+        ['history_limit_days', '3'],
+        ['aaa', '2'],
+      ]).ignored,
+    ).toEqual(['aaa', 'zzz']);
   });
 
   it('takes the last of duplicated parameters, as Django does', () => {
-    expect(req([['status', 'active'], ['last_update_id', '5'], ['last_update_id', '7']]).lastUpdateId).toBe(7);
+    expect(
+      req([
+        ['status', 'active'],
+        ['last_update_id', '5'],
+        ['last_update_id', '7'],
+      ]).lastUpdateId,
+    ).toBe(7);
   });
 });

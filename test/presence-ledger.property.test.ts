@@ -154,7 +154,11 @@ describe('presence ledger properties (P3–P7)', () => {
 
 describe('ledger rules', () => {
   const p = (a: number, i: number): ModernPresence => ({ active_timestamp: a, idle_timestamp: i });
-  const obs = (ts: number, entries: Array<[number, ModernPresence]>, complete = true) => ({ serverTimestamp: ts, presences: new Map(entries), complete });
+  const obs = (ts: number, entries: Array<[number, ModernPresence]>, complete = true) => ({
+    serverTimestamp: ts,
+    presences: new Map(entries),
+    complete,
+  });
 
   it('a newer observation wins even with smaller timestamps (invisible mode, P6)', () => {
     let l = createLedger(5_000);
@@ -181,11 +185,23 @@ describe('ledger rules', () => {
 
   it('a user coming back into view is a change (P6 for clients that replaced their map)', () => {
     let l = createLedger(5_000);
-    l = merge(l, obs(10, [[1, p(1, 2)], [2, p(3, 4)]]));
+    l = merge(
+      l,
+      obs(10, [
+        [1, p(1, 2)],
+        [2, p(3, 4)],
+      ]),
+    );
     l = merge(l, obs(11, [[1, p(1, 2)]]));
     expect(l.users.get(2)!.present).toBe(false);
     const before = l.lastId;
-    l = merge(l, obs(12, [[1, p(1, 2)], [2, p(3, 4)]]));
+    l = merge(
+      l,
+      obs(12, [
+        [1, p(1, 2)],
+        [2, p(3, 4)],
+      ]),
+    );
     expect(l.users.get(2)).toMatchObject({ present: true, changedAt: before + 1 });
   });
 
@@ -204,21 +220,41 @@ describe('ledger rules', () => {
 
   it('a per-caller (incomplete) snapshot says nothing about users it leaves out', () => {
     let l = createLedger(5_000);
-    l = merge(l, obs(10, [[1, p(1, 2)], [2, p(3, 4)]]));
+    l = merge(
+      l,
+      obs(10, [
+        [1, p(1, 2)],
+        [2, p(3, 4)],
+      ]),
+    );
     l = merge(l, obs(11, [[1, p(1, 2)]], false));
     expect(l.users.get(2)!.present).toBe(true);
   });
 
   it('answers follow P3/P4 exactly', () => {
     let l = createLedger(5_000);
-    expect(answer(l, { visible: [], lastUpdateId: undefined, serverTimestamp: 1 })).toEqual({ presences: {}, presenceLastUpdateId: -1, full: true });
+    expect(answer(l, { visible: [], lastUpdateId: undefined, serverTimestamp: 1 })).toEqual({
+      presences: {},
+      presenceLastUpdateId: -1,
+      full: true,
+    });
     expect(answer(l, { visible: [], lastUpdateId: -1, serverTimestamp: 1 }).presenceLastUpdateId).toBe(-1);
-    l = merge(l, obs(10, [[1, p(1, 2)], [2, p(3, 4)]]));
+    l = merge(
+      l,
+      obs(10, [
+        [1, p(1, 2)],
+        [2, p(3, 4)],
+      ]),
+    );
     const full = answer(l, { visible: [1, 2], lastUpdateId: -1, serverTimestamp: 10 });
     expect(Object.keys(full.presences)).toEqual(['1', '2']);
     expect(full.presenceLastUpdateId).toBe(l.lastId);
     // Nothing changed since: empty delta, the client's own id echoed.
-    expect(answer(l, { visible: [1, 2], lastUpdateId: l.lastId, serverTimestamp: 10 })).toEqual({ presences: {}, presenceLastUpdateId: l.lastId, full: false });
+    expect(answer(l, { visible: [1, 2], lastUpdateId: l.lastId, serverTimestamp: 10 })).toEqual({
+      presences: {},
+      presenceLastUpdateId: l.lastId,
+      full: false,
+    });
     // An id from the future, from before the epoch, or garbage: full data (P5).
     for (const bad of [l.lastId + 1, l.epoch, 3, 2 ** 63]) {
       expect(answer(l, { visible: [1, 2], lastUpdateId: bad, serverTimestamp: 10 }).full).toBe(true);
@@ -228,7 +264,13 @@ describe('ledger rules', () => {
   it('history_limit_days applies to full answers only (P12)', () => {
     let l = createLedger(5_000);
     const day = 86_400;
-    l = merge(l, obs(100 * day, [[1, p(99 * day, 99 * day)], [2, p(50 * day, 50 * day)]]));
+    l = merge(
+      l,
+      obs(100 * day, [
+        [1, p(99 * day, 99 * day)],
+        [2, p(50 * day, 50 * day)],
+      ]),
+    );
     const q = { visible: [1, 2], serverTimestamp: 100 * day };
     expect(Object.keys(answer(l, { ...q, lastUpdateId: undefined, historyLimitDays: 10 }).presences)).toEqual(['1']);
     expect(Object.keys(answer(l, { ...q, lastUpdateId: undefined, historyLimitDays: 0 }).presences)).toEqual([]);

@@ -37,7 +37,12 @@ describe.each(OLD_ERAS)('presence on a Zulip %s upstream', (era) => {
     const full = await poll(10, { status: 'active', last_update_id: '-1' });
     expect(full.status).toBe(200);
     const presences = full.body.presences as Modern;
-    expect(Object.keys(presences).sort()).toEqual(fake.humans().map((u) => String(u.user_id)).sort());
+    expect(Object.keys(presences).sort()).toEqual(
+      fake
+        .humans()
+        .map((u) => String(u.user_id))
+        .sort(),
+    );
     for (const e of Object.values(presences)) {
       expect(Number.isInteger(e.active_timestamp) && Number.isInteger(e.idle_timestamp)).toBe(true);
       expect(e.idle_timestamp).toBeGreaterThanOrEqual(e.active_timestamp);
@@ -74,7 +79,11 @@ describe.each(OLD_ERAS)('presence on a Zulip %s upstream', (era) => {
   it('passes the legacy answer on byte for byte, the id added at the end', async () => {
     await setup(era);
     const viaShim = await poll(11, { status: 'active' });
-    const direct = await request(fake.url).post('/api/v1/users/me/presence').set('Authorization', fake.auth(11)).type('form').send({ status: 'active' });
+    const direct = await request(fake.url)
+      .post('/api/v1/users/me/presence')
+      .set('Authorization', fake.auth(11))
+      .type('form')
+      .send({ status: 'active' });
     expect(viaShim.text).toBe(`${direct.text.slice(0, -1)},"presence_last_update_id":${viaShim.body.presence_last_update_id}}`);
   });
 
@@ -98,7 +107,11 @@ describe.each(OLD_ERAS)('presence on a Zulip %s upstream', (era) => {
 
   it('passes upstream errors through unchanged (E1)', async () => {
     await setup(era);
-    const bad = await request(shim.url).post('/api/v1/users/me/presence').set('Authorization', 'Basic eDp5').type('form').send({ status: 'active', last_update_id: '-1' });
+    const bad = await request(shim.url)
+      .post('/api/v1/users/me/presence')
+      .set('Authorization', 'Basic eDp5')
+      .type('form')
+      .send({ status: 'active', last_update_id: '-1' });
     expect(bad.status).toBe(401);
     expect(bad.body.msg).toBe('Invalid API key');
     const invalid = await poll(10, { status: 'bogus', last_update_id: '-1' });
@@ -269,7 +282,11 @@ describe('shared snapshots (P9)', () => {
   it('a caller the upstream rejects never sees shared data', async () => {
     await setup('2.1', { presence: { coalesceMs: 5000 } });
     await poll(10, { status: 'active', last_update_id: '-1' });
-    const bad = await request(shim.url).post('/api/v1/users/me/presence').set('Authorization', 'Basic eDp5').type('form').send({ status: 'active', last_update_id: '-1' });
+    const bad = await request(shim.url)
+      .post('/api/v1/users/me/presence')
+      .set('Authorization', 'Basic eDp5')
+      .type('form')
+      .send({ status: 'active', last_update_id: '-1' });
     expect(bad.status).toBe(401);
     expect(bad.body).not.toHaveProperty('presences');
   });

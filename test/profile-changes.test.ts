@@ -36,7 +36,15 @@ const MEMBER: Member = {
 };
 
 const MODERN_FIELDS = [
-  'is_owner', 'avatar_version', 'is_guest', 'is_active', 'timezone', 'date_joined', 'role', 'is_billing_admin', 'delivery_email',
+  'is_owner',
+  'avatar_version',
+  'is_guest',
+  'is_active',
+  'timezone',
+  'date_joined',
+  'role',
+  'is_billing_admin',
+  'delivery_email',
 ];
 
 describe('the registry of own-profile changes (U2)', () => {
@@ -109,16 +117,20 @@ describe('the registry of own-profile changes (U2)', () => {
       date_joined: UNKNOWN_DATE_JOINED,
       delivery_email: 'iago@zulip.com',
     });
-    expect(Object.entries(sources).filter(([, s]) => s === 'fallback').map(([k]) => k)).toEqual([
-      'avatar_version', 'is_guest', 'timezone', 'date_joined', 'delivery_email',
-    ]);
+    expect(
+      Object.entries(sources)
+        .filter(([, s]) => s === 'fallback')
+        .map(([k]) => k),
+    ).toEqual(['avatar_version', 'is_guest', 'timezone', 'date_joined', 'delivery_email']);
     expect(sources.is_active).toBe('rule');
   });
 
   it('prefers the register answer, then the user list, for delivery_email', () => {
     const changes = pendingChanges(122, LEGACY_21);
     const withList = { ...MEMBER, delivery_email: 'list@example.org' };
-    expect(applyChanges(LEGACY_21, changes, { deliveryEmail: 'reg@example.org', member: withList }).user.delivery_email).toBe('reg@example.org');
+    expect(applyChanges(LEGACY_21, changes, { deliveryEmail: 'reg@example.org', member: withList }).user.delivery_email).toBe(
+      'reg@example.org',
+    );
     expect(applyChanges(LEGACY_21, changes, { member: withList }).user.delivery_email).toBe('list@example.org');
   });
 
@@ -232,7 +244,14 @@ describe('the user directory parser', () => {
     expect([...dir.byId.keys()]).toEqual([5, 6]);
     expect(dir.byEmail.get('iago@zulip.com')).toMatchObject({ role: 100, is_owner: true, avatar_version: 2, delivery_email: 'd@e.f' });
     expect(dir.byId.get(6)).toEqual({
-      user_id: 6, email: 'bot@b.c', is_bot: true, is_active: true, is_admin: false, is_guest: false, timezone: '', date_joined: '',
+      user_id: 6,
+      email: 'bot@b.c',
+      is_bot: true,
+      is_active: true,
+      is_admin: false,
+      is_guest: false,
+      timezone: '',
+      date_joined: '',
     });
     expect(dir.fetchedAt).toBe(42);
     expect(memberOf('x')).toBeUndefined();

@@ -72,28 +72,33 @@ describeRedis('RedisStore against the pure ledger (property, S1, P5)', () => {
 
   it('one replica, one observation at a time: every state is the pure merge of the one before', async () => {
     await fc.assert(
-      fc.asyncProperty(fc.array(fc.oneof({ weight: 6, arbitrary: observation }, { weight: 1, arbitrary: fc.constant('flush' as const) }), { maxLength: 14 }), async (steps) => {
-        const realm = `seq-${run++}`;
-        let expected: LedgerState | undefined;
-        let highest = 0;
-        for (const step of steps) {
-          if (step === 'flush') {
-            await deleteKeysUnder(admin, prefix);
-            expected = undefined;
-            continue;
+      fc.asyncProperty(
+        fc.array(fc.oneof({ weight: 6, arbitrary: observation }, { weight: 1, arbitrary: fc.constant('flush' as const) }), {
+          maxLength: 14,
+        }),
+        async (steps) => {
+          const realm = `seq-${run++}`;
+          let expected: LedgerState | undefined;
+          let highest = 0;
+          for (const step of steps) {
+            if (step === 'flush') {
+              await deleteKeysUnder(admin, prefix);
+              expected = undefined;
+              continue;
+            }
+            const got = await a.observe(realm, step);
+            if (!expected) {
+              // A new ledger: its epoch is above every id issued before (P5).
+              expect(got.epoch).toBeGreaterThanOrEqual(highest);
+              expected = emptyLedger(got.epoch);
+            }
+            expected = merge(expected, step);
+            expect(got).toEqual(expected);
+            highest = Math.max(highest, got.lastId);
           }
-          const got = await a.observe(realm, step);
-          if (!expected) {
-            // A new ledger: its epoch is above every id issued before (P5).
-            expect(got.epoch).toBeGreaterThanOrEqual(highest);
-            expected = emptyLedger(got.epoch);
-          }
-          expected = merge(expected, step);
-          expect(got).toEqual(expected);
-          highest = Math.max(highest, got.lastId);
-        }
-        if (expected) expect(await b.load(realm)).toEqual(expected);
-      }),
+          if (expected) expect(await b.load(realm)).toEqual(expected);
+        },
+      ),
       { numRuns: 60 },
     );
   });
@@ -105,9 +110,7 @@ describeRedis('RedisStore against the pure ledger (property, S1, P5)', () => {
         const realm = `par-${run++}`;
         const issued: number[] = [];
         for (const r of rounds) {
-          const results = await Promise.all(
-            r.map(async ([onA, obs]) => ({ obs, state: await (onA ? a : b).observe(realm, obs) })),
-          );
+          const results = await Promise.all(r.map(async ([onA, obs]) => ({ obs, state: await (onA ? a : b).observe(realm, obs) })));
           const epoch = results[0]!.state.epoch;
           expect(results.every((x) => x.state.epoch === epoch)).toBe(true);
           // P5: a ledger made after a wipe vouches for no id issued before it.
@@ -126,9 +129,17 @@ describeRedis('RedisStore against the pure ledger (property, S1, P5)', () => {
 
   it('after a wipe, a client holding an id from before gets full data, never an empty answer (P5)', async () => {
     const realm = 'wipe-answer';
-    const before = await a.observe(realm, { serverTimestamp: 10, complete: true, presences: new Map([[1, { active_timestamp: 5, idle_timestamp: 9 }]]) });
+    const before = await a.observe(realm, {
+      serverTimestamp: 10,
+      complete: true,
+      presences: new Map([[1, { active_timestamp: 5, idle_timestamp: 9 }]]),
+    });
     await deleteKeysUnder(admin, prefix);
-    const after = await b.observe(realm, { serverTimestamp: 11, complete: true, presences: new Map([[1, { active_timestamp: 5, idle_timestamp: 9 }]]) });
+    const after = await b.observe(realm, {
+      serverTimestamp: 11,
+      complete: true,
+      presences: new Map([[1, { active_timestamp: 5, idle_timestamp: 9 }]]),
+    });
     const got = answer(after, { visible: [1], lastUpdateId: before.lastId, serverTimestamp: 11 });
     expect(got.full).toBe(true);
     expect(got.presences).toEqual({ '1': { active_timestamp: 5, idle_timestamp: 9 } });

@@ -31,7 +31,12 @@ function logSink() {
 }
 
 function counter() {
-  return { n: 0, inc() { this.n++; } };
+  return {
+    n: 0,
+    inc() {
+      this.n++;
+    },
+  };
 }
 
 describeRedis('RedisStore (S1, P5)', () => {
@@ -176,13 +181,33 @@ describeRedis('RedisStore when Redis goes away and comes back (S1)', () => {
     await relay.start();
     const { log, lines } = logSink();
     const errors = counter();
-    const store = new RedisStore({ url: `redis://127.0.0.1:${relay.port}`, keyPrefix: prefix, log, storeErrors: errors, commandTimeoutMs: 500 });
+    const store = new RedisStore({
+      url: `redis://127.0.0.1:${relay.port}`,
+      keyPrefix: prefix,
+      log,
+      storeErrors: errors,
+      commandTimeoutMs: 500,
+    });
     try {
-      await expect.poll(() => store.ping().then(() => true, () => false)).toBe(true);
+      await expect
+        .poll(() =>
+          store.ping().then(
+            () => true,
+            () => false,
+          ),
+        )
+        .toBe(true);
       await store.observe('r-down', obs(1, { 1: [1, 1] }));
 
       await relay.stop();
-      await expect.poll(() => store.ping().then(() => 'up', (e: unknown) => e instanceof StoreUnavailableError)).toBe(true);
+      await expect
+        .poll(() =>
+          store.ping().then(
+            () => 'up',
+            (e: unknown) => e instanceof StoreUnavailableError,
+          ),
+        )
+        .toBe(true);
       const failures = await Promise.allSettled([
         ...Array.from({ length: 10 }, (_, i) => store.observe('r-down', obs(2 + i, { 1: [2 + i, 2 + i] }))),
         store.load('r-down'),
@@ -197,7 +222,16 @@ describeRedis('RedisStore when Redis goes away and comes back (S1)', () => {
       expect(JSON.stringify(lines)).not.toContain(`redis://`);
 
       await relay.start(relay.port);
-      await expect.poll(() => store.ping().then(() => true, () => false), { timeout: 10_000 }).toBe(true);
+      await expect
+        .poll(
+          () =>
+            store.ping().then(
+              () => true,
+              () => false,
+            ),
+          { timeout: 10_000 },
+        )
+        .toBe(true);
       const s = await store.observe('r-down', obs(50, { 1: [50, 50] }));
       expect(s.users.get(1)?.active).toBe(50);
       expect(lines.filter((l) => /reachable again/.test(l.msg))).toHaveLength(1);

@@ -28,7 +28,12 @@ describe.each(['2.1', '4.0', '7.0'] as const)('register on a Zulip %s upstream (
     const r = await register(10, { slim_presence: 'true', fetch_event_types: '["presence","realm_user"]' });
     expect(r.status).toBe(200);
     const ids = Object.keys(r.body.presences).sort();
-    expect(ids).toEqual(fake.humans().map((u) => String(u.user_id)).sort());
+    expect(ids).toEqual(
+      fake
+        .humans()
+        .map((u) => String(u.user_id))
+        .sort(),
+    );
     for (const e of Object.values(r.body.presences) as Array<Record<string, number>>) {
       expect(Number.isInteger(e.active_timestamp) && Number.isInteger(e.idle_timestamp)).toBe(true);
     }
@@ -107,11 +112,20 @@ describe('register details', () => {
     shim = await startShim(fake.url, { upstream: { maxResponseBytes: 4096 } });
     const { port } = new URL(shim.url);
     const text = await new Promise<string>((resolve, reject) => {
-      const req = http.request({ host: '127.0.0.1', port, path: '/api/v1/register', method: 'POST', headers: { authorization: fake.auth(10), 'content-type': 'application/x-www-form-urlencoded' } }, (res) => {
-        let t = '';
-        res.on('data', (d) => (t += d));
-        res.on('end', () => resolve(t));
-      });
+      const req = http.request(
+        {
+          host: '127.0.0.1',
+          port,
+          path: '/api/v1/register',
+          method: 'POST',
+          headers: { authorization: fake.auth(10), 'content-type': 'application/x-www-form-urlencoded' },
+        },
+        (res) => {
+          let t = '';
+          res.on('data', (d) => (t += d));
+          res.on('end', () => resolve(t));
+        },
+      );
       req.on('error', reject);
       req.end('slim_presence=true');
     });

@@ -108,9 +108,17 @@ describeRedis('several replicas sharing one Redis (S1)', () => {
     const delta = await poll(1, 10, first.presence_last_update_id);
     expect(Object.keys(delta.presences).length).toBeLessThan(fake.humans().length);
     await deleteKeysUnder(admin, prefix);
-    for (const [replica, user] of [[1, 10], [0, 11]] as const) {
+    for (const [replica, user] of [
+      [1, 10],
+      [0, 11],
+    ] as const) {
       const after = await poll(replica, user, delta.presence_last_update_id);
-      expect(Object.keys(after.presences).sort()).toEqual(fake.humans().map((u) => String(u.user_id)).sort());
+      expect(Object.keys(after.presences).sort()).toEqual(
+        fake
+          .humans()
+          .map((u) => String(u.user_id))
+          .sort(),
+      );
       expect(after.presence_last_update_id).toBeGreaterThan(delta.presence_last_update_id);
     }
   });
@@ -149,7 +157,12 @@ describe('a replica whose Redis cannot be reached (S1)', () => {
         .type('form')
         .send({ status: 'active', last_update_id: '-1' });
       expect(r.status).toBe(200);
-      expect(Object.keys(r.body.presences as object).sort()).toEqual(fake.humans().map((u) => String(u.user_id)).sort());
+      expect(Object.keys(r.body.presences as object).sort()).toEqual(
+        fake
+          .humans()
+          .map((u) => String(u.user_id))
+          .sort(),
+      );
     } finally {
       await shim.close();
       await fake.stop();

@@ -71,7 +71,8 @@ describe('a caller the upstream does not accept sees no shared or cached data (P
     expect(a.status, what).toBeLessThan(500);
     const body = jsonOf(a) as Record<string, unknown>;
     expect(body.result, what).toBe('error');
-    for (const k of ['presences', 'presence_last_update_id', 'user_id', 'email', 'delivery_email', 'queue_id']) expect(body, `${what}: ${k}`).not.toHaveProperty(k);
+    for (const k of ['presences', 'presence_last_update_id', 'user_id', 'email', 'delivery_email', 'queue_id'])
+      expect(body, `${what}: ${k}`).not.toHaveProperty(k);
   }
 
   it.each(invalid)('presence with %s: the upstream refusal, never the shared snapshot', async (_name, auth) => {
@@ -93,7 +94,10 @@ describe('a caller the upstream does not accept sees no shared or cached data (P
 
   it.each(invalid)('own profile and register with %s: the upstream refusal, never cached data', async (_name, auth) => {
     expectRefused(await call(shim.url, { method: 'GET', path: '/api/v1/users/me', headers: auth() }), 'own profile');
-    expectRefused(await call(shim.url, presence(auth(), { event_types: '["presence"]', slim_presence: 'true' }, '/api/v1/register')), 'register');
+    expectRefused(
+      await call(shim.url, presence(auth(), { event_types: '["presence"]', slim_presence: 'true' }, '/api/v1/register')),
+      'register',
+    );
   });
 
   it('a caller arriving while a full fetch is in flight gets its own refusal, not the data fetched', async () => {
@@ -106,7 +110,11 @@ describe('a caller the upstream does not accept sees no shared or cached data (P
     };
     try {
       const leader = call(fresh.url, presence({ authorization: fake.auth(12) }, { status: 'active', last_update_id: '-1' }));
-      await until('the full fetch to be in flight', () => (fake.seen.some((s) => s.body.toString().includes('ping_only=false')) ? true : undefined), 10_000);
+      await until(
+        'the full fetch to be in flight',
+        () => (fake.seen.some((s) => s.body.toString().includes('ping_only=false')) ? true : undefined),
+        10_000,
+      );
       const intruder = await call(fresh.url, presence(invalid[0]![1](), { status: 'active', last_update_id: '-1' }));
       expectRefused(intruder, 'while in flight');
       const ok = await leader;
@@ -165,12 +173,22 @@ describe('two realms on one upstream never see each other (P13)', () => {
     expect(fromA.status, fromA.body.toString()).toBe(200);
     const bodyA = jsonOf(fromA) as { presences: Modern; presence_last_update_id: number; server_timestamp: number };
     expect(bodyA.server_timestamp).toBe(a.now);
-    expect(Object.keys(bodyA.presences).sort()).toEqual(a.humans().map((u) => String(u.user_id)).sort());
+    expect(Object.keys(bodyA.presences).sort()).toEqual(
+      a
+        .humans()
+        .map((u) => String(u.user_id))
+        .sort(),
+    );
     for (const e of Object.values(bodyA.presences)) expect(e.idle_timestamp).toBeLessThanOrEqual(Math.floor(a.now));
 
     const ledger = async (host: string) => (await shim.shim.context.store.load(realmOf(router.url, { host }).key)) as LedgerState;
     const [la, lb] = [await ledger(A), await ledger(B)];
-    expect([...la.users.keys()].sort()).toEqual(a.humans().map((u) => u.user_id).sort());
+    expect([...la.users.keys()].sort()).toEqual(
+      a
+        .humans()
+        .map((u) => u.user_id)
+        .sort(),
+    );
     expect([...lb.users.keys()].sort()).toEqual([10, 11]);
     expect(lb.users.get(10)!.active).toBe(Math.floor(b.now));
 
@@ -184,14 +202,18 @@ describe('two realms on one upstream never see each other (P13)', () => {
     expect(jsonOf(wrongRealm)).not.toHaveProperty('presences');
 
     // Feature levels are per realm too (T2 answers from each realm's own server_settings).
-    const settings = async (host: string) => jsonOf(await call(shim.url, { method: 'GET', path: '/api/v1/server_settings', headers: { host } })) as Record<string, unknown>;
+    const settings = async (host: string) =>
+      jsonOf(await call(shim.url, { method: 'GET', path: '/api/v1/server_settings', headers: { host } })) as Record<string, unknown>;
     expect((await settings(A)).zulip_feature_level).toBeUndefined();
     expect((await settings(B)).zulip_feature_level).toBe(122);
   });
 
-  it('backfills own profiles from each realm\'s own lookups', async () => {
+  it("backfills own profiles from each realm's own lookups", async () => {
     const profile = async (fake: FakeZulip, host: string) =>
-      jsonOf(await call(shim.url, { method: 'GET', path: '/api/v1/users/me', headers: { authorization: fake.auth(11), host } })) as Record<string, unknown>;
+      jsonOf(await call(shim.url, { method: 'GET', path: '/api/v1/users/me', headers: { authorization: fake.auth(11), host } })) as Record<
+        string,
+        unknown
+      >;
     const pb = await profile(b, B);
     const pa = await profile(a, A);
     expect(pb).toMatchObject({ user_id: 11, email: b.user(11).email, delivery_email: b.user(11).delivery_email, timezone: 'Asia/Tokyo' });
@@ -249,26 +271,38 @@ describe('upstream TLS certificates are verified unless the operator opts out', 
     }
   });
 
-  it.skipIf(skip !== undefined)('the CLI says so at start-up when the check is off, and only then', async () => {
-    for (const insecure of [true, false]) {
-      const run = runCli(['--upstream', front.url, '--port', '0', '--log-level', 'info', ...(insecure ? ['--insecure-upstream-tls'] : [])]);
-      try {
-        const started = await until('the start-up line', () => logLine(run, 'zulip-compat-shim listening'));
-        const warning = logLine(run, /TLS certificates are NOT verified/);
-        if (insecure) {
-          expect(warning).toMatchObject({ level: 40, msg: 'upstream TLS certificates are NOT verified (--insecure-upstream-tls)' });
-          const r = await fetch(new URL('/api/v1/server_settings', String(started.listen)));
-          expect(r.status).toBe(200);
-        } else {
-          expect(warning).toBeUndefined();
+  it.skipIf(skip !== undefined)(
+    'the CLI says so at start-up when the check is off, and only then',
+    async () => {
+      for (const insecure of [true, false]) {
+        const run = runCli([
+          '--upstream',
+          front.url,
+          '--port',
+          '0',
+          '--log-level',
+          'info',
+          ...(insecure ? ['--insecure-upstream-tls'] : []),
+        ]);
+        try {
+          const started = await until('the start-up line', () => logLine(run, 'zulip-compat-shim listening'));
+          const warning = logLine(run, /TLS certificates are NOT verified/);
+          if (insecure) {
+            expect(warning).toMatchObject({ level: 40, msg: 'upstream TLS certificates are NOT verified (--insecure-upstream-tls)' });
+            const r = await fetch(new URL('/api/v1/server_settings', String(started.listen)));
+            expect(r.status).toBe(200);
+          } else {
+            expect(warning).toBeUndefined();
+          }
+          run.child.kill('SIGTERM');
+          expect(await run.exited).toBe(0);
+        } finally {
+          run.child.kill('SIGKILL');
         }
-        run.child.kill('SIGTERM');
-        expect(await run.exited).toBe(0);
-      } finally {
-        run.child.kill('SIGKILL');
       }
-    }
-  }, 90_000);
+    },
+    90_000,
+  );
 
   it.runIf(skip !== undefined)(`TLS tests skipped: ${skip}`, () => {});
 });
@@ -305,14 +339,21 @@ describe('a fault inside the shim costs one request a Zulip-shaped 500, never th
     }
     const agent = new http.Agent({ keepAlive: true, maxSockets: 8 });
     try {
-      const after = await Promise.all(Array.from({ length: 20 }, () => send(shim.url, presence({ authorization: fake.auth(11) }, { status: 'active', last_update_id: '-1' }), { agent, timeoutMs: REQUEST_TIMEOUT_MS })));
+      const after = await Promise.all(
+        Array.from({ length: 20 }, () =>
+          send(shim.url, presence({ authorization: fake.auth(11) }, { status: 'active', last_update_id: '-1' }), {
+            agent,
+            timeoutMs: REQUEST_TIMEOUT_MS,
+          }),
+        ),
+      );
       expect(after.map((r) => r.status)).toEqual(Array(20).fill(200));
     } finally {
       agent.destroy();
     }
   });
 
-  it('a failure on the shim\'s own paths is Zulip-shaped too (500, 405)', async () => {
+  it("a failure on the shim's own paths is Zulip-shaped too (500, 405)", async () => {
     const registry = shim.shim.context.metrics.registry as { metrics: () => Promise<string> };
     registry.metrics = async () => {
       throw new Error('metrics broke');

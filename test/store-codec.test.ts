@@ -17,13 +17,15 @@ const entry = (n: fc.Arbitrary<number>): fc.Arbitrary<LedgerEntry> =>
   fc.record({ active: n, idle: n, seenAt: n, changedAt: n, present: fc.boolean() }).map((e) => ({ ...e }));
 
 const state = (n: fc.Arbitrary<number>, userId: fc.Arbitrary<number>): fc.Arbitrary<LedgerState> =>
-  fc.record({
-    epoch: n,
-    lastId: n,
-    users: fc.array(fc.tuple(userId, entry(n)), { maxLength: 30 }).map((pairs) => new Map(pairs)),
-    merges: fc.array(fc.tuple(n, n), { maxLength: 32 }),
-    completeAt: n,
-  }).map((s) => ({ ...s })); // plain objects, as the ledger makes them
+  fc
+    .record({
+      epoch: n,
+      lastId: n,
+      users: fc.array(fc.tuple(userId, entry(n)), { maxLength: 30 }).map((pairs) => new Map(pairs)),
+      merges: fc.array(fc.tuple(n, n), { maxLength: 32 }),
+      completeAt: n,
+    })
+    .map((s) => ({ ...s })); // plain objects, as the ledger makes them
 
 /** States as the ledger makes them: integer ids and timestamps, float server_timestamps. */
 const ledgerLike: fc.Arbitrary<LedgerState> = fc

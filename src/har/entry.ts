@@ -79,7 +79,11 @@ async function postDataOf(x: Exchange, body: Buffer, redactor: Redactor): Promis
       const parts = (await parseMultipart(mimeType, body)) ?? [];
       const fields = parts.filter((p) => p.fileName === undefined).map((p) => [p.name, p.value] as const);
       const params = redactor.pairs(
-        parts.map((p) => (p.fileName === undefined ? { name: p.name, value: p.value } : { name: p.name, fileName: p.fileName, contentType: p.contentType ?? '' })),
+        parts.map((p) =>
+          p.fileName === undefined
+            ? { name: p.name, value: p.value }
+            : { name: p.name, fileName: p.fileName, contentType: p.contentType ?? '' },
+        ),
       );
       // Secret fields are replaced in the body itself; a binary body is worked on byte for byte.
       if (!base64) return { mimeType, text: redactor.multipart(text, fields), params };

@@ -31,7 +31,17 @@ export interface LoadedHar {
  * decoded (HAR `content.text`), so its length and transfer are recomputed. HTTP/2 pseudo
  * headers (`:status`) from browser exports go too.
  */
-const NOT_REPLAYED = new Set(['content-length', 'transfer-encoding', 'content-encoding', 'connection', 'keep-alive', 'proxy-connection', 'upgrade', 'te', 'trailer']);
+const NOT_REPLAYED = new Set([
+  'content-length',
+  'transfer-encoding',
+  'content-encoding',
+  'connection',
+  'keep-alive',
+  'proxy-connection',
+  'upgrade',
+  'te',
+  'trailer',
+]);
 
 export class HarFormatError extends Error {
   override name = 'HarFormatError';
@@ -43,7 +53,9 @@ const str = (v: unknown): string | undefined => (typeof v === 'string' ? v : und
 
 function nameValues(v: unknown): Array<[string, string]> {
   if (!Array.isArray(v)) return [];
-  return v.filter(isObj).flatMap((h) => (typeof h.name === 'string' && h.value !== undefined ? [[h.name, String(h.value)] as [string, string]] : []));
+  return v
+    .filter(isObj)
+    .flatMap((h) => (typeof h.name === 'string' && h.value !== undefined ? [[h.name, String(h.value)] as [string, string]] : []));
 }
 
 function decompress(raw: Buffer): Buffer {
@@ -62,7 +74,11 @@ export async function loadHar(file: string): Promise<LoadedHar> {
   }
   let har: unknown;
   try {
-    har = JSON.parse(decompress(raw).toString('utf8').replace(/^\uFEFF/, ''));
+    har = JSON.parse(
+      decompress(raw)
+        .toString('utf8')
+        .replace(/^\uFEFF/, ''),
+    );
   } catch (e) {
     throw new HarFormatError(`${file} is not a HAR file (${(e as Error).message})`);
   }
@@ -81,8 +97,7 @@ export async function loadHar(file: string): Promise<LoadedHar> {
     }
     const post = isObj(req.postData) ? req.postData : undefined;
     const reqHeaders = nameValues(req.headers);
-    const contentType =
-      str(post?.mimeType) || reqHeaders.find(([k]) => k.toLowerCase() === 'content-type')?.[1] || undefined;
+    const contentType = str(post?.mimeType) || reqHeaders.find(([k]) => k.toLowerCase() === 'content-type')?.[1] || undefined;
     let match: Match;
     try {
       match = await matchOf({
@@ -90,7 +105,11 @@ export async function loadHar(file: string): Promise<LoadedHar> {
         url: req.url,
         contentType,
         body: bodyBytes(str(post?.text), str(post?._encoding) ?? str(post?.encoding)),
-        params: Array.isArray(post?.params) ? (post.params as Obj[]).filter((p) => typeof p.name === 'string').map((p) => ({ name: p.name as string, value: str(p.value), fileName: str(p.fileName) })) : undefined,
+        params: Array.isArray(post?.params)
+          ? (post.params as Obj[])
+              .filter((p) => typeof p.name === 'string')
+              .map((p) => ({ name: p.name as string, value: str(p.value), fileName: str(p.fileName) }))
+          : undefined,
       });
     } catch {
       skipped++;

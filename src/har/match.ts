@@ -64,7 +64,9 @@ async function bodyOf(r: RequestLike): Promise<{ kind: string; norm: string; sho
   }
   if (kind === 'multipart') {
     const parts = hasParams
-      ? r.params!.map((p): FormPart => ({ name: p.name, value: p.value ?? '', ...(p.fileName !== undefined ? { fileName: p.fileName } : {}) }))
+      ? r.params!.map(
+          (p): FormPart => ({ name: p.name, value: p.value ?? '', ...(p.fileName !== undefined ? { fileName: p.fileName } : {}) }),
+        )
       : await parseMultipart(r.contentType!, r.body);
     if (parts) {
       const pairs = sorted(blank(parts.map(partPair)));

@@ -79,9 +79,7 @@ export async function startRecorder(o: RecorderOptions): Promise<Recorder> {
 
   const secure = upstream.startsWith('https:');
   const agentOptions = { keepAlive: true, maxSockets: 256, maxFreeSockets: 64, scheduling: 'lifo' as const };
-  const agent = secure
-    ? new https.Agent({ ...agentOptions, rejectUnauthorized: !o.insecureTls })
-    : new http.Agent(agentOptions);
+  const agent = secure ? new https.Agent({ ...agentOptions, rejectUnauthorized: !o.insecureTls }) : new http.Agent(agentOptions);
   const proxy = createProxyServer({ target: upstream, agent, xfwd: false, ws: true, changeOrigin: false, secure: !o.insecureTls });
   const inFlight = new WeakMap<IncomingMessage, InFlight>();
   const writes = new Set<Promise<void>>();
@@ -127,7 +125,10 @@ export async function startRecorder(o: RecorderOptions): Promise<Recorder> {
   // An unreachable upstream: the connection is dropped so that the shim answers exactly as it
   // would without the recorder in between (E2).
   proxy.on('error', (err, req, res) => {
-    o.log.warn({ err: { code: (err as NodeJS.ErrnoException).code ?? 'error' }, path: loggablePath(req.url) }, 'recorder: upstream error; not recorded');
+    o.log.warn(
+      { err: { code: (err as NodeJS.ErrnoException).code ?? 'error' }, path: loggablePath(req.url) },
+      'recorder: upstream error; not recorded',
+    );
     (res as ServerResponse | Duplex).destroy();
   });
   proxy.on('econnreset', () => {});

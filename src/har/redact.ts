@@ -16,7 +16,6 @@
 
 export const LONG_SECRET = 8;
 
-
 /** A JSON text that may hold a secret key (isSecretName), possibly escaped: cheap pre-check. */
 const SECRET_KEY_HINT = /api_key|token|password|\\u/i;
 
@@ -140,7 +139,10 @@ export class Redactor {
     let out = text;
     for (const [name, value] of fields) {
       if (!value || !isSecretName(name)) continue;
-      const re = new RegExp(`(name="${escapeRegExp(name)}"[^\\r\\n]*\\r\\n(?:[^\\r\\n]+\\r\\n)*\\r\\n)${escapeRegExp(value)}(?=\\r\\n)`, 'g');
+      const re = new RegExp(
+        `(name="${escapeRegExp(name)}"[^\\r\\n]*\\r\\n(?:[^\\r\\n]+\\r\\n)*\\r\\n)${escapeRegExp(value)}(?=\\r\\n)`,
+        'g',
+      );
       out = out.replace(re, (_m, head: string) => head + this.placeholder(value));
     }
     return out;
@@ -167,7 +169,10 @@ export class Redactor {
     if (found.length === 0) return text;
     let out = text;
     for (const [key, value] of found) {
-      const re = new RegExp(`("${escapeRegExp(JSON.stringify(key).slice(1, -1))}"\\s*:\\s*")${escapeRegExp(JSON.stringify(value).slice(1, -1))}"`, 'g');
+      const re = new RegExp(
+        `("${escapeRegExp(JSON.stringify(key).slice(1, -1))}"\\s*:\\s*")${escapeRegExp(JSON.stringify(value).slice(1, -1))}"`,
+        'g',
+      );
       out = out.replace(re, (_m, head: string) => `${head}${this.placeholder(value)}"`);
     }
     let left = false;

@@ -148,12 +148,17 @@ export async function startReplay(o: ReplayOptions): Promise<Replay> {
     miss(undefined, what);
     const body = errorBody('REPLAY_MISS', `No recorded answer for ${what}`);
     socket.on('error', () => socket.destroy());
-    socket.end(`HTTP/1.1 502 Bad Gateway\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
+    socket.end(
+      `HTTP/1.1 502 Bad Gateway\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
+    );
   });
   // Like the shim, never cut a long poll.
   allowLongPolls(server);
   const { url } = await listen(server, 0, '127.0.0.1');
-  o.log.info({ file: o.file, entries: loaded.entries.length, skipped: loaded.skipped, strict: o.strict }, 'replaying a HAR file as the upstream');
+  o.log.info(
+    { file: o.file, entries: loaded.entries.length, skipped: loaded.skipped, strict: o.strict },
+    'replaying a HAR file as the upstream',
+  );
 
   let closing: Promise<void> | undefined;
   return {

@@ -85,7 +85,10 @@ export class HarWriter {
     try {
       await this.flush();
     } catch (e) {
-      this.o.log.error({ err: { code: (e as NodeJS.ErrnoException).code, message: (e as Error).message } }, 'cannot write the HAR recording; will retry');
+      this.o.log.error(
+        { err: { code: (e as NodeJS.ErrnoException).code, message: (e as Error).message } },
+        'cannot write the HAR recording; will retry',
+      );
     }
   }
 

@@ -26,34 +26,22 @@ export class ShimError extends Error {
 
 export const upstreamUnavailable = (detail: string) =>
   new ShimError(502, 'UPSTREAM_UNAVAILABLE', `The Zulip server could not be reached: ${detail}`);
-export const upstreamTimeout = () =>
-  new ShimError(504, 'UPSTREAM_TIMEOUT', 'The Zulip server did not answer in time');
+export const upstreamTimeout = () => new ShimError(504, 'UPSTREAM_TIMEOUT', 'The Zulip server did not answer in time');
 export const upstreamBadResponse = (detail: string) =>
   new ShimError(502, 'UPSTREAM_BAD_RESPONSE', `The Zulip server sent an unexpected answer: ${detail}`);
 export const badRequest = (msg: string) => new ShimError(400, 'BAD_REQUEST', msg);
-export const bodyTooLarge = (limit: number) =>
-  new ShimError(413, 'BAD_REQUEST', `Request body too large (limit ${limit} bytes)`);
+export const bodyTooLarge = (limit: number) => new ShimError(413, 'BAD_REQUEST', `Request body too large (limit ${limit} bytes)`);
 
 export function errorBody(code: string, msg: string): string {
   return JSON.stringify({ result: 'error', msg, code });
 }
 
 /** Serialises JSON once and sends it with an exact Content-Length. */
-export function sendJson(
-  res: ServerResponse,
-  status: number,
-  body: unknown,
-  headers: OutgoingHttpHeaders = {},
-): void {
+export function sendJson(res: ServerResponse, status: number, body: unknown, headers: OutgoingHttpHeaders = {}): void {
   sendBytes(res, status, Buffer.from(typeof body === 'string' ? body : JSON.stringify(body)), headers);
 }
 
-export function sendBytes(
-  res: ServerResponse,
-  status: number,
-  bytes: Buffer,
-  headers: OutgoingHttpHeaders = {},
-): void {
+export function sendBytes(res: ServerResponse, status: number, bytes: Buffer, headers: OutgoingHttpHeaders = {}): void {
   res.writeHead(status, {
     'content-type': 'application/json',
     'content-length': String(bytes.length),

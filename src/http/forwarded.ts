@@ -7,7 +7,11 @@ import type { IncomingMessage } from 'node:http';
  * terminator's `https`), else the shim's own view. Appending to Proto (`https,http`) would
  * break Zulip releases whose Django compares the whole value with `https`.
  */
-export function forwardedHeaders(req: IncomingMessage): { 'x-forwarded-for': string; 'x-forwarded-proto': string; 'x-forwarded-host': string } {
+export function forwardedHeaders(req: IncomingMessage): {
+  'x-forwarded-for': string;
+  'x-forwarded-proto': string;
+  'x-forwarded-host': string;
+} {
   const first = (v: string | string[] | undefined) => (Array.isArray(v) ? v[0] : v);
   const remote = req.socket.remoteAddress ?? '';
   const prior = first(req.headers['x-forwarded-for']);

@@ -21,7 +21,14 @@ export const HOP_BY_HOP: ReadonlySet<string> = new Set([
 export function endToEnd(headers: IncomingHttpHeaders, drop?: ReadonlySet<string>): Record<string, string | string[]> {
   const out: Record<string, string | string[]> = {};
   const listed = headers.connection;
-  const named = listed ? new Set(String(listed).toLowerCase().split(',').map((s) => s.trim())) : undefined;
+  const named = listed
+    ? new Set(
+        String(listed)
+          .toLowerCase()
+          .split(',')
+          .map((s) => s.trim()),
+      )
+    : undefined;
   for (const [k, v] of Object.entries(headers)) {
     if (v === undefined || HOP_BY_HOP.has(k) || named?.has(k) || drop?.has(k)) continue;
     out[k] = v;

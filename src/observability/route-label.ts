@@ -2,16 +2,7 @@
  * The `route` label of upstream metrics: a small fixed set, never a raw path, so a path with a
  * message id, user id or email in it can never create a new time series.
  */
-export const ROUTE_LABELS = [
-  'events',
-  'messages',
-  'register',
-  'presence',
-  'users_me',
-  'users',
-  'server_settings',
-  'other',
-] as const;
+export const ROUTE_LABELS = ['events', 'messages', 'register', 'presence', 'users_me', 'users', 'server_settings', 'other'] as const;
 
 export type RouteLabel = (typeof ROUTE_LABELS)[number];
 

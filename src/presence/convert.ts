@@ -27,8 +27,7 @@ export function presenceEra(featureLevel: number): PresenceEra {
   return featureLevel < FL.ONE_ROW_PER_USER ? 'old-slim' : 'exact-slim';
 }
 
-const int = (v: unknown): number | undefined =>
-  typeof v === 'number' && Number.isFinite(v) ? Math.floor(v) : undefined;
+const int = (v: unknown): number | undefined => (typeof v === 'number' && Number.isFinite(v) ? Math.floor(v) : undefined);
 
 /**
  * 2.1–6.x legacy entry (`{"website": {client, status, timestamp, pushable}, …, "aggregated": …}`)
@@ -110,11 +109,7 @@ export function toModern(era: PresenceEra, presences: Record<string, unknown>, u
  * P12 on a legacy answer: drops users whose newest report (`aggregated.timestamp`) is older
  * than `days` before the snapshot; 0 days → none.
  */
-export function limitLegacyHistory(
-  presences: Record<string, unknown>,
-  days: number,
-  serverTimestamp: number,
-): Record<string, unknown> {
+export function limitLegacyHistory(presences: Record<string, unknown>, days: number, serverTimestamp: number): Record<string, unknown> {
   const cutoff = serverTimestamp - days * 86_400;
   const out: Record<string, unknown> = {};
   if (days === 0) return out;

@@ -66,7 +66,10 @@ export const presenceHandler: Handler = async (req, res, ctx) => {
 };
 
 /** The caller's own report to the upstream, form-encoded, with only parameters it knows. */
-async function report(poll: Poll, extra: { ping_only?: string | undefined; slim_presence?: string | undefined }): Promise<BufferedResponse> {
+async function report(
+  poll: Poll,
+  extra: { ping_only?: string | undefined; slim_presence?: string | undefined },
+): Promise<BufferedResponse> {
   const { p, ctx, req, realm } = poll;
   const form: Array<[string, string]> = [];
   if (p.raw.has('status')) form.push(['status', p.raw.get('status')!]);
@@ -101,7 +104,7 @@ function scopeOf(poll: Poll, format: Format): { scope: string; shared: boolean }
 }
 
 async function fullPoll(poll: Poll, res: ServerResponse): Promise<void> {
-  const { ctx, req } = poll;
+  const { ctx } = poll;
   const modern = wantsModern(poll.p);
   // 2.1 has only the legacy format, which then feeds modern answers too.
   const format: Format = modern && poll.era !== 'legacy' ? 'slim' : 'legacy';
@@ -176,7 +179,13 @@ async function fetchSnapshot(
       throw upstreamBadResponse('presence answer without a presences object');
     }
     const serverTimestamp = upstreamTime(body, own.headers);
-    const { modern, modernError, ledger } = await observeAnswer(poll, format, presences as Record<string, unknown>, serverTimestamp, shared);
+    const { modern, modernError, ledger } = await observeAnswer(
+      poll,
+      format,
+      presences as Record<string, unknown>,
+      serverTimestamp,
+      shared,
+    );
     const snapshot: Snapshot = {
       serverTimestamp,
       fetchedAt: Date.now(),
@@ -295,7 +304,8 @@ function legacyAnswer(s: Snapshot, p: PresenceRequest): Built {
     kind: 'legacy_full',
     body: () => {
       const upstream = s.legacy ?? {};
-      const asMade = s.legacyBytes && p.historyLimitDays === undefined && !p.ignored.length && !('ignored_parameters_unsupported' in upstream);
+      const asMade =
+        s.legacyBytes && p.historyLimitDays === undefined && !p.ignored.length && !('ignored_parameters_unsupported' in upstream);
       const end = asMade ? s.legacyBytes!.lastIndexOf('}') : -1;
       // The upstream's own bytes with the id added before the closing brace: exactly as it made
       // them (P1), and no re-serialisation of a multi-megabyte answer on the event loop.

@@ -88,8 +88,7 @@ export function vouchesFor(state: LedgerState, id: number): boolean {
   return Number.isSafeInteger(id) && id > state.epoch && id <= state.lastId;
 }
 
-const samePresence = (e: LedgerEntry, p: ModernPresence) =>
-  e.active === p.active_timestamp && e.idle === p.idle_timestamp;
+const samePresence = (e: LedgerEntry, p: ModernPresence) => e.active === p.active_timestamp && e.idle === p.idle_timestamp;
 
 /**
  * Merges an observation (I3, I4). Returns the same state object when nothing changed, so a
@@ -110,7 +109,7 @@ export function merge(state: LedgerState, obs: Observation): LedgerState {
     if (!prev && ts < state.completeAt) continue; // I3: a newer complete snapshot left them out
     // Same data, still in view: nothing to write. A snapshot at least this new can only carry
     // this data or newer, so seenAt needs to move only when something changes.
-    if (prev && prev.present && samePresence(prev, p)) continue;
+    if (prev?.present && samePresence(prev, p)) continue;
     write(userId, { active: p.active_timestamp, idle: p.idle_timestamp, seenAt: ts, changedAt: ++lastId, present: true });
   }
   if (obs.complete) {
@@ -123,9 +122,7 @@ export function merge(state: LedgerState, obs: Observation): LedgerState {
   const completeAt = obs.complete ? Math.max(state.completeAt, ts) : state.completeAt;
   const lastMerge = state.merges[state.merges.length - 1];
   if (!users && lastMerge && lastMerge[0] >= ts && completeAt === state.completeAt) return state;
-  const merges = [...state.merges, [ts, lastId] as const]
-    .sort((a, b) => a[0] - b[0])
-    .slice(-MERGE_HISTORY);
+  const merges = [...state.merges, [ts, lastId] as const].sort((a, b) => a[0] - b[0]).slice(-MERGE_HISTORY);
   return { epoch: state.epoch, lastId, users: users ?? state.users, merges, completeAt };
 }
 
@@ -170,14 +167,13 @@ export interface Answer {
 export function answer(state: LedgerState, q: AnswerRequest): Answer {
   const x = q.lastUpdateId;
   const delta = answersWithDelta(state, x);
-  const cutoff =
-    !delta && q.historyLimitDays !== undefined ? q.serverTimestamp - q.historyLimitDays * 86_400 : undefined;
+  const cutoff = !delta && q.historyLimitDays !== undefined ? q.serverTimestamp - q.historyLimitDays * 86_400 : undefined;
   const presences: Record<string, ModernPresence> = {};
   let maxId = -1;
   if (delta || q.historyLimitDays === undefined || q.historyLimitDays > 0) {
     for (const userId of q.visible) {
       const e = state.users.get(userId);
-      if (!e || !e.present) continue;
+      if (!e?.present) continue;
       if (delta && e.changedAt <= x!) continue; // delta implies x is an id
       if (cutoff !== undefined && e.idle < cutoff) continue;
       presences[String(userId)] = { active_timestamp: e.active, idle_timestamp: e.idle };

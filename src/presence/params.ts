@@ -10,14 +10,7 @@ import { FL } from '../upstream/feature-level.js';
  */
 
 /** Every parameter the endpoint uses, shim and upstream together (P11). */
-export const PRESENCE_PARAMS = new Set([
-  'status',
-  'ping_only',
-  'new_user_input',
-  'slim_presence',
-  'last_update_id',
-  'history_limit_days',
-]);
+export const PRESENCE_PARAMS = new Set(['status', 'ping_only', 'new_user_input', 'slim_presence', 'last_update_id', 'history_limit_days']);
 
 export interface PresenceRequest {
   /** As sent; validated by the upstream. */

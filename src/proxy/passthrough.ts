@@ -1,4 +1,4 @@
-import http, { type IncomingHttpHeaders, type IncomingMessage, type ServerResponse } from 'node:http';
+import http, { type IncomingMessage, type ServerResponse } from 'node:http';
 import https from 'node:https';
 import type { Duplex } from 'node:stream';
 import { createProxyServer } from 'http-proxy-3';
@@ -93,7 +93,9 @@ export function createPassThrough(o: PassThroughOptions): PassThrough {
     web(req, res) {
       const started = performance.now();
       const hasBody =
-        req.headers['content-length'] !== undefined ? req.headers['content-length'] !== '0' : req.headers['transfer-encoding'] !== undefined;
+        req.headers['content-length'] !== undefined
+          ? req.headers['content-length'] !== '0'
+          : req.headers['transfer-encoding'] !== undefined;
       let controller: Dispatcher.DispatchController | undefined;
       let clientGone = false;
       // A client that goes away ends the upstream request too: no socket is left behind.

@@ -3,7 +3,7 @@ import type { ServerResponse } from 'node:http';
 import type { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { facts, timedUpstream, type Handler } from '../context.js';
-import { Params, parseParams, readBody } from '../http/body.js';
+import { type Params, parseParams, readBody } from '../http/body.js';
 import { sendEncoded } from '../http/compress.js';
 import { endToEnd } from '../http/headers.js';
 import { isSuccess, relay, relayBuffered, rewrittenHeaders } from '../http/relay.js';

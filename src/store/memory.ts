@@ -12,7 +12,10 @@ export class MemoryStore implements PresenceStore {
   /** The highest id any ledger of this store has issued: a new epoch starts above it (P5). */
   private highWater = 0;
 
-  constructor(maxRealms: number, private readonly clock: () => number = Date.now) {
+  constructor(
+    maxRealms: number,
+    private readonly clock: () => number = Date.now,
+  ) {
     this.ledgers = new LRUCache({ max: maxRealms });
   }
 

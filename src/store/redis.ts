@@ -1,5 +1,4 @@
 import { randomBytes } from 'node:crypto';
-import type { Redis } from 'ioredis';
 import { LRUCache } from 'lru-cache';
 import type { Logger } from '../observability/logger.js';
 import { createLedger, merge, type LedgerState, type Observation } from '../presence/ledger.js';
@@ -151,8 +150,15 @@ export class RedisStore implements PresenceStore {
       if (!batch || batch.length === 0) break;
       this.pending.set(realm, []); // arrivals meanwhile wait for the next batch
       try {
-        const states = await this.conn.run(() => this.commit(realm, batch.map((p) => p.obs)), batch.length);
-        batch.forEach((p, i) => p.resolve(states[i]!));
+        const states = await this.conn.run(
+          () =>
+            this.commit(
+              realm,
+              batch.map((p) => p.obs),
+            ),
+          batch.length,
+        );
+        for (const [i, p] of batch.entries()) p.resolve(states[i]!);
       } catch (e) {
         for (const p of batch) p.reject(e);
       }
@@ -173,7 +179,10 @@ export class RedisStore implements PresenceStore {
       const base = current?.state ?? createLedger(await this.epochClock(), this.highWater);
       const states: LedgerState[] = [];
       let next = base;
-      for (const obs of batch) states.push((next = merge(next, obs)));
+      for (const obs of batch) {
+        next = merge(next, obs);
+        states.push(next);
+      }
       if (next === base && current?.state) return states; // nothing to write; base was read just now
       const token = randomBytes(TOKEN_BYTES);
       const value = Buffer.concat([token, encodeLedger(next)]);

@@ -125,7 +125,10 @@ export class FakeZulip {
         is_billing_admin: i === 1,
         is_active: true,
         timezone: i % 2 === 0 ? 'Europe/Berlin' : '',
-        date_joined: new Date((1_600_000_000 + i * DAY) * 1000).toISOString().replace('Z', '+00:00').replace(/\.(\d{3})/, '.$1000'),
+        date_joined: new Date((1_600_000_000 + i * DAY) * 1000)
+          .toISOString()
+          .replace('Z', '+00:00')
+          .replace(/\.(\d{3})/, '.$1000'),
         avatar_version: 1 + (i % 3),
         api_key: `key${id}secretAbC`,
         presence_enabled: true,
@@ -228,7 +231,10 @@ export class FakeZulip {
     u.presence_enabled = enabled;
     const t = Math.floor(this.now);
     if (this.featureLevel < ERA_FEATURE_LEVEL['7.0']) {
-      this.clientRows.set(userId, new Map([['website', enabled ? { status: 'active', timestamp: t } : { status: 'idle', timestamp: t - 420 }]]));
+      this.clientRows.set(
+        userId,
+        new Map([['website', enabled ? { status: 'active', timestamp: t } : { status: 'idle', timestamp: t - 420 }]]),
+      );
       return;
     }
     const back = t - 420;
@@ -364,7 +370,12 @@ export class FakeZulip {
       const m = /(?:^|;\s*)sessionid=([^;]+)/.exec(req.headers.cookie ?? '');
       user = m ? this.users.find((u) => u.api_key === decodeURIComponent(m[1]!)) : undefined;
       if (!user) {
-        this.error(res, 401, 'Not logged in: API authentication or user session required', this.featureLevel >= 156 ? 'UNAUTHORIZED' : undefined);
+        this.error(
+          res,
+          401,
+          'Not logged in: API authentication or user session required',
+          this.featureLevel >= 156 ? 'UNAUTHORIZED' : undefined,
+        );
         return undefined;
       }
       return user;
@@ -477,7 +488,8 @@ export class FakeZulip {
   private async presence(req: IncomingMessage, res: ServerResponse, body: Buffer): Promise<void> {
     const user = this.authenticate(req, res);
     if (!user) return;
-    if (user.is_bot) return this.error(res, 400, 'This endpoint does not accept bot requests.', this.featureLevel >= 122 ? 'BAD_REQUEST' : undefined);
+    if (user.is_bot)
+      return this.error(res, 400, 'This endpoint does not accept bot requests.', this.featureLevel >= 122 ? 'BAD_REQUEST' : undefined);
     const params = await this.readParams(req, body);
     const status = params.get('status');
     if (status === undefined) return this.error(res, 400, "Missing 'status' argument", 'REQUEST_VARIABLE_MISSING', { var_name: 'status' });
@@ -649,12 +661,17 @@ export class FakeZulip {
     const q = new URLSearchParams((req.url ?? '').split('?')[1] ?? '');
     switch (path) {
       case '/test/echo':
-        return this.json(res, Number(q.get('status') ?? 200), {
-          method: req.method,
-          url: req.url,
-          headers: req.headers,
-          body: body.toString('base64'),
-        }, { 'x-upstream-header': 'kept', 'set-cookie': 'a=1; Path=/' });
+        return this.json(
+          res,
+          Number(q.get('status') ?? 200),
+          {
+            method: req.method,
+            url: req.url,
+            headers: req.headers,
+            body: body.toString('base64'),
+          },
+          { 'x-upstream-header': 'kept', 'set-cookie': 'a=1; Path=/' },
+        );
       case '/test/chunked': {
         // n chunks, `gap_ms` apart, so a test can see them arrive one by one.
         const n = Number(q.get('n') ?? 3);

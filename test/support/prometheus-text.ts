@@ -80,6 +80,7 @@ export function parsePrometheusText(text: string): Exposition {
   const errors: string[] = [];
   const lines = text.split('\n');
   if (lines[lines.length - 1] === '') lines.pop();
+  // biome-ignore lint/suspicious/useIterableCallbackReturn: each check ends the line's callback with `return void bad(…)`
   lines.forEach((line, n) => {
     const bad = (why: string) => errors.push(`line ${n + 1} (${why}): ${line}`);
     // The format allows empty lines between families (prom-client writes them).
@@ -110,9 +111,7 @@ export function parsePrometheusText(text: string): Exposition {
 
 /** The value of the one sample with this name and (at least) these labels; 0 when absent. */
 export function sampleValue(e: Exposition, name: string, labels: Record<string, string> = {}): number {
-  const found = e.samples.filter(
-    (s) => s.name === name && Object.entries(labels).every(([k, v]) => s.labels[k] === v),
-  );
+  const found = e.samples.filter((s) => s.name === name && Object.entries(labels).every(([k, v]) => s.labels[k] === v));
   if (found.length > 1) throw new Error(`${found.length} samples match ${name} ${JSON.stringify(labels)}`);
   return found[0]?.value ?? 0;
 }

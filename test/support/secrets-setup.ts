@@ -25,7 +25,7 @@ function harFiles(dir: string, out: string[] = []): string[] {
   }
   for (const name of names) {
     const path = join(dir, name);
-    let st;
+    let st: ReturnType<typeof statSync>;
     try {
       st = statSync(path);
     } catch {

@@ -24,11 +24,7 @@ export interface RunningShim {
   close(): Promise<void>;
 }
 
-export async function startShim(
-  upstream: string,
-  over: DeepPartial<Config> = {},
-  extra: Partial<ShimOptions> = {},
-): Promise<RunningShim> {
+export async function startShim(upstream: string, over: DeepPartial<Config> = {}, extra: Partial<ShimOptions> = {}): Promise<RunningShim> {
   const config = testConfig(upstream, over);
   const logs: string[] = [];
   const sink = new Writable({

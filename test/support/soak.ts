@@ -112,7 +112,13 @@ export async function runSoak(o: SoakOptions): Promise<SoakReport> {
   const [thinkMin, thinkMax] = o.thinkMs ?? [250, 1000];
   const sampleCount = Math.min(o.sampleClients ?? 5, o.clients);
   const rebuildMs = Math.min(1000, Math.max(100, coalesceMs / 2));
-  const upstream = new SyntheticZulip({ users: o.users, era: o.era, faultRate: o.faultRate ?? 0.002, changesPerSecond: Math.max(20, o.users / 200), rebuildMs });
+  const upstream = new SyntheticZulip({
+    users: o.users,
+    era: o.era,
+    faultRate: o.faultRate ?? 0.002,
+    changesPerSecond: Math.max(20, o.users / 200),
+    rebuildMs,
+  });
   await upstream.start();
 
   // The shim as in production: info-level request lines, serialised and written (here: counted,
@@ -151,7 +157,6 @@ export async function runSoak(o: SoakOptions): Promise<SoakReport> {
   };
 
   const started = Date.now();
-  const warmEnd = started + warmup * 1000;
   const deadline = started + o.seconds * 1000;
   const rss = { start: process.memoryUsage().rss, afterWarmup: 0, end: 0, peak: 0 };
   const heap = { afterWarmup: 0, end: 0 };
@@ -222,13 +227,28 @@ export async function runSoak(o: SoakOptions): Promise<SoakReport> {
       if (Date.now() >= deadline) break;
       const roll = next() % 100;
       if (roll < 55) await presence(c, roll < 45 ? 'active' : 'idle');
-      else if (roll < 70) await timed('own_profile', c.i, { method: 'GET', path: '/api/v1/users/me', headers: { authorization: upstream.auth(c.i) } });
-      else if (roll < 90) await timed('messages', c.i, { method: 'GET', path: '/api/v1/messages?anchor=newest&num_before=20&num_after=0', headers: { authorization: upstream.auth(c.i) } });
-      else await timed('events', c.i, { method: 'GET', path: `/api/v1/events?queue_id=q-${c.i}&last_event_id=-1&hold_ms=${500 + (next() % 1500)}`, headers: { authorization: upstream.auth(c.i) } });
+      else if (roll < 70)
+        await timed('own_profile', c.i, { method: 'GET', path: '/api/v1/users/me', headers: { authorization: upstream.auth(c.i) } });
+      else if (roll < 90)
+        await timed('messages', c.i, {
+          method: 'GET',
+          path: '/api/v1/messages?anchor=newest&num_before=20&num_after=0',
+          headers: { authorization: upstream.auth(c.i) },
+        });
+      else
+        await timed('events', c.i, {
+          method: 'GET',
+          path: `/api/v1/events?queue_id=q-${c.i}&last_event_id=-1&hold_ms=${500 + (next() % 1500)}`,
+          headers: { authorization: upstream.auth(c.i) },
+        });
     }
   }
 
-  const clients: Client[] = Array.from({ length: o.clients }, (_, i) => ({ i, lastId: -1, ...(i < sampleCount ? { map: new Map<string, Entry>() } : {}) }));
+  const clients: Client[] = Array.from({ length: o.clients }, (_, i) => ({
+    i,
+    lastId: -1,
+    ...(i < sampleCount ? { map: new Map<string, Entry>() } : {}),
+  }));
   await Promise.all(clients.map(runClient));
   clearTimeout(warmMark);
   gc();
@@ -261,7 +281,8 @@ export async function runSoak(o: SoakOptions): Promise<SoakReport> {
       if (own.has(id)) continue;
       const got = c.map!.get(id);
       if (!got || got.active_timestamp !== want.active_timestamp || got.idle_timestamp !== want.idle_timestamp) {
-        if (sampleMismatches.length < 10) sampleMismatches.push(`client ${c.i}, user ${id}: ${JSON.stringify(got)} ≠ ${JSON.stringify(want)}`);
+        if (sampleMismatches.length < 10)
+          sampleMismatches.push(`client ${c.i}, user ${id}: ${JSON.stringify(got)} ≠ ${JSON.stringify(want)}`);
         else break;
       }
     }
@@ -307,7 +328,10 @@ export function describeSoak(r: SoakReport): string {
     `soak: ${r.clients} clients, ${r.users}-user realm, ${r.seconds} s: ${r.requests} requests (${r.requestsPerSecond}/s)`,
     `  errors the upstream did not cause: ${r.unexplainedErrors}; upstream 429s passed on: ${r.upstreamCausedErrors}`,
     `  latency ms (p50 / p95 / p99 / max):`,
-    ...Object.entries(r.latency).map(([k, p]) => `    ${(k === 'all' ? 'all but events' : k).padEnd(15)} n=${String(p.n).padStart(7)}  ${p.p50} / ${p.p95} / ${p.p99} / ${p.max}`),
+    ...Object.entries(r.latency).map(
+      ([k, p]) =>
+        `    ${(k === 'all' ? 'all but events' : k).padEnd(15)} n=${String(p.n).padStart(7)}  ${p.p50} / ${p.p95} / ${p.p99} / ${p.max}`,
+    ),
     `  RSS MiB: start ${r.rssMiB.start}, after warm-up ${r.rssMiB.afterWarmup}, end ${r.rssMiB.end} (growth ${(r.rssGrowth * 100).toFixed(1)}%), peak ${r.rssMiB.peak}; heap after warm-up ${r.heapMiB.afterWarmup}, end ${r.heapMiB.end}; external ${r.externalMiB.afterWarmup} → ${r.externalMiB.end}`,
     `  sampled clients off the upstream's data after the quiet period: ${r.sampleMismatches.length}`,
     `  log lines: ${r.logLines} (${r.warnLines} at warn); at error or above, or with a credential: ${r.logProblems.length}`,

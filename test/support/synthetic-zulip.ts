@@ -74,9 +74,20 @@ export class SyntheticZulip {
       this.authOf[i] = auth;
       // Everyone was seen in the last day; a third of them last active a while ago.
       const seen = t - ((i * 7919) % 86_400);
-      this.rows.set(id, { status: i % 3 === 0 ? 'idle' : 'active', timestamp: seen, lastActive: seen - (i % 3 === 0 ? 600 : 0), updateId: ++this.sequence });
+      this.rows.set(id, {
+        status: i % 3 === 0 ? 'idle' : 'active',
+        timestamp: seen,
+        lastActive: seen - (i % 3 === 0 ? 600 : 0),
+        updateId: ++this.sequence,
+      });
     }
-    const settings: Record<string, unknown> = { result: 'success', msg: '', zulip_version: this.era === '2.1' ? '2.1.7' : '7.0', realm_uri: 'https://soak.example', realm_name: 'Soak' };
+    const settings: Record<string, unknown> = {
+      result: 'success',
+      msg: '',
+      zulip_version: this.era === '2.1' ? '2.1.7' : '7.0',
+      realm_uri: 'https://soak.example',
+      realm_name: 'Soak',
+    };
     if (this.featureLevel > 0) settings.zulip_feature_level = this.featureLevel;
     this.serverSettings = Buffer.from(JSON.stringify(settings));
   }
@@ -157,7 +168,9 @@ export class SyntheticZulip {
       for (const [id, r] of this.rows) {
         if (this.era === '2.1') {
           const row = `{"client":"website","status":"${r.status}","timestamp":${r.timestamp},"pushable":false}`;
-          parts.push(`"${this.email(id)}":{"website":${row},"aggregated":{"client":"website","status":"${r.status}","timestamp":${r.timestamp}}}`);
+          parts.push(
+            `"${this.email(id)}":{"website":${row},"aggregated":{"client":"website","status":"${r.status}","timestamp":${r.timestamp}}}`,
+          );
         } else {
           parts.push(`"${id}":{"active_timestamp":${r.lastActive},"idle_timestamp":${r.timestamp}}`);
         }
@@ -192,7 +205,12 @@ export class SyntheticZulip {
 
   private send(res: ServerResponse, status: number, body: Buffer | string, extra: Record<string, string> = {}): void {
     const bytes = typeof body === 'string' ? Buffer.from(body) : body;
-    res.writeHead(status, { 'content-type': 'application/json', 'content-length': String(bytes.length), date: new Date().toUTCString(), ...extra });
+    res.writeHead(status, {
+      'content-type': 'application/json',
+      'content-length': String(bytes.length),
+      date: new Date().toUTCString(),
+      ...extra,
+    });
     res.end(bytes);
   }
 
@@ -209,15 +227,24 @@ export class SyntheticZulip {
     if (key === 'GET /server_settings') return this.send(res, 200, this.serverSettings);
     if (this.faultRate > 0 && Math.random() < this.faultRate) {
       this.stats.faults++;
-      return this.send(res, 429, '{"result":"error","msg":"API usage exceeded rate limit","retry-after":1.5}', { 'retry-after': '2', 'x-synthetic-fault': 'yes' });
+      return this.send(res, 429, '{"result":"error","msg":"API usage exceeded rate limit","retry-after":1.5}', {
+        'retry-after': '2',
+        'x-synthetic-fault': 'yes',
+      });
     }
     const user = this.byAuth.get(req.headers.authorization ?? '');
-    if (user === undefined) return this.send(res, 401, '{"result":"error","msg":"Invalid API key"}', { 'www-authenticate': 'Basic realm="zulip"' });
+    if (user === undefined)
+      return this.send(res, 401, '{"result":"error","msg":"Invalid API key"}', { 'www-authenticate': 'Basic realm="zulip"' });
     switch (key) {
       case 'POST /users/me/presence': {
         const p = new URLSearchParams(body);
         const status = p.get('status');
-        if (status !== 'active' && status !== 'idle') return this.send(res, 400, '{"result":"error","msg":"Missing \'status\' argument","var_name":"status","code":"REQUEST_VARIABLE_MISSING"}');
+        if (status !== 'active' && status !== 'idle')
+          return this.send(
+            res,
+            400,
+            '{"result":"error","msg":"Missing \'status\' argument","var_name":"status","code":"REQUEST_VARIABLE_MISSING"}',
+          );
         this.report(user, status);
         if (p.get('ping_only') === 'true') return this.send(res, 200, '{"result":"success","msg":""}');
         this.stats.fullPresence++;
@@ -229,11 +256,36 @@ export class SyntheticZulip {
         return this.send(
           res,
           200,
-          JSON.stringify({ result: 'success', msg: '', pointer: -1, client_id: 'c0ffee', max_message_id: 1, user_id: user, avatar_url: `https://secure.gravatar.com/avatar/${user}`, full_name: `Soak User ${user}`, email: this.email(user), is_bot: false, is_admin: false, short_name: `u${user}` }),
+          JSON.stringify({
+            result: 'success',
+            msg: '',
+            pointer: -1,
+            client_id: 'c0ffee',
+            max_message_id: 1,
+            user_id: user,
+            avatar_url: `https://secure.gravatar.com/avatar/${user}`,
+            full_name: `Soak User ${user}`,
+            email: this.email(user),
+            is_bot: false,
+            is_admin: false,
+            short_name: `u${user}`,
+          }),
         );
       case 'POST /register':
         // Own-user fields only (the shim's delivery_email lookup); no realm_users list.
-        return this.send(res, 200, JSON.stringify({ result: 'success', msg: '', queue_id: `q-${++this.queue}`, last_event_id: -1, user_id: user, email: this.email(user), delivery_email: `person${user}@soak.example.org` }));
+        return this.send(
+          res,
+          200,
+          JSON.stringify({
+            result: 'success',
+            msg: '',
+            queue_id: `q-${++this.queue}`,
+            last_event_id: -1,
+            user_id: user,
+            email: this.email(user),
+            delivery_email: `person${user}@soak.example.org`,
+          }),
+        );
       case 'DELETE /events':
         return this.send(res, 200, '{"result":"success","msg":""}');
       case 'GET /events': {
@@ -244,7 +296,11 @@ export class SyntheticZulip {
         return;
       }
       case 'GET /messages':
-        return this.send(res, 200, `{"result":"success","msg":"","found_newest":true,"messages":[{"id":1,"content":"<p>soak</p>","sender_id":${user}}]}`);
+        return this.send(
+          res,
+          200,
+          `{"result":"success","msg":"","found_newest":true,"messages":[{"id":1,"content":"<p>soak</p>","sender_id":${user}}]}`,
+        );
       default:
         return this.send(res, 404, '{"result":"error","msg":"Endpoint does not exist.","code":"BAD_REQUEST"}');
     }

@@ -309,7 +309,7 @@ function joinDashValues(argv: string[], valued: Set<string>): string[] {
 }
 
 /** Builds the configuration from all four layers; throws ConfigError with one clear line. */
-export function loadConfig(argv: string[], env: NodeJS.ProcessEnv = process.env): CliResult {
+export function loadConfig(argv: string[], env: NodeJS.ProcessEnv = process.env, o: { needsUpstream?: boolean } = {}): CliResult {
   const options: Record<string, { type: 'string' | 'boolean'; short?: string }> = { config: { type: 'string' }, ...INFO_OPTIONS };
   for (const s of SETTINGS) options[s.flag] = { type: s.kind === 'bool' ? 'boolean' : 'string', ...(s.short ? { short: s.short } : {}) };
   const valued = new Set(Object.entries(options).flatMap(([k, o]) => (o.type === 'string' ? [`--${k}`] : [])));
@@ -348,7 +348,8 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv = process.env)
     throw new ConfigError(describeIssue(issues.find((i) => i.code === 'unrecognized_keys') ?? issues[0]!, sources));
   }
   const config = parsed.data;
-  if (values.help !== true && values.version !== true && !config.upstream.url && !config.replay.har && !config.replay.demo) {
+  const needsUpstream = o.needsUpstream ?? (values.help !== true && values.version !== true);
+  if (needsUpstream && !config.upstream.url && !config.replay.har && !config.replay.demo) {
     throw new ConfigError(
       'no upstream: give --upstream URL (UPSTREAM_URL, upstream.url) for a Zulip server, or --demo (DEMO=true) to try the bundled recording',
     );

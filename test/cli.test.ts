@@ -246,6 +246,22 @@ describe('start-up line and SIGTERM', () => {
     },
   );
 
+  it('--healthcheck asks /healthz of the shim its configuration describes: 0 when it answers, 1 when not', async () => {
+    const run = runCli(['--upstream', fake.url, '--port', '0', '--log-level', 'info']);
+    try {
+      const start = await until('the start-up line', () => logLine(run, 'zulip-compat-shim listening'));
+      const port = new URL(String(start.listen)).port;
+      expect(await runCli(['--healthcheck'], { env: { PORT: port, HOST: '127.0.0.1' } }).exited).toBe(0);
+      run.child.kill('SIGTERM');
+      expect(await run.exited).toBe(0);
+      const down = runCli(['--healthcheck'], { env: { PORT: port } });
+      expect(await down.exited).toBe(1);
+      expect(down.stderr.join('')).toMatch(/healthcheck: http:\/\/127\.0\.0\.1:\d+\/healthz: .*ECONNREFUSED/);
+    } finally {
+      run.child.kill('SIGKILL');
+    }
+  });
+
   it('a held long poll gets a Zulip-shaped 503 at the drain deadline (--shutdown-grace-ms), not a reset', async () => {
     const run = runCli(['--upstream', fake.url, '--port', '0', '--log-level', 'info', '--shutdown-grace-ms', '300']);
     try {

@@ -350,8 +350,13 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv = process.env,
   const config = parsed.data;
   const needsUpstream = o.needsUpstream ?? (values.help !== true && values.version !== true);
   if (needsUpstream && !config.upstream.url && !config.replay.har && !config.replay.demo) {
+    // A near miss in the environment (UPSTREAM=, UPSTREAM_URI=) is the usual cause: name it.
+    const known = new Set(SETTINGS.map((s) => s.env));
+    const nearMiss = Object.keys(env).find((k) => /^UPSTREAM/i.test(k) && !known.has(k) && env[k]);
     throw new ConfigError(
-      'no upstream: give --upstream URL (UPSTREAM_URL, upstream.url) for a Zulip server, or --demo (DEMO=true) to try the bundled recording',
+      `no upstream: give --upstream URL (UPSTREAM_URL, upstream.url) for a Zulip server, or --demo (DEMO=true) to try the bundled recording${
+        nearMiss ? ` (${nearMiss} is set, but the variable is UPSTREAM_URL)` : ''
+      }`,
     );
   }
   return { config, sources, help: values.help === true, version: values.version === true };

@@ -252,7 +252,16 @@ export function createShim(o: ShimOptions): Shim {
       sendShimError(res, toShimError(e));
     }
   });
-  server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => passThrough.ws(req, socket, head));
+  server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
+    // The same gate as for every other request (X2, X6), before the upstream hears of it.
+    const refused = !req.headers.host ? missingHost() : !admitted(req.headers.host) ? unknownRealm() : undefined;
+    if (refused) {
+      socket.on('error', () => socket.destroy());
+      socket.end(rawShimError(refused.status, refused.message));
+      return;
+    }
+    passThrough.ws(req, socket, head);
+  });
   server.on('clientError', (err, socket) => {
     const code = (err as NodeJS.ErrnoException).code;
     // Node's own rule: answer only where no answer to an earlier request is being written.

@@ -72,6 +72,7 @@ describe.concurrent('start-up mistakes: exit 2, one line naming the key and its 
     const line = await oneErrorLine(runCli([], { env: { UPSTREAM: 'http://127.0.0.1:9' } }));
     expect(line).toMatch(/--upstream/);
     expect(line).toMatch(/--demo/);
+    expect(line).toMatch(/UPSTREAM is set, but the variable is UPSTREAM_URL/);
   });
 
   it('--demo beside --upstream', async () => {

@@ -229,6 +229,20 @@ describe('--realm-hosts (X2): other hosts get a 400 with no upstream call', () =
     },
   );
 
+  it('a WebSocket upgrade with a made-up host: 400, no upstream call', async () => {
+    const before = upstreamCalls(fake);
+    const a = await sendRaw(
+      shim.url,
+      Buffer.from(
+        'GET /sockjs/websocket HTTP/1.1\r\nHost: evil.test\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n',
+      ),
+      5_000,
+    );
+    expect(a.status).toBe(400);
+    expect(JSON.parse(a.body.toString())).toMatchObject({ result: 'error', code: 'BAD_REQUEST' });
+    expect(upstreamCalls(fake)).toBe(before);
+  });
+
   it("listed hosts go through; the shim's own paths answer any host", async () => {
     // /readyz asks the upstream as the first listed realm, not as the prober's host.
     const ready = await get(shim.url, '/readyz', { host: '10.0.0.7:9991' });

@@ -123,8 +123,10 @@ describe.each(OLD_ERAS)('presence on a Zulip %s upstream', (era) => {
 });
 
 describe('presence details', () => {
-  it('rejects bad last_update_id and history_limit_days before any upstream call (E3)', async () => {
+  it('rejects bad last_update_id and history_limit_days before the presence call (E3)', async () => {
     await setup('2.1');
+    // The feature level decides whether the shim validates at all (X7): known after one poll.
+    await poll(10, { status: 'active', last_update_id: '-1' });
     fake.resetStats();
     for (const [name, value, msg] of [
       ['last_update_id', 'abc', 'last_update_id is not valid JSON'],

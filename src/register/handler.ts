@@ -10,10 +10,10 @@ import { isSuccess, relay, relayBuffered, rewrittenHeaders } from '../http/relay
 import { forwardedHeaders, parseJsonObject, translate, type UpstreamResponse } from '../upstream/client.js';
 import { FL } from '../upstream/feature-level.js';
 import { realmOf } from '../upstream/realm.js';
-import { presenceEra } from '../presence/convert.js';
-import { answer } from '../presence/ledger.js';
-import { legacyAnswerId, observeAnswer, upstreamTime, type Asker, type Format } from '../presence/observe.js';
-import { readJsonBool } from '../presence/params.js';
+import { limitLegacyHistory, presenceEra } from '../presence/convert.js';
+import { answer, historyCutoff, legacyAnswerId, type ModernPresence } from '../presence/ledger.js';
+import { ledgerOrNew, ledgerToAnswerFrom, takeInAnswer, upstreamTime, type Asker, type Format } from '../presence/intake.js';
+import { parseJsonInt, readJsonBool } from '../presence/params.js';
 import { everyCallerSeesTheSameUsers } from '../presence/snapshots.js';
 
 /**
@@ -93,6 +93,10 @@ export const registerHandler: Handler = async (req, res, ctx) => {
   const headers: Record<string, string> = { ...forwardedHeaders(req) };
   if (req.headers['content-type']) headers['content-type'] = req.headers['content-type'];
   const withPresence = featureLevel < FL.LAST_UPDATE_ID && fetchesPresence(params);
+  // P12 in register (feature level 288), which old servers do not know: E3 before the call.
+  const historyLimitDays = withPresence
+    ? parseJsonInt('presence_history_limit_days', params.get('presence_history_limit_days'))
+    : undefined;
   if (!withPresence) headers['accept-encoding'] = req.headers['accept-encoding'] ?? 'identity';
   const r = await timedUpstream(req, () =>
     ctx.client.request({ realm, method: 'POST', path: req.url ?? '/api/v1/register', headers, body: raw }),
@@ -125,18 +129,35 @@ export const registerHandler: Handler = async (req, res, ctx) => {
   const serverTimestamp = upstreamTime(body, r.headers);
   // A register answer shows the realm as the caller sees it: complete where all see the same.
   const complete = everyCallerSeesTheSameUsers(ctx.config.presence.shareSnapshots, featureLevel);
-  const observed = await observeAnswer(asker, format, presences as Record<string, unknown>, serverTimestamp, complete);
+  const intake = await takeInAnswer(asker, format, presences as Record<string, unknown>, serverTimestamp, complete);
 
-  if (slimAsked && observed.modernError) throw observed.modernError; // no legacy map where modern was asked
-  if (slimAsked && observed.modern) {
-    // R1: the modern format with both timestamps, also where the upstream ignored the flag.
-    const a = observed.ledger
-      ? answer(observed.ledger, { visible: observed.modern.keys(), lastUpdateId: undefined, serverTimestamp })
-      : undefined;
-    body.presences = a ? a.presences : Object.fromEntries([...observed.modern].map(([id, p]) => [String(id), p]));
-    body.presence_last_update_id = a ? a.presenceLastUpdateId : -1;
+  if (slimAsked && intake.modernError) throw intake.modernError; // no legacy map where modern was asked
+  if (slimAsked && intake.modern) {
+    // R1: the modern format with both timestamps, also where the upstream ignored the flag;
+    // data and id from the newest ledger (X1), cut by presence_history_limit_days (P12).
+    const ledger = await ledgerToAnswerFrom(asker, intake.ledger, undefined);
+    if (ledger) {
+      const visible = complete ? undefined : intake.modern.keys();
+      const a = answer(ledger, { visible, lastUpdateId: undefined, historyLimitDays, serverTimestamp });
+      body.presences = a.presences;
+      body.presence_last_update_id = a.presenceLastUpdateId;
+    } else {
+      // Store down: the answer's own data, no id (P5).
+      const cutoff = historyCutoff(historyLimitDays, serverTimestamp) ?? -Infinity;
+      const out: Record<string, ModernPresence> = {};
+      for (const [userId, p] of intake.modern) if (p.idle_timestamp >= cutoff) out[String(userId)] = p;
+      body.presences = out;
+      body.presence_last_update_id = -1;
+    }
   } else {
-    body.presence_last_update_id = legacyAnswerId(observed, undefined);
+    const cutoff = historyCutoff(historyLimitDays, serverTimestamp);
+    if (cutoff !== undefined) body.presences = limitLegacyHistory(presences as Record<string, unknown>, cutoff);
+    const merged = intake.modern !== undefined && intake.ledger !== undefined;
+    const ledger = merged ? intake.ledger : await ledgerOrNew(asker, await ledgerToAnswerFrom(asker, undefined, undefined));
+    const empty = Object.keys(body.presences as Record<string, unknown>).length === 0;
+    body.presence_last_update_id = ledger
+      ? legacyAnswerId(ledger, { merged, visible: intake.modern?.keys(), serverTimestamp, historyLimitDays, empty })
+      : -1;
   }
   if (body.server_timestamp === undefined) body.server_timestamp = serverTimestamp;
 

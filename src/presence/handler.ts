@@ -39,7 +39,10 @@ export const presenceHandler: Handler = async (req, res, ctx) => {
   try {
     // A value only the upstream validates is wrong: let it say so in its own words (E1).
     if (upstreamWillReject(request, featureLevel)) {
-      return relayBuffered(res, await report(poll, { ping_only: request.raw.get('ping_only'), slim_presence: request.raw.get('slim_presence') }));
+      return relayBuffered(
+        res,
+        await report(poll, { ping_only: request.raw.get('ping_only'), slim_presence: request.raw.get('slim_presence') }),
+      );
     }
     if (request.pingOnly) return await pingOnly(poll, res);
     const modern = wantsModern(request);

@@ -115,7 +115,11 @@ export function newerLedger(a: LedgerState | undefined, b: LedgerState | undefin
  * read from the store first when that copy is older than the client's id, or when it has none.
  * Undefined when the store cannot be reached.
  */
-export async function ledgerToAnswerFrom(a: Asker, merged: LedgerState | undefined, lastUpdateId: number | undefined): Promise<LedgerState | undefined> {
+export async function ledgerToAnswerFrom(
+  a: Asker,
+  merged: LedgerState | undefined,
+  lastUpdateId: number | undefined,
+): Promise<LedgerState | undefined> {
   let ledger = newerLedger(merged, a.ctx.store.peek(a.realm.key));
   if (!ledger || (lastUpdateId !== undefined && lastUpdateId > ledger.lastId)) ledger = newerLedger(ledger, await loadLedger(a));
   return ledger;

@@ -276,7 +276,12 @@ export interface LegacyIdRequest {
 export function legacyAnswerId(state: LedgerState, q: LegacyIdRequest): number {
   if (q.empty) return -1;
   if (q.merged) {
-    const a = answer(state, { visible: q.visible, lastUpdateId: undefined, historyLimitDays: q.historyLimitDays, serverTimestamp: q.serverTimestamp });
+    const a = answer(state, {
+      visible: q.visible,
+      lastUpdateId: undefined,
+      historyLimitDays: q.historyLimitDays,
+      serverTimestamp: q.serverTimestamp,
+    });
     if (a.presenceLastUpdateId >= 0) return a.presenceLastUpdateId;
   }
   const asOf = idAsOf(state, q.serverTimestamp);

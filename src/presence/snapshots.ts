@@ -62,7 +62,12 @@ export interface SnapshotData {
 }
 
 export function toData(s: Snapshot): SnapshotData {
-  return { serverTimestamp: s.serverTimestamp, modernError: s.modernError?.message, legacyBytes: s.legacyBytes, legacyUsers: s.legacyUsers };
+  return {
+    serverTimestamp: s.serverTimestamp,
+    modernError: s.modernError?.message,
+    legacyBytes: s.legacyBytes,
+    legacyUsers: s.legacyUsers,
+  };
 }
 
 /** A snapshot read from another replica, fresh for `remainingMs` more (the rest of its window). */

@@ -93,7 +93,9 @@ export class RedisSnapshots implements ClusterSnapshots {
 
   async tryLock(scope: string, ttlMs: number): Promise<boolean> {
     const token = randomBytes(12).toString('base64url');
-    const got = await this.conn.run(() => this.commands.zcsSnapLock(this.keyOf('snap', scope), this.keyOf('snap-lock', scope), token, ttl(ttlMs)));
+    const got = await this.conn.run(() =>
+      this.commands.zcsSnapLock(this.keyOf('snap', scope), this.keyOf('snap-lock', scope), token, ttl(ttlMs)),
+    );
     if (got === 1) this.tokens.set(scope, token);
     return got === 1;
   }
@@ -172,7 +174,12 @@ const ttl = (ms: number) => Math.max(1, Math.round(ms));
 
 /** A JSON header line, then the legacy answer's bytes as made (never re-serialised). */
 function encode(d: SnapshotData): Buffer {
-  const header = JSON.stringify({ serverTimestamp: d.serverTimestamp, modernError: d.modernError, legacyUsers: d.legacyUsers, legacy: !!d.legacyBytes });
+  const header = JSON.stringify({
+    serverTimestamp: d.serverTimestamp,
+    modernError: d.modernError,
+    legacyUsers: d.legacyUsers,
+    legacy: !!d.legacyBytes,
+  });
   return Buffer.concat([Buffer.from(`${header}\n`), d.legacyBytes ?? Buffer.alloc(0)]);
 }
 
@@ -188,7 +195,7 @@ function decode(value: Buffer, remainingMs: number): PublishedSnapshot | undefin
       legacyUsers: typeof h.legacyUsers === 'number' ? h.legacyUsers : undefined,
       legacyBytes: h.legacy === true ? value.subarray(end + 1) : undefined,
     };
-    return { data, remainingMs: remainingMs > 0 ? remainingMs : 0 };
+    return { data, remainingMs: Math.max(remainingMs, 0) };
   } catch {
     return undefined; // not written by this shim: fetched again
   }

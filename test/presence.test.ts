@@ -208,6 +208,33 @@ describe('presence details', () => {
     }
   });
 
+  it.each(['7.0', '8.0'] as const)('gives a legacy answer on %s a usable id, never -1 beside data (P4)', async (era) => {
+    await setup(era, { presence: { coalesceMs: 60_000 } });
+    const fresh = await poll(10, { status: 'active' });
+    expect(Object.keys(fresh.body.presences)).toHaveLength(fake.humans().length);
+    expect(fresh.body.presence_last_update_id).toBeGreaterThan(0);
+    // Within the window after a modern poll, too.
+    const modern = await poll(11, { status: 'active', last_update_id: '-1' });
+    fake.advance(1);
+    const after = await poll(12, { status: 'active' });
+    expect(after.body.presence_last_update_id).toBeGreaterThan(0);
+    // Continuing from the legacy id never loses anything: full data, or a delta from a covered id.
+    const next = await poll(12, { status: 'active', last_update_id: String(after.body.presence_last_update_id) });
+    expect(next.body.presence_last_update_id).toBeGreaterThanOrEqual(after.body.presence_last_update_id);
+    expect(modern.body.presence_last_update_id).toBeGreaterThan(0);
+  });
+
+  it('passes values the shim would reject below 9.0 on to a 9.0 upstream, which decides (X7)', async () => {
+    await setup('9.0');
+    for (const value of ['1e3', '05', '0x10']) {
+      const r = await poll(10, { status: 'active', last_update_id: value, history_limit_days: 'abc' });
+      expect(r.status).toBe(200);
+      const sent = new URLSearchParams(fake.seen.at(-1)!.body.toString());
+      expect(sent.get('last_update_id')).toBe(value);
+      expect(sent.get('history_limit_days')).toBe('abc');
+    }
+  });
+
   it('passes presence through untouched on a 9.0 upstream', async () => {
     await setup('9.0');
     const r = await poll(10, { status: 'active', last_update_id: '-1', bogus: '1' });

@@ -70,12 +70,14 @@ export async function toModernPresences(
   // Reading a fresh user list and converting 10k users are two long steps: not one block (B6).
   await setImmediate();
   let converted = toModern(sourceEra, presences, lookup(directory));
-  if (converted.unknownEmails.length && directory) {
+  // X10: an email several users share is known, and left out on purpose: no re-read for it.
+  const unknown = (d: Directory | undefined) => converted.unknownEmails.filter((e) => !d?.ambiguousEmails.has(e)).length;
+  if (unknown(directory) && directory) {
     // Someone the cached map does not know yet: re-read it (bounded by the directory).
     directory = await timedUpstream(req, () => ctx.users.refresh(realm, headers));
     converted = toModern(sourceEra, presences, lookup(directory));
-    if (converted.unknownEmails.length) {
-      ctx.log.warn({ realm: realm.host, unknown: converted.unknownEmails.length }, 'presence of users missing from the user list left out');
+    if (unknown(directory)) {
+      ctx.log.warn({ realm: realm.host, unknown: unknown(directory) }, 'presence of users missing from the user list left out');
     }
   }
   return converted.presences;

@@ -1,6 +1,6 @@
 import type { Encodable } from '../http/compress.js';
 import { historyCutoff, answer, answersWithDelta, legacyAnswerId, type LedgerState, type ModernPresence } from './ledger.js';
-import { ledgerOrNew, ledgerToAnswerFrom, raisedForUnvouchedId } from './intake.js';
+import { ledgerOrNew, ledgerToAnswerFrom, raisedForUnvouchedId, type Asker, type Intake } from './intake.js';
 import { limitLegacyHistory } from './convert.js';
 import type { Poll } from './report.js';
 import type { Snapshot } from './snapshots.js';
@@ -156,16 +156,48 @@ export async function legacyAnswer(poll: Poll, snapshot: Snapshot): Promise<Buil
   return { body, kind: 'legacy_full', fullEquivalentBytes: () => raw };
 }
 
-/** P4 via ledger.ts `legacyAnswerId`; -1 without a store (P5). */
-async function legacyId(poll: Poll, snapshot: Snapshot, empty: boolean): Promise<number> {
-  const merged = snapshot.ledger !== undefined && snapshot.modern !== undefined;
-  const ledger = merged ? snapshot.ledger : await ledgerOrNew(poll, await ledgerToAnswerFrom(poll, undefined, undefined));
+function legacyId(poll: Poll, snapshot: Snapshot, empty: boolean): Promise<number> {
+  return idForLegacyPresences(poll, snapshot, snapshot.serverTimestamp, poll.request.historyLimitDays, empty);
+}
+
+/**
+ * P4 for the upstream's legacy presences passed on (a poll or a register answer), via ledger.ts
+ * `legacyAnswerId`: merged here (`modern` and the ledger after the merge), or not (7.0–8.x);
+ * -1 without a store (P5).
+ */
+export async function idForLegacyPresences(
+  asker: Asker,
+  taken: { ledger: LedgerState | undefined; modern: ReadonlyMap<number, ModernPresence> | undefined },
+  serverTimestamp: number,
+  historyLimitDays: number | undefined,
+  empty: boolean,
+): Promise<number> {
+  const merged = taken.ledger !== undefined && taken.modern !== undefined;
+  const ledger = merged ? taken.ledger : await ledgerOrNew(asker, await ledgerToAnswerFrom(asker, undefined, undefined));
   if (!ledger) return -1;
-  return legacyAnswerId(ledger, {
-    merged,
-    visible: merged ? snapshot.modern?.keys() : undefined,
-    serverTimestamp: snapshot.serverTimestamp,
-    historyLimitDays: poll.request.historyLimitDays,
-    empty,
-  });
+  return legacyAnswerId(ledger, { merged, visible: merged ? taken.modern?.keys() : undefined, serverTimestamp, historyLimitDays, empty });
+}
+
+/**
+ * R1 with slim_presence: a register answer's presences and id, from the newest ledger (X1,
+ * I5), cut by `presence_history_limit_days` (P12); the answer's own data and no id when the
+ * store is down (P5).
+ */
+export async function registerPresences(
+  asker: Asker,
+  intake: Intake,
+  modern: ReadonlyMap<number, ModernPresence>,
+  complete: boolean,
+  historyLimitDays: number | undefined,
+): Promise<{ presences: Record<string, ModernPresence>; presenceLastUpdateId: number }> {
+  const { serverTimestamp } = intake;
+  const ledger = await ledgerToAnswerFrom(asker, intake.ledger, undefined);
+  if (ledger) {
+    const visible = complete ? undefined : modern.keys();
+    return answer(ledger, { visible, lastUpdateId: undefined, historyLimitDays, serverTimestamp });
+  }
+  const cutoff = historyCutoff(historyLimitDays, serverTimestamp) ?? -Infinity;
+  const presences: Record<string, ModernPresence> = {};
+  for (const [userId, p] of modern) if (p.idle_timestamp >= cutoff) presences[String(userId)] = p;
+  return { presences, presenceLastUpdateId: -1 };
 }

@@ -11,8 +11,9 @@ import { forwardedHeaders, parseJsonObject, translate, type UpstreamResponse } f
 import { FL } from '../upstream/feature-level.js';
 import { realmOf } from '../upstream/realm.js';
 import { limitLegacyHistory, presenceEra } from '../presence/convert.js';
-import { answer, historyCutoff, legacyAnswerId, type ModernPresence } from '../presence/ledger.js';
-import { ledgerOrNew, ledgerToAnswerFrom, takeInAnswer, upstreamTime, type Asker, type Format } from '../presence/intake.js';
+import { idForLegacyPresences, registerPresences } from '../presence/answers.js';
+import { historyCutoff } from '../presence/ledger.js';
+import { takeInAnswer, upstreamTime, type Asker, type Format } from '../presence/intake.js';
 import { parseJsonInt, readJsonBool } from '../presence/params.js';
 import { everyCallerSeesTheSameUsers } from '../presence/snapshots.js';
 
@@ -133,31 +134,15 @@ export const registerHandler: Handler = async (req, res, ctx) => {
 
   if (slimAsked && intake.modernError) throw intake.modernError; // no legacy map where modern was asked
   if (slimAsked && intake.modern) {
-    // R1: the modern format with both timestamps, also where the upstream ignored the flag;
-    // data and id from the newest ledger (X1), cut by presence_history_limit_days (P12).
-    const ledger = await ledgerToAnswerFrom(asker, intake.ledger, undefined);
-    if (ledger) {
-      const visible = complete ? undefined : intake.modern.keys();
-      const a = answer(ledger, { visible, lastUpdateId: undefined, historyLimitDays, serverTimestamp });
-      body.presences = a.presences;
-      body.presence_last_update_id = a.presenceLastUpdateId;
-    } else {
-      // Store down: the answer's own data, no id (P5).
-      const cutoff = historyCutoff(historyLimitDays, serverTimestamp) ?? -Infinity;
-      const out: Record<string, ModernPresence> = {};
-      for (const [userId, p] of intake.modern) if (p.idle_timestamp >= cutoff) out[String(userId)] = p;
-      body.presences = out;
-      body.presence_last_update_id = -1;
-    }
+    // R1: the modern format with both timestamps, also where the upstream ignored the flag.
+    const r = await registerPresences(asker, intake, intake.modern, complete, historyLimitDays);
+    body.presences = r.presences;
+    body.presence_last_update_id = r.presenceLastUpdateId;
   } else {
     const cutoff = historyCutoff(historyLimitDays, serverTimestamp);
     if (cutoff !== undefined) body.presences = limitLegacyHistory(presences as Record<string, unknown>, cutoff);
-    const merged = intake.modern !== undefined && intake.ledger !== undefined;
-    const ledger = merged ? intake.ledger : await ledgerOrNew(asker, await ledgerToAnswerFrom(asker, undefined, undefined));
     const empty = Object.keys(body.presences as Record<string, unknown>).length === 0;
-    body.presence_last_update_id = ledger
-      ? legacyAnswerId(ledger, { merged, visible: intake.modern?.keys(), serverTimestamp, historyLimitDays, empty })
-      : -1;
+    body.presence_last_update_id = await idForLegacyPresences(asker, intake, serverTimestamp, historyLimitDays, empty);
   }
   if (body.server_timestamp === undefined) body.server_timestamp = serverTimestamp;
 

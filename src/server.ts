@@ -62,10 +62,10 @@ const shuttingDown = () => new ShimError(503, 'UPSTREAM_UNAVAILABLE', 'zulip-com
 
 /**
  * A 413 a client can read even when it writes its whole body before reading (X6): the answer is
- * written at once, then the rest of the body is read and dropped, up to a bound in bytes and
- * time and while the client keeps sending, and only then is the response (and, by
- * `Connection: close`, the socket) ended. Closing
- * with unread bytes in flight would make the client's kernel see a reset, not the answer.
+ * written at once, then the rest of the body is read and dropped (up to a bound in bytes and
+ * time, and while the client keeps sending), and only then is the response, and by
+ * `Connection: close` the socket, ended. Closing with unread bytes in flight would make the
+ * client's kernel see a reset, not the answer.
  */
 function answerTooLarge(req: IncomingMessage, res: ServerResponse, err: ShimError): void {
   if (res.headersSent) {
@@ -83,7 +83,7 @@ function answerTooLarge(req: IncomingMessage, res: ServerResponse, err: ShimErro
   const done = () => {
     clearTimeout(timer);
     clearTimeout(idle);
-    req.off('data', drop);
+    req.off('data', drop).off('end', done).off('error', done);
     res.end();
   };
   const drop = (chunk: Buffer) => {

@@ -86,13 +86,15 @@ export function routeOf(method: string | undefined, target: string | undefined):
  */
 export function routingPath(target: string): string {
   let path = target;
-  const scheme = /^[a-z][a-z0-9+.-]*:\/\/[^/?#]*/i.exec(path);
+  const scheme = path.startsWith('/') ? null : /^[a-z][a-z0-9+.-]*:\/\/[^/?#]*/i.exec(path);
   if (scheme) path = path.slice(scheme[0].length);
   const end = path.search(/[?#]/);
   if (end >= 0) path = path.slice(0, end);
-  path = path.replace(/%([0-9a-f]{2})/gi, (_, hex: string) => String.fromCharCode(Number.parseInt(hex, 16)));
+  // Most paths need none of the steps below: each runs only where its character is present.
+  if (path.includes('%')) path = path.replace(/%([0-9a-f]{2})/gi, (_, hex: string) => String.fromCharCode(Number.parseInt(hex, 16)));
   if (!path.startsWith('/')) path = `/${path}`;
-  return removeDotSegments(path.replace(/\/{2,}/g, '/'));
+  if (path.includes('//')) path = path.replace(/\/{2,}/g, '/');
+  return path.includes('/.') ? removeDotSegments(path) : path;
 }
 
 /** RFC 3986 §5.2.4, for an absolute path. */

@@ -277,6 +277,7 @@ export const USAGE = `Usage: zulip-compat-shim [options]
   --insecure-upstream-tls   accept self-signed upstream certificates      [UPSTREAM_INSECURE_TLS]
   --shutdown-grace-ms N     drain deadline on SIGTERM/SIGINT/SIGHUP       [SHUTDOWN_GRACE_MS]
   --realm-hosts LIST        admit only these Host names (*. wildcards)    [REALM_HOSTS]
+  --healthcheck             ask GET /healthz of the shim so configured: exit 0 or 1
   -v, --version             print the version and exit
   -h, --help                print this help and exit
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env node
-import { existsSync, renameSync, statSync } from 'node:fs';
+import { existsSync, readFileSync, renameSync, statSync } from 'node:fs';
+import http from 'node:http';
 import { basename, dirname, extname, join, resolve } from 'node:path';
 import { ConfigError, infoRequest, loadConfig, PROJECT_ROOT, USAGE, type Config } from './config.js';
 import { createLogger, type Logger } from './observability/logger.js';
@@ -169,7 +170,51 @@ function handleEscapedErrors(log: Logger, onUncaught: () => void): void {
   });
 }
 
+/**
+ * The flags the running shim was started with, when it is this container's main process (the
+ * image's HEALTHCHECK runs beside it and sees the same environment, but not its flags).
+ */
+function runningShimArgs(): string[] | undefined {
+  try {
+    const argv = readFileSync('/proc/1/cmdline', 'utf8').split('\0').filter(Boolean);
+    const at = argv.findIndex((a) => /(^|\/)cli\.[jt]s$/.test(a));
+    return at < 0 ? undefined : argv.slice(at + 1);
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * `--healthcheck`: asks GET /healthz of the shim this configuration describes (same flags,
+ * environment and config file) and exits 0 when it answers 200, 1 otherwise. A listener on every
+ * interface is asked on loopback.
+ */
+async function healthcheck(argv: string[]): Promise<number> {
+  const args = argv.filter((a) => a !== '--healthcheck');
+  let config: Config;
+  try {
+    ({ config } = loadConfig(args.length ? args : (runningShimArgs() ?? []), process.env, { needsUpstream: false }));
+  } catch (e) {
+    process.stderr.write(`zulip-compat-shim: healthcheck: ${oneLine((e as Error).message)}\n`);
+    return 1;
+  }
+  const { port } = config.server;
+  const host = config.server.host === '0.0.0.0' ? '127.0.0.1' : config.server.host === '::' ? '::1' : config.server.host;
+  return new Promise<number>((done) => {
+    const req = http.get({ host, port, path: '/healthz', timeout: 4_000 }, (res) => {
+      res.resume();
+      done(res.statusCode === 200 ? 0 : 1);
+    });
+    req.on('timeout', () => req.destroy(new Error('timeout')));
+    req.on('error', (e) => {
+      process.stderr.write(`zulip-compat-shim: healthcheck: http://${host}:${port}/healthz: ${e.message}\n`);
+      done(1);
+    });
+  });
+}
+
 async function main(argv: string[]): Promise<number> {
+  if (argv.includes('--healthcheck')) return healthcheck(argv);
   const info = infoRequest(argv);
   if (info === 'help') {
     process.stdout.write(USAGE);

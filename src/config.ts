@@ -309,7 +309,7 @@ function joinDashValues(argv: string[], valued: Set<string>): string[] {
 }
 
 /** Builds the configuration from all four layers; throws ConfigError with one clear line. */
-export function loadConfig(argv: string[], env: NodeJS.ProcessEnv = process.env): CliResult {
+export function loadConfig(argv: string[], env: NodeJS.ProcessEnv = process.env, o: { needsUpstream?: boolean } = {}): CliResult {
   const options: Record<string, { type: 'string' | 'boolean'; short?: string }> = { config: { type: 'string' }, ...INFO_OPTIONS };
   for (const s of SETTINGS) options[s.flag] = { type: s.kind === 'bool' ? 'boolean' : 'string', ...(s.short ? { short: s.short } : {}) };
   const valued = new Set(Object.entries(options).flatMap(([k, o]) => (o.type === 'string' ? [`--${k}`] : [])));
@@ -348,9 +348,15 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv = process.env)
     throw new ConfigError(describeIssue(issues.find((i) => i.code === 'unrecognized_keys') ?? issues[0]!, sources));
   }
   const config = parsed.data;
-  if (values.help !== true && values.version !== true && !config.upstream.url && !config.replay.har && !config.replay.demo) {
+  const needsUpstream = o.needsUpstream ?? (values.help !== true && values.version !== true);
+  if (needsUpstream && !config.upstream.url && !config.replay.har && !config.replay.demo) {
+    // A near miss in the environment (UPSTREAM=, UPSTREAM_URI=) is the usual cause: name it.
+    const known = new Set(SETTINGS.map((s) => s.env));
+    const nearMiss = Object.keys(env).find((k) => /^UPSTREAM/i.test(k) && !known.has(k) && env[k]);
     throw new ConfigError(
-      'no upstream: give --upstream URL (UPSTREAM_URL, upstream.url) for a Zulip server, or --demo (DEMO=true) to try the bundled recording',
+      `no upstream: give --upstream URL (UPSTREAM_URL, upstream.url) for a Zulip server, or --demo (DEMO=true) to try the bundled recording${
+        nearMiss ? ` (${nearMiss} is set, but the variable is UPSTREAM_URL)` : ''
+      }`,
     );
   }
   return { config, sources, help: values.help === true, version: values.version === true };

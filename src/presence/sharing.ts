@@ -116,7 +116,6 @@ async function fetchFromUpstream(poll: Poll, format: Format, complete: boolean):
   const own = await report(poll, { ping_only: 'false', slim_presence: format === 'slim' ? 'true' : undefined });
   if (!isSuccess(own.status)) throw new UpstreamRefused(own);
   ctx.metrics.presenceSnapshots.inc({ source: 'upstream' });
-  const fetchedAt = Date.now();
   const body = parseJsonObject(own.body);
   // Parsing a multi-megabyte answer is the longest step: let other requests run after it (B6).
   await nextTurn();
@@ -128,7 +127,8 @@ async function fetchFromUpstream(poll: Poll, format: Format, complete: boolean):
   const intake = await takeInAnswer(poll, format, presences as Record<string, unknown>, serverTimestamp, complete);
   const snapshot: Snapshot = {
     serverTimestamp,
-    fetchedAt,
+    // The window starts once the snapshot can be answered from: a slow parse or merge must not eat it.
+    fetchedAt: Date.now(),
     complete,
     modern: intake.modern,
     modernError: intake.modernError,

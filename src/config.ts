@@ -3,6 +3,7 @@ import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { z } from 'zod';
+import { parseRedisNodes } from './store/redis-connection.js';
 
 /**
  * Layered, validated configuration (contract "Interface"):
@@ -31,6 +32,15 @@ const httpUrl = z
   .transform((s) => s.replace(/\/+$/, ''));
 
 const port = z.number().int().min(0).max(65535);
+
+/** `host:port,host:port`: Sentinels or Cluster nodes. */
+const redisNodes = z.string().superRefine((s, ctx) => {
+  try {
+    parseRedisNodes(s, 6379);
+  } catch (e) {
+    ctx.addIssue({ code: 'custom', message: `must be host:port,host:port (${(e as Error).message})` });
+  }
+});
 const ms = z.number().int().min(0);
 
 export const configSchema = z
@@ -63,6 +73,12 @@ export const configSchema = z
         .refine((s) => /^rediss?:\/\//.test(s), 'must be a redis:// or rediss:// URL')
         .optional(),
       keyPrefix: z.string(),
+      /** Sentinels that name the primary (with redisSentinelName): `host:port,host:port`. */
+      redisSentinels: redisNodes.optional(),
+      /** The Sentinels' name for the primary (`sentinel monitor NAME …`). */
+      redisSentinelName: z.string().min(1).optional(),
+      /** Some nodes of a Redis Cluster (the rest are discovered): `host:port,host:port`. */
+      redisCluster: redisNodes.optional(),
     }),
     presence: z.object({
       /** P9: one full upstream presence fetch per realm per this many ms; 0 = no sharing. */
@@ -81,6 +97,17 @@ export const configSchema = z
     }),
   })
   .superRefine((c, ctx) => {
+    const redis = [c.store.redisUrl && 'redisUrl', c.store.redisSentinels && 'redisSentinels', c.store.redisCluster && 'redisCluster'];
+    const given = redis.filter((k): k is string => typeof k === 'string');
+    if (given.length > 1) {
+      ctx.addIssue({ code: 'custom', path: ['store', given[1]!], message: 'give one of --redis, --redis-sentinels, --redis-cluster' });
+    }
+    if (c.store.redisSentinels && !c.store.redisSentinelName) {
+      ctx.addIssue({ code: 'custom', path: ['store', 'redisSentinelName'], message: 'required with --redis-sentinels' });
+    }
+    if (c.store.redisSentinelName && !c.store.redisSentinels) {
+      ctx.addIssue({ code: 'custom', path: ['store', 'redisSentinels'], message: 'required with --redis-sentinel-name' });
+    }
     if (c.upstream.url && c.replay.har) {
       ctx.addIssue({
         code: 'custom',
@@ -112,6 +139,9 @@ const SETTINGS: Setting[] = [
   { flag: 'port', env: 'PORT', path: ['server', 'port'], kind: 'int' },
   { flag: 'host', env: 'HOST', path: ['server', 'host'], kind: 'string' },
   { flag: 'redis', env: 'REDIS_URL', path: ['store', 'redisUrl'], kind: 'string' },
+  { flag: 'redis-sentinels', env: 'REDIS_SENTINELS', path: ['store', 'redisSentinels'], kind: 'string' },
+  { flag: 'redis-sentinel-name', env: 'REDIS_SENTINEL_NAME', path: ['store', 'redisSentinelName'], kind: 'string' },
+  { flag: 'redis-cluster', env: 'REDIS_CLUSTER', path: ['store', 'redisCluster'], kind: 'string' },
   { flag: 'coalesce-ms', env: 'PRESENCE_COALESCE_MS', path: ['presence', 'coalesceMs'], kind: 'int' },
   { flag: 'share-snapshots', env: 'PRESENCE_SHARE_SNAPSHOTS', path: ['presence', 'shareSnapshots'], kind: 'string' },
   { flag: 'log-level', env: 'LOG_LEVEL', path: ['log', 'level'], kind: 'string' },
@@ -189,6 +219,9 @@ export const USAGE = `Usage: zulip-compat-shim [options]
   --host H                  listen address (default 127.0.0.1)            [HOST]
   --config FILE             a JSON config file                            [CONFIG_FILE]
   --redis URL               share state between replicas through Redis    [REDIS_URL]
+  --redis-sentinels LIST    or through the primary these Sentinels name   [REDIS_SENTINELS]
+  --redis-sentinel-name N   the Sentinels' name for that primary          [REDIS_SENTINEL_NAME]
+  --redis-cluster LIST      or through a Redis Cluster (host:port,…)      [REDIS_CLUSTER]
   --coalesce-ms N           one full presence fetch per realm per N ms    [PRESENCE_COALESCE_MS]
   --share-snapshots MODE    auto | always | never                         [PRESENCE_SHARE_SNAPSHOTS]
   --log-level L             pino level (default info)                     [LOG_LEVEL]

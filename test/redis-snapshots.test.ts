@@ -5,6 +5,7 @@ import type { SnapshotData } from '../src/presence/snapshots.js';
 import { RedisConnection } from '../src/store/redis-connection.js';
 import { RedisSnapshots } from '../src/store/redis-snapshots.js';
 import { adminRedis, deleteKeysUnder, describeRedis, REDIS_URL, testKeyPrefix } from './support/redis.js';
+import { redisKey } from '../src/store/redis-keys.js';
 
 const data = (serverTimestamp: number): SnapshotData => ({
   serverTimestamp,
@@ -40,7 +41,7 @@ describeRedis('RedisSnapshots: one fetch per shared scope per window, across rep
     await a.publish('s1', data(42), 60_000);
     expect(await waiting).toEqual(data(42));
     expect(await b.get('s1')).toEqual(data(42));
-    const ttl = await admin.pttl(`${prefix}snap:s1`);
+    const ttl = await admin.pttl(redisKey(prefix, 'snap', 's1'));
     expect(ttl).toBeGreaterThan(0);
     expect(ttl).toBeLessThanOrEqual(60_000);
   });
@@ -48,7 +49,7 @@ describeRedis('RedisSnapshots: one fetch per shared scope per window, across rep
   it('does not lock a scope whose snapshot is already published in this window', async () => {
     expect(await a.tryLock('s2', 60_000)).toBe(true);
     await a.publish('s2', data(1), 60_000);
-    expect(await admin.exists(`${prefix}snap-lock:s2`)).toBe(0);
+    expect(await admin.exists(redisKey(prefix, 'snap-lock', 's2'))).toBe(0);
     // A replica that looked just before the publish must not fetch a second time.
     expect(await b.tryLock('s2', 60_000)).toBe(false);
     expect(await b.waitFor('s2', 10_000)).toEqual(data(1));
@@ -64,14 +65,14 @@ describeRedis('RedisSnapshots: one fetch per shared scope per window, across rep
 
   it('releases only its own lock (one that expired and was taken by another replica stays)', async () => {
     expect(await a.tryLock('s4', 1)).toBe(true);
-    await expect.poll(() => admin.exists(`${prefix}snap-lock:s4`)).toBe(0);
+    await expect.poll(() => admin.exists(redisKey(prefix, 'snap-lock', 's4'))).toBe(0);
     expect(await b.tryLock('s4', 60_000)).toBe(true);
     await a.release('s4');
-    expect(await admin.exists(`${prefix}snap-lock:s4`)).toBe(1);
+    expect(await admin.exists(redisKey(prefix, 'snap-lock', 's4'))).toBe(1);
   });
 
   it('treats a value it cannot read as no snapshot', async () => {
-    await admin.set(`${prefix}snap:s5`, 'garbage', 'PX', 60_000);
+    await admin.set(redisKey(prefix, 'snap', 's5'), 'garbage', 'PX', 60_000);
     expect(await a.get('s5')).toBeUndefined();
   });
 });

@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import type { ClusterSnapshots, SnapshotData } from '../presence/snapshots.js';
 import type { RedisConnection } from './redis-connection.js';
+import { redisKey } from './redis-keys.js';
 
 /**
  * P9 across replicas (S1): at most one full upstream presence fetch per shared scope per window,
@@ -8,8 +9,9 @@ import type { RedisConnection } from './redis-connection.js';
  * snapshot for the window; the others wait for it by polling (one small round trip every
  * `pollMs`). Only shared scopes come here, so a snapshot never holds one caller's view (P7).
  *
- * Keys: `<prefix>snap:<scope>` (the snapshot as JSON, expiring with the window) and
- * `<prefix>snap-lock:<scope>` (the fetcher's token, expiring after the window if it dies).
+ * Keys (redis-keys.ts, one slot per realm): `<prefix>{<realm>}:snap…` (the snapshot as JSON,
+ * expiring with the window) and `<prefix>{<realm>}:snap-lock…` (the fetcher's token, expiring
+ * after the window if it dies).
  */
 
 /** Takes the lock only when no snapshot is published: a replica that missed a snapshot just
@@ -96,12 +98,12 @@ export class RedisSnapshots implements ClusterSnapshots {
     }
   }
 
-  private dataKey(scope: string): string {
-    return `${this.o.keyPrefix}snap:${scope}`;
+  dataKey(scope: string): string {
+    return redisKey(this.o.keyPrefix, 'snap', scope);
   }
 
-  private lockKey(scope: string): string {
-    return `${this.o.keyPrefix}snap-lock:${scope}`;
+  lockKey(scope: string): string {
+    return redisKey(this.o.keyPrefix, 'snap-lock', scope);
   }
 }
 

@@ -281,8 +281,9 @@ function modernAnswer(s: Snapshot, p: PresenceRequest): Built {
   const x = p.lastUpdateId;
   const full = !s.ledger || !answersWithDelta(s.ledger, x);
   const { json, maxId } = modernPresences(s, x, p.historyLimitDays);
-  // P4: the largest id returned; else the client's own id echoed; else -1. No ledger: -1 (P5).
-  const id = !s.ledger ? -1 : maxId >= 0 ? maxId : x !== undefined ? x : -1;
+  // P4: the largest id returned; else the client's own id echoed; else -1. No ledger (store
+  // down, a Redis failover): full data with the client's id, never below it (P5, X1).
+  const id = !s.ledger ? (x !== undefined && x > 0 ? x : -1) : maxId >= 0 ? maxId : x !== undefined ? x : -1;
   const ignored = p.ignored.length ? `,"ignored_parameters_unsupported":${JSON.stringify(p.ignored)}` : '';
   return {
     key: `m|${full ? 'full' : x}|${p.historyLimitDays ?? ''}`,

@@ -119,6 +119,7 @@ describeRedisServers('a Sentinel failover while clients poll through two replica
     const statuses = new Map<number, number>();
     const backwards: string[] = [];
     let polling = true;
+    let phase = 'before the kill';
     let changing = true;
 
     const next = prng(16);
@@ -136,7 +137,7 @@ describeRedisServers('a Sentinel failover while clients poll through two replica
         statuses.set(r.status, (statuses.get(r.status) ?? 0) + 1);
         if (r.status !== 200) continue;
         const a = r.body as PollAnswer;
-        if (a.presence_last_update_id < c.id) backwards.push(`user ${c.user}: ${c.id} -> ${a.presence_last_update_id}`);
+        if (a.presence_last_update_id < c.id) backwards.push(`user ${c.user}, ${phase}: ${c.id} -> ${a.presence_last_update_id}`);
         Object.assign(c.map, a.presences);
         c.id = a.presence_last_update_id;
       }
@@ -144,7 +145,9 @@ describeRedisServers('a Sentinel failover while clients poll through two replica
 
     // Some traffic on the first primary, then it crashes.
     await expect.poll(() => Math.min(...clients.map((c) => c.polls)), { timeout: 10_000 }).toBeGreaterThan(10);
+    const highestBefore = Math.max(...clients.map((c) => c.id));
     const killedAt = Date.now();
+    phase = 'in the failover window';
     await group.primary.kill('SIGKILL');
     await expect.poll(() => group.primaryPort(), { timeout: 15_000, interval: 20 }).toBe(group.replica.port);
     const promotedMs = Date.now() - killedAt;
@@ -152,6 +155,7 @@ describeRedisServers('a Sentinel failover while clients poll through two replica
     const ready = async () => (await Promise.all(shims.map((s) => request(s.url).get('/readyz')))).every((r) => r.status === 200);
     await expect.poll(ready, { timeout: 15_000, interval: 20 }).toBe(true);
     const windowMs = Date.now() - killedAt;
+    phase = 'after the failover';
     // Polls on the new primary, then the upstream stops changing and everyone catches up.
     const pollsAtRecovery = clients.map((c) => c.polls);
     await expect.poll(() => Math.min(...clients.map((c, i) => c.polls - pollsAtRecovery[i]!)), { timeout: 10_000 }).toBeGreaterThan(10);
@@ -173,6 +177,11 @@ describeRedisServers('a Sentinel failover while clients poll through two replica
     const truth = (await pollThrough(shims[0]!, fake, users[0]!, -1)).body as PollAnswer;
     expect(Object.keys(truth.presences)).toHaveLength(users.length);
     for (const c of clients) expect(c.map).toEqual(truth.presences);
+    // The new primary's ledger is a new epoch: it vouches for no id issued before the kill, and
+    // its ids are above all of them.
+    const ledger = await (shims[0]!.shim.context.store as RedisStore).load(`${fake.url}|chat.example.com`);
+    expect(ledger!.epoch).toBeGreaterThanOrEqual(highestBefore);
+    for (const c of clients) expect(c.id).toBeGreaterThan(highestBefore);
     // Ids issued on the new primary are vouched for by both replicas: deltas again, not full data.
     for (const [i, s] of shims.entries()) {
       const c = clients[i]!;

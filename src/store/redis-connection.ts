@@ -61,8 +61,9 @@ function connect(o: RedisConnectionOptions, t: RedisTarget): Redis | Cluster {
       name: t.name,
       sentinelCommandTimeout: o.commandTimeoutMs,
       sentinelRetryStrategy: retryStrategy,
-      // Sentinels announce a new primary: move to it even when the old one is still reachable.
-      failoverDetector: true,
+      // No failoverDetector: in ioredis 5 its disconnect during a reconnect can end the
+      // connection for good. A demoted primary that is still reachable answers writes with
+      // READONLY, and reconnectOnError moves to the new one.
     });
   }
   return new Cluster(t.nodes, {

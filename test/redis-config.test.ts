@@ -44,7 +44,7 @@ describe('Redis Sentinel and Cluster configuration', () => {
 
   it('refuses conflicting or incomplete settings with one line naming the key', () => {
     const bad: Array<[string[], RegExp]> = [
-      [['--redis', 'redis://r', '--redis-cluster', 'a:1'], /^store\.redisCluster \(--redis-cluster \/ REDIS_CLUSTER\): give one of/],
+      [['--redis', 'redis://r', '--redis-cluster', 'a:1'], /^store\.redisCluster \(--redis-cluster\): give one of/],
       [['--redis-sentinels', 'a:1'], /^store\.redisSentinelName .*required with --redis-sentinels/],
       [['--redis-sentinel-name', 'x'], /^store\.redisSentinels .*required with --redis-sentinel-name/],
       [['--redis-cluster', 'a:99999'], /^store\.redisCluster .*host:port/],

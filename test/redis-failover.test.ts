@@ -44,17 +44,17 @@ describeRedisServers('a Redis failover to a replica that lags (P5, P6, X1)', () 
   it('starts a new epoch above every id issued before, which then get full data, never a delta', async () => {
     const before = storeOn(pair.primary.port);
     const issued: number[] = [];
-    for (let t = 1; t <= 3; t++) issued.push((await before.observe('r', obs(t, { 1: [t, t], 2: [1, t] }))).lastId);
+    for (let t = 1; t <= 3; t++) issued.push((await before.merge('r', obs(t, { 1: [t, t], 2: [1, t] }))).lastId);
     expect(await primary.wait(1, 2_000)).toBe(1); // the replica has these
     // The replica is promoted here; what the old primary accepts from now on, it never sees.
     await replica.replicaof('NO', 'ONE');
-    for (let t = 4; t <= 6; t++) issued.push((await before.observe('r', obs(t, { 1: [t, t], 3: [t, t] }))).lastId);
+    for (let t = 4; t <= 6; t++) issued.push((await before.merge('r', obs(t, { 1: [t, t], 3: [t, t] }))).lastId);
     const highest = Math.max(...issued);
 
     // A replica of the shim that never saw those ids, on the new primary.
     const after = storeOn(pair.replica.port);
     expect(await after.load('r')).toBeUndefined(); // the lagging copy is not vouched for
-    const s = await after.observe('r', obs(7, { 1: [7, 7], 2: [1, 7] }));
+    const s = await after.merge('r', obs(7, { 1: [7, 7], 2: [1, 7] }));
     expect(s.epoch).toBeGreaterThanOrEqual(highest);
     expect(s.lastId).toBeGreaterThan(highest);
     for (const id of issued) {
@@ -63,25 +63,25 @@ describeRedisServers('a Redis failover to a replica that lags (P5, P6, X1)', () 
     }
     // From then on the new primary's ledger is vouched for, by every replica of the shim.
     expect(await storeOn(pair.replica.port).load('r')).toEqual(s);
-    const next = await after.observe('r', obs(8, { 1: [8, 8], 2: [1, 8] }));
+    const next = await after.merge('r', obs(8, { 1: [8, 8], 2: [1, 8] }));
     expect(vouchesFor(next, s.lastId)).toBe(true);
   });
 
   it('does not continue a ledger this process knows when the new primary holds it but another replica wrote past it', async () => {
     const a = storeOn(pair.primary.port);
-    await a.observe('r2', obs(1, { 1: [1, 1] }));
+    await a.merge('r2', obs(1, { 1: [1, 1] }));
     // The new primary got this value (the replica was promoted in the test before: copy it).
     const key = a.key('r2');
     await replica.set(key, (await primary.getBuffer(key))!);
     // Another replica of the shim writes past it on the old primary: lost in the failover.
-    const lost = await storeOn(pair.primary.port).observe('r2', obs(2, { 1: [2, 2], 2: [2, 2] }));
+    const lost = await storeOn(pair.primary.port).merge('r2', obs(2, { 1: [2, 2], 2: [2, 2] }));
     // `a` is moved to the new primary, as Sentinel would move it; it still knows the value there.
     const conn = a.conn.redis as Redis;
     conn.options.port = pair.replica.port;
     const ready = new Promise((r) => conn.once('ready', r));
     conn.disconnect(true);
     await ready;
-    const s = await a.observe('r2', obs(3, { 1: [3, 3] }));
+    const s = await a.merge('r2', obs(3, { 1: [3, 3] }));
     expect(s.epoch).toBeGreaterThanOrEqual(lost.lastId);
     expect(vouchesFor(s, lost.lastId)).toBe(false);
     expect(answer(s, { visible: [1], lastUpdateId: lost.lastId, serverTimestamp: 3 }).full).toBe(true);

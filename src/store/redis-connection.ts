@@ -130,6 +130,15 @@ export class RedisConnection {
     return v;
   }
 
+  /**
+   * A second connection to the same store for SUBSCRIBE (a connection in subscribe mode can do
+   * nothing else); it follows the same Sentinels or Cluster, and queues while it connects.
+   */
+  subscriber(): Redis | Cluster {
+    const options = { enableOfflineQueue: true, lazyConnect: false };
+    return this.redis instanceof Cluster ? this.redis.duplicate([], options) : this.redis.duplicate(options);
+  }
+
   async close(): Promise<void> {
     try {
       await this.redis.quit();

@@ -3,7 +3,14 @@ import { afterAll, beforeAll, expect, it } from 'vitest';
 import { createLogger } from '../src/observability/logger.js';
 import { answer, vouchesFor, type Observation } from '../src/presence/ledger.js';
 import { RedisStore } from '../src/store/redis.js';
-import { describeRedisServers, redisAt, startReplicatedPair, type ReplicatedPair } from './support/redis-servers.js';
+import {
+  describeRedisServers,
+  redisAt,
+  startPersistentRedis,
+  startReplicatedPair,
+  type PersistentRedis,
+  type ReplicatedPair,
+} from './support/redis-servers.js';
 
 /**
  * What a failover does to the ledger (P5, P6, X1): a replica promoted with a lagging copy holds
@@ -85,5 +92,35 @@ describeRedisServers('a Redis failover to a replica that lags (P5, P6, X1)', () 
     expect(s.epoch).toBeGreaterThanOrEqual(lost.lastId);
     expect(vouchesFor(s, lost.lastId)).toBe(false);
     expect(answer(s, { visible: [1], lastUpdateId: lost.lastId, serverTimestamp: 3 }).full).toBe(true);
+  });
+});
+
+describeRedisServers('a Redis restarted from its append-only file (P5)', () => {
+  let redis: PersistentRedis;
+  const stores: RedisStore[] = [];
+  const log = createLogger('silent');
+
+  beforeAll(async () => {
+    redis = await startPersistentRedis();
+  }, 30_000);
+  afterAll(async () => {
+    await Promise.all(stores.map((s) => s.close()));
+    await redis?.stop();
+  });
+
+  it('does not vouch for a ledger read back from disk: a new epoch above it (writes after the last fsync may be gone)', async () => {
+    const store = new RedisStore({ url: `redis://127.0.0.1:${redis.server.port}`, keyPrefix: 'zcs:', log });
+    stores.push(store);
+    const before = await store.merge('r', obs(1, { 1: [1, 1] }));
+    await redis.restart();
+    const admin = redisAt(redis.server.port);
+    expect(await admin.exists(store.key('r'))).toBe(1); // read back from the append-only file
+    admin.disconnect();
+    const fresh = new RedisStore({ url: `redis://127.0.0.1:${redis.server.port}`, keyPrefix: 'zcs:', log });
+    stores.push(fresh);
+    expect(await fresh.load('r')).toBeUndefined();
+    const after = await fresh.merge('r', obs(2, { 1: [2, 2] }));
+    expect(after.epoch).toBeGreaterThanOrEqual(before.lastId);
+    expect(vouchesFor(after, before.lastId)).toBe(false);
   });
 });

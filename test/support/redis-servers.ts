@@ -92,8 +92,8 @@ async function cli(port: number, ...args: string[]): Promise<string> {
 }
 
 /** Starts `redis-server` (or a Sentinel with `--sentinel`) with a config file in `dir`. */
-async function startProcess(dir: string, name: string, lines: string[], sentinel = false): Promise<RedisProcess> {
-  const port = await freePort();
+async function startProcess(dir: string, name: string, lines: string[], sentinel = false, port?: number): Promise<RedisProcess> {
+  port ??= await freePort();
   const file = join(dir, `${name}.conf`);
   writeFileSync(file, [`port ${port}`, 'bind 127.0.0.1', `dir ${dir}`, ...lines, ''].join('\n'));
   const proc = spawn('redis-server', sentinel ? [file, '--sentinel'] : [file], { stdio: ['ignore', 'ignore', 'pipe'] });
@@ -128,6 +128,31 @@ async function startPair(dir: string, started: RedisProcess[]): Promise<{ primar
     (await cli(replica.port, 'INFO', 'replication')).includes('master_link_status:up') ? true : undefined,
   );
   return { primary, replica };
+}
+
+export interface PersistentRedis {
+  server: RedisProcess;
+  /** Stops the server (SIGTERM: it writes its append-only file) and starts it again on the same port and files. */
+  restart(): Promise<void>;
+  stop(): Promise<void>;
+}
+
+/** One server with an append-only file, to be restarted from it. */
+export async function startPersistentRedis(): Promise<PersistentRedis> {
+  const dir = mkdtempSync(join(tmpdir(), 'zcs-aof-'));
+  const lines = ['save ""', 'appendonly yes', 'appendfsync always'];
+  const r: PersistentRedis = {
+    server: await startProcess(dir, 'aof', lines),
+    async restart() {
+      await r.server.kill('SIGTERM');
+      r.server = await startProcess(dir, 'aof', lines, false, r.server.port);
+    },
+    async stop() {
+      await r.server.kill();
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+  return r;
 }
 
 export interface ReplicatedPair {

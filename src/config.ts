@@ -309,6 +309,7 @@ export const USAGE = `Usage: zulip-compat-shim [options]
   --insecure-upstream-tls   accept self-signed upstream certificates      [UPSTREAM_INSECURE_TLS]
   --shutdown-grace-ms N     drain deadline on SIGTERM/SIGINT/SIGHUP       [SHUTDOWN_GRACE_MS]
   --realm-hosts LIST        admit only these Host names (*. wildcards)    [REALM_HOSTS]
+  --healthcheck             ask GET /healthz of the shim so configured: exit 0 or 1
   -v, --version             print the version and exit
   -h, --help                print this help and exit
 
@@ -341,7 +342,7 @@ function joinDashValues(argv: string[], valued: Set<string>): string[] {
 }
 
 /** Builds the configuration from all four layers; throws ConfigError with one clear line. */
-export function loadConfig(argv: string[], env: NodeJS.ProcessEnv = process.env): CliResult {
+export function loadConfig(argv: string[], env: NodeJS.ProcessEnv = process.env, o: { needsUpstream?: boolean } = {}): CliResult {
   const options: Record<string, { type: 'string' | 'boolean'; short?: string }> = { config: { type: 'string' }, ...INFO_OPTIONS };
   for (const s of SETTINGS) options[s.flag] = { type: s.kind === 'bool' ? 'boolean' : 'string', ...(s.short ? { short: s.short } : {}) };
   const valued = new Set(Object.entries(options).flatMap(([k, o]) => (o.type === 'string' ? [`--${k}`] : [])));
@@ -380,9 +381,15 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv = process.env)
     throw new ConfigError(describeIssue(issues.find((i) => i.code === 'unrecognized_keys') ?? issues[0]!, sources));
   }
   const config = parsed.data;
-  if (values.help !== true && values.version !== true && !config.upstream.url && !config.replay.har && !config.replay.demo) {
+  const needsUpstream = o.needsUpstream ?? (values.help !== true && values.version !== true);
+  if (needsUpstream && !config.upstream.url && !config.replay.har && !config.replay.demo) {
+    // A near miss in the environment (UPSTREAM=, UPSTREAM_URI=) is the usual cause: name it.
+    const known = new Set(SETTINGS.map((s) => s.env));
+    const nearMiss = Object.keys(env).find((k) => /^UPSTREAM/i.test(k) && !known.has(k) && env[k]);
     throw new ConfigError(
-      'no upstream: give --upstream URL (UPSTREAM_URL, upstream.url) for a Zulip server, or --demo (DEMO=true) to try the bundled recording',
+      `no upstream: give --upstream URL (UPSTREAM_URL, upstream.url) for a Zulip server, or --demo (DEMO=true) to try the bundled recording${
+        nearMiss ? ` (${nearMiss} is set, but the variable is UPSTREAM_URL)` : ''
+      }`,
     );
   }
   return { config, sources, help: values.help === true, version: values.version === true };
@@ -393,39 +400,26 @@ function describeIssue(issue: z.core.$ZodIssue, sources: ReadonlyMap<string, str
   const at = issue.path.map(String);
   if (issue.code === 'unrecognized_keys') {
     const key = [...at, issue.keys[0]!].join('.');
-    const known = Object.keys(shapeAt(at) ?? {});
-    const hint = closest(issue.keys[0]!, known);
+    const hint = closest(issue.keys[0]!, Object.keys(shapeAt(at)));
     return `${key} (${sources.get(key) ?? 'config file'}): unknown key${hint ? ` (did you mean ${[...at, hint].join('.')}?)` : ''}`;
   }
   const key = at.join('.');
-  const source = sources.get(key) ?? sources.get(at.slice(0, -1).join('.')) ?? sourceOfList(key, sources);
+  const source = sourceOf(at, sources);
   return `${key || 'config'}${source ? ` (${source})` : ''}: ${issue.message}`;
 }
 
-/** An array element's path (`server.realmHosts.2`) is blamed on the array's source. */
-function sourceOfList(key: string, sources: ReadonlyMap<string, string>): string | undefined {
-  for (let k = key; k.includes('.'); k = k.slice(0, k.lastIndexOf('.'))) {
-    const s = sources.get(k);
+/** Where a key's value came from; a missing key or an array element is blamed on its parent's. */
+function sourceOf(path: string[], sources: ReadonlyMap<string, string>): string | undefined {
+  for (let n = path.length; n > 0; n--) {
+    const s = sources.get(path.slice(0, n).join('.'));
     if (s) return s;
   }
   return undefined;
 }
 
-/** The schema's object shape at a key path (for the spelling hint of an unknown key). */
-function shapeAt(path: string[]): Record<string, unknown> | undefined {
-  let schema: unknown = configSchema;
-  for (const p of [undefined, ...path]) {
-    let s = schema as { shape?: Record<string, unknown>; def?: { in?: unknown; schema?: unknown } };
-    // Unwrap refinements and pipes down to the object.
-    while (!s.shape && (s.def?.in || s.def?.schema)) s = (s.def.in ?? s.def.schema) as typeof s;
-    if (p === undefined) {
-      schema = s;
-      continue;
-    }
-    schema = s.shape?.[p];
-    if (!schema) return undefined;
-  }
-  let s = schema as { shape?: Record<string, unknown> };
-  if (!s.shape) s = {};
-  return s.shape;
+/** The keys the schema knows at a key path (for the spelling hint of an unknown key). */
+function shapeAt(path: string[]): Record<string, unknown> {
+  let shape: Record<string, unknown> | undefined = configSchema.shape;
+  for (const p of path) shape = (shape?.[p] as { shape?: Record<string, unknown> } | undefined)?.shape;
+  return shape ?? {};
 }

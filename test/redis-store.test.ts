@@ -59,6 +59,23 @@ describeRedis('RedisStore (S1, P5)', () => {
     admin.disconnect();
   });
 
+  it('raises a realm counter by the shared clock, seen by every replica (X1)', async () => {
+    const a = open();
+    const b = open();
+    const created = await a.raiseCounter('r-raise', 0); // only creates the ledger
+    expect(created.lastId).toBe(created.epoch);
+    const s = await a.merge('r-raise', obs(10, { 1: [9, 10] }));
+    // Redis's clock (TIME) decides what is plausible: an id 1,000 s ahead of it is not yet.
+    const ahead = s.lastId + 1_000_000_000;
+    expect((await a.raiseCounter('r-raise', ahead)).lastId).toBe(s.lastId);
+    const plausible = s.lastId + 1;
+    const raised = await b.raiseCounter('r-raise', plausible);
+    expect(raised.lastId).toBe(plausible);
+    expect(b.peek('r-raise')).toEqual(raised);
+    expect((await a.load('r-raise'))!.lastId).toBe(plausible);
+    expect(a.peek('r-raise')!.lastId).toBe(plausible);
+  });
+
   it('has no ledger for a new realm, creates one on the first observation, and loads what it wrote', async () => {
     const store = open();
     expect(await store.load('r-new')).toBeUndefined();

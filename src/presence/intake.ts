@@ -43,11 +43,11 @@ export function upstreamTime(body: Record<string, unknown>, headers: BufferedRes
  * and not merged).
  */
 export async function toModernPresences(
-  a: Asker,
+  asker: Asker,
   format: Format,
   presences: Record<string, unknown>,
 ): Promise<Map<number, ModernPresence> | undefined> {
-  const { ctx, req, realm, era } = a;
+  const { ctx, req, realm, era } = asker;
   if (format === 'legacy' && era === 'exact-slim') return undefined;
   if (era === 'exact-slim') return toModern(era, presences, { idOf: () => undefined, dateJoinedOf: () => undefined }).presences;
   // 2.1 needs the email → id map; 3.0–6.x may need date_joined for users never active.
@@ -58,7 +58,7 @@ export async function toModernPresences(
     directory = await timedUpstream(req, () => ctx.users.get(realm, headers));
   } catch (e) {
     if (sourceEra === 'legacy') throw e; // without the email → id map there is no modern answer
-    ctx.log.warn({ realm: realm.host, err: (e as Error).message }, 'user list unavailable: active_timestamp falls back to 0 where unknown');
+    ctx.log.warn({ realm: realm.host, err: e }, 'user list unavailable: active_timestamp falls back to 0 where unknown');
   }
   const lookup = (d: Directory | undefined) => ({
     idOf: (email: string) => d?.byEmail.get(email)?.user_id,
@@ -84,31 +84,31 @@ export async function toModernPresences(
 }
 
 /** Records an observation; undefined when the store is down (answers then carry no ids of their own, P5). */
-export async function recordInLedger(a: Asker, obs: Observation): Promise<LedgerState | undefined> {
+export async function recordInLedger(asker: Asker, obs: Observation): Promise<LedgerState | undefined> {
   try {
-    const ledger = await a.ctx.store.merge(a.realm.key, obs);
-    a.ctx.metrics.ledgerUsers.set({ realm: a.realm.host }, ledger.users.size);
+    const ledger = await asker.ctx.store.merge(asker.realm.key, obs);
+    asker.ctx.metrics.ledgerUsers.set({ realm: asker.realm.host }, ledger.users.size);
     return ledger;
   } catch (e) {
-    storeFailed(a, e);
+    storeFailed(asker, e);
     return undefined;
   }
 }
 
-export async function loadLedger(a: Asker): Promise<LedgerState | undefined> {
+export async function loadLedger(asker: Asker): Promise<LedgerState | undefined> {
   try {
-    return await a.ctx.store.load(a.realm.key);
+    return await asker.ctx.store.load(asker.realm.key);
   } catch (e) {
-    storeFailed(a, e);
+    storeFailed(asker, e);
     return undefined;
   }
 }
 
 /** The newer of two copies of a realm's ledger (ids only grow, also across epochs: I1). */
-export function newerLedger(a: LedgerState | undefined, b: LedgerState | undefined): LedgerState | undefined {
-  if (!a) return b;
-  if (!b) return a;
-  return b.lastId > a.lastId ? b : a;
+export function newerLedger(one: LedgerState | undefined, other: LedgerState | undefined): LedgerState | undefined {
+  if (!one) return other;
+  if (!other) return one;
+  return other.lastId > one.lastId ? other : one;
 }
 
 /**
@@ -118,12 +118,12 @@ export function newerLedger(a: LedgerState | undefined, b: LedgerState | undefin
  * Undefined when the store cannot be reached.
  */
 export async function ledgerToAnswerFrom(
-  a: Asker,
+  asker: Asker,
   merged: LedgerState | undefined,
   lastUpdateId: number | undefined,
 ): Promise<LedgerState | undefined> {
-  let ledger = newerLedger(merged, a.ctx.store.peek(a.realm.key));
-  if (!ledger || (lastUpdateId !== undefined && lastUpdateId > ledger.lastId)) ledger = newerLedger(ledger, await loadLedger(a));
+  let ledger = newerLedger(merged, asker.ctx.store.peek(asker.realm.key));
+  if (!ledger || (lastUpdateId !== undefined && lastUpdateId > ledger.lastId)) ledger = newerLedger(ledger, await loadLedger(asker));
   return ledger;
 }
 
@@ -132,34 +132,34 @@ export async function ledgerToAnswerFrom(
  * to it first (where it is plausible; the store decides by its epoch clock), so the id echoed
  * with the full answer is then vouched for and the next delta is exact.
  */
-export async function raisedForUnvouchedId(a: Asker, ledger: LedgerState, lastUpdateId: number | undefined): Promise<LedgerState> {
+export async function raisedForUnvouchedId(asker: Asker, ledger: LedgerState, lastUpdateId: number | undefined): Promise<LedgerState> {
   if (lastUpdateId === undefined || lastUpdateId <= ledger.lastId || answersWithDelta(ledger, lastUpdateId)) return ledger;
   try {
-    return await a.ctx.store.raiseCounter(a.realm.key, lastUpdateId);
+    return await asker.ctx.store.raiseCounter(asker.realm.key, lastUpdateId);
   } catch (e) {
-    storeFailed(a, e);
+    storeFailed(asker, e);
     return ledger; // the id is echoed all the same (I6); it stays unvouched, so the next poll is full again
   }
 }
 
 /** P4 on 7.0–8.x legacy answers: a ledger to take an id from, created when the realm has none yet. */
-export async function ledgerOrNew(a: Asker, ledger: LedgerState | undefined): Promise<LedgerState | undefined> {
+export async function ledgerOrNew(asker: Asker, ledger: LedgerState | undefined): Promise<LedgerState | undefined> {
   if (ledger) return ledger;
   try {
-    return await a.ctx.store.raiseCounter(a.realm.key, 0);
+    return await asker.ctx.store.raiseCounter(asker.realm.key, 0);
   } catch (e) {
-    storeFailed(a, e);
+    storeFailed(asker, e);
     return undefined;
   }
 }
 
 let lastStoreWarning = 0;
 /** The store counts its own errors (storeErrors); here only the degradation is logged. */
-function storeFailed(a: Asker, e: unknown): void {
+function storeFailed(asker: Asker, e: unknown): void {
   const now = Date.now();
   if (now - lastStoreWarning > 10_000) {
     lastStoreWarning = now;
-    a.ctx.log.warn({ err: (e as Error).message }, 'presence store unavailable: answering with full data and no ids until it is back');
+    asker.ctx.log.warn({ err: e }, 'presence store unavailable: answering with full data and no ids until it is back');
   }
 }
 
@@ -175,7 +175,7 @@ export interface Intake {
 
 /** Takes in one full upstream presence answer: converts and records it. */
 export async function takeInAnswer(
-  a: Asker,
+  asker: Asker,
   format: Format,
   presences: Record<string, unknown>,
   serverTimestamp: number,
@@ -184,7 +184,7 @@ export async function takeInAnswer(
   let modern: Map<number, ModernPresence> | undefined;
   let modernError: Error | undefined;
   try {
-    modern = await toModernPresences(a, format, presences);
+    modern = await toModernPresences(asker, format, presences);
   } catch (e) {
     // A legacy answer is still good for legacy callers (E4); modern ones get this error.
     if (format !== 'legacy') throw e;
@@ -192,6 +192,6 @@ export async function takeInAnswer(
   }
   // Let other requests run between converting and merging a large snapshot (B6).
   await setImmediate();
-  const ledger = modern ? await recordInLedger(a, { serverTimestamp, presences: modern, complete }) : await loadLedger(a);
+  const ledger = modern ? await recordInLedger(asker, { serverTimestamp, presences: modern, complete }) : await loadLedger(asker);
   return { serverTimestamp, modern, modernError, ledger };
 }

@@ -15,6 +15,9 @@ import { everyCallerSeesTheSameUsers, fromData, toData, type ClusterSnapshots, t
  * upstream accepted sees shared data.
  */
 
+/** A replica's fetch holds the others at least this long (ms) before they fetch themselves. */
+const FETCH_BUDGET_FLOOR_MS = 5_000;
+
 /** The snapshot a poll is answered from, and the caller's own upstream report (for its headers). */
 export interface Obtained {
   snapshot: Snapshot;
@@ -96,11 +99,15 @@ async function follow(poll: Poll, cluster: ClusterSnapshots, scope: string): Pro
   // Store unreachable (counted by the store): no sharing between replicas meanwhile, each
   // replica fetches for itself.
   let published = await cluster.get(scope).catch(() => undefined);
-  const locked = published ? false : await cluster.tryLock(scope, window).catch(() => true);
+  // How long one replica's fetch may hold the others (X3: never past the upstream deadline): a
+  // fetch of a large realm can outlast a short window, and a waiter that gave up early would
+  // fetch the same snapshot a second time.
+  const fetchBudgetMs = Math.min(ctx.config.upstream.timeoutMs, Math.max(window, FETCH_BUDGET_FLOOR_MS));
+  const locked = published ? false : await cluster.tryLock(scope, fetchBudgetMs).catch(() => true);
   if (!published && locked) return undefined;
   const own = await acceptedPing(poll);
   // A wait that fails (store gone) or times out: this caller fetches for itself, as above.
-  published ??= await cluster.waitFor(scope, Math.max(window, 1000)).catch(() => undefined);
+  published ??= await cluster.waitFor(scope, fetchBudgetMs).catch(() => undefined);
   if (!published) return undefined;
   const snapshot = fromData(published.data, published.remainingMs, window);
   // The publisher merged it into the store's ledger: read that once, so answers include it (X1).
@@ -116,7 +123,6 @@ async function fetchFromUpstream(poll: Poll, format: Format, complete: boolean):
   const own = await report(poll, { ping_only: 'false', slim_presence: format === 'slim' ? 'true' : undefined });
   if (!isSuccess(own.status)) throw new UpstreamRefused(own);
   ctx.metrics.presenceSnapshots.inc({ source: 'upstream' });
-  const fetchedAt = Date.now();
   const body = parseJsonObject(own.body);
   // Parsing a multi-megabyte answer is the longest step: let other requests run after it (B6).
   await nextTurn();
@@ -128,7 +134,8 @@ async function fetchFromUpstream(poll: Poll, format: Format, complete: boolean):
   const intake = await takeInAnswer(poll, format, presences as Record<string, unknown>, serverTimestamp, complete);
   const snapshot: Snapshot = {
     serverTimestamp,
-    fetchedAt,
+    // The window starts once the snapshot can be answered from: a slow parse or merge must not eat it.
+    fetchedAt: Date.now(),
     complete,
     modern: intake.modern,
     modernError: intake.modernError,

@@ -75,7 +75,32 @@ export const configSchema = z
       maxRealms: z.number().int().min(1),
     }),
     lookups: z.object({ ttlMs: ms.min(1), maxEntries: z.number().int().min(1) }),
-    featureLevel: z.object({ ttlMs: ms.min(1) }),
+    featureLevel: z.object({
+      ttlMs: ms.min(1),
+      /** X2: a Host whose server_settings the upstream refused is not asked again for this long. */
+      failureTtlMs: ms.min(1),
+    }),
+    /**
+     * X2: byte budgets, each evicting least recently used entries within it. Sizes are estimated
+     * from the upstream bytes each structure was built from, not measured object by object.
+     */
+    memory: z.object({
+      /** Realms' server_settings results (successes and failures). */
+      featureLevelsBytes: z.number().int().min(1024),
+      /** Realms' user lists (compact email → id directories). */
+      userDirectoriesBytes: z.number().int().min(1024),
+      /** Shared presence snapshots, with the answers built from each. */
+      snapshotsBytes: z.number().int().min(1024),
+      /** Presence ledgers of the in-memory store. */
+      ledgersBytes: z.number().int().min(1024),
+      /** Per-user lookups (delivery emails). */
+      lookupsBytes: z.number().int().min(1024),
+      /**
+       * Largest upstream presence answer or user list read (B7: 35 MB at 100k users on 2.1);
+       * other intercepted answers keep upstream.maxResponseBytes.
+       */
+      largeAnswerBytes: z.number().int().min(1024),
+    }),
     log: z.object({
       level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']),
     }),

@@ -1,16 +1,25 @@
-import { setImmediate as nextTurn } from 'node:timers/promises';
 import type { ServerResponse } from 'node:http';
 import { facts, timedUpstream, type Handler } from '../context.js';
 import { parseParams, readBody, encodeForm } from '../http/body.js';
 import { sendEncoded } from '../http/compress.js';
-import { sendBytes, upstreamBadResponse } from '../http/errors.js';
+import { sendBytes } from '../http/errors.js';
 import { isSuccess, relay, relayBuffered, rewrittenHeaders } from '../http/relay.js';
 import { forwardedHeaders, parseJsonObject, type BufferedResponse } from '../upstream/client.js';
 import { FL } from '../upstream/feature-level.js';
 import { callerKey, realmOf } from '../upstream/realm.js';
 import { limitLegacyHistory, presenceEra } from './convert.js';
 import { answer, answersWithDelta, type ModernPresence } from './ledger.js';
-import { legacyAnswerId, loadLedger, observeAnswer, upstreamTime, type Asker, type Format } from './observe.js';
+import {
+  fetchFullPresence,
+  legacyAnswerId,
+  legacyBodyOf,
+  loadLedger,
+  observeAnswer,
+  readPresenceAnswer,
+  upstreamTime,
+  type Asker,
+  type Format,
+} from './observe.js';
 import { parsePresenceRequest, upstreamWillReject, wantsModern, type PresenceRequest } from './params.js';
 import { everyCallerSeesTheSameUsers, fromData, toData, type Snapshot } from './snapshots.js';
 
@@ -78,7 +87,9 @@ async function report(
   if (extra.slim_presence !== undefined && poll.featureLevel >= FL.SLIM_PRESENCE) form.push(['slim_presence', extra.slim_presence]);
   const headers = { ...forwardedHeaders(req), 'content-type': 'application/x-www-form-urlencoded' };
   const path = req.url?.startsWith('/json/') ? '/json/users/me/presence' : '/api/v1/users/me/presence';
-  return timedUpstream(req, () => ctx.client.fetch({ realm, method: 'POST', path, headers, body: encodeForm(form) }));
+  const call = { realm, method: 'POST' as const, path, headers, body: encodeForm(form) };
+  // B7: a full answer grows with the realm and has its own budget.
+  return timedUpstream(req, () => (extra.ping_only === 'false' ? fetchFullPresence(poll, call) : ctx.client.fetch(call)));
 }
 
 /** P11: the upstream's own list is replaced by the shim's, which knows every parameter. */
@@ -171,27 +182,16 @@ async function fetchSnapshot(
     const own = await report(poll, { ping_only: 'false', slim_presence: format === 'slim' ? 'true' : undefined });
     if (!isSuccess(own.status)) throw new UpstreamRefused(own);
     ctx.metrics.presenceSnapshots.inc({ source: 'upstream' });
-    const body = parseJsonObject(own.body);
-    // Parsing a multi-megabyte answer is the longest step: let other requests run after it (B6).
-    await nextTurn();
-    const presences = body.presences;
-    if (!presences || typeof presences !== 'object' || Array.isArray(presences)) {
-      throw upstreamBadResponse('presence answer without a presences object');
-    }
-    const serverTimestamp = upstreamTime(body, own.headers);
-    const { modern, modernError, ledger } = await observeAnswer(
-      poll,
-      format,
-      presences as Record<string, unknown>,
-      serverTimestamp,
-      shared,
-    );
+    // B7: parsed and converted off the main thread; only the columns come back.
+    const presences = await readPresenceAnswer(poll, format, own.body);
+    const serverTimestamp = upstreamTime(presences.top, own.headers);
+    const { modern, modernError, ledger } = await observeAnswer(poll, format, presences, serverTimestamp, shared);
     const snapshot: Snapshot = {
       serverTimestamp,
       fetchedAt: Date.now(),
       modern,
       modernError,
-      legacy: format === 'legacy' ? body : undefined,
+      legacy: format === 'legacy' ? legacyBodyOf(presences.top, own.body) : undefined,
       legacyBytes: format === 'legacy' ? own.body : undefined,
       ledger,
       answers: new Map(),

@@ -91,6 +91,15 @@ interface Slot {
   pending?: Promise<Snapshot>;
 }
 
+/**
+ * X2: what a slot costs, from the upstream bytes its snapshot holds and its user count (the
+ * modern map and the answers built from it), not by walking it.
+ */
+export function slotBytes(slot: Slot): number {
+  const s = slot.snapshot;
+  return 1024 + (s ? 2 * (s.legacyBytes?.length ?? 0) + 200 * (s.modern?.size ?? 0) : 0);
+}
+
 /** The in-process side of P9: one slot per scope, bounded. */
 export class SnapshotHub {
   private readonly slots: LRUCache<string, Slot>;
@@ -99,9 +108,17 @@ export class SnapshotHub {
     readonly coalesceMs: number,
     maxScopes: number,
     private readonly clock: () => number = Date.now,
+    /** X2: bytes the kept snapshots may take (see slotBytes). */
+    maxBytes = 192 * 1024 * 1024,
   ) {
     // A snapshot is of no use after its window: dropped then, so memory follows live realms.
-    this.slots = new LRUCache({ max: maxScopes, ttl: Math.max(coalesceMs, 1) * 2, ttlAutopurge: true });
+    this.slots = new LRUCache({
+      max: maxScopes,
+      maxSize: maxBytes,
+      sizeCalculation: slotBytes,
+      ttl: Math.max(coalesceMs, 1) * 2,
+      ttlAutopurge: true,
+    });
   }
 
   /** A snapshot still inside its window. */
@@ -129,6 +146,9 @@ export class SnapshotHub {
         if (!keep) this.slots.delete(scope);
         else if (this.coalesceMs > 0 && (!slot.snapshot || slot.snapshot.serverTimestamp <= snapshot.serverTimestamp)) {
           slot.snapshot = snapshot;
+          // Sized again, now with its snapshot (X2); lru-cache sizes a value once per set.
+          this.slots.delete(scope);
+          this.slots.set(scope, slot);
         }
         return snapshot;
       },

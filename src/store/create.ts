@@ -10,7 +10,17 @@ import type { PresenceStore } from './types.js';
 /** The store the configuration asks for: Redis with `store.redisUrl` (S1), else this process. */
 export function createStore(config: Config, log: Logger, metrics: Metrics): PresenceStore {
   const url = config.store.redisUrl;
-  if (!url) return new MemoryStore(config.presence.maxRealms);
+  if (!url) {
+    return new MemoryStore({
+      maxRealms: config.presence.maxRealms,
+      maxBytes: config.memory.ledgersBytes,
+      onTooLarge: (realm, bytes, maxBytes) =>
+        log.warn(
+          { realm, bytes, maxBytes },
+          'presence ledger larger than memory.ledgersBytes: not kept, every poll gets full data; raise memory.ledgersBytes',
+        ),
+    });
+  }
   return new RedisStore({
     url,
     keyPrefix: config.store.keyPrefix,

@@ -1,0 +1,107 @@
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import request from 'supertest';
+import { afterEach, describe, expect, it } from 'vitest';
+import type { LedgerState } from '../src/presence/ledger.js';
+import { SnapshotHub, type Snapshot } from '../src/presence/snapshots.js';
+import { ledgerBytes, MemoryStore } from '../src/store/memory.js';
+import { SharedCache } from '../src/store/shared-cache.js';
+import { startShim, type RunningShim } from './support/shim.js';
+
+/**
+ * X2: every cache and per-realm structure evicts within a byte budget, and an unknown realm
+ * costs the upstream one server_settings call per window. (The process-wide figure under a
+ * flood of hosts is in memory-flood.test.ts.)
+ */
+
+const presences = (n: number) => new Map(Array.from({ length: n }, (_, i) => [i + 1, { active_timestamp: 1, idle_timestamp: 2 }]));
+
+describe('byte budgets', () => {
+  it('MemoryStore keeps ledgers within maxBytes, least recently used out first; one too large is said once', async () => {
+    const told: number[] = [];
+    const perRealm = ledgerBytes({ users: presences(100) } as unknown as LedgerState);
+    const store = new MemoryStore({ maxRealms: 1000, maxBytes: perRealm * 3, onTooLarge: (_r, bytes) => told.push(bytes) });
+    for (const realm of ['a', 'b', 'c', 'd']) await store.observe(realm, { serverTimestamp: 1, presences: presences(100), complete: true });
+    expect(await store.load('a')).toBeUndefined();
+    expect(await store.load('d')).toBeDefined();
+    await store.observe('big', { serverTimestamp: 1, presences: presences(400), complete: true });
+    await store.observe('big2', { serverTimestamp: 1, presences: presences(400), complete: true });
+    expect(told).toHaveLength(1);
+    expect(await store.load('big')).toBeUndefined();
+  });
+
+  it('SnapshotHub keeps snapshots within maxBytes, sized by the bytes they hold', async () => {
+    const hub = new SnapshotHub(60_000, 100, Date.now, 3 * 1024 * 1024);
+    const big = (): Snapshot => ({
+      serverTimestamp: 1,
+      fetchedAt: Date.now(),
+      modern: new Map(),
+      legacy: undefined,
+      legacyBytes: Buffer.alloc(600 * 1024),
+      ledger: undefined,
+      answers: new Map(),
+      bodies: new Map(),
+    });
+    for (const scope of ['a', 'b', 'c', 'd']) await hub.lead(scope, async () => big());
+    expect(hub.fresh('a')).toBeUndefined();
+    expect(hub.fresh('d')).toBeDefined();
+  });
+
+  it('SharedCache keeps values within maxBytes (sizeOf)', async () => {
+    const cache = new SharedCache<string>({
+      name: 'x',
+      ttlMs: 60_000,
+      max: 1000,
+      maxBytes: 10_000,
+      sizeOf: (v) => v.length,
+      load: async (key) => key.padEnd(3000, '.'),
+    });
+    const loads: string[] = [];
+    const get = async (k: string) => {
+      loads.push(k);
+      return cache.get(k, undefined);
+    };
+    for (const k of ['a', 'b', 'c', 'd']) await get(k);
+    const before = loads.length;
+    // 'd' is still held (no load); 'a' was evicted.
+    expect((await cache.get('d', undefined)).length).toBe(3000);
+    expect(loads.length).toBe(before);
+  });
+});
+
+describe('unknown realms (X2)', () => {
+  let upstream: http.Server | undefined;
+  let shim: RunningShim | undefined;
+  afterEach(async () => {
+    await shim?.close();
+    upstream?.closeAllConnections();
+    await new Promise((r) => (upstream ? upstream.close(r) : r(undefined)));
+    shim = undefined;
+    upstream = undefined;
+  });
+
+  it('a Host the upstream refuses costs one server_settings call per window, authenticated or not', async () => {
+    const settingsCalls = new Map<string, number>();
+    upstream = http.createServer((req, res) => {
+      const host = req.headers.host ?? '';
+      if (req.url?.startsWith('/api/v1/server_settings')) settingsCalls.set(host, (settingsCalls.get(host) ?? 0) + 1);
+      res.writeHead(host.startsWith('known') ? 200 : 404, { 'content-type': 'application/json' });
+      res.end(
+        host.startsWith('known') ? '{"result":"success","msg":""}' : '{"result":"error","msg":"Invalid subdomain","code":"BAD_REQUEST"}',
+      );
+    });
+    await new Promise<void>((r) => upstream!.listen(0, '127.0.0.1', r));
+    const url = `http://127.0.0.1:${(upstream.address() as AddressInfo).port}`;
+    shim = await startShim(url);
+    for (let i = 0; i < 20; i++) {
+      const r = request(shim.url)
+        .post('/api/v1/users/me/presence')
+        .set('Host', `made-up-${i % 4}.example`)
+        .type('form');
+      const answer = await (i % 2 ? r.set('Authorization', 'Basic eDp5') : r).send({ status: 'active' });
+      expect(answer.status).toBe(502);
+      expect(answer.body).toMatchObject({ result: 'error', code: 'UPSTREAM_BAD_RESPONSE' });
+    }
+    expect([...settingsCalls.values()]).toEqual([1, 1, 1, 1]);
+  });
+});

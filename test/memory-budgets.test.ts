@@ -7,6 +7,7 @@ import { SnapshotHub, type Snapshot } from '../src/presence/snapshots.js';
 import { ledgerBytes, MemoryStore } from '../src/store/memory.js';
 import { SharedCache } from '../src/store/shared-cache.js';
 import { startShim, type RunningShim } from './support/shim.js';
+import { SyntheticZulip } from './support/synthetic-zulip.js';
 
 /**
  * X2: every cache and per-realm structure evicts within a byte budget, and an unknown realm
@@ -103,5 +104,30 @@ describe('unknown realms (X2)', () => {
       expect(answer.body).toMatchObject({ result: 'error', code: 'UPSTREAM_BAD_RESPONSE' });
     }
     expect([...settingsCalls.values()]).toEqual([1, 1, 1, 1]);
+  });
+});
+
+describe('large answers (B7)', () => {
+  it('a presence answer or user list above memory.largeAnswerBytes is E2, and the limit is logged once with what to raise', async () => {
+    const upstream = new SyntheticZulip({ users: 200, changesPerSecond: 1 });
+    const url = await upstream.start();
+    const shim = await startShim(url, { memory: { largeAnswerBytes: 4096 } });
+    try {
+      for (let i = 0; i < 3; i++) {
+        const r = await request(shim.url)
+          .post('/api/v1/users/me/presence')
+          .set('Authorization', upstream.auth(0))
+          .type('form')
+          .send({ status: 'active', last_update_id: '-1' });
+        expect(r.status).toBe(502);
+        expect(r.body).toMatchObject({ result: 'error', code: 'UPSTREAM_BAD_RESPONSE' });
+      }
+      const said = shim.logs.filter((l) => l.includes('memory.largeAnswerBytes'));
+      expect(said).toHaveLength(1);
+      expect(said[0]).toMatch(/raise memory.largeAnswerBytes/);
+    } finally {
+      await shim.close();
+      await upstream.stop();
+    }
   });
 });

@@ -89,8 +89,10 @@ export const configSchema = z
       featureLevelsBytes: z.number().int().min(1024),
       /** Realms' user lists (compact email → id directories). */
       userDirectoriesBytes: z.number().int().min(1024),
-      /** Shared presence snapshots, with the answers built from each. */
+      /** Shared presence snapshots. */
       snapshotsBytes: z.number().int().min(1024),
+      /** Presence answers built from snapshots and reused by callers at the same id. */
+      answersBytes: z.number().int().min(1024),
       /** Presence ledgers of the in-memory store. */
       ledgersBytes: z.number().int().min(1024),
       /** Per-user lookups (delivery emails). */

@@ -99,7 +99,13 @@ export function createShim(o: ShimOptions): Shim {
     maxBytes: config.memory.userDirectoriesBytes,
     maxAnswerBytes: config.memory.largeAnswerBytes,
   });
-  const snapshots = new SnapshotHub(config.presence.coalesceMs, config.presence.maxRealms * 4, Date.now, config.memory.snapshotsBytes);
+  const snapshots = new SnapshotHub(
+    config.presence.coalesceMs,
+    config.presence.maxRealms * 4,
+    Date.now,
+    config.memory.snapshotsBytes,
+    config.memory.answersBytes,
+  );
   const context: ShimContext = {
     config,
     log,

@@ -32,7 +32,7 @@ describe('byte budgets', () => {
   });
 
   it('SnapshotHub keeps snapshots within maxBytes, sized by the bytes they hold', async () => {
-    const hub = new SnapshotHub(60_000, 100, Date.now, 3 * 1024 * 1024);
+    const hub = new SnapshotHub(60_000, 100, Date.now, 1.5 * 1024 * 1024);
     const big = (): Snapshot => ({
       serverTimestamp: 1,
       fetchedAt: Date.now(),
@@ -129,5 +129,24 @@ describe('large answers (B7)', () => {
       await shim.close();
       await upstream.stop();
     }
+  });
+});
+
+describe('answer caches (X2)', () => {
+  it('answers built from any number of snapshots share one byte budget; the ones used longest ago go', () => {
+    const hub = new SnapshotHub(5_000, 100, Date.now, 1 << 30, 100_000);
+    const caches = Array.from({ length: 10 }, () => hub.answerCaches());
+    // history_limit_days=1, 2, 3, … each builds its own full answer: the budget holds.
+    for (const [i, c] of caches.entries()) {
+      for (let days = 0; days < 10; days++) c.answers.set(`full|${days}`, { json: 'x'.repeat(2_000 + i), maxId: days });
+    }
+    const kept = caches.reduce((n, c) => n + c.answers.size, 0);
+    expect(kept).toBeLessThanOrEqual(Math.floor(100_000 / (64 + 2 * 2_000)));
+    expect(kept).toBeGreaterThan(0);
+    expect(caches[9]!.answers.get('full|9')?.maxId).toBe(9);
+    expect(caches[0]!.answers.get('full|0')).toBeUndefined();
+    // Too large for the whole budget: not kept.
+    caches[0]!.bodies.set('big', { raw: Buffer.alloc(200_000) });
+    expect(caches[0]!.bodies.has('big')).toBe(false);
   });
 });

@@ -174,7 +174,7 @@ async function fetchSnapshot(
       data ??= await cluster.waitFor(scope, Math.max(window, 1000)).catch(() => undefined);
       if (data) {
         ctx.metrics.presenceSnapshots.inc({ source: 'shared' });
-        return { snapshot: fromData(data, await loadLedger(poll)), own };
+        return { snapshot: fromData(data, await loadLedger(poll), ctx.snapshots.answerCaches()), own };
       }
     }
   }
@@ -194,8 +194,7 @@ async function fetchSnapshot(
       legacy: format === 'legacy' ? legacyBodyOf(presences.top, own.body) : undefined,
       legacyBytes: format === 'legacy' ? own.body : undefined,
       ledger,
-      answers: new Map(),
-      bodies: new Map(),
+      ...ctx.snapshots.answerCaches(),
     };
     if (cluster && window > 0) await cluster.publish(scope, toData(snapshot), window).catch(() => undefined);
     return { snapshot, own };

@@ -56,16 +56,13 @@ export function readPresenceAnswer(a: Asker, format: Format, bytes: Buffer): Pro
 /**
  * A legacy answer kept for callers who get it re-serialised (P12's limit, P11's list, replicas):
  * its top-level fields, and its presences parsed from the bytes only when one of them asks (B7:
- * the common legacy answer is the upstream's bytes, and a parsed copy would double the memory).
+ * the common legacy answer is the upstream's bytes; a parsed copy would take five times those).
  */
 export function legacyBodyOf(top: Record<string, unknown>, bytes: Buffer): Record<string, unknown> {
-  let presences: unknown;
+  // Not kept once parsed (X2): what is built from it is cached, within the answers budget.
   return Object.defineProperty({ ...top }, 'presences', {
     enumerable: true,
-    get: () => {
-      presences ??= (JSON.parse(bytes.toString('utf8')) as Record<string, unknown>).presences;
-      return presences;
-    },
+    get: () => (JSON.parse(bytes.toString('utf8')) as Record<string, unknown>).presences,
   });
 }
 

@@ -1,5 +1,6 @@
 import { LRUCache } from 'lru-cache';
 import type { Encodable } from '../http/compress.js';
+import { ByteBudget } from '../store/byte-budget.js';
 import { FL } from '../upstream/feature-level.js';
 import type { LedgerState, ModernPresence } from './ledger.js';
 
@@ -57,15 +58,18 @@ export function toData(s: Snapshot): SnapshotData {
   };
 }
 
-export function fromData(d: SnapshotData, ledger: LedgerState | undefined): Snapshot {
+export function fromData(
+  d: SnapshotData,
+  ledger: LedgerState | undefined,
+  caches: Pick<Snapshot, 'answers' | 'bodies'> = { answers: new Map(), bodies: new Map() },
+): Snapshot {
   return {
     serverTimestamp: d.serverTimestamp,
     fetchedAt: d.fetchedAt,
     modern: d.modern && new Map(d.modern.map(([id, a, i]) => [id, { active_timestamp: a, idle_timestamp: i }])),
     legacy: d.legacy,
     ledger,
-    answers: new Map(),
-    bodies: new Map(),
+    ...caches,
   };
 }
 
@@ -93,16 +97,17 @@ interface Slot {
 
 /**
  * X2: what a slot costs, from the upstream bytes its snapshot holds and its user count (the
- * modern map and the answers built from it), not by walking it.
+ * modern map), not by walking it. The answers built from it count against their own budget.
  */
 export function slotBytes(slot: Slot): number {
   const s = slot.snapshot;
-  return 1024 + (s ? 2 * (s.legacyBytes?.length ?? 0) + 200 * (s.modern?.size ?? 0) : 0);
+  return 1024 + (s ? (s.legacyBytes?.length ?? 0) + 120 * (s.modern?.size ?? 0) : 0);
 }
 
 /** The in-process side of P9: one slot per scope, bounded. */
 export class SnapshotHub {
   private readonly slots: LRUCache<string, Slot>;
+  private readonly answersBudget: ByteBudget;
 
   constructor(
     readonly coalesceMs: number,
@@ -110,7 +115,10 @@ export class SnapshotHub {
     private readonly clock: () => number = Date.now,
     /** X2: bytes the kept snapshots may take (see slotBytes). */
     maxBytes = 192 * 1024 * 1024,
+    /** X2: bytes the answers built from snapshots may take, all snapshots together. */
+    answersMaxBytes = 64 * 1024 * 1024,
   ) {
+    this.answersBudget = new ByteBudget(answersMaxBytes);
     // A snapshot is of no use after its window: dropped then, so memory follows live realms.
     this.slots = new LRUCache({
       max: maxScopes,
@@ -119,6 +127,15 @@ export class SnapshotHub {
       ttl: Math.max(coalesceMs, 1) * 2,
       ttlAutopurge: true,
     });
+  }
+
+  /** Empty answer caches for a new snapshot, within the hub's answer budget (X2). */
+  answerCaches(): Pick<Snapshot, 'answers' | 'bodies'> {
+    return {
+      answers: this.answersBudget.map((a) => 64 + 2 * a.json.length),
+      // The raw bytes, and room for their gzip (added when first sent).
+      bodies: this.answersBudget.map((b) => 64 + 1.5 * b.raw.length),
+    };
   }
 
   /** A snapshot still inside its window. */

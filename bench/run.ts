@@ -20,6 +20,12 @@ import { basicAuth, PRESENCE_PATH, SMALL_BODY, SMALL_PATH, type Flavour, type Up
 
 // ---------------------------------------------------------------------------- options
 
+// `npm run bench -- b7`: the large-realm cost curve alone (bench/b7.ts), a long run of its own.
+if (process.argv[2] === 'b7') {
+  await import('./b7.js');
+  process.exit(0);
+}
+
 const { values: flags } = parseArgs({
   options: {
     users: { type: 'string' },

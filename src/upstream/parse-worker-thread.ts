@@ -25,6 +25,7 @@ parentPort?.on('message', (task: Task) => {
       c.ids.buffer as ArrayBuffer,
       c.joined.buffer as ArrayBuffer,
       c.active.buffer as ArrayBuffer,
+      c.rowStarts.buffer as ArrayBuffer,
     ]);
   } catch (e) {
     parentPort!.postMessage({ id: task.id, ok: false, message: (e as Error).message, bad: e instanceof BadAnswer } satisfies Reply);

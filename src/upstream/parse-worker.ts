@@ -29,11 +29,19 @@ export interface ParsePoolOptions {
   workers?: number;
   /** Answers below this many bytes are read on the main thread. @default 512 KiB */
   inlineBelowBytes?: number;
+  /**
+   * A worker that read an answer of at least this many bytes ends once idle, giving back the
+   * heap the parse took (about four times the answer), rather than holding it as resident
+   * memory until the next one. @default 4 MiB
+   */
+  recycleAboveBytes?: number;
 }
 
 interface Running {
   worker: Worker;
   waiting: Map<number, { resolve: (v: unknown) => void; reject: (e: Error) => void }>;
+  /** Read a large answer: end when idle. */
+  recycle: boolean;
 }
 
 /**
@@ -53,6 +61,7 @@ const toShimError = (message: string, bad: boolean) => (bad ? upstreamBadRespons
 export class ParsePool {
   private readonly size: number;
   private readonly inlineBelow: number;
+  private readonly recycleAbove: number;
   private readonly running: Running[] = [];
   private nextId = 1;
   private closed = false;
@@ -60,6 +69,7 @@ export class ParsePool {
   constructor(o: ParsePoolOptions = {}) {
     this.size = o.workers ?? Math.max(1, Math.min(2, availableParallelism() - 1));
     this.inlineBelow = o.inlineBelowBytes ?? 512 * 1024;
+    this.recycleAbove = o.recycleAboveBytes ?? 4 * 1024 * 1024;
   }
 
   /** `GET /users` bytes → columns. The bytes are moved to the worker: the caller must not reuse them. */
@@ -67,19 +77,19 @@ export class ParsePool {
     if (!this.offload(bytes.length)) return inline(() => readUserList(bytes));
     const own = bytes.byteOffset === 0 && bytes.byteLength === bytes.buffer.byteLength;
     const copy = own ? bytes : Uint8Array.prototype.slice.call(bytes);
-    return this.run({ id: 0, kind: 'users', bytes: copy }, [copy.buffer as ArrayBuffer]) as Promise<UserColumns>;
+    return this.run({ id: 0, kind: 'users', bytes: copy }, [copy.buffer as ArrayBuffer], bytes.length) as Promise<UserColumns>;
   }
 
   /** A user list shared as rows (another replica's) → columns. */
   userRows(rows: string): Promise<UserColumns> {
     if (!this.offload(rows.length)) return inline(() => userColumnsFromRows(rows));
-    return this.run({ id: 0, kind: 'rows', rows }, []) as Promise<UserColumns>;
+    return this.run({ id: 0, kind: 'rows', rows }, [], rows.length) as Promise<UserColumns>;
   }
 
   /** Presence answer bytes → columns (see readPresenceAnswer). The bytes stay the caller's (copied). */
   presenceAnswer(bytes: Buffer, era: PresenceEra | undefined): Promise<PresenceColumns> {
     if (!this.offload(bytes.length)) return inline(() => readPresenceAnswer(bytes, era));
-    return this.run({ id: 0, kind: 'presence', bytes, era }, []) as Promise<PresenceColumns>;
+    return this.run({ id: 0, kind: 'presence', bytes, era }, [], bytes.length) as Promise<PresenceColumns>;
   }
 
   async close(): Promise<void> {
@@ -91,14 +101,21 @@ export class ParsePool {
     return this.size > 0 && !this.closed && bytes >= this.inlineBelow;
   }
 
-  private run(task: Task, transfer: ArrayBuffer[]): Promise<unknown> {
+  private run(task: Task, transfer: ArrayBuffer[], bytes: number): Promise<unknown> {
     const r = this.pick();
+    if (bytes >= this.recycleAbove) r.recycle = true;
     const id = this.nextId++;
     return new Promise((resolve, reject) => {
       r.waiting.set(id, { resolve, reject });
       r.worker.ref();
       r.worker.postMessage({ ...task, id }, transfer);
     });
+  }
+
+  private retire(r: Running): void {
+    const i = this.running.indexOf(r);
+    if (i >= 0) this.running.splice(i, 1);
+    void r.worker.terminate();
   }
 
   /** The least busy worker, or a new one while there are fewer than `size`. */
@@ -108,7 +125,7 @@ export class ParsePool {
     if (best && (best.waiting.size === 0 || this.running.length >= this.size)) return best;
     const worker = startWorker();
     worker.unref();
-    const r: Running = { worker, waiting: new Map() };
+    const r: Running = { worker, waiting: new Map(), recycle: false };
     const fail = (e: Error) => {
       const i = this.running.indexOf(r);
       if (i >= 0) this.running.splice(i, 1);
@@ -119,7 +136,10 @@ export class ParsePool {
       const w = r.waiting.get(m.id);
       if (!w) return;
       r.waiting.delete(m.id);
-      if (r.waiting.size === 0) worker.unref();
+      if (r.waiting.size === 0) {
+        worker.unref();
+        if (r.recycle) this.retire(r);
+      }
       if (m.ok) w.resolve(m.result);
       else w.reject(toShimError(m.message, m.bad));
     });

@@ -6,7 +6,7 @@ import type { Metrics } from '../observability/metrics.js';
 import { SharedCache, type CacheBackend } from '../store/shared-cache.js';
 import type { UpstreamClient } from './client.js';
 import { fetchLarge } from './large-fetch.js';
-import { BadAnswer, unpackMember, userColumnsOf, type Member, type UserColumns } from './large-answers.js';
+import { BadAnswer, lines, STEP, unpackMember, userColumnsOf, type Member, type UserColumns } from './large-answers.js';
 import { defaultParsePool, type ParsePool } from './parse-worker.js';
 import type { Realm } from './realm.js';
 
@@ -32,9 +32,6 @@ export function emailPicks(columns: Pick<UserColumns, 'active'>, current: number
   return columns.active[current]! > columns.active[candidate]! ? current : candidate;
 }
 
-/** Email → position, built in steps of this many members (B7: no long block on the event loop). */
-const INDEX_STEP = 25_000;
-
 /**
  * A realm's user list, compact (B7): members by user id in columns, their fields as packed JSON
  * rows read back only for the one user asked about, and an email → position map.
@@ -42,7 +39,6 @@ const INDEX_STEP = 25_000;
 export class Directory {
   /** X2: what this directory holds, in bytes, estimated from its columns. */
   readonly bytes: number;
-  private readonly rowStarts: Int32Array;
 
   private constructor(
     private readonly columns: UserColumns,
@@ -51,27 +47,19 @@ export class Directory {
     readonly fetchedAt: number,
   ) {
     const n = columns.ids.length;
-    this.rowStarts = new Int32Array(n + 1);
-    let at = 0;
-    for (let i = 0; i < n; i++) {
-      this.rowStarts[i] = at;
-      const end = columns.rows.indexOf('\n', at);
-      at = end < 0 ? columns.rows.length : end + 1;
-    }
-    this.rowStarts[n] = columns.rows.length + 1;
     // The map's entries (key string, slot) are the largest part; the emails string is dropped.
-    this.bytes = 1024 + columns.rows.length + columns.emails.length + n * (4 + 8 + 1 + 4 + 72);
+    this.bytes = 1024 + columns.rows.length + n * (4 + 8 + 1 + 4 + 72) + columns.emails.length;
   }
 
   /** Builds the email map in steps, yielding to other requests between them. */
   static async of(columns: UserColumns, fetchedAt: number): Promise<Directory> {
-    const emails = columns.emails === '' ? [] : columns.emails.split('\n');
     const byEmail = new Map<string, number>();
-    for (let i = 0; i < emails.length; i++) {
-      if (i > 0 && i % INDEX_STEP === 0) await nextTurn();
-      const email = emails[i]!;
+    let i = 0;
+    for (const email of lines(columns.emails)) {
+      if (i > 0 && i % STEP === 0) await nextTurn();
       const current = byEmail.get(email);
       byEmail.set(email, current === undefined ? i : emailPicks(columns, current, i));
+      i++;
     }
     return new Directory({ ...columns, emails: '' }, byEmail, fetchedAt);
   }
@@ -91,7 +79,7 @@ export class Directory {
   member(userId: number): Member | undefined {
     const i = this.position(userId);
     if (i < 0) return undefined;
-    return unpackMember(this.columns.rows.slice(this.rowStarts[i]!, this.rowStarts[i + 1]! - 1));
+    return unpackMember(this.columns.rows.slice(this.columns.rowStarts[i]!, this.columns.rowStarts[i + 1]! - 1));
   }
 
   /** date_joined in whole seconds. */

@@ -6,6 +6,10 @@ import type { LedgerState } from '../src/presence/ledger.js';
 import { SnapshotHub, type Snapshot } from '../src/presence/snapshots.js';
 import { ledgerBytes, MemoryStore } from '../src/store/memory.js';
 import { SharedCache } from '../src/store/shared-cache.js';
+import { createLogger } from '../src/observability/logger.js';
+import { createMetrics } from '../src/observability/metrics.js';
+import { UpstreamClient } from '../src/upstream/client.js';
+import { UserDirectory } from '../src/upstream/user-directory.js';
 import { startShim, type RunningShim } from './support/shim.js';
 import { SyntheticZulip } from './support/synthetic-zulip.js';
 
@@ -148,5 +152,38 @@ describe('answer caches (X2)', () => {
     // Too large for the whole budget: not kept.
     caches[0]!.bodies.set('big', { raw: Buffer.alloc(200_000) });
     expect(caches[0]!.bodies.has('big')).toBe(false);
+  });
+});
+
+describe('user list refresh (B7)', () => {
+  it('an expired list is answered at once while it is read again in the background, not inside the caller', async () => {
+    let calls = 0;
+    let release: (() => void) | undefined;
+    const members = JSON.stringify({ result: 'success', msg: '', members: [{ user_id: 7, email: 'a@x' }] });
+    const server = http.createServer((req, res) => {
+      if (!req.url?.startsWith('/api/v1/users')) return res.writeHead(404).end();
+      calls++;
+      const answer = () => res.writeHead(200, { 'content-type': 'application/json' }).end(members);
+      if (calls === 1) answer();
+      else release = answer;
+    });
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+    const client = new UpstreamClient({ target: url, timeoutMs: 5000, maxSockets: 4, insecureTls: false, maxResponseBytes: 1 << 20 });
+    const users = new UserDirectory(client, createLogger('silent'), createMetrics(), { ttlMs: 1, maxEntries: 10 });
+    const realm = { upstream: url, host: 'r.example', key: `${url}|r.example` };
+    try {
+      const first = await users.get(realm, { authorization: 'Basic eDp5' });
+      await new Promise((r) => setTimeout(r, 10)); // past ttlMs
+      const again = await users.get(realm, { authorization: 'Basic eDp5' });
+      expect(again).toBe(first);
+      expect(again.idOf('a@x')).toBe(7);
+      await expect.poll(() => calls).toBe(2); // the reload went out, and nobody waited for it
+      release?.();
+    } finally {
+      await client.destroy();
+      server.closeAllConnections();
+      await new Promise((r) => server.close(r));
+    }
   });
 });

@@ -66,6 +66,30 @@ describe('presence columns', () => {
     );
   });
 
+  it('legacy keys resolved through an email table where read give the same entries; the rest through the caller', async () => {
+    // The table knows users 1..15 (some of them not in the lookup either: 7, 14); the lookup
+    // knows the ones it knows. Entries for 16+ reach the caller as unknown keys.
+    const table = {
+      emails: Array.from({ length: 15 }, (_, i) => `u${i + 1}@x`).join('\n'),
+      ids: Int32Array.from({ length: 15 }, (_, i) => i + 1),
+    };
+    await fc.assert(
+      fc.asyncProperty(fc.array(legacyEntry, { maxLength: 30 }), async (entries) => {
+        const presences = Object.fromEntries(entries.map((e, i) => [`u${i + 1}@x`, e]));
+        const body = bytes({ result: 'success', msg: '', server_timestamp: 1.5, presences });
+        const expected = toModern('legacy', presences, lookup);
+        const viaWorker = await modernFromColumns(await pool.presenceAnswer(body, 'legacy', table), lookup);
+        // The table vouches for 7 and 14 although the lookup does not: they come through.
+        for (const id of [7, 14])
+          if (entries.length >= id && viaWorker.presences.has(id)) expected.presences.set(id, viaWorker.presences.get(id)!);
+        expect(new Map([...viaWorker.presences].sort((a, b) => a[0] - b[0]))).toEqual(
+          new Map([...expected.presences].sort((a, b) => a[0] - b[0])),
+        );
+      }),
+      { numRuns: 30 },
+    );
+  });
+
   it('keeps the top-level fields and leaves the caller its bytes', async () => {
     const body = bytes({ result: 'success', msg: '', server_timestamp: 2.5, zulip_version: '2.1', presences: {} });
     const c = await pool.presenceAnswer(body, undefined);

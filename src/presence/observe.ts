@@ -48,9 +48,15 @@ function convert(era: PresenceEra, presences: UpstreamPresences, users: UserLook
  * B7: a full presence answer's bytes read off the main thread: its top-level fields, and its
  * presences in columns for the conversion the era and format need.
  */
-export function readPresenceAnswer(a: Asker, format: Format, bytes: Buffer): Promise<PresenceColumns> {
+export async function readPresenceAnswer(a: Asker, format: Format, bytes: Buffer): Promise<PresenceColumns> {
   const era = format === 'legacy' ? (a.era === 'exact-slim' ? undefined : 'legacy') : a.era;
-  return a.ctx.users.parser.presenceAnswer(bytes, era);
+  // Legacy keys are resolved where the answer is read, through the realm's email → id map;
+  // without it, toModernPresences says why (E2).
+  const users =
+    era === 'legacy'
+      ? await timedUpstream(a.req, () => a.ctx.users.get(a.realm, forwardedHeaders(a.req))).catch(() => undefined)
+      : undefined;
+  return a.ctx.users.parser.presenceAnswer(bytes, era, users?.emailTable());
 }
 
 /**

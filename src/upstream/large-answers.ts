@@ -199,10 +199,15 @@ export function readUserList(bytes: Uint8Array): UserColumns {
  */
 export interface PresenceColumns {
   top: Record<string, unknown>;
-  /** Legacy answers: the keys (emails), by position, joined by "\n". */
+  /** Legacy answers read without an email table: the keys (emails), by position, joined by "\n". */
   emails?: string | undefined;
-  /** Slim answers: the user ids, by position. */
+  /**
+   * The user ids, by position: slim answers' keys, or legacy keys resolved through the email
+   * table, -1 where the table does not know the email (those are in `unknown`, in order).
+   */
   ids?: Int32Array | undefined;
+  /** Legacy emails the table did not know, in the order of their -1 ids, joined by "\n". */
+  unknown?: string | undefined;
   active: Float64Array;
   idle: Float64Array;
   /** Users in the columns; 0 with no conversion asked for. */
@@ -214,7 +219,23 @@ export interface PresenceColumns {
  * `legacy` for email-keyed answers of any era, the upstream's era for slim ones; undefined when
  * the answer is not converted (7.0–8.x legacy answers: only its top-level fields are read).
  */
-export function readPresenceAnswer(bytes: Uint8Array, era: PresenceEra | undefined): PresenceColumns {
+/**
+ * The realm's email → id map as the user directory decided it (X10), to resolve legacy keys
+ * where the answer is read: each email (joined by "\n") and the id it stands for, by position.
+ */
+export interface EmailTable {
+  emails: string;
+  ids: Int32Array;
+}
+
+function tableMap(t: EmailTable): Map<string, number> {
+  const m = new Map<string, number>();
+  let i = 0;
+  for (const email of lines(t.emails)) m.set(email, t.ids[i++]!);
+  return m;
+}
+
+export function readPresenceAnswer(bytes: Uint8Array, era: PresenceEra | undefined, table?: EmailTable): PresenceColumns {
   const body = parseObject(bytes);
   const { presences, ...top } = body;
   if (!presences || typeof presences !== 'object' || Array.isArray(presences)) {
@@ -224,14 +245,16 @@ export function readPresenceAnswer(bytes: Uint8Array, era: PresenceEra | undefin
   const entries = Object.entries(presences as Record<string, unknown>);
   const active = new Float64Array(entries.length);
   const idle = new Float64Array(entries.length);
-  const ids = era === 'legacy' ? undefined : new Int32Array(entries.length);
+  const byEmail = era === 'legacy' && table ? tableMap(table) : undefined;
+  const slim = era !== 'legacy';
+  const ids = slim || byEmail ? new Int32Array(entries.length) : undefined;
   const emails: string[] = [];
   let n = 0;
   const convert = era === 'legacy' ? legacyUserToModern : oldSlimToModern;
   for (const [key, entry] of entries) {
-    if (ids) {
+    if (slim) {
       if (!/^\d+$/.test(key)) continue;
-      ids[n] = Number(key);
+      ids![n] = Number(key);
     } else if (key.includes('\n')) continue;
     // A never-active user's active time is the one thing this thread cannot know: marked NaN.
     let joinedAsked = false;
@@ -242,12 +265,17 @@ export function readPresenceAnswer(bytes: Uint8Array, era: PresenceEra | undefin
     if (!p) continue;
     active[n] = joinedAsked ? Number.NaN : p.active_timestamp;
     idle[n] = p.idle_timestamp;
-    if (!ids) emails.push(key);
+    if (byEmail) {
+      const id = byEmail.get(key);
+      ids![n] = id ?? -1;
+      if (id === undefined) emails.push(key);
+    } else if (!slim) emails.push(key);
     n++;
   }
   return {
     top,
-    emails: ids ? undefined : emails.join('\n'),
+    emails: slim || byEmail ? undefined : emails.join('\n'),
+    unknown: byEmail ? emails.join('\n') : undefined,
     ids: ids?.slice(0, n),
     active: active.slice(0, n),
     idle: idle.slice(0, n),
@@ -284,17 +312,19 @@ export async function modernFromColumns(c: PresenceColumns, users: UserLookup): 
   const presences = new Map<number, ModernPresence>();
   const unknownEmails: string[] = [];
   const emails = c.emails === undefined ? undefined : lines(c.emails);
+  const unknown = lines(c.unknown ?? '');
   for (let i = 0; i < c.count; i++) {
     if (i > 0 && i % STEP === 0) await nextTurn();
-    let id: number | undefined;
-    if (emails) {
-      const email = emails.next().value as string;
+    let id: number | undefined = emails ? undefined : c.ids![i]!;
+    if (id === undefined || id === -1) {
+      // A key the worker could not resolve: through the caller's map (a fresher one, after a refresh).
+      const email = (emails ?? unknown).next().value as string;
       id = users.idOf(email);
       if (id === undefined) {
         unknownEmails.push(email);
         continue;
       }
-    } else id = c.ids![i]!;
+    }
     const idle = c.idle[i]!;
     let active = c.active[i]!;
     if (Number.isNaN(active)) active = Math.min(users.dateJoinedOf(id) ?? 0, idle);

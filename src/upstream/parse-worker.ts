@@ -8,6 +8,7 @@ import {
   readPresenceAnswer,
   readUserList,
   userColumnsFromRows,
+  type EmailTable,
   type PresenceColumns,
   type UserColumns,
 } from './large-answers.js';
@@ -86,10 +87,13 @@ export class ParsePool {
     return this.run({ id: 0, kind: 'rows', rows }, [], rows.length) as Promise<UserColumns>;
   }
 
-  /** Presence answer bytes → columns (see readPresenceAnswer). The bytes stay the caller's (copied). */
-  presenceAnswer(bytes: Buffer, era: PresenceEra | undefined): Promise<PresenceColumns> {
-    if (!this.offload(bytes.length)) return inline(() => readPresenceAnswer(bytes, era));
-    return this.run({ id: 0, kind: 'presence', bytes, era }, [], bytes.length) as Promise<PresenceColumns>;
+  /**
+   * Presence answer bytes → columns (see readPresenceAnswer); legacy keys resolved through
+   * `table` where given. The bytes stay the caller's (copied).
+   */
+  presenceAnswer(bytes: Buffer, era: PresenceEra | undefined, table?: EmailTable): Promise<PresenceColumns> {
+    if (!this.offload(bytes.length)) return inline(() => readPresenceAnswer(bytes, era, table));
+    return this.run({ id: 0, kind: 'presence', bytes, era, table }, [], bytes.length) as Promise<PresenceColumns>;
   }
 
   async close(): Promise<void> {

@@ -6,7 +6,7 @@ import type { Metrics } from '../observability/metrics.js';
 import { SharedCache, type CacheBackend } from '../store/shared-cache.js';
 import type { UpstreamClient } from './client.js';
 import { fetchLarge } from './large-fetch.js';
-import { BadAnswer, lines, STEP, unpackMember, userColumnsOf, type Member, type UserColumns } from './large-answers.js';
+import { BadAnswer, lines, STEP, unpackMember, userColumnsOf, type EmailTable, type Member, type UserColumns } from './large-answers.js';
 import { defaultParsePool, type ParsePool } from './parse-worker.js';
 import type { Realm } from './realm.js';
 
@@ -43,12 +43,14 @@ export class Directory {
   private constructor(
     private readonly columns: UserColumns,
     private readonly positions: ReadonlyMap<string, number>,
+    /** The id each email (by position) stands for, after emailPicks. */
+    private readonly picked: Int32Array,
     /** When the upstream answered (ms since the epoch), so a reader can tell how fresh it is. */
     readonly fetchedAt: number,
   ) {
     const n = columns.ids.length;
-    // The map's entries (key string, slot) are the largest part; the emails string is dropped.
-    this.bytes = 1024 + columns.rows.length + n * (4 + 8 + 1 + 4 + 72) + columns.emails.length;
+    // The map's entries (key string, slot) are the largest part.
+    this.bytes = 1024 + columns.rows.length + columns.emails.length + n * (4 + 8 + 1 + 4 + 4 + 72);
   }
 
   /** Builds the email map in steps, yielding to other requests between them. */
@@ -61,7 +63,18 @@ export class Directory {
       byEmail.set(email, current === undefined ? i : emailPicks(columns, current, i));
       i++;
     }
-    return new Directory({ ...columns, emails: '' }, byEmail, fetchedAt);
+    const picked = new Int32Array(i);
+    i = 0;
+    for (const email of lines(columns.emails)) {
+      if (i > 0 && i % STEP === 0) await nextTurn();
+      picked[i++] = columns.ids[byEmail.get(email)!]!;
+    }
+    return new Directory(columns, byEmail, picked, fetchedAt);
+  }
+
+  /** The email → id map as a table, for reading a legacy answer's keys off the main thread (B7). */
+  emailTable(): EmailTable {
+    return { emails: this.columns.emails, ids: this.picked };
   }
 
   /** Members in the list. */

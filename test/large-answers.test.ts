@@ -141,8 +141,9 @@ describe('user list columns', () => {
     const c = readUserList(bytes({ members }));
     const d = await Directory.of(c, 7);
     expect(d.idOf('b@x')).toBe(9);
-    expect(emailPicks(c, 1, 2)).toBe(2);
-    expect(emailPicks(c, 2, 1)).toBe(2);
+    expect(emailPicks(c, [1, 2])).toBe(2);
+    expect(emailPicks(c, [2, 1])).toBe(2);
+    expect(d.ambiguousEmails).toEqual(new Set(['b@x']));
     expect(d.idOf('a@x')).toBe(3);
     expect(d.idOf('nobody@x')).toBeUndefined();
     expect(d.member(3)).toEqual(memberOf(members[1]));

@@ -26,11 +26,11 @@ describe('byte budgets', () => {
     const told: number[] = [];
     const perRealm = ledgerBytes({ users: presences(100) } as unknown as LedgerState);
     const store = new MemoryStore({ maxRealms: 1000, maxBytes: perRealm * 3, onTooLarge: (_r, bytes) => told.push(bytes) });
-    for (const realm of ['a', 'b', 'c', 'd']) await store.observe(realm, { serverTimestamp: 1, presences: presences(100), complete: true });
+    for (const realm of ['a', 'b', 'c', 'd']) await store.merge(realm, { serverTimestamp: 1, presences: presences(100), complete: true });
     expect(await store.load('a')).toBeUndefined();
     expect(await store.load('d')).toBeDefined();
-    await store.observe('big', { serverTimestamp: 1, presences: presences(400), complete: true });
-    await store.observe('big2', { serverTimestamp: 1, presences: presences(400), complete: true });
+    await store.merge('big', { serverTimestamp: 1, presences: presences(400), complete: true });
+    await store.merge('big2', { serverTimestamp: 1, presences: presences(400), complete: true });
     expect(told).toHaveLength(1);
     expect(await store.load('big')).toBeUndefined();
   });
@@ -40,11 +40,10 @@ describe('byte budgets', () => {
     const big = (): Snapshot => ({
       serverTimestamp: 1,
       fetchedAt: Date.now(),
+      complete: true,
       modern: new Map(),
-      legacy: undefined,
       legacyBytes: Buffer.alloc(600 * 1024),
       ledger: undefined,
-      answers: new Map(),
       bodies: new Map(),
     });
     for (const scope of ['a', 'b', 'c', 'd']) await hub.lead(scope, async () => big());
@@ -137,21 +136,21 @@ describe('large answers (B7)', () => {
 });
 
 describe('answer caches (X2)', () => {
-  it('answers built from any number of snapshots share one byte budget; the ones used longest ago go', () => {
+  it('answer bodies of any number of snapshots share one byte budget; the ones used longest ago go', () => {
     const hub = new SnapshotHub(5_000, 100, Date.now, 1 << 30, 100_000);
-    const caches = Array.from({ length: 10 }, () => hub.answerCaches());
+    const caches = Array.from({ length: 10 }, () => hub.bodies());
     // history_limit_days=1, 2, 3, … each builds its own full answer: the budget holds.
     for (const [i, c] of caches.entries()) {
-      for (let days = 0; days < 10; days++) c.answers.set(`full|${days}`, { json: 'x'.repeat(2_000 + i), maxId: days });
+      for (let days = 0; days < 10; days++) c.set(`full|${days}`, { raw: Buffer.alloc(2_000 + i) });
     }
-    const kept = caches.reduce((n, c) => n + c.answers.size, 0);
-    expect(kept).toBeLessThanOrEqual(Math.floor(100_000 / (64 + 2 * 2_000)));
+    const kept = caches.reduce((n, c) => n + c.size, 0);
+    expect(kept).toBeLessThanOrEqual(Math.floor(100_000 / (64 + 1.5 * 2_000)));
     expect(kept).toBeGreaterThan(0);
-    expect(caches[9]!.answers.get('full|9')?.maxId).toBe(9);
-    expect(caches[0]!.answers.get('full|0')).toBeUndefined();
+    expect(caches[9]!.get('full|9')?.raw.length).toBe(2_009);
+    expect(caches[0]!.get('full|0')).toBeUndefined();
     // Too large for the whole budget: not kept.
-    caches[0]!.bodies.set('big', { raw: Buffer.alloc(200_000) });
-    expect(caches[0]!.bodies.has('big')).toBe(false);
+    caches[0]!.set('big', { raw: Buffer.alloc(200_000) });
+    expect(caches[0]!.has('big')).toBe(false);
   });
 });
 

@@ -117,7 +117,7 @@ export interface UserColumns {
   ids: Int32Array;
   /** date_joined in whole seconds (NaN where it does not parse), by position. */
   joined: Float64Array;
-  /** 1 where the member is active, by position (X10: an email's active user wins). */
+  /** 1 where the member is active, by position (X10: an email's one active user wins). */
   active: Uint8Array;
   /** Emails, by position, joined by "\n". */
   emails: string;
@@ -212,6 +212,8 @@ export interface PresenceColumns {
   idle: Float64Array;
   /** Users in the columns; 0 with no conversion asked for. */
   count: number;
+  /** Users the answer shows (its keys), converted or not. */
+  keys: number;
 }
 
 /**
@@ -231,7 +233,10 @@ export interface EmailTable {
 function tableMap(t: EmailTable): Map<string, number> {
   const m = new Map<string, number>();
   let i = 0;
-  for (const email of lines(t.emails)) m.set(email, t.ids[i++]!);
+  for (const email of lines(t.emails)) {
+    const id = t.ids[i++]!;
+    if (id >= 0) m.set(email, id); // -1: an email shared by several, standing for none (X10)
+  }
   return m;
 }
 
@@ -241,8 +246,8 @@ export function readPresenceAnswer(bytes: Uint8Array, era: PresenceEra | undefin
   if (!presences || typeof presences !== 'object' || Array.isArray(presences)) {
     throw new BadAnswer('presence answer without a presences object');
   }
-  if (!era) return { top, active: new Float64Array(0), idle: new Float64Array(0), count: 0 };
   const entries = Object.entries(presences as Record<string, unknown>);
+  if (!era) return { top, active: new Float64Array(0), idle: new Float64Array(0), count: 0, keys: entries.length };
   const active = new Float64Array(entries.length);
   const idle = new Float64Array(entries.length);
   const byEmail = era === 'legacy' && table ? tableMap(table) : undefined;
@@ -280,6 +285,7 @@ export function readPresenceAnswer(bytes: Uint8Array, era: PresenceEra | undefin
     active: active.slice(0, n),
     idle: idle.slice(0, n),
     count: n,
+    keys: entries.length,
   };
 }
 

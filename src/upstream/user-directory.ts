@@ -25,11 +25,13 @@ export type { Member } from './large-answers.js';
 export { memberOf } from './large-answers.js';
 
 /**
- * X10: which of two members with one email the email stands for (by position in the columns):
- * the active one; between equals, the later one. The one place an email picks a user id.
+ * X10: the member an email shared by several stands for, by position in the columns: the one
+ * active member (presence is only ever reported for active users); none (-1) when that is not
+ * exactly one, so no user's presence is attributed to another. The one place an email picks.
  */
-export function emailPicks(columns: Pick<UserColumns, 'active'>, current: number, candidate: number): number {
-  return columns.active[current]! > columns.active[candidate]! ? current : candidate;
+export function emailPicks(columns: Pick<UserColumns, 'active'>, positions: readonly number[]): number {
+  const active = positions.filter((i) => columns.active[i] === 1);
+  return active.length === 1 ? active[0]! : -1;
 }
 
 /**
@@ -43,8 +45,10 @@ export class Directory {
   private constructor(
     private readonly columns: UserColumns,
     private readonly positions: ReadonlyMap<string, number>,
-    /** The id each email (by position) stands for, after emailPicks. */
+    /** The id each email (by position) stands for, after emailPicks; -1 for none. */
     private readonly picked: Int32Array,
+    /** X10: emails more than one member of the list has (unmapped unless one is active). */
+    readonly ambiguousEmails: ReadonlySet<string>,
     /** When the upstream answered (ms since the epoch), so a reader can tell how fresh it is. */
     readonly fetchedAt: number,
   ) {
@@ -56,20 +60,32 @@ export class Directory {
   /** Builds the email map in steps, yielding to other requests between them. */
   static async of(columns: UserColumns, fetchedAt: number): Promise<Directory> {
     const byEmail = new Map<string, number>();
+    const shared = new Map<string, number[]>();
     let i = 0;
     for (const email of lines(columns.emails)) {
       if (i > 0 && i % STEP === 0) await nextTurn();
-      const current = byEmail.get(email);
-      byEmail.set(email, current === undefined ? i : emailPicks(columns, current, i));
+      const first = byEmail.get(email);
+      if (first === undefined) byEmail.set(email, i);
+      else {
+        const group = shared.get(email);
+        if (group) group.push(i);
+        else shared.set(email, [first, i]);
+      }
       i++;
+    }
+    for (const [email, group] of shared) {
+      const chosen = emailPicks(columns, group);
+      if (chosen >= 0) byEmail.set(email, chosen);
+      else byEmail.delete(email);
     }
     const picked = new Int32Array(i);
     i = 0;
     for (const email of lines(columns.emails)) {
       if (i > 0 && i % STEP === 0) await nextTurn();
-      picked[i++] = columns.ids[byEmail.get(email)!]!;
+      const at = byEmail.get(email);
+      picked[i++] = at === undefined ? -1 : columns.ids[at]!;
     }
-    return new Directory(columns, byEmail, picked, fetchedAt);
+    return new Directory(columns, byEmail, picked, new Set(shared.keys()), fetchedAt);
   }
 
   /** The email → id map as a table, for reading a legacy answer's keys off the main thread (B7). */
@@ -171,6 +187,8 @@ export class UserDirectory {
   readonly parser: ParsePool;
   private readonly maxAnswerBytes: number;
   private tooLargeLogged = false;
+  /** Realms whose shared emails were logged already (X10: once). */
+  private readonly ambiguityLogged = new Set<string>();
 
   constructor(
     private readonly client: UpstreamClient,
@@ -242,6 +260,7 @@ export class UserDirectory {
     }
     const dir = await Directory.of(await this.parser.userList(r.body), Date.now());
     this.log.debug({ realm: realm.host, members: dir.size, bytes: dir.bytes }, 'user directory loaded');
+    if (dir.ambiguousEmails.size > 0) this.logAmbiguity(realm, dir);
     if (dir.bytes > this.maxBytes && !this.tooLargeLogged) {
       this.tooLargeLogged = true;
       this.log.warn(
@@ -250,6 +269,18 @@ export class UserDirectory {
       );
     }
     return dir;
+  }
+
+  private logAmbiguity(realm: Realm, dir: Directory): void {
+    if (this.ambiguityLogged.has(realm.key)) return;
+    if (this.ambiguityLogged.size >= 1_000) this.ambiguityLogged.clear();
+    this.ambiguityLogged.add(realm.key);
+    const emails = [...dir.ambiguousEmails].slice(0, 10);
+    const userIds = emails.map((e) => dir.idOf(e) ?? null);
+    this.log.warn(
+      { realm: realm.host, shared: dir.ambiguousEmails.size, unmapped: userIds.filter((id) => id === null).length, userIds },
+      'user list: several users share an email; presence goes to the one active user, or to nobody when that is not one',
+    );
   }
 
   private tooLarge(realm: Realm): void {

@@ -6,21 +6,29 @@ import { LRUCache } from 'lru-cache';
  * real Map, so code that caches in a Map needs no change beyond where the map is made.
  */
 export class ByteBudget {
-  private readonly entries: LRUCache<number, { map: BudgetedMap<unknown, unknown>; key: unknown }>;
+  /** Weak: a map nobody holds any more (its snapshot was dropped) is collected with its entries. */
+  private readonly entries: LRUCache<number, { map: WeakRef<BudgetedMap<unknown, unknown>>; key: unknown }>;
+  /** …and its entries are then given back to the budget. */
+  private readonly collected = new FinalizationRegistry<Map<unknown, number>>((tickets) => {
+    for (const ticket of tickets.values()) this.entries.delete(ticket);
+  });
   private next = 0;
 
   constructor(readonly maxBytes: number) {
     this.entries = new LRUCache({
       maxSize: maxBytes,
       dispose: ({ map, key }, _ticket, reason) => {
-        if (reason !== 'delete') map.forget(key);
+        if (reason !== 'delete') map.deref()?.forget(key);
       },
     });
   }
 
   /** A map whose entries count against this budget, each sized by `sizeOf` when it is set. */
   map<K, V>(sizeOf: (value: V) => number): BudgetedMap<K, V> {
-    return new BudgetedMap<K, V>(this, sizeOf);
+    const tickets = new Map<K, number>();
+    const map = new BudgetedMap<K, V>(this, sizeOf, tickets);
+    this.collected.register(map, tickets as Map<unknown, number>);
+    return map;
   }
 
   /** Bytes the entries take now. */
@@ -31,7 +39,7 @@ export class ByteBudget {
   /** @internal */
   charge(map: BudgetedMap<unknown, unknown>, key: unknown, bytes: number): number {
     const ticket = ++this.next;
-    this.entries.set(ticket, { map, key }, { size: Math.max(1, Math.ceil(bytes)) });
+    this.entries.set(ticket, { map: new WeakRef(map), key }, { size: Math.max(1, Math.ceil(bytes)) });
     return ticket;
   }
 
@@ -47,11 +55,10 @@ export class ByteBudget {
 }
 
 export class BudgetedMap<K, V> extends Map<K, V> {
-  private readonly tickets = new Map<K, number>();
-
   constructor(
     private readonly budget: ByteBudget,
     private readonly sizeOf: (value: V) => number,
+    private readonly tickets: Map<K, number>,
   ) {
     super();
   }

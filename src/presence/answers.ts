@@ -4,7 +4,7 @@ import { ledgerOrNew, ledgerToAnswerFrom, raisedForUnvouchedId, type Asker, type
 import { limitLegacyHistory } from './convert.js';
 import type { PresenceRequest } from './params.js';
 import type { Poll } from './report.js';
-import type { Snapshot } from './snapshots.js';
+import type { Snapshot, SnapshotHub } from './snapshots.js';
 
 /**
  * Answer building: the bytes a full presence poll gets, from the realm's ledger (ids and data,
@@ -31,10 +31,10 @@ const bodiesByLedger = new WeakMap<LedgerState, Map<string, Encodable>>();
 /** Distinct bodies kept per ledger state: a client cannot grow it with made-up ids. */
 const MAX_BODIES_PER_LEDGER = 32;
 
-function bodiesOf(ledger: LedgerState): Map<string, Encodable> {
+function bodiesOf(hub: SnapshotHub, ledger: LedgerState): Map<string, Encodable> {
   let bodies = bodiesByLedger.get(ledger);
   if (!bodies) {
-    bodies = new Map();
+    bodies = hub.bodies(); // X2: within the answers budget, too
     bodiesByLedger.set(ledger, bodies);
   }
   if (bodies.size >= MAX_BODIES_PER_LEDGER) bodies.clear();
@@ -73,7 +73,7 @@ export async function modernAnswer(poll: Poll, snapshot: Snapshot): Promise<Buil
   const kind: AnswerKind = delta ? 'delta' : lastUpdateId !== undefined && lastUpdateId > 0 ? 'resync' : 'modern_full';
   const reusable = snapshot.complete && request.ignored.length === 0 && kind !== 'resync';
   const key = `${delta ? lastUpdateId : 'full'}|${request.historyLimitDays ?? ''}|${serverTimestamp}`;
-  const bodies = reusable ? bodiesOf(ledger) : undefined;
+  const bodies = reusable ? bodiesOf(poll.ctx.snapshots, ledger) : undefined;
   let body = bodies?.get(key);
   if (!body) {
     const built = answer(ledger, {

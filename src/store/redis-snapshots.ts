@@ -25,11 +25,12 @@ if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 if redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
 return 0`;
 
-/** Publishes the snapshot for the rest of its window, drops our lock, wakes the waiters. */
+/** Publishes the snapshot for the rest of its window, drops our lock, wakes the waiters. The
+ * channel is an argument, not a key: a script's keys must share one Cluster slot. */
 const PUBLISH_LUA = `
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 if redis.call('GET', KEYS[2]) == ARGV[3] then redis.call('DEL', KEYS[2]) end
-redis.call('PUBLISH', KEYS[3], ARGV[4])
+redis.call('PUBLISH', ARGV[5], ARGV[4])
 return 1`;
 
 /** Deletes the lock only if it is still ours (it may have expired and been taken since), and
@@ -37,7 +38,7 @@ return 1`;
 const RELEASE_LUA = `
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', KEYS[2], ARGV[2])
+  redis.call('PUBLISH', ARGV[3], ARGV[2])
 end
 return 0`;
 
@@ -52,8 +53,8 @@ type Peeked = [Buffer, number] | number | null;
 
 interface SnapshotCommands {
   zcsSnapLock(data: string, lock: string, token: string, ttlMs: number): Promise<number>;
-  zcsSnapPublish(data: string, lock: string, channel: string, value: Buffer, ttlMs: number, token: string, scope: string): Promise<number>;
-  zcsSnapRelease(lock: string, channel: string, token: string, scope: string): Promise<number>;
+  zcsSnapPublish(data: string, lock: string, value: Buffer, ttlMs: number, token: string, scope: string, channel: string): Promise<number>;
+  zcsSnapRelease(lock: string, token: string, scope: string, channel: string): Promise<number>;
   zcsSnapPeekBuffer(data: string, lock: string): Promise<Peeked>;
 }
 
@@ -75,8 +76,8 @@ export class RedisSnapshots implements ClusterSnapshots {
     private readonly o: RedisSnapshotsOptions,
   ) {
     conn.redis.defineCommand('zcsSnapLock', { numberOfKeys: 2, lua: LOCK_LUA });
-    conn.redis.defineCommand('zcsSnapPublish', { numberOfKeys: 3, lua: PUBLISH_LUA });
-    conn.redis.defineCommand('zcsSnapRelease', { numberOfKeys: 2, lua: RELEASE_LUA });
+    conn.redis.defineCommand('zcsSnapPublish', { numberOfKeys: 2, lua: PUBLISH_LUA });
+    conn.redis.defineCommand('zcsSnapRelease', { numberOfKeys: 1, lua: RELEASE_LUA });
     conn.redis.defineCommand('zcsSnapPeek', { numberOfKeys: 2, lua: PEEK_LUA });
     this.commands = conn.redis as unknown as SnapshotCommands;
   }
@@ -109,11 +110,11 @@ export class RedisSnapshots implements ClusterSnapshots {
       this.commands.zcsSnapPublish(
         this.keyOf('snap', scope),
         this.keyOf('snap-lock', scope),
-        this.keyOf('snap-ready'),
         value,
         ttl(remainingMs),
         token,
         scope,
+        this.keyOf('snap-ready'),
       ),
     );
   }
@@ -121,7 +122,7 @@ export class RedisSnapshots implements ClusterSnapshots {
   async release(scope: string, token = this.tokens.get(scope)): Promise<void> {
     this.tokens.delete(scope);
     if (!token) return;
-    await this.conn.run(() => this.commands.zcsSnapRelease(this.keyOf('snap-lock', scope), this.keyOf('snap-ready'), token, scope));
+    await this.conn.run(() => this.commands.zcsSnapRelease(this.keyOf('snap-lock', scope), token, scope, this.keyOf('snap-ready')));
   }
 
   /** The snapshot once published; undefined at the timeout, or at once when the fetcher gave up. */

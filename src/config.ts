@@ -111,7 +111,31 @@ export const configSchema = z
     }),
     featureLevel: z.strictObject({
       ttlMs: ms.min(1).describe("How long an upstream's feature level (from server_settings) is reused."),
+      failureTtlMs: ms.min(1).describe('X2: a Host whose server_settings the upstream refused (4xx) is not asked again for this long.'),
     }),
+    memory: z
+      .strictObject({
+        featureLevelsBytes: z.number().int().min(1024).describe("X2: bytes for realms' server_settings results, failures included."),
+        userDirectoriesBytes: z.number().int().min(1024).describe("X2: bytes for realms' user lists (compact email → id directories)."),
+        snapshotsBytes: z.number().int().min(1024).describe('X2: bytes for shared presence snapshots.'),
+        answersBytes: z
+          .number()
+          .int()
+          .min(1024)
+          .describe('X2: bytes for presence answers built from snapshots and reused by callers at the same id.'),
+        ledgersBytes: z.number().int().min(1024).describe('X2: bytes for presence ledgers of the in-memory store.'),
+        lookupsBytes: z.number().int().min(1024).describe('X2: bytes for per-user lookups (delivery emails).'),
+        largeAnswerBytes: z
+          .number()
+          .int()
+          .min(1024)
+          .describe(
+            'B7: largest full presence answer or user list read (35 MB at 100k users on 2.1); other intercepted answers keep upstream.maxResponseBytes.',
+          ),
+      })
+      .describe(
+        'X2: byte budgets, each evicting least recently used entries within it; sizes are estimated from the upstream bytes each structure was built from.',
+      ),
     log: z.strictObject({
       level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).describe('pino log level.'),
     }),

@@ -17,6 +17,7 @@ import { UpstreamClient } from './upstream/client.js';
 import { FeatureLevels } from './upstream/feature-level.js';
 import { realmOf } from './upstream/realm.js';
 import { UserDirectory } from './upstream/user-directory.js';
+import { ParsePool } from './upstream/parse-worker.js';
 import { allowLongPolls, listen } from './http/listen.js';
 
 /**
@@ -134,10 +135,23 @@ export function createShim(o: ShimOptions): Shim {
     maxResponseBytes: config.upstream.maxResponseBytes,
     observe: observeUpstream,
   });
-  const featureLevels = new FeatureLevels(client, log, config.featureLevel.ttlMs);
+  const featureLevels = new FeatureLevels(client, log, { ...config.featureLevel, maxBytes: config.memory.featureLevelsBytes });
   const store = o.store ?? createStore(config, log, metrics);
-  const users = new UserDirectory(client, log, metrics, { ...config.lookups, backend: store.cacheBackend });
-  const snapshots = new SnapshotHub(config.presence.coalesceMs, config.presence.maxRealms * 4);
+  const parser = new ParsePool();
+  const users = new UserDirectory(client, log, metrics, {
+    ...config.lookups,
+    backend: store.cacheBackend,
+    parser,
+    maxBytes: config.memory.userDirectoriesBytes,
+    maxAnswerBytes: config.memory.largeAnswerBytes,
+  });
+  const snapshots = new SnapshotHub(
+    config.presence.coalesceMs,
+    config.presence.maxRealms * 4,
+    Date.now,
+    config.memory.snapshotsBytes,
+    config.memory.answersBytes,
+  );
   const context: ShimContext = {
     config,
     log,
@@ -315,6 +329,7 @@ export function createShim(o: ShimOptions): Shim {
       }).then(async () => {
         await passThrough.close();
         await client.destroy();
+        await parser.close();
         if (!o.store) await store.close(); // a store passed in belongs to the caller
       });
       return closing;

@@ -20,7 +20,17 @@ export function redisTargetOf(store: Config['store']): RedisTarget | undefined {
 /** The store the configuration asks for: Redis when one is named (S1), else this process. */
 export function createStore(config: Config, log: Logger, metrics: Metrics): PresenceStore {
   const target = redisTargetOf(config.store);
-  if (!target) return new MemoryStore(config.presence.maxRealms);
+  if (!target) {
+    return new MemoryStore({
+      maxRealms: config.presence.maxRealms,
+      maxBytes: config.memory.ledgersBytes,
+      onTooLarge: (realm, bytes, maxBytes) =>
+        log.warn(
+          { realm, bytes, maxBytes },
+          'presence ledger larger than memory.ledgersBytes: not kept, every poll gets full data; raise memory.ledgersBytes',
+        ),
+    });
+  }
   return new RedisStore({
     target,
     keyPrefix: config.store.keyPrefix,

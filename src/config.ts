@@ -3,6 +3,7 @@ import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { z } from 'zod';
+import { parseCidr } from './http/forwarded.js';
 
 /**
  * Layered, validated configuration (contract "Interface"):
@@ -56,6 +57,21 @@ export const configSchema = z
       bodyLimitBytes: z.number().int().min(1),
       /** On SIGTERM, how long in-flight requests may take before sockets are closed. */
       shutdownGraceMs: ms,
+      /**
+       * X4: peers (CIDR list, or a comma-separated string from env/flag) whose X-Forwarded-Host
+       * and X-Forwarded-Proto are believed; anyone else's are replaced by the shim's own view.
+       * @default [] (none)
+       */
+      trustProxy: z.preprocess(
+        (v) =>
+          typeof v === 'string'
+            ? v
+                .split(',')
+                .map((s) => s.trim())
+                .filter(Boolean)
+            : v,
+        z.array(z.string().refine((s) => parseCidr(s) !== undefined, 'must be IP addresses or CIDR ranges (10.0.0.0/8, fd00::/8)')),
+      ),
     }),
     store: z.object({
       redisUrl: z
@@ -118,6 +134,7 @@ const SETTINGS: Setting[] = [
   { flag: 'upstream-timeout-ms', env: 'UPSTREAM_TIMEOUT_MS', path: ['upstream', 'timeoutMs'], kind: 'int' },
   { flag: 'replay-strict', env: 'REPLAY_STRICT', path: ['replay', 'strict'], kind: 'bool' },
   { flag: 'insecure-upstream-tls', env: 'UPSTREAM_INSECURE_TLS', path: ['upstream', 'insecureTls'], kind: 'bool' },
+  { flag: 'trust-proxy', env: 'TRUST_PROXY', path: ['server', 'trustProxy'], kind: 'string' },
 ];
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -195,6 +212,7 @@ export const USAGE = `Usage: zulip-compat-shim [options]
   --upstream-timeout-ms N   504 after N ms of upstream silence            [UPSTREAM_TIMEOUT_MS]
   --replay-strict           a replay miss fails the process at shutdown   [REPLAY_STRICT]
   --insecure-upstream-tls   accept self-signed upstream certificates      [UPSTREAM_INSECURE_TLS]
+  --trust-proxy CIDRS       believe X-Forwarded-Host/Proto from these     [TRUST_PROXY]
   --version                 print the version and exit
   --help                    print this help and exit
 

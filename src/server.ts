@@ -14,6 +14,8 @@ import { SnapshotHub, type ClusterSnapshots } from './presence/snapshots.js';
 import { clusterSnapshotsFor, createStore } from './store/create.js';
 import type { PresenceStore } from './store/types.js';
 import { UpstreamClient } from './upstream/client.js';
+import { createTransport } from './upstream/transport.js';
+import { distrustForwarded, TrustedProxies } from './http/forwarded.js';
 import { FeatureLevels } from './upstream/feature-level.js';
 import { realmOf } from './upstream/realm.js';
 import { UserDirectory } from './upstream/user-directory.js';
@@ -80,14 +82,23 @@ export function createShim(o: ShimOptions): Shim {
   const { config, log } = o;
   const metrics = createMetrics();
   const observeUpstream = upstreamObserver(metrics);
+  // The one way to the upstream, for the pass-through and the shim's own calls alike.
+  const transport = createTransport({
+    target: o.target,
+    timeoutMs: config.upstream.timeoutMs,
+    maxSockets: config.upstream.maxSockets,
+    insecureTls: config.upstream.insecureTls,
+    observe: observeUpstream,
+  });
   const client = new UpstreamClient({
     target: o.target,
     timeoutMs: config.upstream.timeoutMs,
     maxSockets: config.upstream.maxSockets,
     insecureTls: config.upstream.insecureTls,
     maxResponseBytes: config.upstream.maxResponseBytes,
-    observe: observeUpstream,
+    transport,
   });
+  const trustedProxies = new TrustedProxies(config.server.trustProxy);
   const featureLevels = new FeatureLevels(client, log, config.featureLevel.ttlMs);
   const store = o.store ?? createStore(config, log, metrics);
   const users = new UserDirectory(client, log, metrics, { ...config.lookups, backend: store.cacheBackend });
@@ -105,14 +116,7 @@ export function createShim(o: ShimOptions): Shim {
     users,
   };
 
-  const passThrough: PassThrough = createPassThrough({
-    target: o.target,
-    timeoutMs: config.upstream.timeoutMs,
-    maxSockets: config.upstream.maxSockets,
-    insecureTls: config.upstream.insecureTls,
-    log,
-    observe: observeUpstream,
-  });
+  const passThrough: PassThrough = createPassThrough({ target: o.target, transport, insecureTls: config.upstream.insecureTls, log });
 
   const logRequest = requestLogger(log, (path) => OWN_PATHS.has(path));
 
@@ -162,6 +166,7 @@ export function createShim(o: ShimOptions): Shim {
 
   const server = http.createServer((req, res) => {
     try {
+      distrustForwarded(req, trustedProxies); // X4, before anything reads them
       const path = pathOf(req.url);
       logRequest(req, res, path);
       if (OWN_PATHS.has(path) || INTERCEPTED.has(`${req.method} ${path}`)) {
@@ -175,7 +180,10 @@ export function createShim(o: ShimOptions): Shim {
       sendShimError(res, toShimError(e));
     }
   });
-  server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => passThrough.ws(req, socket, head));
+  server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
+    distrustForwarded(req, trustedProxies); // X4
+    passThrough.ws(req, socket, head);
+  });
   server.on('clientError', (err, socket) => {
     const code = (err as NodeJS.ErrnoException).code;
     // Node's own rule: answer only where no answer to an earlier request is being written.
@@ -216,7 +224,7 @@ export function createShim(o: ShimOptions): Shim {
         server.closeIdleConnections();
       }).then(async () => {
         await passThrough.close();
-        await client.destroy();
+        await transport.close();
         if (!o.store) await store.close(); // a store passed in belongs to the caller
       });
       return closing;

@@ -1,4 +1,5 @@
 import type { IncomingMessage } from 'node:http';
+import type { Readable } from 'node:stream';
 import busboy from 'busboy';
 import { badRequest, bodyTooLarge } from './errors.js';
 
@@ -8,18 +9,60 @@ import { badRequest, bodyTooLarge } from './errors.js';
  * a POST value winning over a query value, the last of duplicated names winning.
  */
 
-/** Reads the body up to `limit` bytes; past it, a 413 and nothing more is read (E2). */
+/** A body read up to a limit: whole, or what was read and the rest of the stream, paused. */
+export type Bounded = { complete: true; body: Buffer } | { complete: false; head: Buffer[]; size: number; rest: Readable };
+
+/**
+ * The one bounded body reader (requests and upstream answers alike): reads up to `limit`
+ * bytes; past it, hands back what was read and the rest of the stream, paused and intact, for
+ * the caller to refuse, stream on or destroy. Stream errors are passed on as they are.
+ */
+export function readUpTo(body: Readable, limit: number): Promise<Bounded> {
+  // Not `for await`: leaving that loop early would destroy the stream handed back.
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    const onData = (chunk: Buffer) => {
+      chunks.push(chunk);
+      size += chunk.length;
+      if (size > limit) {
+        body.pause();
+        cleanup();
+        resolve({ complete: false, head: chunks, size, rest: body });
+      }
+    };
+    const onEnd = () => {
+      cleanup();
+      resolve({ complete: true, body: Buffer.concat(chunks, size) });
+    };
+    const onError = (e: Error) => {
+      cleanup();
+      reject(e);
+    };
+    const onClose = () => {
+      // Destroyed without an error (the client went away): never resolves otherwise.
+      if (!body.readableEnded) onError(Object.assign(new Error('stream closed before its end'), { code: 'ECONNRESET' }));
+    };
+    const cleanup = () => {
+      body.off('data', onData);
+      body.off('end', onEnd);
+      body.off('error', onError);
+      body.off('close', onClose);
+    };
+    body.on('data', onData);
+    body.on('end', onEnd);
+    body.on('error', onError);
+    body.on('close', onClose);
+  });
+}
+
+/** Reads a request body up to `limit` bytes; past it, a 413 and nothing more is read (E2). */
 export async function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
   const declared = Number(req.headers['content-length']);
   if (Number.isFinite(declared) && declared > limit) throw bodyTooLarge(limit);
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of req) {
-    size += (chunk as Buffer).length;
-    if (size > limit) throw bodyTooLarge(limit);
-    chunks.push(chunk as Buffer);
-  }
-  return Buffer.concat(chunks, size);
+  const read = await readUpTo(req, limit);
+  if (!read.complete) throw bodyTooLarge(limit);
+  return read.body;
 }
 
 /** Ordered parameters as sent; `get` follows Django's QueryDict (last value wins). */

@@ -6,7 +6,7 @@ import type { Dispatcher } from 'undici';
 import { badRequest, sendShimError, ShimError, upstreamUnavailable } from '../http/errors.js';
 import { forwardedHeaders } from '../http/forwarded.js';
 import { copyEndToEnd } from '../http/headers.js';
-import type { Logger } from '../observability/logger.js';
+import { loggablePath, type Logger } from '../observability/logger.js';
 import { isClientAbort, isUnsendable, type Transport } from '../upstream/transport.js';
 
 /**
@@ -157,7 +157,7 @@ function fail(x: Exchange, err: Error): void {
     return;
   }
   const e = err instanceof ShimError ? err : upstreamUnavailable((err as NodeJS.ErrnoException).code ?? 'error');
-  x.log.warn({ err: e, path: x.options.path.split('?')[0] }, 'upstream error on pass-through');
+  x.log.warn({ err: e, path: loggablePath(x.options.path) }, 'upstream error on pass-through');
   sendShimError(res, e); // destroys the socket when the answer had already started
 }
 

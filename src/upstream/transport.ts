@@ -247,6 +247,10 @@ class SafeRetry implements Handler {
       get reason() {
         return self.abortedWith ?? null;
       },
+      // The answer's header list as it came (names' case and order), for the recorder.
+      get rawHeaders() {
+        return self.current?.rawHeaders;
+      },
       abort(reason: Error) {
         self.abortedWith ??= reason;
         self.current?.abort(reason);

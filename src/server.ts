@@ -118,7 +118,7 @@ export function createShim(o: ShimOptions): Shim {
 
   const passThrough: PassThrough = createPassThrough({ target: o.target, transport, insecureTls: config.upstream.insecureTls, log });
 
-  const logRequest = requestLogger(log, (path) => OWN_PATHS.has(path));
+  const logRequest = requestLogger(log, (path) => OWN_PATHS.has(path), metrics);
 
   const app = express();
   app.disable('x-powered-by');

@@ -54,6 +54,8 @@ export function distrustForwarded(req: IncomingMessage, trusted: TrustedProxies)
   delete h['x-forwarded-proto'];
 }
 
+const first = (v: string | string[] | undefined) => (Array.isArray(v) ? v[0] : v);
+
 /**
  * X-Forwarded-For/Proto/Host for requests the shim sends upstream (T1), one rule for the
  * pass-through and the shim's own calls: the client's address is appended to
@@ -66,7 +68,6 @@ export function forwardedHeaders(req: IncomingMessage): {
   'x-forwarded-proto': string;
   'x-forwarded-host': string;
 } {
-  const first = (v: string | string[] | undefined) => (Array.isArray(v) ? v[0] : v);
   const remote = req.socket.remoteAddress ?? '';
   const prior = first(req.headers['x-forwarded-for']);
   const proto = first(req.headers['x-forwarded-proto']) || ((req.socket as { encrypted?: boolean }).encrypted ? 'https' : 'http');

@@ -16,7 +16,8 @@ export const HOP_BY_HOP: ReadonlySet<string> = new Set([
 
 /** The header names a Connection header lists (RFC 9110 §7.6.1), if any. */
 function connectionNamed(listed: string | string[] | undefined): Set<string> | undefined {
-  if (!listed) return undefined;
+  // The usual values name no header (and are hop-by-hop themselves): no set to build.
+  if (!listed || listed === 'keep-alive' || listed === 'close' || listed === 'Keep-Alive' || listed === 'upgrade') return undefined;
   return new Set(
     String(listed)
       .toLowerCase()

@@ -1,4 +1,5 @@
 import type { IncomingHttpHeaders } from 'node:http';
+import type { Duplex } from 'node:stream';
 import { Client, Pool, errors as undiciErrors, type Dispatcher } from 'undici';
 import { ShimError, UpstreamTimeoutError, upstreamBadResponse, upstreamUnavailable } from '../http/errors.js';
 import type { UpstreamObserver } from '../observability/upstream-metrics.js';
@@ -84,7 +85,7 @@ class Forward implements Handler {
   onRequestStart(c: Controller, context: unknown) {
     this.next.onRequestStart?.(c, context);
   }
-  onRequestUpgrade(c: Controller, status: number, headers: IncomingHttpHeaders, socket: import('node:stream').Duplex) {
+  onRequestUpgrade(c: Controller, status: number, headers: IncomingHttpHeaders, socket: Duplex) {
     this.next.onRequestUpgrade?.(c, status, headers, socket);
   }
   onResponseStart(c: Controller, status: number, headers: IncomingHttpHeaders, message?: string) {
@@ -219,59 +220,62 @@ export const routeLongPolls =
 // ---- retrySafely ----------------------------------------------------------------------------
 
 /**
+ * The controller the handler above a SafeRetry sees: one for the whole request, acting on
+ * whichever attempt is under way (a class, not closures: it is made for every GET).
+ */
+class RetryController implements Controller {
+  current: Controller | undefined;
+  abortedWith: Error | undefined;
+  get aborted() {
+    return this.abortedWith !== undefined;
+  }
+  get paused() {
+    return this.current?.paused ?? false;
+  }
+  get reason() {
+    return this.abortedWith ?? null;
+  }
+  // The answer's header list as it came (names' case and order), for the recorder.
+  get rawHeaders() {
+    return this.current?.rawHeaders;
+  }
+  abort(reason: Error) {
+    this.abortedWith ??= reason;
+    this.current?.abort(reason);
+  }
+  pause() {
+    this.current?.pause();
+  }
+  resume() {
+    this.current?.resume();
+  }
+}
+
+/**
  * One request that may be sent a second time: the handler above sees one controller and one
  * start, whichever attempt answers.
  */
 class SafeRetry implements Handler {
-  private current: Controller | undefined;
   private started = false;
   private answered = false;
   private retried = false;
-  private abortedWith: Error | undefined;
   private fresh: Client | undefined;
-  private readonly outer: Controller;
+  private readonly outer = new RetryController();
 
   constructor(
     private readonly next: Handler,
     private readonly opts: Dispatcher.DispatchOptions,
     private readonly freshConnection: () => Client,
-  ) {
-    const self = this;
-    this.outer = {
-      get aborted() {
-        return self.abortedWith !== undefined;
-      },
-      get paused() {
-        return self.current?.paused ?? false;
-      },
-      get reason() {
-        return self.abortedWith ?? null;
-      },
-      // The answer's header list as it came (names' case and order), for the recorder.
-      get rawHeaders() {
-        return self.current?.rawHeaders;
-      },
-      abort(reason: Error) {
-        self.abortedWith ??= reason;
-        self.current?.abort(reason);
-      },
-      pause() {
-        self.current?.pause();
-      },
-      resume() {
-        self.current?.resume();
-      },
-    };
-  }
+  ) {}
 
   onRequestStart(c: Controller, context: unknown) {
-    this.current = c;
-    if (this.abortedWith) c.abort(this.abortedWith);
+    this.outer.current = c;
+    if (this.outer.abortedWith) c.abort(this.outer.abortedWith);
     if (this.started) return;
     this.started = true;
     this.next.onRequestStart?.(this.outer, context);
   }
-  onRequestUpgrade(_c: Controller, status: number, headers: IncomingHttpHeaders, socket: import('node:stream').Duplex) {
+  onRequestUpgrade(_c: Controller, status: number, headers: IncomingHttpHeaders, socket: Duplex) {
     this.next.onRequestUpgrade?.(this.outer, status, headers, socket);
   }
   onResponseStart(_c: Controller, status: number, headers: IncomingHttpHeaders, message?: string) {
@@ -286,7 +290,7 @@ class SafeRetry implements Handler {
     this.next.onResponseEnd?.(this.outer, trailers);
   }
   onResponseError(_c: Controller, err: Error) {
-    if (!this.answered && !this.retried && !this.abortedWith && CONNECTION_BROKE.has(codeOf(err))) {
+    if (!this.answered && !this.retried && !this.outer.abortedWith && CONNECTION_BROKE.has(codeOf(err))) {
       // X5: the connection (a kept-alive one the upstream had just closed) broke before any
       // answer byte: once more, on a connection of its own.
       this.retried = true;

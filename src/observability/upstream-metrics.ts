@@ -19,11 +19,20 @@ export class LabelChildren<C> {
   constructor(private readonly make: (a: string, b: string, c: string) => C) {}
   get(a: string, b = '', c = ''): C {
     let byB = this.children.get(a);
-    if (!byB) this.children.set(a, (byB = new Map()));
+    if (!byB) {
+      byB = new Map();
+      this.children.set(a, byB);
+    }
     let byC = byB.get(b);
-    if (!byC) byB.set(b, (byC = new Map()));
+    if (!byC) {
+      byC = new Map();
+      byB.set(b, byC);
+    }
     let child = byC.get(c);
-    if (child === undefined) byC.set(c, (child = this.make(a, b, c)));
+    if (child === undefined) {
+      child = this.make(a, b, c);
+      byC.set(c, child);
+    }
     return child;
   }
 }
@@ -44,7 +53,7 @@ export function deferredCounter(counter: Counter<string>): (a: string, b?: strin
   const children = new LabelChildren<Pending>((a, b, c) => {
     const values = [a, b, c];
     const labels: Record<string, string> = {};
-    names.forEach((name, i) => (labels[name] = values[i]!));
+    for (const [i, name] of names.entries()) labels[name] = values[i]!;
     const p = { labels, n: 0 };
     all.push(p);
     return p;

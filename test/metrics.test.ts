@@ -192,6 +192,25 @@ describe('upstreamObserver', () => {
   });
 });
 
+describe('FastHistogram', () => {
+  it("renders exactly as prom-client's Histogram for the same observations", async () => {
+    const { Histogram, Registry } = await import('prom-client');
+    const { FastHistogram } = await import('../src/observability/fast-histogram.js');
+    const options = { name: 'x_seconds', help: 'x', labelNames: ['route', 'method'] as const, buckets: [0.01, 0.1, 1] };
+    const [a, b] = [new Registry(), new Registry()];
+    const reference = new Histogram({ ...options, registers: [a] });
+    const fast = new FastHistogram({ ...options, registers: [b] });
+    const child = fast.labels('presence', 'POST');
+    for (const v of [0.005, 0.01, 0.05, 0.5, 2, 0.2]) {
+      reference.observe({ route: 'presence', method: 'POST' }, v);
+      child.observe(v);
+    }
+    reference.observe({ route: 'events', method: 'GET' }, 30);
+    fast.observe({ route: 'events', method: 'GET' }, 30);
+    expect(await b.metrics()).toBe(await a.metrics());
+  });
+});
+
 describe('docs', () => {
   it('name only metrics the shim serves (alert rules and the deployment guide)', async () => {
     const e = parsePrometheusText(await createMetrics().registry.metrics());

@@ -1,6 +1,7 @@
 import { LRUCache } from 'lru-cache';
-import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client';
 import { VERSION } from '../version.js';
+import { FastHistogram } from './fast-histogram.js';
 
 /**
  * Prometheus metrics (`GET /metrics`). Names follow Prometheus conventions: the
@@ -31,7 +32,7 @@ export function createMetrics() {
       registers: [registry],
     }),
     /** Up to the response headers, so a long poll (`events`) counts its whole wait. */
-    upstreamDuration: new Histogram({
+    upstreamDuration: new FastHistogram({
       name: `${p}upstream_request_duration_seconds`,
       help: 'Time from sending a request to the upstream until its response headers arrived, by route',
       labelNames: ['route'] as const,
@@ -90,7 +91,7 @@ export function createMetrics() {
       registers: [registry],
     }),
     /** To the last byte of the answer; `events` counts each long poll's whole wait. */
-    requestDuration: new Histogram({
+    requestDuration: new FastHistogram({
       name: `${p}request_duration_seconds`,
       help: 'Time from a client request to the end of its answer, by route class and method',
       labelNames: ['route', 'method'] as const,

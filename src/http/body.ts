@@ -56,7 +56,10 @@ export function readUpTo(body: Readable, limit: number): Promise<Bounded> {
   });
 }
 
-/** Reads a request body up to `limit` bytes; past it, a 413 and nothing more is read (E2). */
+/**
+ * Reads a request body up to `limit` bytes; past it, a 413 (E2). The request is paused, not
+ * destroyed, at the limit: destroying it would reset the socket before the 413 could be read (X6).
+ */
 export async function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
   const declared = Number(req.headers['content-length']);
   if (Number.isFinite(declared) && declared > limit) throw bodyTooLarge(limit);

@@ -44,7 +44,7 @@ export function parseCidr(text: string): { address: string; prefix: number; fami
  * X4 at the door, before anything reads them: a client's own X-Forwarded-Host and
  * X-Forwarded-Proto are dropped unless its peer address is a trusted proxy, so the shim's view
  * (`Host`, its listener's scheme) is what goes upstream. X-Forwarded-For is kept and appended
- * to (forwardedHeaders), as nginx's `$proxy_add_x_forwarded_for` does.
+ * to (xForwardedHeaders), as nginx's `$proxy_add_x_forwarded_for` does.
  */
 export function distrustForwarded(req: IncomingMessage, trusted: TrustedProxies): void {
   const h = req.headers;
@@ -63,7 +63,7 @@ const first = (v: string | string[] | undefined) => (Array.isArray(v) ? v[0] : v
  * terminator's `https`; see distrustForwarded), else the shim's own view. Appending to Proto
  * (`https,http`) would break Zulip releases whose Django compares the whole value with `https`.
  */
-export function forwardedHeaders(req: IncomingMessage): {
+export function xForwardedHeaders(req: IncomingMessage): {
   'x-forwarded-for': string;
   'x-forwarded-proto': string;
   'x-forwarded-host': string;

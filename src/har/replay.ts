@@ -131,7 +131,7 @@ export async function startReplay(o: ReplayOptions): Promise<Replay> {
 
   const server = http.createServer((req, res) => {
     handle(req, res).catch((e: unknown) => {
-      o.log.error({ err: { message: (e as Error).message } }, 'replay failed to answer');
+      o.log.error({ err: e }, 'replay failed to answer');
       if (!res.headersSent) miss(res, `${req.method} ${new URL(req.url ?? '/', 'http://x').pathname} (unreadable request)`);
       else res.destroy();
     });

@@ -94,7 +94,7 @@ export class HarWriter {
         return this.write();
       });
       this.queued = next;
-      this.writing = next.catch(() => {});
+      this.writing = next.catch(() => {}); // the caller of flush() gets the error; the chain goes on
     }
     return this.queued;
   }

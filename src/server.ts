@@ -19,6 +19,7 @@ import { distrustForwarded, TrustedProxies } from './http/forwarded.js';
 import { FeatureLevels } from './upstream/feature-level.js';
 import { realmOf } from './upstream/realm.js';
 import { UserDirectory } from './upstream/user-directory.js';
+import { ParsePool } from './upstream/parse-worker.js';
 import { allowLongPolls, listen } from './http/listen.js';
 
 /**
@@ -145,10 +146,23 @@ export function createShim(o: ShimOptions): Shim {
     transport,
   });
   const trustedProxies = new TrustedProxies(config.server.trustProxy);
-  const featureLevels = new FeatureLevels(client, log, config.featureLevel.ttlMs);
+  const featureLevels = new FeatureLevels(client, log, { ...config.featureLevel, maxBytes: config.memory.featureLevelsBytes });
   const store = o.store ?? createStore(config, log, metrics);
-  const users = new UserDirectory(client, log, metrics, { ...config.lookups, backend: store.cacheBackend });
-  const snapshots = new SnapshotHub(config.presence.coalesceMs, config.presence.maxRealms * 4);
+  const parser = new ParsePool();
+  const users = new UserDirectory(client, log, metrics, {
+    ...config.lookups,
+    backend: store.cacheBackend,
+    parser,
+    maxBytes: config.memory.userDirectoriesBytes,
+    maxAnswerBytes: config.memory.largeAnswerBytes,
+  });
+  const snapshots = new SnapshotHub(
+    config.presence.coalesceMs,
+    config.presence.maxRealms * 4,
+    Date.now,
+    config.memory.snapshotsBytes,
+    config.memory.answersBytes,
+  );
   const context: ShimContext = {
     config,
     log,
@@ -321,6 +335,7 @@ export function createShim(o: ShimOptions): Shim {
       }).then(async () => {
         await passThrough.close();
         await transport.close();
+        await parser.close();
         if (!o.store) await store.close(); // a store passed in belongs to the caller
       });
       return closing;

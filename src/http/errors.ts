@@ -50,6 +50,16 @@ export class UpstreamBadResponseError extends ShimError {
   }
 }
 
+/** An upstream answer larger than the shim will buffer: a bad response (E2) that says how large. */
+export class UpstreamAnswerTooLargeError extends UpstreamBadResponseError {
+  constructor(
+    readonly bytes: number,
+    readonly limit: number,
+  ) {
+    super(`body larger than ${limit} bytes`);
+  }
+}
+
 /** The client's request is wrong (E3), or its body too large (413). */
 export class BadRequestError extends ShimError {
   constructor(msg: string, status = 400) {

@@ -1,7 +1,7 @@
 import type { IncomingHttpHeaders, IncomingMessage } from 'node:http';
 import type { Readable } from 'node:stream';
 import { readUpTo } from '../http/body.js';
-import { upstreamBadResponse } from '../http/errors.js';
+import { upstreamBadResponse, UpstreamAnswerTooLargeError } from '../http/errors.js';
 import type { UpstreamObserver } from '../observability/upstream-metrics.js';
 import { xForwardedHeaders } from '../http/forwarded.js';
 import { endToEnd } from '../http/headers.js';
@@ -83,11 +83,12 @@ export class UpstreamClient {
   /**
    * Sends a request and reads the whole body, bounded by maxResponseBytes, within
    * `upstream.timeoutMs` from start to last byte however slowly it drips (X3): callers waiting
-   * on this promise (a single-flight fetch) are released at that deadline too.
+   * on this promise (a single-flight fetch) are released at that deadline too. Past `maxBytes`
+   * it fails with UpstreamAnswerTooLargeError.
    */
-  async fetch(call: UpstreamCall): Promise<BufferedResponse> {
+  async fetch(call: UpstreamCall, maxBytes = this.maxResponseBytes): Promise<BufferedResponse> {
     const r = await this.request({ ...call, deadlineMs: call.deadlineMs ?? this.options.timeoutMs });
-    return { status: r.status, headers: r.headers, body: await readAll(r.body, this.maxResponseBytes) };
+    return { status: r.status, headers: r.headers, body: await readAll(r.body, maxBytes) };
   }
 
   /** Closes the transport if this client made it (the shim closes the shared one itself). */
@@ -108,7 +109,7 @@ export async function readAll(body: Readable, limit: number): Promise<Buffer> {
   }
   if (!read.complete) {
     read.rest.destroy();
-    throw upstreamBadResponse(`body larger than ${limit} bytes`);
+    throw new UpstreamAnswerTooLargeError(read.size, limit);
   }
   return read.body;
 }

@@ -1,9 +1,8 @@
 import { setImmediate } from 'node:timers/promises';
 import type { ServerResponse } from 'node:http';
-import type { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { facts, timedUpstream, type Handler } from '../context.js';
-import { type Params, parseParams, readBody } from '../http/body.js';
+import { type Bounded, type Params, parseParams, readBody, readUpTo } from '../http/body.js';
 import { sendEncoded } from '../http/compress.js';
 import { endToEnd } from '../http/headers.js';
 import { isSuccess, relay, relayBuffered, rewrittenHeaders } from '../http/relay.js';
@@ -37,42 +36,6 @@ export function fetchesPresence(params: Params): boolean {
   }
 }
 
-type Bounded = { complete: true; body: Buffer } | { complete: false; head: Buffer[]; rest: Readable };
-
-/** Reads up to `limit` bytes; past it, hands back what was read and the rest of the stream. */
-function readUpTo(body: Readable, limit: number): Promise<Bounded> {
-  // Not `for await`: leaving that loop early would destroy the stream we hand back.
-  return new Promise((resolve, reject) => {
-    const chunks: Buffer[] = [];
-    let size = 0;
-    const onData = (chunk: Buffer) => {
-      chunks.push(chunk);
-      size += chunk.length;
-      if (size > limit) {
-        body.pause();
-        cleanup();
-        resolve({ complete: false, head: chunks, rest: body });
-      }
-    };
-    const onEnd = () => {
-      cleanup();
-      resolve({ complete: true, body: Buffer.concat(chunks, size) });
-    };
-    const onError = (e: Error) => {
-      cleanup();
-      reject(translate(e)); // a reset or a silent upstream mid-answer is E2's, not an internal error
-    };
-    const cleanup = () => {
-      body.off('data', onData);
-      body.off('end', onEnd);
-      body.off('error', onError);
-    };
-    body.on('data', onData);
-    body.on('end', onEnd);
-    body.on('error', onError);
-  });
-}
-
 /** The upstream's answer as it came: buffered when it was read whole, else what was read and the rest streamed. */
 async function passOn(res: ServerResponse, r: UpstreamResponse, bounded: Bounded): Promise<void> {
   if (bounded.complete) return relayBuffered(res, { status: r.status, headers: r.headers, body: bounded.body });
@@ -100,7 +63,15 @@ export const registerHandler: Handler = async (req, res, ctx) => {
     : undefined;
   if (!withPresence) headers['accept-encoding'] = req.headers['accept-encoding'] ?? 'identity';
   const r = await timedUpstream(req, () =>
-    ctx.client.request({ realm, method: 'POST', path: req.url ?? '/api/v1/register', headers, body: raw }),
+    ctx.client.request({
+      realm,
+      method: 'POST',
+      path: req.url ?? '/api/v1/register',
+      headers,
+      body: raw,
+      // X3: an answer the shim buffers ends within the deadline; one passed on streams.
+      ...(withPresence ? { deadlineMs: ctx.config.upstream.timeoutMs } : {}),
+    }),
   );
   if (!withPresence || !isSuccess(r.status)) {
     f.kind = 'passthrough';
@@ -108,7 +79,10 @@ export const registerHandler: Handler = async (req, res, ctx) => {
   }
 
   const limit = ctx.config.upstream.maxResponseBytes;
-  const bounded = await readUpTo(r.body, limit);
+  // A reset or a silent upstream mid-answer is E2's, not an internal error.
+  const bounded = await readUpTo(r.body, limit).catch((e: unknown) => {
+    throw translate(e);
+  });
   if (!bounded.complete) {
     ctx.log.warn({ realm: realm.host, limit }, 'register answer larger than the buffer limit: passed on untouched');
     f.kind = 'passthrough-large';

@@ -31,11 +31,13 @@ interface UpstreamTarget {
  * Recording and replay stand in for the upstream on loopback (H1, H2), so the shim has one
  * code path: `target` is the recorder or the replayer, `upstreamId` the upstream they stand for.
  */
-async function openUpstream(config: Config, log: Logger): Promise<UpstreamTarget> {
+async function openUpstream(config: Config, log: Logger, sources: ReadonlyMap<string, string>): Promise<UpstreamTarget> {
+  const recordKey = `record.har (${sources.get('record.har') ?? '--record'})`;
+  const replayKey = `replay.har (${sources.get('replay.har') ?? '--replay'})`;
   const record = config.record.har;
   if (record && !config.upstream.url) {
     const with_ = config.replay.har ? ', not with --replay' : '';
-    throw new ConfigError(`record.har (--record / RECORD_HAR): recording needs --upstream URL${with_}`);
+    throw new ConfigError(`${recordKey}: recording needs --upstream URL${with_}`);
   }
   if (config.upstream.url) {
     const url = config.upstream.url;
@@ -44,9 +46,7 @@ async function openUpstream(config: Config, log: Logger): Promise<UpstreamTarget
     const aside = setAsideRecording(file);
     if (aside) log.warn({ file, movedTo: aside }, 'record.har: the existing recording was moved aside, not overwritten');
     const recorder = await startRecorder({ upstream: url, file, log, insecureTls: config.upstream.insecureTls }).catch((e: unknown) => {
-      throw new ConfigError(
-        `record.har (--record / RECORD_HAR): cannot write ${file} (${(e as NodeJS.ErrnoException).code ?? (e as Error).message})`,
-      );
+      throw new ConfigError(`${recordKey}: cannot write ${file} (${(e as NodeJS.ErrnoException).code ?? (e as Error).message})`);
     });
     return { target: recorder.url, upstreamId: url, describe: url, close: () => recorder.close(), strictMisses: () => [] };
   }
@@ -54,7 +54,7 @@ async function openUpstream(config: Config, log: Logger): Promise<UpstreamTarget
   const demo = config.replay.demo;
   const file = resolve(demo ? DEMO_HAR : config.replay.har!);
   const replay = await startReplay({ file, strict: config.replay.strict, log }).catch((e: unknown) => {
-    throw new ConfigError(`replay.har (--replay / REPLAY_HAR): ${(e as Error).message}`);
+    throw new ConfigError(`${replayKey}: ${(e as Error).message}`);
   });
   return {
     target: replay.url,
@@ -238,7 +238,7 @@ async function main(argv: string[]): Promise<number> {
   handleEscapedErrors(log, () => onUncaught());
   let upstream: UpstreamTarget;
   try {
-    upstream = await openUpstream(config, log);
+    upstream = await openUpstream(config, log, sources);
   } catch (e) {
     if (e instanceof ConfigError) return configFailure(e);
     throw e;

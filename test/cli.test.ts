@@ -10,7 +10,10 @@ import { startFake, type FakeZulip } from './support/fake-zulip.js';
 
 const PACKAGE_VERSION = (JSON.parse(readFileSync(resolve(ROOT, 'package.json'), 'utf8')) as { version: string }).version;
 
-describe.concurrent('zulip-compat-shim CLI', () => {
+/** Each test starts the CLI through tsx: seconds apiece on a busy machine, so a longer limit. */
+const CLI_TIMEOUT = { timeout: 60_000 };
+
+describe.concurrent('zulip-compat-shim CLI', CLI_TIMEOUT, () => {
   it('--version prints the package version', async () => {
     const run = runCli(['--version']);
     expect(await run.exited).toBe(0);
@@ -52,7 +55,7 @@ function configFile(text: string): string {
   return file;
 }
 
-describe.concurrent('start-up mistakes: exit 2, one line naming the key and its real source (15.1, 15.2, 15.7)', () => {
+describe.concurrent('start-up mistakes: exit 2, one line naming the key and its real source (15.1, 15.2, 15.7)', CLI_TIMEOUT, () => {
   it('a misspelt key in a config file: {"server":{"prot":19999}}', async () => {
     const file = configFile('{"server":{"prot":19999}}');
     const line = await oneErrorLine(runCli(['--config', file, '--demo']));
@@ -134,7 +137,7 @@ describe.concurrent('start-up mistakes: exit 2, one line naming the key and its 
   });
 });
 
-describe('--record never destroys a recording (15.3)', () => {
+describe.concurrent('--record never destroys a recording (15.3)', CLI_TIMEOUT, () => {
   let fake: FakeZulip;
   beforeAll(async () => {
     fake = await startFake({ era: '5.0' });
@@ -187,7 +190,7 @@ describe('--record never destroys a recording (15.3)', () => {
   });
 });
 
-describe('start-up line and SIGTERM', () => {
+describe.concurrent('start-up line and signals', CLI_TIMEOUT, () => {
   let fake: FakeZulip;
   beforeAll(async () => {
     fake = await startFake({ era: '5.0' });
@@ -195,6 +198,9 @@ describe('start-up line and SIGTERM', () => {
   afterAll(async () => {
     await fake.stop();
   });
+
+  /** True once the fake upstream has received a request for exactly this target. */
+  const reached = (target: string) => (fake.seen.some((r) => r.url === target) ? true : undefined);
 
   /** A GET through the shim, resolved with its status and body, or the socket error it met. */
   const request = (listen: URL, path: string) =>
@@ -226,11 +232,9 @@ describe('start-up line and SIGTERM', () => {
       try {
         const start = await until('the start-up line', () => logLine(run, 'zulip-compat-shim listening'));
         const listen = new URL(String(start.listen));
-        const before = fake.stats.requests.get('GET /test/slow') ?? 0;
-        const answer = request(listen, `/test/slow?ms=700&signal=${signal}`);
-        await until('the request to reach the upstream', () =>
-          (fake.stats.requests.get('GET /test/slow') ?? 0) > before ? true : undefined,
-        );
+        const path = `/test/slow?ms=700&signal=${signal}`;
+        const answer = request(listen, path);
+        await until('the request to reach the upstream', () => reached(path));
         run.child.kill(signal);
         await until('shutting down', () => logLine(run, 'shutting down'));
         const late = await request(listen, '/api/v1/server_settings');
@@ -268,11 +272,9 @@ describe('start-up line and SIGTERM', () => {
     try {
       const start = await until('the start-up line', () => logLine(run, 'zulip-compat-shim listening'));
       const listen = new URL(String(start.listen));
-      const before = fake.stats.requests.get('GET /test/slow') ?? 0;
-      const answer = request(listen, '/test/slow?ms=60000');
-      await until('the request to reach the upstream', () =>
-        (fake.stats.requests.get('GET /test/slow') ?? 0) > before ? true : undefined,
-      );
+      const path = '/test/slow?ms=60000&held=1';
+      const answer = request(listen, path);
+      await until('the request to reach the upstream', () => reached(path));
       run.child.kill('SIGTERM');
       const res = await answer;
       expect(res).toMatchObject({ status: 503 });

@@ -2,6 +2,7 @@ import type { Encodable } from '../http/compress.js';
 import { historyCutoff, answer, answersWithDelta, legacyAnswerId, type LedgerState, type ModernPresence } from './ledger.js';
 import { ledgerOrNew, ledgerToAnswerFrom, raisedForUnvouchedId, type Asker, type Intake } from './intake.js';
 import { limitLegacyHistory } from './convert.js';
+import type { PresenceRequest } from './params.js';
 import type { Poll } from './report.js';
 import type { Snapshot, SnapshotHub } from './snapshots.js';
 
@@ -42,7 +43,16 @@ function bodiesOf(hub: SnapshotHub | undefined, ledger: LedgerState): Map<string
 
 const ignoredMember = (ignored: string[]) => (ignored.length ? `,"ignored_parameters_unsupported":${JSON.stringify(ignored)}` : '');
 
-function modernBody(serverTimestamp: number, presences: Record<string, ModernPresence>, id: number, ignored: string[]): Buffer {
+/**
+ * The id as written in the answer: the client's own digits when it is their id echoed and a
+ * double cannot hold it exactly (X1: never below what the client sent, not even by rounding).
+ */
+function idText(id: number, request: PresenceRequest): string {
+  const echoed = id === request.lastUpdateId && !Number.isSafeInteger(id) && request.lastUpdateIdText !== undefined;
+  return echoed ? request.lastUpdateIdText! : String(id);
+}
+
+function modernBody(serverTimestamp: number, presences: Record<string, ModernPresence>, id: number | string, ignored: string[]): Buffer {
   return Buffer.from(
     `{"result":"success","msg":"","server_timestamp":${JSON.stringify(serverTimestamp)},"presences":${JSON.stringify(presences)},"presence_last_update_id":${id}${ignoredMember(ignored)}}`,
   );
@@ -73,7 +83,7 @@ export async function modernAnswer(poll: Poll, snapshot: Snapshot): Promise<Buil
       historyLimitDays: request.historyLimitDays,
       serverTimestamp,
     });
-    body = { raw: modernBody(serverTimestamp, built.presences, built.presenceLastUpdateId, request.ignored) };
+    body = { raw: modernBody(serverTimestamp, built.presences, idText(built.presenceLastUpdateId, request), request.ignored) };
     bodies?.set(key, body);
   }
   const raw = body.raw.length;
@@ -95,7 +105,7 @@ function answerWithoutLedger(poll: Poll, snapshot: Snapshot): Built {
   for (const [userId, p] of modern) if (p.idle_timestamp >= cutoff) presences[String(userId)] = p;
   const lastUpdateId = request.lastUpdateId;
   const id = lastUpdateId !== undefined && lastUpdateId > 0 ? lastUpdateId : -1;
-  const body = { raw: modernBody(snapshot.serverTimestamp, presences, id, request.ignored) };
+  const body = { raw: modernBody(snapshot.serverTimestamp, presences, idText(id, request), request.ignored) };
   return { body, kind: 'modern_full', fullEquivalentBytes: () => body.raw.length };
 }
 

@@ -13,6 +13,9 @@ import { everyCallerSeesTheSameUsers, fromData, toData, type ClusterSnapshots, t
  * upstream accepted sees shared data.
  */
 
+/** A replica's fetch holds the others at least this long (ms) before they fetch themselves. */
+const FETCH_BUDGET_FLOOR_MS = 5_000;
+
 /** The snapshot a poll is answered from, and the caller's own upstream report (for its headers). */
 export interface Obtained {
   snapshot: Snapshot;
@@ -94,11 +97,15 @@ async function follow(poll: Poll, cluster: ClusterSnapshots, scope: string): Pro
   // Store unreachable (counted by the store): no sharing between replicas meanwhile, each
   // replica fetches for itself.
   let published = await cluster.get(scope).catch(() => undefined);
-  const locked = published ? false : await cluster.tryLock(scope, window).catch(() => true);
+  // How long one replica's fetch may hold the others (X3: never past the upstream deadline): a
+  // fetch of a large realm can outlast a short window, and a waiter that gave up early would
+  // fetch the same snapshot a second time.
+  const fetchBudgetMs = Math.min(ctx.config.upstream.timeoutMs, Math.max(window, FETCH_BUDGET_FLOOR_MS));
+  const locked = published ? false : await cluster.tryLock(scope, fetchBudgetMs).catch(() => true);
   if (!published && locked) return undefined;
   const own = await acceptedPing(poll);
   // A wait that fails (store gone) or times out: this caller fetches for itself, as above.
-  published ??= await cluster.waitFor(scope, Math.max(window, 1000)).catch(() => undefined);
+  published ??= await cluster.waitFor(scope, fetchBudgetMs).catch(() => undefined);
   if (!published) return undefined;
   const snapshot = fromData(published.data, published.remainingMs, window, Date.now(), ctx.snapshots.bodies());
   // The publisher merged it into the store's ledger: read that once, so answers include it (X1).

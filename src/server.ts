@@ -9,7 +9,7 @@ import { createMetrics } from './observability/metrics.js';
 import { requestLogger } from './observability/request-log.js';
 import { upstreamObserver } from './observability/upstream-metrics.js';
 import { createPassThrough, type PassThrough } from './proxy/passthrough.js';
-import { INTERCEPTED } from './routes.js';
+import { interceptedHandler } from './routes.js';
 import { SnapshotHub, type ClusterSnapshots } from './presence/snapshots.js';
 import { clusterSnapshotsFor, createStore } from './store/create.js';
 import type { PresenceStore } from './store/types.js';
@@ -145,10 +145,6 @@ export function createShim(o: ShimOptions): Shim {
       sendShimError(res, err, err.status === 413 ? { connection: 'close' } : {});
     }
   };
-  for (const [key, handler] of INTERCEPTED) {
-    const [method, path] = key.split(' ') as [string, string];
-    app[method.toLowerCase() as 'get' | 'post'](path, wrap(handler));
-  }
   // Only the shim's own paths get here unmatched (another method): a Zulip-shaped 405 (E2).
   app.use((_req: express.Request, res: express.Response) => {
     sendJson(res, 405, errorBody('BAD_REQUEST', 'Method Not Allowed'), { allow: 'GET, HEAD' });
@@ -164,7 +160,10 @@ export function createShim(o: ShimOptions): Shim {
     try {
       const path = pathOf(req.url);
       logRequest(req, res, path);
-      if (OWN_PATHS.has(path) || INTERCEPTED.has(`${req.method} ${path}`)) {
+      const handler = interceptedHandler(req.method, path);
+      if (handler) {
+        void wrap(handler)(req, res);
+      } else if (OWN_PATHS.has(path)) {
         app(req, res);
       } else {
         passThrough.web(req, res);

@@ -34,6 +34,7 @@ const ISO_WITH_OFFSET = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\
 
 export const avatarGuestActiveTimezoneJoined: ProfileChange = {
   featureLevel: 10,
+  feature: 'user_avatar_guest_active_timezone_joined',
   fields: ['avatar_version', 'is_guest', 'is_active', 'timezone', 'date_joined'],
   needs: ['member'],
   fill(user, { member }) {

@@ -1,0 +1,94 @@
+import { setImmediate as nextTurn } from 'node:timers/promises';
+import { backfillInPlace, type Added, type Lookups, type ProfileChange } from './changes/index.js';
+
+/**
+ * V1, V4: lists of user objects (GET /users' `members`, register's `realm_users`,
+ * `realm_non_active_users`, `cross_realm_bots`) filled by the same version changes as the own
+ * profile, without an upstream call per user: everything a change needs for another user is in
+ * the object itself or in the lists at hand. Long lists yield to other requests every
+ * USERS_PER_TURN objects, and are serialised in steps too (V4: no event-loop block above 50 ms).
+ */
+
+/** Objects backfilled (or serialised) between two yields to the event loop. */
+export const USERS_PER_TURN = 1_000;
+
+type Row = Record<string, unknown>;
+
+const isRow = (v: unknown): v is Row => typeof v === 'object' && v !== null && !Array.isArray(v);
+
+/** The caller's own object in a list, when the shim knows which one it is (register). */
+export interface OwnRow {
+  userId: number;
+  /** The caller's real address, as the upstream told the caller itself. */
+  deliveryEmail?: string | undefined;
+}
+
+/** An email → user id lookup over the given lists, built on first use (2.1 bot owners). Pure. */
+export function emailIndex(lists: ReadonlyArray<readonly unknown[]>): (email: string) => number | undefined {
+  let index: Map<string, number> | undefined;
+  return (email) => {
+    if (!index) {
+      index = new Map();
+      for (const list of lists) {
+        for (const row of list) {
+          if (isRow(row) && typeof row.email === 'string' && typeof row.user_id === 'number')
+            index.set(row.email.toLowerCase(), row.user_id);
+        }
+      }
+    }
+    return index.get(email.toLowerCase());
+  };
+}
+
+/**
+ * Fills every object of `list` in place with the changes (U1: only missing fields), recording
+ * what was added in `into`. `idOfEmail` resolves 2.1 bot owners; `own` marks the caller's row.
+ */
+export async function backfillList(
+  list: unknown[],
+  changes: readonly ProfileChange[],
+  into: Added,
+  context: { idOfEmail: (email: string) => number | undefined; own?: OwnRow | undefined },
+): Promise<void> {
+  if (changes.length === 0) return;
+  const other: Lookups = { subject: 'other', idOfEmail: context.idOfEmail };
+  const own: Lookups = { subject: 'own', idOfEmail: context.idOfEmail, deliveryEmail: context.own?.deliveryEmail };
+  for (let i = 0; i < list.length; i++) {
+    if (i > 0 && i % USERS_PER_TURN === 0) await nextTurn();
+    const row = list[i];
+    if (!isRow(row)) continue;
+    backfillInPlace(row, changes, context.own !== undefined && row.user_id === context.own.userId ? own : other, into);
+  }
+}
+
+/**
+ * JSON of an answer whose big lists (`keys`) are serialised USERS_PER_TURN items at a time,
+ * yielding between steps. Those keys come last; JSON objects have no order (R2: same meaning).
+ */
+export async function stringifyInSteps(body: Record<string, unknown>, keys: readonly string[]): Promise<Buffer> {
+  const rest: Record<string, unknown> = {};
+  const lists: Array<[string, unknown[]]> = [];
+  for (const [k, v] of Object.entries(body)) {
+    if (keys.includes(k) && Array.isArray(v)) lists.push([k, v]);
+    else rest[k] = v;
+  }
+  const head = JSON.stringify(rest);
+  if (lists.length === 0) return Buffer.from(head);
+  const parts: string[] = [head.slice(0, -1)];
+  let first = head === '{}';
+  for (const [key, list] of lists) {
+    parts.push(`${first ? '' : ','}${JSON.stringify(key)}:[`);
+    first = false;
+    for (let i = 0; i < list.length; i += USERS_PER_TURN) {
+      if (i > 0) {
+        parts.push(',');
+        await nextTurn();
+      }
+      // A hole or undefined in an array is `null` in JSON, as JSON.stringify of the whole would write.
+      parts.push(JSON.stringify(list.slice(i, i + USERS_PER_TURN)).slice(1, -1));
+    }
+    parts.push(']');
+  }
+  parts.push('}');
+  return Buffer.from(parts.join(''));
+}

@@ -6,9 +6,11 @@ import { isSuccess, relay, relayBuffered, rewrittenHeaders } from '../http/relay
 import type { Handler } from '../context.js';
 import { forwardedHeaders, parseJsonObject, type BufferedResponse } from '../upstream/client.js';
 import { realmOf, type Realm } from '../upstream/realm.js';
-import { COMPLETE_FROM_LEVEL, backfillInPlace, changesAbove, noneAdded, type Added } from './changes/index.js';
+import { COMPLETE_FROM_LEVEL, changesAbove, noneAdded, type Added } from './changes/index.js';
 import { BACKFILLED_HEADER, FALLBACK_HEADER } from './handler.js';
-import { backfillList, emailIndex, stringifyInSteps } from './user-objects.js';
+import { emailIsPublic } from './changes/fl163-delivery-email.js';
+import { lookUp } from './lookups.js';
+import { backfillList, emailIndex, stringifyInSteps, type OwnRow } from './user-objects.js';
 
 /**
  * V1–V4: `GET /users`, `GET /users/{user_id}` and `GET /users/{email}` (under /api/v1 and
@@ -61,6 +63,34 @@ function queryOf(url: string): string {
   return q < 0 ? '' : url.slice(q);
 }
 
+const isRow = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
+
+/** Would the delivery_email rule hide this object's address (V2)? Then it may be the caller's own. */
+const hidden = (row: unknown) => isRow(row) && !('delivery_email' in row) && !emailIsPublic(row);
+
+/**
+ * V2: the caller always sees its own real address, so its own row carries it. Asked only when
+ * some address in the answer is hidden: the caller's GET /users/me gives its id (and from 6.0
+ * its address); before, the cached register lookup does. Undefined when either fails (E4: the
+ * row then keeps the rule's `null`).
+ */
+async function ownRowOf(req: IncomingMessage, ctx: ShimContext, realm: Realm, url: string): Promise<OwnRow | undefined> {
+  const headers = forwardedHeaders(req);
+  try {
+    const r = await timedUpstream(req, () => ctx.client.fetch({ realm, method: 'GET', path: `${prefixOf(url)}/users/me`, headers }));
+    if (!isSuccess(r.status)) return undefined;
+    const me = parseJsonObject(r.body);
+    const userId = me.user_id;
+    if (typeof userId !== 'number' || !Number.isInteger(userId)) return undefined;
+    if (typeof me.delivery_email === 'string') return { userId, deliveryEmail: me.delivery_email };
+    const found = await timedUpstream(req, () => lookUp(ctx, new Set(['delivery_email']), realm, userId, headers));
+    return { userId, deliveryEmail: found.deliveryEmail };
+  } catch (e) {
+    ctx.log.warn({ realm: realm.host, err: e }, 'user objects: own row unknown, its delivery_email stays null');
+    return undefined;
+  }
+}
+
 /** GET /users: every member filled (V1, V2); the list's own rows resolve 2.1 bot owners. */
 export const usersHandler: Handler = async (req, res, ctx) => {
   const url = req.url ?? '/api/v1/users';
@@ -77,8 +107,9 @@ export const usersHandler: Handler = async (req, res, ctx) => {
   const body = parseJsonObject(r.body);
   const members = body.members;
   if (!Array.isArray(members)) return relayBuffered(res, r);
+  const own = members.some(hidden) ? await ownRowOf(req, ctx, realm, url) : undefined;
   const into = noneAdded();
-  await backfillList(members, changesAbove(featureLevel), into, { idOfEmail: emailIndex([members]) });
+  await backfillList(members, changesAbove(featureLevel), into, { idOfEmail: emailIndex([members]), own });
   if (into.added.length === 0) return relayBuffered(res, r); // V4: the upstream's bytes
   const out = await stringifyInSteps(body, ['members']);
   await sendEncoded(req, res, r.status, { raw: out }, backfilledHeaders(r, into));
@@ -118,8 +149,9 @@ export const userHandler: Handler = async (req, res, ctx) => {
     const body = parseJsonObject(r.body);
     const user = body.user;
     if (!user || typeof user !== 'object' || Array.isArray(user)) return relayBuffered(res, r);
+    const own = hidden(user) ? await ownRowOf(req, ctx, realm, url) : undefined;
     const into = noneAdded();
-    backfillInPlace(user as Record<string, unknown>, changes, { subject: 'other' }, into);
+    await backfillList([user], changes, into, { idOfEmail: () => undefined, own });
     if (into.added.length === 0) return relayBuffered(res, r); // V4
     return sendJson(res, r.status, body, backfilledHeaders(r, into));
   }
@@ -141,8 +173,9 @@ export const userHandler: Handler = async (req, res, ctx) => {
         : String((m as Record<string, unknown>).email).toLowerCase() === wanted),
   );
   if (!user) return sendJson(res, 400, NO_SUCH_USER);
+  const own = hidden(user) ? await ownRowOf(req, ctx, realm, url) : undefined;
   const into = noneAdded();
-  backfillInPlace(user, changes, { subject: 'other', idOfEmail: emailIndex([members]) }, into);
+  await backfillList([user], changes, into, { idOfEmail: emailIndex([members]), own });
   const headers = backfilledHeaders(r, into);
   if (into.added.length === 0) delete headers[BACKFILLED_HEADER];
   sendJson(res, 200, { result: 'success', msg: '', user }, headers);

@@ -568,7 +568,8 @@ export class FakeZulip {
     if (u.is_bot) {
       o.bot_type = u.bot_type;
       // Before feature level 1 a bot names its owner by email (`bot_owner`).
-      if (fl >= 1) o.bot_owner_id = u.bot_owner_id;
+      if (fl >= 1)
+        o.bot_owner_id = u.bot_owner_id ?? null; // null for a bot without an owner, as the server sends it
       else o.bot_owner = u.bot_owner_id === undefined ? null : this.user(u.bot_owner_id).email;
     }
     return o;

@@ -5,7 +5,7 @@ import { describe, expect, it } from 'vitest';
 import { parseParams } from '../src/http/body.js';
 import { CHANGES, changesAbove, checkedBundle, emulatedUserFeatures, noneAdded, type ProfileChange } from '../src/profile/changes/index.js';
 import { emailIsPublic } from '../src/profile/changes/fl163-delivery-email.js';
-import { backfillList, emailIndex, stringifyInSteps, USERS_PER_TURN } from '../src/profile/user-objects.js';
+import { backfillList, emailIndex, parseWithListInSteps, stringifyInSteps, USERS_PER_TURN } from '../src/profile/user-objects.js';
 import { userKeyOf } from '../src/profile/users-handler.js';
 import { registerNeedsUsers, userSettingsOf } from '../src/register/users.js';
 import { emulatedFeatures } from '../src/server-settings.js';
@@ -197,5 +197,40 @@ describe('single-user paths', () => {
     ['/api/v1/users/me', undefined],
   ])('%s → %j', (url, key) => {
     expect(userKeyOf(url)).toEqual(key);
+  });
+});
+
+describe('parsing a long list in steps (V4)', () => {
+  const whole = (b: Buffer) => JSON.parse(b.toString()) as Record<string, unknown>;
+
+  it('reads what JSON.parse reads, for any object and list', async () => {
+    await fc.assert(
+      fc.asyncProperty(
+        fc.dictionary(fc.string(), fc.jsonValue()),
+        fc.array(fc.jsonValue(), { maxLength: USERS_PER_TURN * 2 + 3 }),
+        fc.boolean(),
+        async (rest, members, spaced) => {
+          const body = { ...rest, members };
+          const text = spaced ? JSON.stringify(body, null, 1) : JSON.stringify(body);
+          expect(await parseWithListInSteps(Buffer.from(text), 'members', whole)).toEqual(JSON.parse(text));
+        },
+      ),
+      { numRuns: 40 },
+    );
+  });
+
+  it.each([
+    ['no such key', '{"result":"success","other":[1,2]}'],
+    ['the key as a value', '{"a":"members","b":[1]}'],
+    ['quotes and brackets in strings', '{"x":"\\"members\\":[","members":[{"n":"a]\\\\"},"[,]"]}'],
+    ['an empty list', '{"members":[ ]}'],
+    ['a nested members key', '{"a":{"members":[1]},"members":[2,3]}'],
+  ])('%s', async (_name, text) => {
+    expect(await parseWithListInSteps(Buffer.from(text), 'members', whole)).toEqual(JSON.parse(text));
+  });
+
+  it('fails as JSON.parse does on a body that is not JSON', async () => {
+    await expect(parseWithListInSteps(Buffer.from('{"members":[1,}'), 'members', whole)).rejects.toThrow(SyntaxError);
+    await expect(parseWithListInSteps(Buffer.from('<html>'), 'members', whole)).rejects.toThrow(SyntaxError);
   });
 });

@@ -92,3 +92,102 @@ export async function stringifyInSteps(body: Record<string, unknown>, keys: read
   parts.push('}');
   return Buffer.from(parts.join(''));
 }
+
+/** Characters of JSON scanned between two yields when locating a list. */
+const CHARS_PER_TURN = 64 * 1024;
+
+const QUOTE = 34;
+const BACKSLASH = 92;
+const OPEN_BRACE = 123;
+const CLOSE_BRACE = 125;
+const OPEN_BRACKET = 91;
+const CLOSE_BRACKET = 93;
+const COMMA = 44;
+
+/** Is the quote at `at` escaped (an odd run of backslashes before it)? */
+function escaped(text: string, at: number): boolean {
+  let n = 0;
+  for (let i = at - 1; i >= 0 && text.charCodeAt(i) === BACKSLASH; i--) n++;
+  return n % 2 === 1;
+}
+
+/**
+ * Where the top-level array `key` of a JSON object text is: its brackets and the commas
+ * between its items. Undefined when the text has no such array (or is not what it seems).
+ */
+async function locateList(text: string, key: string): Promise<{ open: number; close: number; commas: number[] } | undefined> {
+  let depth = 0;
+  let lastString: { text: string; end: number } | undefined;
+  let open = -1;
+  const commas: number[] = [];
+  let nextTurnAt = CHARS_PER_TURN;
+  for (let i = 0; i < text.length; i++) {
+    if (i >= nextTurnAt) {
+      nextTurnAt += CHARS_PER_TURN;
+      await nextTurn();
+    }
+    const c = text.charCodeAt(i);
+    if (c === QUOTE) {
+      let end = text.indexOf('"', i + 1);
+      while (end > 0 && escaped(text, end)) end = text.indexOf('"', end + 1);
+      if (end < 0) return undefined;
+      if (depth === 1 && open < 0) lastString = { text: text.slice(i + 1, end), end };
+      i = end;
+    } else if (c === OPEN_BRACE || c === OPEN_BRACKET) {
+      // The array right after `"key":` at the top level.
+      if (
+        c === OPEN_BRACKET &&
+        depth === 1 &&
+        open < 0 &&
+        lastString?.text === key &&
+        /^\s*:\s*$/.test(text.slice(lastString.end + 1, i))
+      ) {
+        open = i;
+      }
+      depth++;
+    } else if (c === CLOSE_BRACE || c === CLOSE_BRACKET) {
+      depth--;
+      if (open >= 0 && depth === 1) return { open, close: i, commas };
+    } else if (c === COMMA && open >= 0 && depth === 2) commas.push(i);
+  }
+  return undefined;
+}
+
+/**
+ * Parses a JSON object whose array `key` may be long (GET /users' `members`) without one
+ * long block (V4): the array's place is found in steps, then its items are parsed
+ * USERS_PER_TURN at a time. Anything unexpected falls back to one JSON.parse of the whole,
+ * which throws as it would have.
+ */
+export async function parseWithListInSteps(
+  body: Buffer,
+  key: string,
+  parseWhole: (body: Buffer) => Record<string, unknown>,
+): Promise<Record<string, unknown>> {
+  const text = body.toString('utf8');
+  const at = await locateList(text, key);
+  if (!at) return parseWhole(body);
+  let rest: unknown;
+  try {
+    rest = JSON.parse(`${text.slice(0, at.open)}[]${text.slice(at.close + 1)}`);
+  } catch {
+    return parseWhole(body);
+  }
+  if (!isRow(rest)) return parseWhole(body);
+  const list: unknown[] = [];
+  const bounds = [at.open, ...at.commas, at.close];
+  if (at.commas.length > 0 || text.slice(at.open + 1, at.close).trim() !== '') {
+    for (let k = 0; k < bounds.length - 1; k += USERS_PER_TURN) {
+      if (k > 0) await nextTurn();
+      const from = bounds[k]! + 1;
+      const to = bounds[Math.min(k + USERS_PER_TURN, bounds.length - 1)]!;
+      try {
+        for (const item of JSON.parse(`[${text.slice(from, to)}]`) as unknown[]) list.push(item);
+      } catch {
+        return parseWhole(body);
+      }
+    }
+  }
+  rest[key] = list;
+  return rest;
+}

@@ -10,7 +10,7 @@ import { COMPLETE_FROM_LEVEL, changesAbove, noneAdded, type Added } from './chan
 import { BACKFILLED_HEADER, FALLBACK_HEADER } from './handler.js';
 import { emailIsPublic } from './changes/fl163-delivery-email.js';
 import { lookUp } from './lookups.js';
-import { backfillList, emailIndex, stringifyInSteps, type OwnRow } from './user-objects.js';
+import { backfillList, emailIndex, parseWithListInSteps, stringifyInSteps, type OwnRow } from './user-objects.js';
 
 /**
  * V1–V4: `GET /users`, `GET /users/{user_id}` and `GET /users/{email}` (under /api/v1 and
@@ -104,7 +104,7 @@ export const usersHandler: Handler = async (req, res, ctx) => {
 
   const r = await timedUpstream(req, () => ctx.client.fetch({ realm, method: 'GET', path: url, headers: forwardedHeaders(req) }));
   if (!isSuccess(r.status)) return relayBuffered(res, r); // E1
-  const body = parseJsonObject(r.body);
+  const body = await parseWithListInSteps(r.body, 'members', parseJsonObject);
   const members = body.members;
   if (!Array.isArray(members)) return relayBuffered(res, r);
   const own = members.some(hidden) ? await ownRowOf(req, ctx, realm, url) : undefined;

@@ -7,7 +7,7 @@ import { type Params, parseParams, readBody } from '../http/body.js';
 import { sendEncoded } from '../http/compress.js';
 import { endToEnd } from '../http/headers.js';
 import { isSuccess, relay, relayBuffered, rewrittenHeaders } from '../http/relay.js';
-import { forwardedHeaders, parseJsonObject, translate, type UpstreamResponse } from '../upstream/client.js';
+import { forwardedHeaders, translate, type UpstreamResponse } from '../upstream/client.js';
 import { FL } from '../upstream/feature-level.js';
 import { realmOf } from '../upstream/realm.js';
 import { presenceEra } from '../presence/convert.js';
@@ -15,7 +15,7 @@ import { answer } from '../presence/ledger.js';
 import { legacyAnswerId, observeAnswer, upstreamTime, type Asker, type Format } from '../presence/observe.js';
 import { readJsonBool } from '../presence/params.js';
 import { everyCallerSeesTheSameUsers } from '../presence/snapshots.js';
-import { backfillRegisterUsers, registerNeedsUsers, serializeRegister, usersAddedHeaders } from './users.js';
+import { backfillRegisterUsers, parseRegisterAnswer, registerNeedsUsers, serializeRegister, usersAddedHeaders } from './users.js';
 
 /**
  * POST /api/v1/register and /json/register (R1, R2): when the answer carries presence, its
@@ -115,7 +115,7 @@ export const registerHandler: Handler = async (req, res, ctx) => {
     return passOn(res, r, bounded);
   }
   const started = performance.now();
-  const body = parseJsonObject(bounded.body);
+  const body = await parseRegisterAnswer(bounded.body);
   await setImmediate(); // a large register answer: let other requests run after parsing it
   const users = withUsers ? await backfillRegisterUsers(body, featureLevel, params) : undefined;
   const presences = body.presences;

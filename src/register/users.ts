@@ -1,7 +1,8 @@
 import type { Params } from '../http/body.js';
 import { BACKFILLED_HEADER, FALLBACK_HEADER } from '../profile/handler.js';
 import { COMPLETE_FROM_LEVEL, changesAbove, type Added } from '../profile/changes/index.js';
-import { backfillList, emailIndex, stringifyInSteps } from '../profile/user-objects.js';
+import { parseJsonObject } from '../upstream/client.js';
+import { backfillList, emailIndex, parseWithListInSteps, stringifyInSteps } from '../profile/user-objects.js';
 
 /**
  * The user parts of a register answer (V1–V3): `realm_users`, `realm_non_active_users` and
@@ -134,6 +135,11 @@ export async function backfillRegisterUsers(body: Record<string, unknown>, featu
     }
   }
   return into;
+}
+
+/** A register answer parsed with its `realm_users` (the one list that grows with the realm) in steps (V4). */
+export function parseRegisterAnswer(body: Buffer): Promise<Record<string, unknown>> {
+  return parseWithListInSteps(body, 'realm_users', parseJsonObject);
 }
 
 /** The answer's JSON, its user lists serialised in steps (V4). */

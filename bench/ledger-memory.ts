@@ -42,8 +42,8 @@ const afterSteady = heap();
 // The same through the in-memory store the shim uses by default.
 const store = new MemoryStore(1000);
 const beforeStore = heap();
-await store.observe('bench|realm', { serverTimestamp: now + 0.5, presences: first, complete: true });
-await store.observe('bench|realm', { serverTimestamp: now + 60.5, presences: second, complete: true });
+await store.merge('bench|realm', { serverTimestamp: now + 0.5, presences: first, complete: true });
+await store.merge('bench|realm', { serverTimestamp: now + 60.5, presences: second, complete: true });
 const afterStore = heap();
 
 process.stdout.write(

@@ -49,7 +49,7 @@ async function run(scenarios: Scenario[]): Promise<Array<{ name: string; medianM
     for (const sc of scenarios) {
       const store = sc.stores[i % sc.stores.length]!;
       const t = performance.now();
-      await store.observe(`bench|${sc.name}`, observations[i]!);
+      await store.merge(`bench|${sc.name}`, observations[i]!);
       if (i >= 20) sc.times.push(performance.now() - t); // the first 20 warm up the JIT and the caches
     }
   }

@@ -1,6 +1,7 @@
 #!/usr/bin/env node
-import { resolve } from 'node:path';
-import { ConfigError, loadConfig, PROJECT_ROOT, USAGE, type Config } from './config.js';
+import { existsSync, renameSync, statSync } from 'node:fs';
+import { basename, dirname, extname, join, resolve } from 'node:path';
+import { ConfigError, infoRequest, loadConfig, PROJECT_ROOT, USAGE, type Config } from './config.js';
 import { createLogger, type Logger } from './observability/logger.js';
 import { logStartup } from './observability/startup.js';
 import { startRecorder } from './har/recorder.js';
@@ -9,7 +10,7 @@ import { createShim } from './server.js';
 import { realmOf } from './upstream/realm.js';
 import { VERSION } from './version.js';
 
-/** The bundled recording of a Zulip 2.1 server that `npm start` replays with no arguments. */
+/** The bundled recording of a Zulip 2.1 server that `--demo` (and so `npm start`) replays. */
 export const DEMO_HAR = resolve(PROJECT_ROOT, 'examples', 'demo-zulip-2.1.har');
 
 interface UpstreamTarget {
@@ -39,6 +40,8 @@ async function openUpstream(config: Config, log: Logger): Promise<UpstreamTarget
     const url = config.upstream.url;
     if (!record) return { target: url, upstreamId: url, describe: url, close: async () => {}, strictMisses: () => [] };
     const file = resolve(record);
+    const aside = setAsideRecording(file);
+    if (aside) log.warn({ file, movedTo: aside }, 'record.har: the existing recording was moved aside, not overwritten');
     const recorder = await startRecorder({ upstream: url, file, log, insecureTls: config.upstream.insecureTls }).catch((e: unknown) => {
       throw new ConfigError(
         `record.har (--record / RECORD_HAR): cannot write ${file} (${(e as NodeJS.ErrnoException).code ?? (e as Error).message})`,
@@ -47,8 +50,8 @@ async function openUpstream(config: Config, log: Logger): Promise<UpstreamTarget
     return { target: recorder.url, upstreamId: url, describe: url, close: () => recorder.close(), strictMisses: () => [] };
   }
 
-  const demo = !config.replay.har;
-  const file = resolve(config.replay.har ?? DEMO_HAR);
+  const demo = config.replay.demo;
+  const file = resolve(demo ? DEMO_HAR : config.replay.har!);
   const replay = await startReplay({ file, strict: config.replay.strict, log }).catch((e: unknown) => {
     throw new ConfigError(`replay.har (--replay / REPLAY_HAR): ${(e as Error).message}`);
   });
@@ -60,6 +63,71 @@ async function openUpstream(config: Config, log: Logger): Promise<UpstreamTarget
     strictMisses: () => (config.replay.strict ? replay.misses() : []),
     ...(demo ? { announce: demoAnnouncement } : {}),
   };
+}
+
+/**
+ * `--record` never destroys a recording: an existing non-empty file is renamed to
+ * `NAME.<UTC time>.har` (a free name) before recording starts. Returns the new name, if any.
+ */
+export function setAsideRecording(file: string, now = new Date()): string | undefined {
+  let size: number;
+  try {
+    size = statSync(file).size;
+  } catch {
+    return undefined; // nothing there (or nothing readable: opening it reports that)
+  }
+  if (size === 0) return undefined;
+  const ext = extname(file);
+  const stem = join(dirname(file), basename(file, ext));
+  const stamp = now.toISOString().replace(/[:.]/g, '-');
+  for (let n = 0; ; n++) {
+    const aside = `${stem}.${stamp}${n ? `-${n}` : ''}${ext}`;
+    if (existsSync(aside)) continue;
+    try {
+      renameSync(file, aside);
+    } catch (e) {
+      throw new ConfigError(
+        `record.har: ${file} exists and cannot be moved aside (${(e as NodeJS.ErrnoException).code ?? 'error'}); choose another file`,
+      );
+    }
+    return aside;
+  }
+}
+
+/** Why listening failed, in one line that names the key and where its value came from (X9). */
+function listenFailure(e: unknown, config: Config, sources: ReadonlyMap<string, string>): ConfigError | undefined {
+  const code = (e as NodeJS.ErrnoException).code;
+  const { port, host } = config.server;
+  const portKey = `server.port (${sources.get('server.port') ?? 'default'})`;
+  const hostKey = `server.host (${sources.get('server.host') ?? 'default'})`;
+  switch (code) {
+    case 'EADDRINUSE':
+      return new ConfigError(`${portKey}: port ${port} on ${host} is already in use`);
+    case 'EACCES':
+      return new ConfigError(`${portKey}: no permission to listen on port ${port} (ports below 1024 need privileges)`);
+    case 'EADDRNOTAVAIL':
+      return new ConfigError(`${hostKey}: ${host} is not an address of this machine`);
+    case 'ENOTFOUND':
+    case 'EAI_AGAIN':
+    case 'EAI_FAIL':
+    case 'EAI_NONAME':
+      return new ConfigError(`${hostKey}: ${host} is not an address or a host name this machine can resolve`);
+    case 'EINVAL':
+    case 'ERR_SOCKET_BAD_PORT':
+      return new ConfigError(`${hostKey}: cannot listen on ${host} port ${port}`);
+    default:
+      return undefined;
+  }
+}
+
+/** Error text on one line (a file's JSON error, say, may carry a newline). */
+function oneLine(text: string): string {
+  return text.replace(/\s*\n\s*/g, ' ').trim();
+}
+
+function configFailure(e: ConfigError): number {
+  process.stderr.write(`zulip-compat-shim: invalid configuration: ${oneLine(e.message)}\n`);
+  return 2;
 }
 
 function demoAnnouncement(url: string): string {
@@ -102,25 +170,23 @@ function handleEscapedErrors(log: Logger, onUncaught: () => void): void {
 }
 
 async function main(argv: string[]): Promise<number> {
+  const info = infoRequest(argv);
+  if (info === 'help') {
+    process.stdout.write(USAGE);
+    return 0;
+  }
+  if (info === 'version') {
+    process.stdout.write(`${VERSION}\n`);
+    return 0;
+  }
   let loaded: ReturnType<typeof loadConfig>;
   try {
     loaded = loadConfig(argv);
   } catch (e) {
-    if (e instanceof ConfigError) {
-      process.stderr.write(`zulip-compat-shim: invalid configuration: ${e.message}\n`);
-      return 2;
-    }
+    if (e instanceof ConfigError) return configFailure(e);
     throw e;
   }
-  if (loaded.help) {
-    process.stdout.write(USAGE);
-    return 0;
-  }
-  if (loaded.version) {
-    process.stdout.write(`${VERSION}\n`);
-    return 0;
-  }
-  const { config } = loaded;
+  const { config, sources } = loaded;
   const log = createLogger(config.log.level);
   // Until the shim is up there is nothing to close: exit at once.
   let onUncaught: () => void = () => process.exit(EXIT_UNCAUGHT);
@@ -129,16 +195,21 @@ async function main(argv: string[]): Promise<number> {
   try {
     upstream = await openUpstream(config, log);
   } catch (e) {
-    if (e instanceof ConfigError) {
-      process.stderr.write(`zulip-compat-shim: invalid configuration: ${e.message}\n`);
-      return 2;
-    }
+    if (e instanceof ConfigError) return configFailure(e);
     throw e;
   }
   if (config.upstream.insecureTls) log.warn('upstream TLS certificates are NOT verified (--insecure-upstream-tls)');
 
   const shim = createShim({ config, log, target: upstream.target, upstreamId: upstream.upstreamId });
-  const { url } = await shim.listen();
+  let url: string;
+  try {
+    ({ url } = await shim.listen());
+  } catch (e) {
+    const failure = listenFailure(e, config, sources);
+    if (!failure) throw e;
+    await shim.close().then(() => upstream.close());
+    return configFailure(failure);
+  }
   if (upstream.announce) process.stdout.write(upstream.announce(url));
   // Not awaited: the line waits briefly for the upstream's feature level while serving goes on.
   void logStartup(log, { version: VERSION, upstream: upstream.describe, store: shim.context.store.kind, listen: url }, () =>
@@ -170,8 +241,8 @@ async function main(argv: string[]): Promise<number> {
         );
     };
     onUncaught = () => stop('uncaughtException', EXIT_UNCAUGHT);
-    process.on('SIGTERM', () => stop('SIGTERM'));
-    process.on('SIGINT', () => stop('SIGINT'));
+    // X9: each of these drains (stop accepting, finish in-flight requests up to the deadline).
+    for (const signal of ['SIGTERM', 'SIGINT', 'SIGHUP'] as const) process.on(signal, () => stop(signal));
   });
 }
 

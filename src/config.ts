@@ -30,62 +30,84 @@ const httpUrl = z
   }, 'must not contain a user name or password')
   .transform((s) => s.replace(/\/+$/, ''));
 
-const port = z.number().int().min(0).max(65535);
+const port = z.number().int().min(0, 'must be a port number, 0 to 65535').max(65535, 'must be a port number, 0 to 65535');
 const ms = z.number().int().min(0);
 
+/** A `Host` name, or `*.` and a domain (any name below it, as in nginx's `server_name`). */
+const hostPattern = z
+  .string()
+  .transform((s) => s.trim().toLowerCase())
+  .refine((s) => /^(\*\.)?[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:\d{1,5})?$/.test(s) || /^\[[0-9a-f:.]+\](:\d{1,5})?$/.test(s), {
+    message: 'must be host names, optionally starting with *. (e.g. chat.example.com,*.example.org)',
+  });
+
 export const configSchema = z
-  .object({
-    upstream: z.object({
-      /** The old Zulip server. Absent with no replay: the bundled demo recording is replayed. */
-      url: httpUrl.optional(),
-      /** Give up on a silent upstream after this long (504); above Zulip's ~90 s long poll. */
-      timeoutMs: ms.min(1),
-      /** Kept-alive upstream connections per upstream. */
-      maxSockets: z.number().int().min(1),
-      /** Accept self-signed upstream certificates (logged loudly at start-up). */
-      insecureTls: z.boolean(),
-      /** Largest upstream body the shim buffers on an intercepted endpoint. */
-      maxResponseBytes: z.number().int().min(1024),
+  .strictObject({
+    upstream: z.strictObject({
+      url: httpUrl.optional().describe('The old Zulip server (http or https). One of upstream.url, replay.har or replay.demo is required.'),
+      timeoutMs: ms.min(1).describe("Give up on a silent upstream after this long (504); above Zulip's ~90 s long poll."),
+      maxSockets: z.number().int().min(1).describe('Kept-alive upstream connections per upstream.'),
+      insecureTls: z.boolean().describe('Accept self-signed upstream certificates (logged loudly at start-up).'),
+      maxResponseBytes: z.number().int().min(1024).describe('Largest upstream body the shim buffers on an intercepted endpoint.'),
     }),
-    replay: z.object({ har: z.string().min(1).optional(), strict: z.boolean() }),
-    record: z.object({ har: z.string().min(1).optional() }),
-    server: z.object({
-      port,
-      host: z.string().min(1),
-      /** Largest request body read on an intercepted endpoint (413 above). */
-      bodyLimitBytes: z.number().int().min(1),
-      /** On SIGTERM, how long in-flight requests may take before sockets are closed. */
-      shutdownGraceMs: ms,
+    replay: z.strictObject({
+      har: z.string().min(1).optional().describe('Serve a recorded HAR as the upstream instead (H2).'),
+      strict: z.boolean().describe('A replay miss also fails the process at shutdown (exit code 1).'),
+      demo: z.boolean().describe('Replay the bundled recording of a Zulip 2.1 server (what `npm start` does).'),
     }),
-    store: z.object({
+    record: z.strictObject({
+      har: z
+        .string()
+        .min(1)
+        .optional()
+        .describe('Write every upstream exchange to this HAR, redacted (H1). An existing file is moved aside, never overwritten.'),
+    }),
+    server: z.strictObject({
+      port: port.describe('Listen port; 0 picks a free one.'),
+      host: z.string().min(1).describe('Listen address; 0.0.0.0 or :: for every interface.'),
+      bodyLimitBytes: z.number().int().min(1).describe('Largest request body read on an intercepted endpoint (413 above).'),
+      shutdownGraceMs: ms.describe(
+        'On SIGTERM, SIGINT or SIGHUP: how long in-flight requests (long polls too) may take before they are ended (X9).',
+      ),
+      realmHosts: z
+        .array(hostPattern)
+        .describe('Admit only these Host names (`*.` wildcards); any other Host gets a 400 with no upstream call (X2). Empty: any.'),
+    }),
+    store: z.strictObject({
       redisUrl: z
         .string()
         .refine((s) => /^rediss?:\/\//.test(s), 'must be a redis:// or rediss:// URL')
-        .optional(),
-      keyPrefix: z.string(),
+        .optional()
+        .describe('Shared state for several replicas (S1); absent = in-memory.'),
+      keyPrefix: z.string().describe('Prefix of every Redis key; the same for every replica.'),
     }),
-    presence: z.object({
-      /** P9: one full upstream presence fetch per realm per this many ms; 0 = no sharing. */
-      coalesceMs: ms,
-      /**
-       * P9: share one realm snapshot among callers. "auto" = only below feature level 228,
-       * where every caller sees the same users; "always" = the operator vouches for it.
-       */
-      shareSnapshots: z.enum(['auto', 'always', 'never']),
-      maxRealms: z.number().int().min(1),
+    presence: z.strictObject({
+      coalesceMs: ms.describe('P9: one full upstream presence fetch per realm per this many ms; 0 = no sharing.'),
+      shareSnapshots: z
+        .enum(['auto', 'always', 'never'])
+        .describe(
+          'P9: share one realm snapshot among callers. auto = only below feature level 228, where every caller sees the same users; always = the operator vouches for it.',
+        ),
+      maxRealms: z.number().int().min(1).describe('Realms whose presence state is kept in this process.'),
     }),
-    lookups: z.object({ ttlMs: ms.min(1), maxEntries: z.number().int().min(1) }),
-    featureLevel: z.object({ ttlMs: ms.min(1) }),
-    log: z.object({
-      level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']),
+    lookups: z.strictObject({
+      ttlMs: ms.min(1).describe('How long a looked-up user list or delivery email is reused (U2).'),
+      maxEntries: z.number().int().min(1).describe('Lookup cache entries kept.'),
+    }),
+    featureLevel: z.strictObject({
+      ttlMs: ms.min(1).describe("How long an upstream's feature level (from server_settings) is reused."),
+    }),
+    log: z.strictObject({
+      level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).describe('pino log level.'),
     }),
   })
   .superRefine((c, ctx) => {
-    if (c.upstream.url && c.replay.har) {
+    const given = [c.upstream.url && '--upstream', c.replay.har && '--replay', c.replay.demo && '--demo'].filter(Boolean);
+    if (given.length > 1) {
       ctx.addIssue({
         code: 'custom',
-        path: ['replay', 'har'],
-        message: 'give either --upstream or --replay, not both',
+        path: c.replay.har ? ['replay', 'har'] : ['replay', 'demo'],
+        message: `give one of --upstream, --replay or --demo, not ${given.join(' and ')}`,
       });
     }
   });
@@ -96,18 +118,21 @@ export class ConfigError extends Error {
   override name = 'ConfigError';
 }
 
-type Kind = 'string' | 'int' | 'bool';
-interface Setting {
+type Kind = 'string' | 'int' | 'bool' | 'list';
+export interface Setting {
   path: [string, string];
   flag: string;
+  /** A one-letter alias (`-x`). */
+  short?: string;
   env: string;
   kind: Kind;
 }
 
 /** The Interface table of the contract, one row per setting. */
-const SETTINGS: Setting[] = [
+export const SETTINGS: Setting[] = [
   { flag: 'upstream', env: 'UPSTREAM_URL', path: ['upstream', 'url'], kind: 'string' },
   { flag: 'replay', env: 'REPLAY_HAR', path: ['replay', 'har'], kind: 'string' },
+  { flag: 'demo', env: 'DEMO', path: ['replay', 'demo'], kind: 'bool' },
   { flag: 'record', env: 'RECORD_HAR', path: ['record', 'har'], kind: 'string' },
   { flag: 'port', env: 'PORT', path: ['server', 'port'], kind: 'int' },
   { flag: 'host', env: 'HOST', path: ['server', 'host'], kind: 'string' },
@@ -118,11 +143,20 @@ const SETTINGS: Setting[] = [
   { flag: 'upstream-timeout-ms', env: 'UPSTREAM_TIMEOUT_MS', path: ['upstream', 'timeoutMs'], kind: 'int' },
   { flag: 'replay-strict', env: 'REPLAY_STRICT', path: ['replay', 'strict'], kind: 'bool' },
   { flag: 'insecure-upstream-tls', env: 'UPSTREAM_INSECURE_TLS', path: ['upstream', 'insecureTls'], kind: 'bool' },
+  { flag: 'shutdown-grace-ms', env: 'SHUTDOWN_GRACE_MS', path: ['server', 'shutdownGraceMs'], kind: 'int' },
+  { flag: 'realm-hosts', env: 'REALM_HOSTS', path: ['server', 'realmHosts'], kind: 'list' },
+];
+
+/** Config keys holding file paths: in a config file they are relative to that file's directory. */
+const PATH_KEYS: ReadonlyArray<[string, string]> = [
+  ['replay', 'har'],
+  ['record', 'har'],
 ];
 
 const here = dirname(fileURLToPath(import.meta.url));
 export const PROJECT_ROOT = resolve(here, '..');
-const DEFAULT_FILE = resolve(PROJECT_ROOT, 'config', 'default.json');
+export const DEFAULT_FILE = resolve(PROJECT_ROOT, 'config', 'default.json');
+const DEFAULT_SOURCE = 'config/default.json';
 
 function readJson(file: string, what: string): Record<string, unknown> {
   let text: string;
@@ -152,6 +186,27 @@ function merge(base: Record<string, unknown>, over: Record<string, unknown>): Re
   return out;
 }
 
+/** Every key path of a JSON object, as `a.b`, for telling which layer set which key. */
+function keyPaths(obj: Record<string, unknown>, prefix = ''): string[] {
+  return Object.entries(obj).flatMap(([k, v]) =>
+    v && typeof v === 'object' && !Array.isArray(v)
+      ? [`${prefix}${k}`, ...keyPaths(v as Record<string, unknown>, `${prefix}${k}.`)]
+      : [`${prefix}${k}`],
+  );
+}
+
+/** Relative paths in a config file are the file's own: resolved from its directory. */
+function resolvePaths(obj: Record<string, unknown>, dir: string): Record<string, unknown> {
+  for (const [a, b] of PATH_KEYS) {
+    const inner = obj[a];
+    if (inner && typeof inner === 'object' && !Array.isArray(inner)) {
+      const v = (inner as Record<string, unknown>)[b];
+      if (typeof v === 'string' && v !== '') (inner as Record<string, unknown>)[b] = resolve(dir, v);
+    }
+  }
+  return obj;
+}
+
 function coerce(s: Setting, raw: string | boolean, source: string): unknown {
   const name = `${s.path.join('.')} (${source})`;
   if (s.kind === 'bool') {
@@ -162,9 +217,11 @@ function coerce(s: Setting, raw: string | boolean, source: string): unknown {
   }
   const text = String(raw);
   if (s.kind === 'int') {
-    if (!/^\d+$/.test(text.trim())) throw new ConfigError(`${name}: expected a whole number, got ${JSON.stringify(text)}`);
+    // A sign is accepted here so that the schema, not this parser, words a range error.
+    if (!/^-?\d+$/.test(text.trim())) throw new ConfigError(`${name}: expected a whole number, got ${JSON.stringify(text)}`);
     return Number(text.trim());
   }
+  if (s.kind === 'list') return text.split(',').flatMap((x) => (x.trim() === '' ? [] : [x.trim()]));
   return text;
 }
 
@@ -173,9 +230,31 @@ function setPath(obj: Record<string, unknown>, [a, b]: [string, string], v: unkn
   obj[a] = { ...inner, [b]: v };
 }
 
+/** The closest of `known` to `key` within two edits: the likely intended spelling. */
+function closest(key: string, known: string[]): string | undefined {
+  let best: string | undefined;
+  let bestDistance = 3;
+  for (const k of known) {
+    const d = editDistance(key.toLowerCase(), k.toLowerCase());
+    if (d < bestDistance) [best, bestDistance] = [k, d];
+  }
+  return best;
+}
+
+function editDistance(a: string, b: string): number {
+  let row = Array.from({ length: b.length + 1 }, (_, j) => j);
+  for (let i = 1; i <= a.length; i++) {
+    const next = [i];
+    for (let j = 1; j <= b.length; j++) next[j] = Math.min(row[j]! + 1, next[j - 1]! + 1, row[j - 1]! + (a[i - 1] === b[j - 1] ? 0 : 1));
+    row = next;
+  }
+  return row[b.length]!;
+}
+
 export interface CliResult {
   config: Config;
-  /** Which layer gave each changed key: for the start-up line and for error messages. */
+  /** Where each key's value came from (`--port`, `PORT`, `config file …`, `config/default.json`). */
+  sources: ReadonlyMap<string, string>;
   help: boolean;
   version: boolean;
 }
@@ -184,6 +263,7 @@ export const USAGE = `Usage: zulip-compat-shim [options]
 
   --upstream URL            the old Zulip server (http or https)          [UPSTREAM_URL]
   --replay FILE.har         use a recorded HAR as the upstream            [REPLAY_HAR]
+  --demo                    replay the bundled Zulip 2.1 recording        [DEMO]
   --record FILE.har         record every upstream exchange, redacted      [RECORD_HAR]
   --port N                  listen port (default 9991)                    [PORT]
   --host H                  listen address (default 127.0.0.1)            [HOST]
@@ -195,47 +275,125 @@ export const USAGE = `Usage: zulip-compat-shim [options]
   --upstream-timeout-ms N   504 after N ms of upstream silence            [UPSTREAM_TIMEOUT_MS]
   --replay-strict           a replay miss fails the process at shutdown   [REPLAY_STRICT]
   --insecure-upstream-tls   accept self-signed upstream certificates      [UPSTREAM_INSECURE_TLS]
-  --version                 print the version and exit
-  --help                    print this help and exit
+  --shutdown-grace-ms N     drain deadline on SIGTERM/SIGINT/SIGHUP       [SHUTDOWN_GRACE_MS]
+  --realm-hosts LIST        admit only these Host names (*. wildcards)    [REALM_HOSTS]
+  -v, --version             print the version and exit
+  -h, --help                print this help and exit
 
-With neither --upstream nor --replay, the bundled demo recording of a Zulip 2.1 server is replayed.
+One of --upstream, --replay or --demo is required. Every key: README "Configuration reference".
 `;
+
+const INFO_OPTIONS = { help: { type: 'boolean', short: 'h' }, version: { type: 'boolean', short: 'v' } } as const;
+
+/** `--help` or `--version` anywhere among the arguments: answered before any configuration is read. */
+export function infoRequest(argv: string[]): 'help' | 'version' | undefined {
+  const { values } = parseArgs({ args: argv, options: INFO_OPTIONS, strict: false, allowPositionals: true });
+  return values.help === true ? 'help' : values.version === true ? 'version' : undefined;
+}
+
+/**
+ * A value option followed by something that starts with `-` (`--port -1`) takes it as its
+ * value, as getopt does, so the schema words the error instead of Node's argument parser.
+ */
+function joinDashValues(argv: string[], valued: Set<string>): string[] {
+  const out: string[] = [];
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i]!;
+    const next = argv[i + 1];
+    if (valued.has(a) && next?.startsWith('-')) {
+      out.push(`${a}=${next}`);
+      i++;
+    } else out.push(a);
+  }
+  return out;
+}
 
 /** Builds the configuration from all four layers; throws ConfigError with one clear line. */
 export function loadConfig(argv: string[], env: NodeJS.ProcessEnv = process.env): CliResult {
-  const options: Record<string, { type: 'string' | 'boolean' }> = {
-    config: { type: 'string' },
-    help: { type: 'boolean' },
-    version: { type: 'boolean' },
-  };
-  for (const s of SETTINGS) options[s.flag] = { type: s.kind === 'bool' ? 'boolean' : 'string' };
+  const options: Record<string, { type: 'string' | 'boolean'; short?: string }> = { config: { type: 'string' }, ...INFO_OPTIONS };
+  for (const s of SETTINGS) options[s.flag] = { type: s.kind === 'bool' ? 'boolean' : 'string', ...(s.short ? { short: s.short } : {}) };
+  const valued = new Set(Object.entries(options).flatMap(([k, o]) => (o.type === 'string' ? [`--${k}`] : [])));
   let values: Record<string, string | boolean | undefined>;
   try {
-    values = parseArgs({ args: argv, options, strict: true, allowPositionals: false }).values as typeof values;
+    values = parseArgs({ args: joinDashValues(argv, valued), options, strict: true, allowPositionals: false }).values as typeof values;
   } catch (e) {
     throw new ConfigError((e as Error).message.split('\n')[0] ?? 'invalid arguments');
   }
 
-  let layered = readJson(DEFAULT_FILE, 'config/default.json');
-  const file = (values.config as string | undefined) ?? env.CONFIG_FILE;
-  if (file) layered = merge(layered, readJson(resolve(file), 'config file (--config)'));
-
-  for (const s of SETTINGS) {
-    const v = env[s.env];
-    if (v !== undefined && v !== '') setPath(layered, s.path, coerce(s, v, s.env));
+  const sources = new Map<string, string>();
+  let layered = readJson(DEFAULT_FILE, DEFAULT_SOURCE);
+  for (const k of keyPaths(layered)) sources.set(k, DEFAULT_SOURCE);
+  const given = (values.config as string | undefined) ?? env.CONFIG_FILE;
+  if (given) {
+    const file = resolve(given);
+    const fromFile = resolvePaths(readJson(file, `config file (${values.config ? '--config' : 'CONFIG_FILE'})`), dirname(file));
+    for (const k of keyPaths(fromFile)) sources.set(k, `config file ${file}`);
+    layered = merge(layered, fromFile);
   }
+
+  // The layer that wins is the only one read: an overridden PORT=abc is no error.
   for (const s of SETTINGS) {
-    const v = values[s.flag];
-    if (v !== undefined) setPath(layered, s.path, coerce(s, v, `--${s.flag}`));
+    const flag = values[s.flag];
+    const fromEnv = env[s.env];
+    const [raw, source] = flag !== undefined ? [flag, `--${s.flag}`] : fromEnv !== undefined && fromEnv !== '' ? [fromEnv, s.env] : [];
+    if (raw === undefined || source === undefined) continue;
+    setPath(layered, s.path, coerce(s, raw, source));
+    sources.set(s.path.join('.'), source);
   }
 
   const parsed = configSchema.safeParse(layered);
   if (!parsed.success) {
-    const issue = parsed.error.issues[0]!;
-    const key = issue.path.join('.');
-    const setting = SETTINGS.find((s) => s.path.join('.') === key);
-    const where = setting ? ` (--${setting.flag} / ${setting.env})` : '';
-    throw new ConfigError(`${key || 'config'}${where}: ${issue.message}`);
+    // A misspelt key first: it usually explains the other problems too.
+    const issues = parsed.error.issues;
+    throw new ConfigError(describeIssue(issues.find((i) => i.code === 'unrecognized_keys') ?? issues[0]!, sources));
   }
-  return { config: parsed.data, help: values.help === true, version: values.version === true };
+  const config = parsed.data;
+  if (values.help !== true && values.version !== true && !config.upstream.url && !config.replay.har && !config.replay.demo) {
+    throw new ConfigError(
+      'no upstream: give --upstream URL (UPSTREAM_URL, upstream.url) for a Zulip server, or --demo (DEMO=true) to try the bundled recording',
+    );
+  }
+  return { config, sources, help: values.help === true, version: values.version === true };
+}
+
+/** One line for the first schema problem, naming the key and where its value came from. */
+function describeIssue(issue: z.core.$ZodIssue, sources: ReadonlyMap<string, string>): string {
+  const at = issue.path.map(String);
+  if (issue.code === 'unrecognized_keys') {
+    const key = [...at, issue.keys[0]!].join('.');
+    const known = Object.keys(shapeAt(at) ?? {});
+    const hint = closest(issue.keys[0]!, known);
+    return `${key} (${sources.get(key) ?? 'config file'}): unknown key${hint ? ` (did you mean ${[...at, hint].join('.')}?)` : ''}`;
+  }
+  const key = at.join('.');
+  const source = sources.get(key) ?? sources.get(at.slice(0, -1).join('.')) ?? sourceOfList(key, sources);
+  return `${key || 'config'}${source ? ` (${source})` : ''}: ${issue.message}`;
+}
+
+/** An array element's path (`server.realmHosts.2`) is blamed on the array's source. */
+function sourceOfList(key: string, sources: ReadonlyMap<string, string>): string | undefined {
+  for (let k = key; k.includes('.'); k = k.slice(0, k.lastIndexOf('.'))) {
+    const s = sources.get(k);
+    if (s) return s;
+  }
+  return undefined;
+}
+
+/** The schema's object shape at a key path (for the spelling hint of an unknown key). */
+function shapeAt(path: string[]): Record<string, unknown> | undefined {
+  let schema: unknown = configSchema;
+  for (const p of [undefined, ...path]) {
+    let s = schema as { shape?: Record<string, unknown>; def?: { in?: unknown; schema?: unknown } };
+    // Unwrap refinements and pipes down to the object.
+    while (!s.shape && (s.def?.in || s.def?.schema)) s = (s.def.in ?? s.def.schema) as typeof s;
+    if (p === undefined) {
+      schema = s;
+      continue;
+    }
+    schema = s.shape?.[p];
+    if (!schema) return undefined;
+  }
+  let s = schema as { shape?: Record<string, unknown> };
+  if (!s.shape) s = {};
+  return s.shape;
 }

@@ -115,8 +115,8 @@ describe('the bundled demo and --record', () => {
     rmSync(dir, { recursive: true, force: true });
   });
 
-  it('with no upstream and no replay, serves the demo and says in plain words how to try it', async () => {
-    const run = cli(['--port', '0', '--log-level', 'info']);
+  it('--demo serves the bundled recording and says in plain words how to try it', async () => {
+    const run = cli(['--demo', '--port', '0', '--log-level', 'info']);
     try {
       const url = await listening(run);
       const curl = `curl -s -u demo@example.com:any-key -d status=active -d last_update_id=-1 ${url}/api/v1/users/me/presence`;

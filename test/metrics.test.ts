@@ -156,3 +156,51 @@ describe('bounded realm labels', () => {
     expect(text).toContain(`realm="r${MAX_REALM_LABELS + 4}.example.com"`);
   });
 });
+
+describe('presence bytes saved (1 - sent/full)', () => {
+  it('is never below 0 with legacy clients in the mix, and positive for deltas', async () => {
+    const fake = await startFake({ era: '2.1', users: 40 });
+    for (const u of fake.humans()) fake.report(u.user_id, 'active');
+    const shim = await startShim(fake.url, { presence: { coalesceMs: 0 } });
+    const poll = (form: Record<string, string>, gzip = false) => {
+      const r = request(shim.url).post('/api/v1/users/me/presence').set('Authorization', fake.auth(10)).type('form');
+      if (gzip) r.set('Accept-Encoding', 'gzip');
+      return r.send(form);
+    };
+    try {
+      const full = await poll({ status: 'active', last_update_id: '-1' });
+      let id = full.body.presence_last_update_id as number;
+      for (let i = 0; i < 5; i++) {
+        await poll({ status: 'active' }, i % 2 === 0); // a legacy-format client
+        await poll({ status: 'active' }); // and uncompressed
+        fake.advance(120);
+        fake.report(12, i % 2 ? 'active' : 'idle');
+        const delta = await poll({ status: 'active', last_update_id: String(id) });
+        id = delta.body.presence_last_update_id;
+      }
+      await poll({ status: 'active', last_update_id: '123' }); // a resync
+      const kinds = ['legacy_full', 'modern_full', 'delta', 'resync'];
+      const sent = (e: Exposition, kind: string) => sampleValue(e, `${P}presence_sent_bytes_total`, { kind });
+      const fullBytes = (e: Exposition, kind: string) => sampleValue(e, `${P}presence_full_equivalent_bytes_total`, { kind });
+      // Counted just after each answer went out.
+      await expect.poll(async () => sent(await scrape(shim.url), 'resync')).toBeGreaterThan(0);
+      const e = await scrape(shim.url);
+      let totalSent = 0;
+      let totalFull = 0;
+      for (const kind of kinds) {
+        expect(sent(e, kind)).toBeGreaterThan(0);
+        expect(fullBytes(e, kind)).toBeGreaterThanOrEqual(sent(e, kind));
+        totalSent += sent(e, kind);
+        totalFull += fullBytes(e, kind);
+      }
+      expect(1 - totalSent / totalFull).toBeGreaterThan(0);
+      // A delta saves what a full modern answer would have cost: about that answer's size each.
+      expect(fullBytes(e, 'delta')).toBeGreaterThan(5 * (full.text.length - 100));
+      expect(fullBytes(e, 'delta')).toBeLessThan(5 * (full.text.length + 200));
+      expect(sent(e, 'delta')).toBeLessThan(fullBytes(e, 'delta') / 4);
+    } finally {
+      await shim.close();
+      await fake.stop();
+    }
+  });
+});

@@ -8,6 +8,7 @@ import {
   toModern,
 } from '../src/presence/convert.js';
 import { parseJsonInt, parsePresenceRequest, upstreamWillReject, wantsModern } from '../src/presence/params.js';
+import { historyCutoff } from '../src/presence/ledger.js';
 import { Params } from '../src/http/body.js';
 import { ShimError } from '../src/http/errors.js';
 
@@ -114,9 +115,9 @@ describe('presence conversion per era (P2)', () => {
       a: { website: { client: 'website', status: 'active', timestamp: 90 * day } },
       b: { website: { client: 'website', status: 'idle', timestamp: 10 * day } },
     };
-    expect(Object.keys(limitLegacyHistory(p, 20, 100 * day))).toEqual(['a']);
-    expect(Object.keys(limitLegacyHistory(p, 0, 100 * day))).toEqual([]);
-    expect(Object.keys(limitLegacyHistory(p, 365, 100 * day))).toEqual(['a', 'b']);
+    expect(Object.keys(limitLegacyHistory(p, historyCutoff(20, 100 * day)!))).toEqual(['a']);
+    expect(Object.keys(limitLegacyHistory(p, historyCutoff(0, 100 * day)!))).toEqual([]);
+    expect(Object.keys(limitLegacyHistory(p, historyCutoff(365, 100 * day)!))).toEqual(['a', 'b']);
   });
 });
 

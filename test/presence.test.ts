@@ -123,8 +123,10 @@ describe.each(OLD_ERAS)('presence on a Zulip %s upstream', (era) => {
 });
 
 describe('presence details', () => {
-  it('rejects bad last_update_id and history_limit_days before any upstream call (E3)', async () => {
+  it('rejects bad last_update_id and history_limit_days before the presence call (E3)', async () => {
     await setup('2.1');
+    // The feature level decides whether the shim validates at all (X7): known after one poll.
+    await poll(10, { status: 'active', last_update_id: '-1' });
     fake.resetStats();
     for (const [name, value, msg] of [
       ['last_update_id', 'abc', 'last_update_id is not valid JSON'],
@@ -203,6 +205,33 @@ describe('presence details', () => {
     for (const bad of ['999999999999999999', '7']) {
       const g = await poll(10, { status: 'active', last_update_id: bad });
       expect(Object.keys(g.body.presences)).toHaveLength(fake.humans().length);
+    }
+  });
+
+  it.each(['7.0', '8.0'] as const)('gives a legacy answer on %s a usable id, never -1 beside data (P4)', async (era) => {
+    await setup(era, { presence: { coalesceMs: 60_000 } });
+    const fresh = await poll(10, { status: 'active' });
+    expect(Object.keys(fresh.body.presences)).toHaveLength(fake.humans().length);
+    expect(fresh.body.presence_last_update_id).toBeGreaterThan(0);
+    // Within the window after a modern poll, too.
+    const modern = await poll(11, { status: 'active', last_update_id: '-1' });
+    fake.advance(1);
+    const after = await poll(12, { status: 'active' });
+    expect(after.body.presence_last_update_id).toBeGreaterThan(0);
+    // Continuing from the legacy id never loses anything: full data, or a delta from a covered id.
+    const next = await poll(12, { status: 'active', last_update_id: String(after.body.presence_last_update_id) });
+    expect(next.body.presence_last_update_id).toBeGreaterThanOrEqual(after.body.presence_last_update_id);
+    expect(modern.body.presence_last_update_id).toBeGreaterThan(0);
+  });
+
+  it('passes values the shim would reject below 9.0 on to a 9.0 upstream, which decides (X7)', async () => {
+    await setup('9.0');
+    for (const value of ['1e3', '05', '0x10']) {
+      const r = await poll(10, { status: 'active', last_update_id: value, history_limit_days: 'abc' });
+      expect(r.status).toBe(200);
+      const sent = new URLSearchParams(fake.seen.at(-1)!.body.toString());
+      expect(sent.get('last_update_id')).toBe(value);
+      expect(sent.get('history_limit_days')).toBe('abc');
     }
   });
 

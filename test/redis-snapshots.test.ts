@@ -8,9 +8,9 @@ import { adminRedis, deleteKeysUnder, describeRedis, REDIS_URL, testKeyPrefix } 
 
 const data = (serverTimestamp: number): SnapshotData => ({
   serverTimestamp,
-  fetchedAt: 1,
-  modern: [[10, 100, 110]],
-  legacy: undefined,
+  modernError: undefined,
+  legacyUsers: 1,
+  legacyBytes: Buffer.from('{"result":"success","msg":"","presences":{"a@example.com":{}}}'),
 });
 
 describeRedis('RedisSnapshots: one fetch per shared scope per window, across replicas (P9, S1)', () => {
@@ -24,7 +24,7 @@ describeRedis('RedisSnapshots: one fetch per shared scope per window, across rep
   beforeAll(() => {
     admin = adminRedis();
     conns = [0, 1].map(() => new RedisConnection({ url: REDIS_URL, log, commandTimeoutMs: 1_000 }));
-    [a, b] = conns.map((c) => new RedisSnapshots(c, { keyPrefix: prefix, pollMs: 5 })) as [RedisSnapshots, RedisSnapshots];
+    [a, b] = conns.map((c) => new RedisSnapshots(c, { keyPrefix: prefix })) as [RedisSnapshots, RedisSnapshots];
   });
   afterAll(async () => {
     await Promise.all(conns.map((c) => c.close()));
@@ -36,10 +36,11 @@ describeRedis('RedisSnapshots: one fetch per shared scope per window, across rep
     expect(await a.get('s1')).toBeUndefined();
     expect(await a.tryLock('s1', 60_000)).toBe(true);
     expect(await b.tryLock('s1', 60_000)).toBe(false);
-    const waiting = b.waitFor('s1', 10_000);
+    const waiting = b.waitFor('s1', 60_000);
     await a.publish('s1', data(42), 60_000);
-    expect(await waiting).toEqual(data(42));
-    expect(await b.get('s1')).toEqual(data(42));
+    // Woken by the notification, long before the wait's timeout.
+    expect((await waiting)?.data).toEqual(data(42));
+    expect((await b.get('s1'))?.data).toEqual(data(42));
     const ttl = await admin.pttl(`${prefix}snap:s1`);
     expect(ttl).toBeGreaterThan(0);
     expect(ttl).toBeLessThanOrEqual(60_000);
@@ -47,11 +48,14 @@ describeRedis('RedisSnapshots: one fetch per shared scope per window, across rep
 
   it('does not lock a scope whose snapshot is already published in this window', async () => {
     expect(await a.tryLock('s2', 60_000)).toBe(true);
-    await a.publish('s2', data(1), 60_000);
+    await a.publish('s2', data(1), 30_000);
     expect(await admin.exists(`${prefix}snap-lock:s2`)).toBe(0);
+    // The key lives for what is left of the window, not a whole window more.
+    expect(await admin.pttl(`${prefix}snap:s2`)).toBeLessThanOrEqual(30_000);
+    expect((await b.get('s2'))?.remainingMs).toBeLessThanOrEqual(30_000);
     // A replica that looked just before the publish must not fetch a second time.
     expect(await b.tryLock('s2', 60_000)).toBe(false);
-    expect(await b.waitFor('s2', 10_000)).toEqual(data(1));
+    expect((await b.waitFor('s2', 10_000))?.data).toEqual(data(1));
   });
 
   it('a waiter stops waiting at once when the fetcher gives up, and may then fetch itself', async () => {

@@ -86,7 +86,7 @@ describeRedis('RedisStore against the pure ledger (property, S1, P5)', () => {
               expected = undefined;
               continue;
             }
-            const got = await a.observe(realm, step);
+            const got = await a.merge(realm, step);
             if (!expected) {
               // A new ledger: its epoch is above every id issued before (P5).
               expect(got.epoch).toBeGreaterThanOrEqual(highest);
@@ -110,7 +110,7 @@ describeRedis('RedisStore against the pure ledger (property, S1, P5)', () => {
         const realm = `par-${run++}`;
         const issued: number[] = [];
         for (const r of rounds) {
-          const results = await Promise.all(r.map(async ([onA, obs]) => ({ obs, state: await (onA ? a : b).observe(realm, obs) })));
+          const results = await Promise.all(r.map(async ([onA, obs]) => ({ obs, state: await (onA ? a : b).merge(realm, obs) })));
           const epoch = results[0]!.state.epoch;
           expect(results.every((x) => x.state.epoch === epoch)).toBe(true);
           // P5: a ledger made after a wipe vouches for no id issued before it.
@@ -129,13 +129,13 @@ describeRedis('RedisStore against the pure ledger (property, S1, P5)', () => {
 
   it('after a wipe, a client holding an id from before gets full data, never an empty answer (P5)', async () => {
     const realm = 'wipe-answer';
-    const before = await a.observe(realm, {
+    const before = await a.merge(realm, {
       serverTimestamp: 10,
       complete: true,
       presences: new Map([[1, { active_timestamp: 5, idle_timestamp: 9 }]]),
     });
     await deleteKeysUnder(admin, prefix);
-    const after = await b.observe(realm, {
+    const after = await b.merge(realm, {
       serverTimestamp: 11,
       complete: true,
       presences: new Map([[1, { active_timestamp: 5, idle_timestamp: 9 }]]),

@@ -62,7 +62,7 @@ describeRedis('RedisStore (S1, P5)', () => {
     const store = open();
     expect(await store.load('r-new')).toBeUndefined();
     const before = Date.now() * 1000;
-    const s = await store.observe('r-new', obs(100.5, { 1: [90, 95], 2: [80, 80] }));
+    const s = await store.merge('r-new', obs(100.5, { 1: [90, 95], 2: [80, 80] }));
     expect(s.epoch).toBeGreaterThanOrEqual(before);
     expect([...s.users.values()].map((e) => e.changedAt)).toEqual([s.epoch + 1, s.epoch + 2]);
     expect(await store.load('r-new')).toEqual(s);
@@ -71,10 +71,10 @@ describeRedis('RedisStore (S1, P5)', () => {
 
   it('keeps one key per realm under the prefix, expiring after the idle TTL, refreshed by writes', async () => {
     const store = open({ idleTtlMs: 60_000 });
-    await store.observe('r-ttl', obs(1, { 1: [1, 1] }));
+    await store.merge('r-ttl', obs(1, { 1: [1, 1] }));
     expect(await keysUnder(admin, `${prefix}presence:r-ttl`)).toEqual([`${prefix}presence:r-ttl`]);
     await admin.pexpire(`${prefix}presence:r-ttl`, 1_000);
-    await store.observe('r-ttl', obs(2, { 1: [2, 2] }));
+    await store.merge('r-ttl', obs(2, { 1: [2, 2] }));
     const ttl = await admin.pttl(`${prefix}presence:r-ttl`);
     expect(ttl).toBeGreaterThan(1_000);
     expect(ttl).toBeLessThanOrEqual(60_000);
@@ -83,12 +83,12 @@ describeRedis('RedisStore (S1, P5)', () => {
   it('starts a new epoch above every earlier id when the key is gone (flush, eviction, new Redis): old ids get full data', async () => {
     const a = open();
     const b = open();
-    const first = await a.observe('r-flush', obs(10, { 1: [10, 10], 2: [9, 10] }));
-    const second = await b.observe('r-flush', obs(20, { 1: [20, 20] }));
+    const first = await a.merge('r-flush', obs(10, { 1: [10, 10], 2: [9, 10] }));
+    const second = await b.merge('r-flush', obs(20, { 1: [20, 20] }));
     const issued = [first.lastId, second.lastId];
     await deleteKeysUnder(admin, prefix);
     expect(await a.load('r-flush')).toBeUndefined();
-    const after = await a.observe('r-flush', obs(30, { 2: [30, 30] }));
+    const after = await a.merge('r-flush', obs(30, { 2: [30, 30] }));
     expect(after.epoch).toBeGreaterThanOrEqual(Math.max(...issued));
     for (const id of issued) {
       expect(vouchesFor(after, id)).toBe(false);
@@ -104,7 +104,7 @@ describeRedis('RedisStore (S1, P5)', () => {
     const store = open();
     await admin.set(`${prefix}presence:r-junk`, 'not a ledger at all');
     expect(await store.load('r-junk')).toBeUndefined();
-    const s = await store.observe('r-junk', obs(5, { 7: [5, 5] }));
+    const s = await store.merge('r-junk', obs(5, { 7: [5, 5] }));
     expect(s.users.get(7)?.present).toBe(true);
     expect(await open().load('r-junk')).toEqual(s);
   });
@@ -113,16 +113,16 @@ describeRedis('RedisStore (S1, P5)', () => {
     const a = open();
     const b = open();
     const o1 = obs(50, { 1: [50, 50] });
-    const s1 = await a.observe('r-same', o1);
-    expect(await a.observe('r-same', o1)).toBe(s1);
-    const s2 = await b.observe('r-same', obs(60, { 1: [60, 60] }));
-    expect(await a.observe('r-same', o1)).toEqual(s2); // o1 is older: nothing changes, but a sees b's state
+    const s1 = await a.merge('r-same', o1);
+    expect(await a.merge('r-same', o1)).toBe(s1);
+    const s2 = await b.merge('r-same', obs(60, { 1: [60, 60] }));
+    expect(await a.merge('r-same', o1)).toEqual(s2); // o1 is older: nothing changes, but a sees b's state
   });
 
   it('batches concurrent observations of one realm into one history: every caller gets its own step', async () => {
     const store = open();
     const many = Array.from({ length: 25 }, (_, i) => obs(100 + i, { [i % 5]: [100 + i, 100 + i] }));
-    const states = await Promise.all(many.map((o) => store.observe('r-batch', o)));
+    const states = await Promise.all(many.map((o) => store.merge('r-batch', o)));
     const ids = states.map((s) => s.lastId);
     for (let i = 1; i < ids.length; i++) expect(ids[i]).toBeGreaterThan(ids[i - 1]!);
     expect(await store.load('r-batch')).toEqual(states.at(-1));
@@ -197,7 +197,7 @@ describeRedis('RedisStore when Redis goes away and comes back (S1)', () => {
           ),
         )
         .toBe(true);
-      await store.observe('r-down', obs(1, { 1: [1, 1] }));
+      await store.merge('r-down', obs(1, { 1: [1, 1] }));
 
       await relay.stop();
       await expect
@@ -209,7 +209,7 @@ describeRedis('RedisStore when Redis goes away and comes back (S1)', () => {
         )
         .toBe(true);
       const failures = await Promise.allSettled([
-        ...Array.from({ length: 10 }, (_, i) => store.observe('r-down', obs(2 + i, { 1: [2 + i, 2 + i] }))),
+        ...Array.from({ length: 10 }, (_, i) => store.merge('r-down', obs(2 + i, { 1: [2 + i, 2 + i] }))),
         store.load('r-down'),
       ]);
       for (const f of failures) {
@@ -232,7 +232,7 @@ describeRedis('RedisStore when Redis goes away and comes back (S1)', () => {
           { timeout: 10_000 },
         )
         .toBe(true);
-      const s = await store.observe('r-down', obs(50, { 1: [50, 50] }));
+      const s = await store.merge('r-down', obs(50, { 1: [50, 50] }));
       expect(s.users.get(1)?.active).toBe(50);
       expect(lines.filter((l) => /reachable again/.test(l.msg))).toHaveLength(1);
     } finally {
@@ -250,7 +250,7 @@ it('fails fast with StoreUnavailableError when nothing listens at the Redis URL'
   const errors = counter();
   const store = new RedisStore({ url: `redis://127.0.0.1:${port}`, keyPrefix: 'x:', log: logSink().log, storeErrors: errors });
   try {
-    await expect(store.observe('r', obs(1, { 1: [1, 1] }))).rejects.toBeInstanceOf(StoreUnavailableError);
+    await expect(store.merge('r', obs(1, { 1: [1, 1] }))).rejects.toBeInstanceOf(StoreUnavailableError);
     await expect(store.load('r')).rejects.toBeInstanceOf(StoreUnavailableError);
     await expect(store.ping()).rejects.toBeInstanceOf(StoreUnavailableError);
     expect(errors.n).toBe(3);

@@ -135,3 +135,54 @@ describe('register details', () => {
     expect(body).not.toHaveProperty('presence_last_update_id');
   });
 });
+
+describe('register presence_history_limit_days (P12)', () => {
+  it.each(['2.1', '7.0'] as const)('on %s: 0 returns no users; N leaves out users idle longer than N days', async (era) => {
+    await setup(era);
+    fake.advance(5 * 86_400);
+    fake.report(10, 'active');
+    for (const slim of ['true', 'false']) {
+      const none = await register(10, { slim_presence: slim, presence_history_limit_days: '0' });
+      expect(none.status).toBe(200);
+      expect(none.body.presences).toEqual({});
+      expect(none.body.presence_last_update_id).toBe(-1);
+      const recent = await register(10, { slim_presence: slim, presence_history_limit_days: '2' });
+      const shown = Object.keys(recent.body.presences);
+      expect(shown).toEqual([slim === 'true' ? '10' : fake.user(10).email]);
+      expect(recent.body.presence_last_update_id).toBeGreaterThan(0);
+      const all = await register(10, { slim_presence: slim, presence_history_limit_days: '30' });
+      expect(Object.keys(all.body.presences)).toHaveLength(fake.humans().length);
+    }
+  });
+
+  it('rejects a bad value before the upstream call, in the modern server’s words (E3)', async () => {
+    await setup('4.0');
+    await register(10, {}); // the feature level, known from here on
+    fake.resetStats();
+    const r = await register(10, { presence_history_limit_days: '1.5' });
+    expect(r.status).toBe(400);
+    expect(r.body).toEqual({ result: 'error', msg: 'presence_history_limit_days is not an integer', code: 'BAD_REQUEST' });
+    expect(fake.stats.register).toBe(0);
+  });
+});
+
+describe.each(['7.0', '8.0'] as const)('a legacy register answer on %s (P4)', (era) => {
+  it('carries a usable id alongside its users, never -1, on a fresh shim', async () => {
+    await setup(era);
+    const r = await register(10, {});
+    expect(Object.keys(r.body.presences).length).toBe(fake.humans().length);
+    const id = r.body.presence_last_update_id as number;
+    expect(Number.isSafeInteger(id) && id > 0).toBe(true);
+    // Continuing from it is safe: full data (it vouches for nothing the client lacks) or a delta.
+    const next = await poll(10, { status: 'active', last_update_id: String(id) });
+    expect(next.body.presence_last_update_id).toBeGreaterThanOrEqual(id);
+    expect(Object.keys(next.body.presences)).toHaveLength(fake.humans().length);
+  });
+});
+
+it('leaves a 9.0 register untouched, parameters the shim would check included (X7)', async () => {
+  await setup('9.0');
+  const r = await register(10, { slim_presence: 'true', presence_history_limit_days: '1e3' });
+  expect(r.status).toBe(200);
+  expect(new URLSearchParams(fake.seen.at(-1)!.body.toString()).get('presence_history_limit_days')).toBe('1e3');
+});

@@ -4,10 +4,9 @@ import { SnapshotHub, type Snapshot } from '../src/presence/snapshots.js';
 const snapshot = (serverTimestamp: number, fetchedAt: number): Snapshot => ({
   serverTimestamp,
   fetchedAt,
+  complete: true,
   modern: new Map(),
-  legacy: undefined,
   ledger: undefined,
-  answers: new Map(),
   bodies: new Map(),
 });
 

@@ -52,14 +52,18 @@ export function createMetrics() {
       labelNames: ['source'] as const,
       registers: [registry],
     }),
+    /** kind: legacy_full | modern_full | delta | resync (as presence_answers_total) */
     presenceBytesSent: new Counter({
       name: `${p}presence_sent_bytes_total`,
-      help: 'Bytes of presence answers sent to clients',
+      help: 'Bytes of presence answers sent to clients, by answer kind',
+      labelNames: ['kind'] as const,
       registers: [registry],
     }),
+    /** Per answer, never below its bytes sent: 1 - sent/full is the saving, 0 or more. */
     presenceBytesFull: new Counter({
       name: `${p}presence_full_equivalent_bytes_total`,
-      help: 'Bytes a full modern answer would have been for the same polls (the saving is the difference)',
+      help: 'Uncompressed bytes of the full answer the same polls would have got (a delta: the full modern answer; other kinds: the answer itself), by answer kind',
+      labelNames: ['kind'] as const,
       registers: [registry],
     }),
     ledgerUsers: boundedByLabel(

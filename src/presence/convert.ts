@@ -107,12 +107,11 @@ export function toModern(era: PresenceEra, presences: Record<string, unknown>, u
 
 /**
  * P12 on a legacy answer: drops users whose newest report (`aggregated.timestamp`) is older
- * than `days` before the snapshot; 0 days → none.
+ * than `cutoff` (ledger.ts `historyCutoff`: Infinity drops everyone).
  */
-export function limitLegacyHistory(presences: Record<string, unknown>, days: number, serverTimestamp: number): Record<string, unknown> {
-  const cutoff = serverTimestamp - days * 86_400;
+export function limitLegacyHistory(presences: Record<string, unknown>, cutoff: number): Record<string, unknown> {
   const out: Record<string, unknown> = {};
-  if (days === 0) return out;
+  if (cutoff === Infinity) return out;
   for (const [email, entry] of Object.entries(presences)) {
     const m = legacyUserToModern(entry, undefined);
     if (m && m.idle_timestamp >= cutoff) out[email] = entry;

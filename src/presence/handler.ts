@@ -1,318 +1,91 @@
-import { setImmediate as nextTurn } from 'node:timers/promises';
 import type { ServerResponse } from 'node:http';
 import { facts, timedUpstream, type Handler } from '../context.js';
-import { parseParams, readBody, encodeForm } from '../http/body.js';
+import { parseParams, readBody } from '../http/body.js';
 import { sendEncoded } from '../http/compress.js';
-import { sendBytes, upstreamBadResponse } from '../http/errors.js';
+import { sendBytes } from '../http/errors.js';
 import { isSuccess, relay, relayBuffered, rewrittenHeaders } from '../http/relay.js';
-import { forwardedHeaders, parseJsonObject, type BufferedResponse } from '../upstream/client.js';
+import { forwardedHeaders, parseJsonObject } from '../upstream/client.js';
 import { FL } from '../upstream/feature-level.js';
-import { callerKey, realmOf } from '../upstream/realm.js';
-import { limitLegacyHistory, presenceEra } from './convert.js';
-import { answer, answersWithDelta, type ModernPresence } from './ledger.js';
-import { legacyAnswerId, loadLedger, observeAnswer, upstreamTime, type Asker, type Format } from './observe.js';
-import { parsePresenceRequest, upstreamWillReject, wantsModern, type PresenceRequest } from './params.js';
-import { everyCallerSeesTheSameUsers, fromData, toData, type Snapshot } from './snapshots.js';
+import { realmOf, type Realm } from '../upstream/realm.js';
+import type { IncomingMessage } from 'node:http';
+import type { ShimContext } from '../context.js';
+import { legacyAnswer, modernAnswer, type Built } from './answers.js';
+import { presenceEra } from './convert.js';
+import type { Format } from './intake.js';
+import { parsePresenceRequest, upstreamWillReject, wantsModern } from './params.js';
+import { report, UpstreamRefused, type Poll } from './report.js';
+import { obtainSnapshot } from './sharing.js';
 
 /**
- * POST /api/v1/users/me/presence and /json/users/me/presence on an upstream below feature
- * level 263: the caller's status is always reported upstream; full presence is fetched at most
- * once per window per scope (P9), converted to the modern format (P1, P2), merged into the
- * realm's ledger (P3–P7), and each caller gets a full answer or a delta from it.
+ * POST /api/v1/users/me/presence and /json/users/me/presence. On an upstream at feature level
+ * 263 or above the request goes through untouched (X7). Below it: the caller's status is always
+ * reported upstream; full presence is fetched at most once per window per scope (P9, sharing.ts),
+ * taken into the realm's ledger (P2–P7, intake.ts), and each caller gets a full answer or a
+ * delta built from the ledger (answers.ts).
  */
-
-/** An upstream answer that is not a success: the caller gets it unchanged (E1). */
-class UpstreamRefused extends Error {
-  constructor(readonly response: BufferedResponse) {
-    super(`upstream answered ${response.status}`);
-  }
-}
-
-interface Poll extends Asker {
-  featureLevel: number;
-  p: PresenceRequest;
-}
-
 export const presenceHandler: Handler = async (req, res, ctx) => {
   const raw = await readBody(req, ctx.config.server.bodyLimitBytes);
-  const params = await parseParams(req, raw);
-  // E3 before any upstream call, in the modern server's order and words.
-  const p = parsePresenceRequest(params);
-
   const realm = realmOf(ctx.upstreamId, req.headers);
   const featureLevel = await timedUpstream(req, () => ctx.featureLevels.featureLevel(realm));
   const f = facts(req);
   f.realm = realm.host;
   f.featureLevel = featureLevel;
+  // X7: the upstream speaks the modern presence API itself, and validates its own parameters.
+  if (featureLevel >= FL.LAST_UPDATE_ID) return passThrough(req, res, ctx, realm, raw);
 
-  if (featureLevel >= FL.LAST_UPDATE_ID) {
-    // The upstream speaks the modern presence API itself: untouched.
-    ctx.metrics.presenceAnswers.inc({ kind: 'passthrough' });
-    f.kind = 'passthrough';
-    const headers: Record<string, string> = { ...forwardedHeaders(req), 'accept-encoding': req.headers['accept-encoding'] ?? 'identity' };
-    if (req.headers['content-type']) headers['content-type'] = req.headers['content-type'];
-    const r = await timedUpstream(req, () => ctx.client.request({ realm, method: 'POST', path: req.url ?? '/', headers, body: raw }));
-    return relay(res, r);
-  }
-
-  const poll: Poll = { req, ctx, realm, featureLevel, era: presenceEra(featureLevel), p };
-  if (upstreamWillReject(p, featureLevel)) {
+  // E3, in the modern server's order and words, before the presence call.
+  const request = parsePresenceRequest(await parseParams(req, raw));
+  const poll: Poll = { req, ctx, realm, featureLevel, era: presenceEra(featureLevel), request };
+  try {
     // A value only the upstream validates is wrong: let it say so in its own words (E1).
-    const r = await report(poll, { ping_only: poll.p.raw.get('ping_only'), slim_presence: poll.p.raw.get('slim_presence') });
-    return relayBuffered(res, r);
+    if (upstreamWillReject(request, featureLevel)) {
+      return relayBuffered(
+        res,
+        await report(poll, { ping_only: request.raw.get('ping_only'), slim_presence: request.raw.get('slim_presence') }),
+      );
+    }
+    if (request.pingOnly) return await pingOnly(poll, res);
+    const modern = wantsModern(request);
+    // 2.1 has only the legacy format, which then feeds modern answers too.
+    const format: Format = modern && poll.era !== 'legacy' ? 'slim' : 'legacy';
+    const { snapshot, own } = await obtainSnapshot(poll, format);
+    const built = modern ? await modernAnswer(poll, snapshot) : await legacyAnswer(poll, snapshot);
+    await send(poll, res, built, own ? rewrittenHeaders(own.headers) : {});
+  } catch (e) {
+    if (e instanceof UpstreamRefused) return relayBuffered(res, e.response);
+    throw e;
   }
-  if (poll.p.pingOnly) return pingOnly(poll, res);
-  return fullPoll(poll, res);
 };
 
-/** The caller's own report to the upstream, form-encoded, with only parameters it knows. */
-async function report(
-  poll: Poll,
-  extra: { ping_only?: string | undefined; slim_presence?: string | undefined },
-): Promise<BufferedResponse> {
-  const { p, ctx, req, realm } = poll;
-  const form: Array<[string, string]> = [];
-  if (p.raw.has('status')) form.push(['status', p.raw.get('status')!]);
-  if (p.raw.has('new_user_input')) form.push(['new_user_input', p.raw.get('new_user_input')!]);
-  if (extra.ping_only !== undefined) form.push(['ping_only', extra.ping_only]);
-  if (extra.slim_presence !== undefined && poll.featureLevel >= FL.SLIM_PRESENCE) form.push(['slim_presence', extra.slim_presence]);
-  const headers = { ...forwardedHeaders(req), 'content-type': 'application/x-www-form-urlencoded' };
-  const path = req.url?.startsWith('/json/') ? '/json/users/me/presence' : '/api/v1/users/me/presence';
-  return timedUpstream(req, () => ctx.client.fetch({ realm, method: 'POST', path, headers, body: encodeForm(form) }));
+async function passThrough(req: IncomingMessage, res: ServerResponse, ctx: ShimContext, realm: Realm, raw: Buffer): Promise<void> {
+  ctx.metrics.presenceAnswers.inc({ kind: 'passthrough' });
+  facts(req).kind = 'passthrough';
+  const headers: Record<string, string> = { ...forwardedHeaders(req), 'accept-encoding': req.headers['accept-encoding'] ?? 'identity' };
+  if (req.headers['content-type']) headers['content-type'] = req.headers['content-type'];
+  const r = await timedUpstream(req, () => ctx.client.request({ realm, method: 'POST', path: req.url ?? '/', headers, body: raw }));
+  return relay(res, r);
 }
 
-/** P11: the upstream's own list is replaced by the shim's, which knows every parameter. */
-function withIgnored(body: Record<string, unknown>, ignored: string[]): Record<string, unknown> {
-  const { ignored_parameters_unsupported: _dropped, ...rest } = body;
-  return ignored.length ? { ...rest, ignored_parameters_unsupported: ignored } : rest;
-}
-
-/** P8: the status is reported; the answer carries no presence data. */
+/** P8: the status is reported; the answer carries no presence data (P11 still applies). */
 async function pingOnly(poll: Poll, res: ServerResponse): Promise<void> {
   const r = await report(poll, { ping_only: 'true' });
   if (!isSuccess(r.status)) return relayBuffered(res, r);
   poll.ctx.metrics.presenceAnswers.inc({ kind: 'ping' });
   facts(poll.req).kind = 'ping';
-  const body = withIgnored(parseJsonObject(r.body), poll.p.ignored);
+  const { ignored_parameters_unsupported: _dropped, ...body } = parseJsonObject(r.body);
+  if (poll.request.ignored.length) body.ignored_parameters_unsupported = poll.request.ignored;
   sendBytes(res, r.status, Buffer.from(JSON.stringify(body)), rewrittenHeaders(r.headers));
 }
 
-function scopeOf(poll: Poll, format: Format): { scope: string; shared: boolean } {
-  const { ctx, featureLevel, realm, req } = poll;
-  const shared = everyCallerSeesTheSameUsers(ctx.config.presence.shareSnapshots, featureLevel);
-  return { scope: shared ? `${realm.key}|${format}` : `${realm.key}|${format}|${callerKey(req.headers)}`, shared };
-}
-
-async function fullPoll(poll: Poll, res: ServerResponse): Promise<void> {
-  const { ctx } = poll;
-  const modern = wantsModern(poll.p);
-  // 2.1 has only the legacy format, which then feeds modern answers too.
-  const format: Format = modern && poll.era !== 'legacy' ? 'slim' : 'legacy';
-  const { scope, shared } = scopeOf(poll, format);
-  const hub = ctx.snapshots;
-
-  let snapshot = hub.fresh(scope);
-  const pending = snapshot ? undefined : hub.pending(scope);
-  let own: BufferedResponse | undefined;
-  if (snapshot || pending) {
-    // P9: the caller's own report still reaches the upstream, and only a caller the upstream
-    // accepts sees shared data.
-    own = await report(poll, { ping_only: 'true' });
-    if (!isSuccess(own.status)) return relayBuffered(res, own);
-    snapshot ??= await pending!.catch(() => undefined);
-    if (snapshot) ctx.metrics.presenceSnapshots.inc({ source: 'shared' });
-  }
-  if (!snapshot) {
-    try {
-      let leaderAnswer: BufferedResponse | undefined;
-      snapshot = await hub.lead(
-        scope,
-        async () => {
-          const r = await fetchSnapshot(poll, format, shared, scope);
-          leaderAnswer = r.own;
-          return r.snapshot;
-        },
-        shared,
-      );
-      own = leaderAnswer ?? own;
-    } catch (e) {
-      if (e instanceof UpstreamRefused) return relayBuffered(res, e.response);
-      throw e;
-    }
-  }
-  await respond(poll, res, snapshot, modern, own);
-}
-
-/** One full upstream presence fetch (the caller's own report), converted and merged. */
-async function fetchSnapshot(
-  poll: Poll,
-  format: Format,
-  shared: boolean,
-  scope: string,
-): Promise<{ snapshot: Snapshot; own?: BufferedResponse }> {
-  const { ctx } = poll;
-  const cluster = shared ? ctx.clusterSnapshots : undefined;
-  const window = ctx.config.presence.coalesceMs;
-  if (cluster && window > 0) {
-    // S1/P9 across replicas: read another replica's snapshot, or wait for the one fetching.
-    let data = await cluster.get(scope).catch(() => undefined);
-    const locked = data ? false : await cluster.tryLock(scope, window).catch(() => true);
-    if (data || !locked) {
-      const own = await report(poll, { ping_only: 'true' });
-      if (!isSuccess(own.status)) throw new UpstreamRefused(own);
-      data ??= await cluster.waitFor(scope, Math.max(window, 1000)).catch(() => undefined);
-      if (data) {
-        ctx.metrics.presenceSnapshots.inc({ source: 'shared' });
-        return { snapshot: fromData(data, await loadLedger(poll)), own };
-      }
-    }
-  }
-  try {
-    const own = await report(poll, { ping_only: 'false', slim_presence: format === 'slim' ? 'true' : undefined });
-    if (!isSuccess(own.status)) throw new UpstreamRefused(own);
-    ctx.metrics.presenceSnapshots.inc({ source: 'upstream' });
-    const body = parseJsonObject(own.body);
-    // Parsing a multi-megabyte answer is the longest step: let other requests run after it (B6).
-    await nextTurn();
-    const presences = body.presences;
-    if (!presences || typeof presences !== 'object' || Array.isArray(presences)) {
-      throw upstreamBadResponse('presence answer without a presences object');
-    }
-    const serverTimestamp = upstreamTime(body, own.headers);
-    const { modern, modernError, ledger } = await observeAnswer(
-      poll,
-      format,
-      presences as Record<string, unknown>,
-      serverTimestamp,
-      shared,
-    );
-    const snapshot: Snapshot = {
-      serverTimestamp,
-      fetchedAt: Date.now(),
-      modern,
-      modernError,
-      legacy: format === 'legacy' ? body : undefined,
-      legacyBytes: format === 'legacy' ? own.body : undefined,
-      ledger,
-      answers: new Map(),
-      bodies: new Map(),
-    };
-    if (cluster && window > 0) await cluster.publish(scope, toData(snapshot), window).catch(() => undefined);
-    return { snapshot, own };
-  } catch (e) {
-    if (cluster) await cluster.release(scope).catch(() => undefined);
-    throw e;
-  }
-}
-
-const kindOf = (p: PresenceRequest, full: boolean) =>
-  !full ? 'delta' : p.lastUpdateId !== undefined && p.lastUpdateId > 0 ? 'resync' : 'modern_full';
-
-async function respond(poll: Poll, res: ServerResponse, s: Snapshot, modern: boolean, own: BufferedResponse | undefined): Promise<void> {
-  const { p, ctx, req } = poll;
-  const headers = own ? rewrittenHeaders(own.headers) : {};
-  const built = modern ? modernAnswer(s, p) : legacyAnswer(s, p);
-  // Callers at the same id with the same parameters get the same bytes (built once).
-  const key = p.ignored.length ? undefined : `${built.key}|${built.id}`;
-  let body = key ? s.bodies.get(key) : undefined;
-  if (!body) {
-    body = { raw: built.body() };
-    if (key) s.bodies.set(key, body);
-  }
+/** Sends the answer; the bytes-saved metric counts it against its full equivalent once it went out. */
+async function send(poll: Poll, res: ServerResponse, built: Built, headers: Record<string, string | string[]>): Promise<void> {
+  const { ctx, req } = poll;
   ctx.metrics.presenceAnswers.inc({ kind: built.kind });
   facts(req).kind = built.kind;
-  const sent = await sendEncoded(req, res, 200, body, headers);
-  ctx.metrics.presenceBytesSent.inc(sent);
-  // The reference size for the bytes saved, once per snapshot, after the answer went out.
-  if (modern) setImmediate(() => ctx.metrics.presenceBytesFull.inc(fullModernSize(s)));
-}
-
-/** Cached presences JSON and the largest id in it, per snapshot and answer key. */
-function cached(s: Snapshot, key: string, build: () => { json: string; maxId: number }) {
-  let a = s.answers.get(key);
-  if (!a) {
-    a = build();
-    s.answers.set(key, a);
-  }
-  return a;
-}
-
-/** Size of the full modern answer for the same poll: the reference for the bytes saved. */
-function fullModernSize(s: Snapshot): number {
-  let e = s.bodies.get('full-size');
-  if (!e) {
-    const { json } = modernPresences(s, undefined, undefined);
-    e = { raw: Buffer.from(`{"result":"success","msg":"","server_timestamp":${JSON.stringify(s.serverTimestamp)},"presences":${json}}`) };
-    s.bodies.set('full-size', e);
-  }
-  return e.raw.length;
-}
-
-function modernPresences(s: Snapshot, lastUpdateId: number | undefined, historyLimitDays: number | undefined) {
-  const ledger = s.ledger;
-  const modern = s.modern ?? new Map<number, ModernPresence>();
-  if (!ledger) {
-    // No ledger (store down): full data from the snapshot itself, no id (P5).
-    return cached(s, `nl|${historyLimitDays ?? ''}`, () => {
-      const out: Record<string, ModernPresence> = {};
-      const cutoff = historyLimitDays === undefined ? -Infinity : s.serverTimestamp - historyLimitDays * 86_400;
-      if (historyLimitDays !== 0) for (const [id, e] of modern) if (e.idle_timestamp >= cutoff) out[String(id)] = e;
-      return { json: JSON.stringify(out), maxId: -1, full: true };
-    });
-  }
-  const key = answersWithDelta(ledger, lastUpdateId) ? `delta|${lastUpdateId}` : `full|${historyLimitDays ?? ''}`;
-  return cached(s, key, () => {
-    const a = answer(ledger, { visible: modern.keys(), lastUpdateId, historyLimitDays, serverTimestamp: s.serverTimestamp });
-    return { json: JSON.stringify(a.presences), maxId: Object.keys(a.presences).length ? a.presenceLastUpdateId : -1 };
+  const sent = await sendEncoded(req, res, 200, built.body, headers);
+  setImmediate(() => {
+    ctx.metrics.presenceBytesSent.inc({ kind: built.kind }, sent);
+    // Never below what was sent, so 1 - sent/full is a saving, never negative.
+    ctx.metrics.presenceBytesFull.inc({ kind: built.kind }, Math.max(sent, built.fullEquivalentBytes()));
   });
-}
-
-interface Built {
-  /** What the body depends on besides the per-caller parameters. */
-  key: string;
-  id: number;
-  kind: string;
-  body: () => Buffer;
-}
-
-function modernAnswer(s: Snapshot, p: PresenceRequest): Built {
-  // Never an empty map in place of data that could not be converted (P3).
-  if (!s.modern && s.modernError) throw s.modernError;
-  const x = p.lastUpdateId;
-  const full = !s.ledger || !answersWithDelta(s.ledger, x);
-  const { json, maxId } = modernPresences(s, x, p.historyLimitDays);
-  // P4: the largest id returned; else the client's own id echoed; else -1. No ledger: -1 (P5).
-  const id = !s.ledger ? -1 : maxId >= 0 ? maxId : x !== undefined ? x : -1;
-  const ignored = p.ignored.length ? `,"ignored_parameters_unsupported":${JSON.stringify(p.ignored)}` : '';
-  return {
-    key: `m|${full ? 'full' : x}|${p.historyLimitDays ?? ''}`,
-    id,
-    kind: s.ledger ? kindOf(p, full) : 'modern_full',
-    body: () =>
-      Buffer.from(
-        `{"result":"success","msg":"","server_timestamp":${JSON.stringify(s.serverTimestamp)},"presences":${json},"presence_last_update_id":${id}${ignored}}`,
-      ),
-  };
-}
-
-function legacyAnswer(s: Snapshot, p: PresenceRequest): Built {
-  // The id only (the body is the upstream's), computed once per snapshot: it walks every user.
-  const id = cached(s, `lid|${p.historyLimitDays ?? ''}`, () => ({ json: '', maxId: legacyAnswerId(s, p.historyLimitDays) })).maxId;
-  return {
-    key: `l|${p.historyLimitDays ?? ''}`,
-    id,
-    kind: 'legacy_full',
-    body: () => {
-      const upstream = s.legacy ?? {};
-      const asMade =
-        s.legacyBytes && p.historyLimitDays === undefined && !p.ignored.length && !('ignored_parameters_unsupported' in upstream);
-      const end = asMade ? s.legacyBytes!.lastIndexOf('}') : -1;
-      // The upstream's own bytes with the id added before the closing brace: exactly as it made
-      // them (P1), and no re-serialisation of a multi-megabyte answer on the event loop.
-      if (end > 0) return Buffer.concat([s.legacyBytes!.subarray(0, end), Buffer.from(`,"presence_last_update_id":${id}}`)]);
-      let presences = (upstream.presences ?? {}) as Record<string, unknown>;
-      if (p.historyLimitDays !== undefined) presences = limitLegacyHistory(presences, p.historyLimitDays, s.serverTimestamp);
-      return Buffer.from(JSON.stringify(withIgnored({ ...upstream, presences, presence_last_update_id: id }, p.ignored)));
-    },
-  };
 }

@@ -1,17 +1,20 @@
 /**
- * The presence ledger: the one place where `presence_last_update_id` values are made and kept.
+ * The presence ledger: the one place where `presence_last_update_id` values are made and kept,
+ * and where the rules for the id an answer carries (P4, X1) and the history cut-off (P12) live.
  *
  * One ledger per realm. For each user it holds the newest observation of their presence, the id
  * at which it last changed, and whether the newest complete snapshot still showed them; for the
  * realm, the id counter and the epoch it started from. Pure: every function takes a state and
  * returns a new one or an answer; I/O and storage live elsewhere (store/).
  *
- * Invariants (contract P3–P7, checked by test/presence-ledger.property.test.ts):
+ * Invariants (contract P3–P7, X1, checked by test/presence-ledger.property.test.ts and the X1
+ * model in test/presence-x1.property.test.ts):
  * - I1 ids are integers, strictly increasing per realm, never reused. A ledger starts at an
  *   epoch taken from the clock in microseconds (the process's, or Redis's shared one) and never
  *   below the highest id its process has seen: above every id a ledger created earlier could
  *   have issued (that would take more than one change per microsecond of its life), so ids stay
- *   unique across restarts, lost stores and replicas (P5).
+ *   unique across restarts, lost stores and replicas (P5). Hence no id ever issued is above the
+ *   clock in microseconds: that bounds which ids are plausible (I6).
  * - I2 the ledger vouches only for ids in (epoch, lastId]; any other id gets full data (P5).
  * - I3 per user, observations are ordered by the upstream's `server_timestamp`, never by
  *   arrival and never by the shim's clock: an older snapshot arriving late changes nothing (nor
@@ -19,7 +22,19 @@
  *   timestamps are smaller (invisible mode, P6).
  * - I4 a user's `changedAt` moves whenever what a client holds for them would differ: new data,
  *   or coming back into view after a complete snapshot left them out (P6, P7).
- * - I5 answers cover only users of the snapshot they are built from (P7).
+ * - I5 answers cover only users in view (P7): of the snapshot a per-caller answer is built for,
+ *   or, where every caller sees the same users, of the ledger itself (its `present` flags follow
+ *   the newest complete snapshot). Their data is always the ledger's, the newest observation:
+ *   a snapshot is an input to the ledger, never a second source of data or ids (X1).
+ * - I6 an answer's id is never below the client's `last_update_id` (X1). A client id the ledger
+ *   cannot vouch for gets full data; if it is plausible (0 < id <= the epoch clock now, I1) the
+ *   counter is raised to it first (`raiseCounter`), so the id echoed is then vouched for and the
+ *   next delta is exact. An implausible id (above the clock) cannot move the counter for
+ *   everyone: it is echoed with full data and stays unvouched, so that client keeps getting full
+ *   data (never a partial map, P3) until the clock passes its id, when the counter is raised to
+ *   it and deltas resume; a client that re-registers or sends -1 gets an id of the ledger's own.
+ * - I7 every change to a ledger is a `LedgerChange` applied by one writer at a time (the store),
+ *   so every replica sees one history of ids (S1).
  */
 
 /** Modern presence entry (P2): both timestamps, integers, idle_timestamp >= active_timestamp. */
@@ -81,6 +96,31 @@ export function epochFor(nowMs: number): number {
 export function createLedger(nowMs: number = Date.now(), floor = 0): LedgerState {
   const epoch = Math.max(epochFor(nowMs), floor);
   return { epoch, lastId: epoch, users: new Map(), merges: [], completeAt: 0 };
+}
+
+/** I6: could an id have been issued by now? Ids come from a microsecond clock (I1). */
+export function isPlausibleId(id: number, nowMs: number): boolean {
+  return Number.isSafeInteger(id) && id > 0 && id <= epochFor(nowMs);
+}
+
+/**
+ * I6: raises the counter to `atLeast` when that id is plausible at `nowMs` (the clock epochs
+ * come from) and above the counter; otherwise the same state. The ledger then vouches for it.
+ */
+export function raiseCounter(state: LedgerState, atLeast: number, nowMs: number): LedgerState {
+  if (atLeast <= state.lastId || !isPlausibleId(atLeast, nowMs)) return state;
+  return { ...state, lastId: atLeast };
+}
+
+/** I7: what a store applies to a realm's ledger, atomically. */
+export type LedgerChange =
+  | { kind: 'observation'; observation: Observation }
+  /** Raise the counter to at least this id (I6); `0` only makes sure the ledger exists. */
+  | { kind: 'counter'; atLeast: number };
+
+/** Applies one change; the same state object when nothing changed. `nowMs`: the epoch clock. */
+export function applyChange(state: LedgerState, change: LedgerChange, nowMs: number): LedgerState {
+  return change.kind === 'observation' ? merge(state, change.observation) : raiseCounter(state, change.atLeast, nowMs);
 }
 
 /** I2. */
@@ -145,14 +185,40 @@ export function answersWithDelta(state: LedgerState, lastUpdateId: number | unde
   return lastUpdateId !== undefined && lastUpdateId > 0 && vouchesFor(state, lastUpdateId);
 }
 
+/** P12: a full answer leaves out users idle for longer than this before its server_timestamp. */
+export const SECONDS_PER_DAY = 86_400;
+
+/**
+ * P12: the oldest `idle_timestamp` a full answer keeps (Infinity for 0 days: no users);
+ * undefined: no limit. Never wider than the upstream's own window, which decides who is shown.
+ */
+export function historyCutoff(historyLimitDays: number | undefined, serverTimestamp: number): number | undefined {
+  if (historyLimitDays === undefined) return undefined;
+  return historyLimitDays <= 0 ? Infinity : serverTimestamp - historyLimitDays * SECONDS_PER_DAY;
+}
+
+/** P4, I6: the id an answer carries, from the largest id among the users it returns. */
+export function answerId(largestReturned: number, lastUpdateId: number | undefined): number {
+  // P4: the largest id returned; else the client's own id echoed; else -1.
+  const id = largestReturned >= 0 ? largestReturned : (lastUpdateId ?? -1);
+  // I6: never below the client's id (the counter was raised to it when that was plausible).
+  return lastUpdateId !== undefined && lastUpdateId > id ? lastUpdateId : id;
+}
+
 export interface AnswerRequest {
-  /** The users the snapshot being answered from shows (I5). */
-  visible: Iterable<number>;
+  /** The users in view (I5): a per-caller snapshot's; undefined: the ledger's own `present` users. */
+  visible?: Iterable<number> | undefined;
   /** The client's last_update_id, if it sent one. */
   lastUpdateId: number | undefined;
+  /**
+   * Whether to answer with a delta, decided with `answersWithDelta` on the ledger before any
+   * counter raise (a raised counter vouches for the id it was raised to, but the client holds
+   * nothing the shim gave it). Default: `answersWithDelta` on this state.
+   */
+  delta?: boolean | undefined;
   /** P12: applies only to a full answer. */
   historyLimitDays?: number | undefined;
-  /** server_timestamp of the snapshot, for P12's cut-off. */
+  /** server_timestamp of the answer, for P12's cut-off. */
   serverTimestamp: number;
 }
 
@@ -163,23 +229,61 @@ export interface Answer {
   full: boolean;
 }
 
-/** P3, P4, P12: what a client gets for a poll, from the ledger and one snapshot. */
+function presentUsers(state: LedgerState): Iterable<number> {
+  const out: number[] = [];
+  for (const [userId, e] of state.users) if (e.present) out.push(userId);
+  return out;
+}
+
+/** P3, P4, P12, I5, I6: what a client gets for a poll. */
 export function answer(state: LedgerState, q: AnswerRequest): Answer {
-  const x = q.lastUpdateId;
-  const delta = answersWithDelta(state, x);
-  const cutoff = !delta && q.historyLimitDays !== undefined ? q.serverTimestamp - q.historyLimitDays * 86_400 : undefined;
+  const lastUpdateId = q.lastUpdateId;
+  const delta = (q.delta ?? answersWithDelta(state, lastUpdateId)) && lastUpdateId !== undefined && vouchesFor(state, lastUpdateId);
+  const cutoff = delta ? undefined : historyCutoff(q.historyLimitDays, q.serverTimestamp);
   const presences: Record<string, ModernPresence> = {};
-  let maxId = -1;
-  if (delta || q.historyLimitDays === undefined || q.historyLimitDays > 0) {
-    for (const userId of q.visible) {
+  let largest = -1;
+  if (cutoff !== Infinity) {
+    for (const userId of q.visible ?? presentUsers(state)) {
       const e = state.users.get(userId);
       if (!e?.present) continue;
-      if (delta && e.changedAt <= x!) continue; // delta implies x is an id
+      if (delta && e.changedAt <= lastUpdateId) continue;
       if (cutoff !== undefined && e.idle < cutoff) continue;
       presences[String(userId)] = { active_timestamp: e.active, idle_timestamp: e.idle };
-      if (e.changedAt > maxId) maxId = e.changedAt;
+      if (e.changedAt > largest) largest = e.changedAt;
     }
   }
-  const presenceLastUpdateId = maxId >= 0 ? maxId : x !== undefined ? x : -1;
-  return { presences, presenceLastUpdateId, full: !delta };
+  return { presences, presenceLastUpdateId: answerId(largest, lastUpdateId), full: !delta };
+}
+
+export interface LegacyIdRequest {
+  /** True when the answer's presences were merged into this ledger (2.1–6.x); false on 7.0–8.x (lossy). */
+  merged: boolean;
+  /** The users the answer shows, when merged (I5); undefined: the ledger's own view. */
+  visible?: Iterable<number> | undefined;
+  serverTimestamp: number;
+  historyLimitDays?: number | undefined;
+  /** True when the answer shows no user at all (P4: only then -1). */
+  empty: boolean;
+}
+
+/**
+ * P4 for an answer that passes the upstream's legacy presences on (a poll or a register without
+ * slim_presence). Merged: the largest id among the users shown. Not merged: the id every change
+ * before this answer is covered by; where the ledger has seen nothing as old as the answer, its
+ * epoch, which it vouches for nothing with (I2): a client continuing from it gets full data,
+ * never a partial map. -1 only when the answer shows nobody.
+ */
+export function legacyAnswerId(state: LedgerState, q: LegacyIdRequest): number {
+  if (q.empty) return -1;
+  if (q.merged) {
+    const a = answer(state, {
+      visible: q.visible,
+      lastUpdateId: undefined,
+      historyLimitDays: q.historyLimitDays,
+      serverTimestamp: q.serverTimestamp,
+    });
+    if (a.presenceLastUpdateId >= 0) return a.presenceLastUpdateId;
+  }
+  const asOf = idAsOf(state, q.serverTimestamp);
+  return asOf >= 0 ? asOf : state.epoch;
 }

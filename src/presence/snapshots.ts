@@ -1,5 +1,6 @@
 import { LRUCache } from 'lru-cache';
 import type { Encodable } from '../http/compress.js';
+import { ShimError } from '../http/errors.js';
 import { FL } from '../upstream/feature-level.js';
 import type { LedgerState, ModernPresence } from './ledger.js';
 
@@ -18,72 +19,93 @@ export function everyCallerSeesTheSameUsers(mode: 'auto' | 'always' | 'never', f
   return mode === 'always' || (mode === 'auto' && featureLevel < FL.PRESENCE_ACCESS_LIMIT);
 }
 
-/** One full upstream presence answer, converted and merged. */
+/** One full upstream presence answer, taken into the realm's ledger. */
 export interface Snapshot {
   /** The upstream's server_timestamp of the answer (P10). */
   serverTimestamp: number;
-  /** Local clock (ms) when it was fetched: for the coalescing window only. */
+  /** Local clock (ms) the snapshot's window started at: for the coalescing window only. */
   fetchedAt: number;
-  /** The modern entries by user id; also the users in view (P7). Undefined when unconvertible. */
+  /**
+   * True where every caller sees the same users: answers then take the users in view from the
+   * ledger, which the newest complete snapshot keeps (ledger.ts I5); false for a per-caller one.
+   */
+  complete: boolean;
+  /**
+   * The modern entries by user id, where this process converted the answer: the users in view
+   * of a per-caller snapshot (P7), and the data when the store is down. Undefined on a snapshot
+   * read from another replica (its data is in the ledger) and where it could not be converted.
+   */
   modern: ReadonlyMap<number, ModernPresence> | undefined;
-  /** Why `modern` is missing where a modern answer was possible in principle (2.1, no user list). */
+  /** Why no modern answer can be built from it (2.1 without its user list). */
   modernError?: Error | undefined;
-  /** The upstream's own answer when it was in the legacy format (P1: passed on as made). */
-  legacy: Readonly<Record<string, unknown>> | undefined;
-  /** …and its bytes, so the common legacy answer is those bytes plus the id, not a re-serialisation. */
+  /** The upstream's own answer as made, when it was in the legacy format (P1): passed on with the id added. */
   legacyBytes?: Buffer | undefined;
-  /** The realm's ledger after merging this snapshot; undefined when the store failed. */
+  /** How many users the legacy answer shows (P4: -1 only when none). */
+  legacyUsers?: number | undefined;
+  /** The realm's ledger right after this snapshot was merged; undefined when not merged here. */
   ledger: LedgerState | undefined;
-  /** Serialised presences built from this snapshot, by answer key (computed once per snapshot). */
-  readonly answers: Map<string, { json: string; maxId: number }>;
-  /** Whole answer bodies (raw and gzipped) for callers at the same id: bytes reused, not rebuilt. */
+  /** Answer bodies built from this snapshot alone (legacy ones, and all when the store is down), by key. */
   readonly bodies: Map<string, Encodable>;
 }
 
-/** What replicas exchange about a snapshot (everything but the ledger, which the store holds). */
+/**
+ * What replicas exchange about a shared snapshot (S1): only what a follower needs to answer
+ * that the store's ledger does not hold already.
+ */
 export interface SnapshotData {
   serverTimestamp: number;
-  fetchedAt: number;
-  modern: Array<[number, number, number]> | undefined;
-  legacy: Record<string, unknown> | undefined;
+  /** The message of `modernError`, when the answer could not be converted. */
+  modernError?: string | undefined;
+  /** The upstream's legacy answer as made (legacy scopes only), and how many users it shows. */
+  legacyBytes?: Buffer | undefined;
+  legacyUsers?: number | undefined;
 }
 
 export function toData(s: Snapshot): SnapshotData {
   return {
     serverTimestamp: s.serverTimestamp,
-    fetchedAt: s.fetchedAt,
-    modern: s.modern && [...s.modern].map(([id, p]) => [id, p.active_timestamp, p.idle_timestamp]),
-    legacy: s.legacy as Record<string, unknown> | undefined,
+    modernError: s.modernError?.message,
+    legacyBytes: s.legacyBytes,
+    legacyUsers: s.legacyUsers,
   };
 }
 
-export function fromData(d: SnapshotData, ledger: LedgerState | undefined): Snapshot {
+/** A snapshot read from another replica, fresh for `remainingMs` more (the rest of its window). */
+export function fromData(d: SnapshotData, remainingMs: number, coalesceMs: number, now = Date.now()): Snapshot {
   return {
     serverTimestamp: d.serverTimestamp,
-    fetchedAt: d.fetchedAt,
-    modern: d.modern && new Map(d.modern.map(([id, a, i]) => [id, { active_timestamp: a, idle_timestamp: i }])),
-    legacy: d.legacy,
-    ledger,
-    answers: new Map(),
+    fetchedAt: now - Math.max(0, coalesceMs - remainingMs),
+    complete: true,
+    modern: undefined,
+    modernError: d.modernError === undefined ? undefined : new ShimError(502, 'UPSTREAM_BAD_RESPONSE', d.modernError),
+    legacyBytes: d.legacyBytes,
+    legacyUsers: d.legacyUsers,
+    ledger: undefined,
     bodies: new Map(),
   };
 }
 
+/** A snapshot another replica published, with how much of its window is left. */
+export interface PublishedSnapshot {
+  data: SnapshotData;
+  remainingMs: number;
+}
+
 /**
  * Cross-replica coordination (S1): at most one replica fetches a scope per window; the others
- * read its snapshot. Implemented on Redis; absent with a single replica.
+ * read its snapshot once, when it is published. Implemented on Redis; absent with a single replica.
  */
 export interface ClusterSnapshots {
   /** A snapshot another replica published in this window, if any. */
-  get(scope: string): Promise<SnapshotData | undefined>;
+  get(scope: string): Promise<PublishedSnapshot | undefined>;
   /** Takes the scope's fetch lock for `ttlMs`; false when another replica holds it. */
   tryLock(scope: string, ttlMs: number): Promise<boolean>;
-  /** Publishes a fetched snapshot for the rest of the window and releases the lock. */
-  publish(scope: string, data: SnapshotData, ttlMs: number): Promise<void>;
+  /** Publishes a fetched snapshot for the `remainingMs` left of its window and releases the lock. */
+  publish(scope: string, data: SnapshotData, remainingMs: number): Promise<void>;
   /** Releases the lock without publishing (the fetch failed). */
   release(scope: string): Promise<void>;
-  /** Waits until another replica publishes (or gives up: undefined). */
-  waitFor(scope: string, timeoutMs: number): Promise<SnapshotData | undefined>;
+  /** Waits until another replica publishes (or gives up: undefined), woken by a notification. */
+  waitFor(scope: string, timeoutMs: number): Promise<PublishedSnapshot | undefined>;
 }
 
 interface Slot {

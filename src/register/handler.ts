@@ -10,10 +10,11 @@ import { isSuccess, relay, relayBuffered, rewrittenHeaders } from '../http/relay
 import { forwardedHeaders, translate, type UpstreamResponse } from '../upstream/client.js';
 import { FL } from '../upstream/feature-level.js';
 import { realmOf } from '../upstream/realm.js';
-import { presenceEra } from '../presence/convert.js';
-import { answer } from '../presence/ledger.js';
-import { legacyAnswerId, observeAnswer, upstreamTime, type Asker, type Format } from '../presence/observe.js';
-import { readJsonBool } from '../presence/params.js';
+import { limitLegacyHistory, presenceEra } from '../presence/convert.js';
+import { idForLegacyPresences, registerPresences } from '../presence/answers.js';
+import { historyCutoff } from '../presence/ledger.js';
+import { takeInAnswer, upstreamTime, type Asker, type Format } from '../presence/intake.js';
+import { parseJsonInt, readJsonBool } from '../presence/params.js';
 import { everyCallerSeesTheSameUsers } from '../presence/snapshots.js';
 import { backfillRegisterUsers, parseRegisterAnswer, registerNeedsUsers, serializeRegister, usersAddedHeaders } from './users.js';
 
@@ -95,6 +96,10 @@ export const registerHandler: Handler = async (req, res, ctx) => {
   if (req.headers['content-type']) headers['content-type'] = req.headers['content-type'];
   const withPresence = featureLevel < FL.LAST_UPDATE_ID && fetchesPresence(params);
   const withUsers = registerNeedsUsers(featureLevel, params); // V1, V3: register/users.ts
+  // P12 in register (feature level 288), which old servers do not know: E3 before the call.
+  const historyLimitDays = withPresence
+    ? parseJsonInt('presence_history_limit_days', params.get('presence_history_limit_days'))
+    : undefined;
   if (!withPresence && !withUsers) headers['accept-encoding'] = req.headers['accept-encoding'] ?? 'identity';
   const r = await timedUpstream(req, () =>
     ctx.client.request({ realm, method: 'POST', path: req.url ?? '/api/v1/register', headers, body: raw }),
@@ -135,18 +140,19 @@ export const registerHandler: Handler = async (req, res, ctx) => {
   const serverTimestamp = upstreamTime(body, r.headers);
   // A register answer shows the realm as the caller sees it: complete where all see the same.
   const complete = everyCallerSeesTheSameUsers(ctx.config.presence.shareSnapshots, featureLevel);
-  const observed = await observeAnswer(asker, format, presences as Record<string, unknown>, serverTimestamp, complete);
+  const intake = await takeInAnswer(asker, format, presences as Record<string, unknown>, serverTimestamp, complete);
 
-  if (slimAsked && observed.modernError) throw observed.modernError; // no legacy map where modern was asked
-  if (slimAsked && observed.modern) {
+  if (slimAsked && intake.modernError) throw intake.modernError; // no legacy map where modern was asked
+  if (slimAsked && intake.modern) {
     // R1: the modern format with both timestamps, also where the upstream ignored the flag.
-    const a = observed.ledger
-      ? answer(observed.ledger, { visible: observed.modern.keys(), lastUpdateId: undefined, serverTimestamp })
-      : undefined;
-    body.presences = a ? a.presences : Object.fromEntries([...observed.modern].map(([id, p]) => [String(id), p]));
-    body.presence_last_update_id = a ? a.presenceLastUpdateId : -1;
+    const r = await registerPresences(asker, intake, intake.modern, complete, historyLimitDays);
+    body.presences = r.presences;
+    body.presence_last_update_id = r.presenceLastUpdateId;
   } else {
-    body.presence_last_update_id = legacyAnswerId(observed, undefined);
+    const cutoff = historyCutoff(historyLimitDays, serverTimestamp);
+    if (cutoff !== undefined) body.presences = limitLegacyHistory(presences as Record<string, unknown>, cutoff);
+    const empty = Object.keys(body.presences as Record<string, unknown>).length === 0;
+    body.presence_last_update_id = await idForLegacyPresences(asker, intake, serverTimestamp, historyLimitDays, empty);
   }
   if (body.server_timestamp === undefined) body.server_timestamp = serverTimestamp;
 

@@ -1,5 +1,5 @@
 import { LRUCache } from 'lru-cache';
-import { createLedger, merge, type LedgerState, type Observation } from '../presence/ledger.js';
+import { applyChange, createLedger, type LedgerChange, type LedgerState, type Observation } from '../presence/ledger.js';
 import type { PresenceStore } from './types.js';
 
 /**
@@ -23,11 +23,25 @@ export class MemoryStore implements PresenceStore {
     return this.ledgers.get(realm);
   }
 
-  async observe(realm: string, obs: Observation): Promise<LedgerState> {
-    // Synchronous read-merge-write: nothing else runs in between on this thread.
-    const next = merge(this.ledgers.get(realm) ?? createLedger(this.clock(), this.highWater), obs);
+  peek(realm: string): LedgerState | undefined {
+    return this.ledgers.get(realm);
+  }
+
+  async merge(realm: string, observation: Observation): Promise<LedgerState> {
+    return this.apply(realm, { kind: 'observation', observation });
+  }
+
+  async raiseCounter(realm: string, atLeast: number): Promise<LedgerState> {
+    return this.apply(realm, { kind: 'counter', atLeast });
+  }
+
+  /** Synchronous read-change-write: nothing else runs in between on this thread (I7). */
+  private apply(realm: string, change: LedgerChange): LedgerState {
+    const now = this.clock();
+    const current = this.ledgers.get(realm);
+    const next = applyChange(current ?? createLedger(now, this.highWater), change, now);
     this.highWater = Math.max(this.highWater, next.lastId);
-    this.ledgers.set(realm, next);
+    if (next !== current) this.ledgers.set(realm, next);
     return next;
   }
 

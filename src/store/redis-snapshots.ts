@@ -1,15 +1,21 @@
 import { randomBytes } from 'node:crypto';
-import type { ClusterSnapshots, SnapshotData } from '../presence/snapshots.js';
+import type { Redis } from 'ioredis';
+import type { ClusterSnapshots, PublishedSnapshot, SnapshotData } from '../presence/snapshots.js';
 import type { RedisConnection } from './redis-connection.js';
 
 /**
  * P9 across replicas (S1): at most one full upstream presence fetch per shared scope per window,
- * cluster-wide. The replica that takes a scope's lock (`SET NX PX`) fetches and publishes the
- * snapshot for the window; the others wait for it by polling (one small round trip every
- * `pollMs`). Only shared scopes come here, so a snapshot never holds one caller's view (P7).
+ * cluster-wide. The replica that takes a scope's lock (`SET NX PX`) fetches, merges the answer
+ * into the realm's ledger (the store) and publishes what the others need besides the ledger —
+ * the upstream's time and, for the legacy format, its answer's bytes as made — for the rest of
+ * the window, then notifies them (PUBLISH). A waiting replica is woken by that notification
+ * (one subscriber connection per process), reads the snapshot once and keeps it locally until
+ * the key expires, so no replica reads or parses the same snapshot twice. Only shared scopes
+ * come here, so a snapshot never holds one caller's view (P7).
  *
- * Keys: `<prefix>snap:<scope>` (the snapshot as JSON, expiring with the window) and
- * `<prefix>snap-lock:<scope>` (the fetcher's token, expiring after the window if it dies).
+ * Keys (all named by `keyOf`): `snap:<scope>` (a JSON header line, then the legacy bytes;
+ * expiring with the window), `snap-lock:<scope>` (the fetcher's token, expiring after the
+ * window if it dies), and the channel `snap-ready` (messages: the scope).
  */
 
 /** Takes the lock only when no snapshot is published: a replica that missed a snapshot just
@@ -19,99 +25,177 @@ if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 if redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
 return 0`;
 
-/** Deletes the lock only if it is still ours (it may have expired and been taken since). */
+/** Publishes the snapshot for the rest of its window, drops our lock, wakes the waiters. */
+const PUBLISH_LUA = `
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+if redis.call('GET', KEYS[2]) == ARGV[3] then redis.call('DEL', KEYS[2]) end
+redis.call('PUBLISH', KEYS[3], ARGV[4])
+return 1`;
+
+/** Deletes the lock only if it is still ours (it may have expired and been taken since), and
+ * wakes the waiters so they stop waiting at once. */
 const RELEASE_LUA = `
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  redis.call('PUBLISH', KEYS[2], ARGV[2])
+end
 return 0`;
 
-/** The snapshot, or 1 while a fetch holds the lock, or nil when neither. */
+/** {snapshot, its remaining ms}, or 1 while a fetch holds the lock, or nil when neither. */
 const PEEK_LUA = `
 local v = redis.call('GET', KEYS[1])
-if v then return v end
+if v then return {v, redis.call('PTTL', KEYS[1])} end
 if redis.call('EXISTS', KEYS[2]) == 1 then return 1 end
 return false`;
 
+type Peeked = [Buffer, number] | number | null;
+
 interface SnapshotCommands {
   zcsSnapLock(data: string, lock: string, token: string, ttlMs: number): Promise<number>;
-  zcsSnapRelease(lock: string, token: string): Promise<number>;
-  zcsSnapPeek(data: string, lock: string): Promise<string | number | null>;
+  zcsSnapPublish(data: string, lock: string, channel: string, value: Buffer, ttlMs: number, token: string, scope: string): Promise<number>;
+  zcsSnapRelease(lock: string, channel: string, token: string, scope: string): Promise<number>;
+  zcsSnapPeekBuffer(data: string, lock: string): Promise<Peeked>;
 }
 
 export interface RedisSnapshotsOptions {
   /** Prefix of every key (config `store.keyPrefix`). */
   keyPrefix: string;
-  /** How often a waiting replica looks for the snapshot. */
-  pollMs?: number;
 }
 
 export class RedisSnapshots implements ClusterSnapshots {
   private readonly commands: SnapshotCommands;
   /** This process's lock tokens by scope (the hub lets one fetch per scope run per process). */
   private readonly tokens = new Map<string, string>();
-  private readonly pollMs: number;
+  /** Waiters by scope, woken by a `snap-ready` message. */
+  private readonly waiters = new Map<string, Set<() => void>>();
+  private subscriber?: Promise<Redis>;
 
   constructor(
     private readonly conn: RedisConnection,
     private readonly o: RedisSnapshotsOptions,
   ) {
-    this.pollMs = o.pollMs ?? 25;
     conn.redis.defineCommand('zcsSnapLock', { numberOfKeys: 2, lua: LOCK_LUA });
-    conn.redis.defineCommand('zcsSnapRelease', { numberOfKeys: 1, lua: RELEASE_LUA });
+    conn.redis.defineCommand('zcsSnapPublish', { numberOfKeys: 3, lua: PUBLISH_LUA });
+    conn.redis.defineCommand('zcsSnapRelease', { numberOfKeys: 2, lua: RELEASE_LUA });
     conn.redis.defineCommand('zcsSnapPeek', { numberOfKeys: 2, lua: PEEK_LUA });
     this.commands = conn.redis as unknown as SnapshotCommands;
   }
 
-  async get(scope: string): Promise<SnapshotData | undefined> {
-    return parse(await this.conn.run(() => this.conn.redis.get(this.dataKey(scope))));
+  /** Every key and channel name of this module, in one place. */
+  keyOf(kind: 'snap' | 'snap-lock' | 'snap-ready', scope = ''): string {
+    return kind === 'snap-ready' ? `${this.o.keyPrefix}snap-ready` : `${this.o.keyPrefix}${kind}:${scope}`;
+  }
+
+  async get(scope: string): Promise<PublishedSnapshot | undefined> {
+    const v = await this.peek(scope);
+    return Array.isArray(v) ? decode(v[0], v[1]) : undefined;
   }
 
   async tryLock(scope: string, ttlMs: number): Promise<boolean> {
     const token = randomBytes(12).toString('base64url');
-    const got = await this.conn.run(() => this.commands.zcsSnapLock(this.dataKey(scope), this.lockKey(scope), token, ttl(ttlMs)));
+    const got = await this.conn.run(() =>
+      this.commands.zcsSnapLock(this.keyOf('snap', scope), this.keyOf('snap-lock', scope), token, ttl(ttlMs)),
+    );
     if (got === 1) this.tokens.set(scope, token);
     return got === 1;
   }
 
-  async publish(scope: string, data: SnapshotData, ttlMs: number): Promise<void> {
-    const json = JSON.stringify(data);
-    await this.conn.run(() => this.conn.redis.set(this.dataKey(scope), json, 'PX', ttl(ttlMs)));
-    await this.release(scope);
+  async publish(scope: string, data: SnapshotData, remainingMs: number): Promise<void> {
+    const token = this.tokens.get(scope) ?? '';
+    this.tokens.delete(scope);
+    if (remainingMs < 1) return void (await this.release(scope, token)); // the window is over already
+    const value = encode(data);
+    await this.conn.run(() =>
+      this.commands.zcsSnapPublish(
+        this.keyOf('snap', scope),
+        this.keyOf('snap-lock', scope),
+        this.keyOf('snap-ready'),
+        value,
+        ttl(remainingMs),
+        token,
+        scope,
+      ),
+    );
   }
 
-  async release(scope: string): Promise<void> {
-    const token = this.tokens.get(scope);
-    if (token === undefined) return;
+  async release(scope: string, token = this.tokens.get(scope)): Promise<void> {
     this.tokens.delete(scope);
-    await this.conn.run(() => this.commands.zcsSnapRelease(this.lockKey(scope), token));
+    if (!token) return;
+    await this.conn.run(() => this.commands.zcsSnapRelease(this.keyOf('snap-lock', scope), this.keyOf('snap-ready'), token, scope));
   }
 
   /** The snapshot once published; undefined at the timeout, or at once when the fetcher gave up. */
-  async waitFor(scope: string, timeoutMs: number): Promise<SnapshotData | undefined> {
-    const until = Date.now() + timeoutMs;
-    for (;;) {
-      const v = await this.conn.run(() => this.commands.zcsSnapPeek(this.dataKey(scope), this.lockKey(scope)));
-      if (typeof v === 'string') return parse(v);
-      if (v === null || Date.now() >= until) return undefined; // no snapshot and nobody fetching
-      await new Promise((r) => setTimeout(r, Math.min(this.pollMs, Math.max(0, until - Date.now()))));
+  async waitFor(scope: string, timeoutMs: number): Promise<PublishedSnapshot | undefined> {
+    await this.subscribed();
+    let wake!: () => void;
+    const woken = new Promise<void>((resolve) => (wake = resolve));
+    const set = this.waiters.get(scope) ?? new Set();
+    set.add(wake);
+    this.waiters.set(scope, set);
+    const timer = setTimeout(wake, timeoutMs);
+    try {
+      // Subscribed before looking: a notification sent after this look is not missed.
+      const first = await this.peek(scope);
+      if (Array.isArray(first)) return decode(first[0], first[1]);
+      if (first === null) return undefined; // no snapshot and nobody fetching
+      await woken;
+      return await this.get(scope);
+    } finally {
+      clearTimeout(timer);
+      set.delete(wake);
+      if (set.size === 0) this.waiters.delete(scope);
     }
   }
 
-  private dataKey(scope: string): string {
-    return `${this.o.keyPrefix}snap:${scope}`;
+  private peek(scope: string): Promise<Peeked> {
+    return this.conn.run(() => this.commands.zcsSnapPeekBuffer(this.keyOf('snap', scope), this.keyOf('snap-lock', scope)));
   }
 
-  private lockKey(scope: string): string {
-    return `${this.o.keyPrefix}snap-lock:${scope}`;
+  /** The process's one subscriber connection (a connection in subscribe mode can do nothing else). */
+  private subscribed(): Promise<Redis> {
+    this.subscriber ??= (async () => {
+      const sub = this.conn.redis.duplicate({ enableOfflineQueue: true, lazyConnect: false });
+      // Its errors show on the main connection too, which logs and counts them.
+      sub.on('error', () => undefined);
+      sub.on('messageBuffer', (_channel: Buffer, message: Buffer) => {
+        for (const wake of this.waiters.get(message.toString('utf8')) ?? []) wake();
+      });
+      this.conn.redis.once('end', () => sub.disconnect());
+      await this.conn.run(() => sub.subscribe(this.keyOf('snap-ready')));
+      return sub;
+    })();
+    // A failed subscription is tried again by the next waiter.
+    this.subscriber.catch(() => (this.subscriber = undefined));
+    return this.subscriber;
   }
 }
 
 const ttl = (ms: number) => Math.max(1, Math.round(ms));
 
-function parse(json: string | null): SnapshotData | undefined {
-  if (json === null) return undefined;
+/** A JSON header line, then the legacy answer's bytes as made (never re-serialised). */
+function encode(d: SnapshotData): Buffer {
+  const header = JSON.stringify({
+    serverTimestamp: d.serverTimestamp,
+    modernError: d.modernError,
+    legacyUsers: d.legacyUsers,
+    legacy: !!d.legacyBytes,
+  });
+  return Buffer.concat([Buffer.from(`${header}\n`), d.legacyBytes ?? Buffer.alloc(0)]);
+}
+
+function decode(value: Buffer, remainingMs: number): PublishedSnapshot | undefined {
+  const end = value.indexOf(10);
+  if (end < 0) return undefined; // not written by this shim: fetched again
   try {
-    const d = JSON.parse(json) as SnapshotData;
-    return typeof d.serverTimestamp === 'number' ? d : undefined;
+    const h = JSON.parse(value.subarray(0, end).toString('utf8')) as Record<string, unknown>;
+    if (typeof h.serverTimestamp !== 'number') return undefined;
+    const data: SnapshotData = {
+      serverTimestamp: h.serverTimestamp,
+      modernError: typeof h.modernError === 'string' ? h.modernError : undefined,
+      legacyUsers: typeof h.legacyUsers === 'number' ? h.legacyUsers : undefined,
+      legacyBytes: h.legacy === true ? value.subarray(end + 1) : undefined,
+    };
+    return { data, remainingMs: Math.max(remainingMs, 0) };
   } catch {
     return undefined; // not written by this shim: fetched again
   }

@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { LRUCache } from 'lru-cache';
 import type { Logger } from '../observability/logger.js';
-import { createLedger, merge, type LedgerState, type Observation } from '../presence/ledger.js';
+import { applyChange, createLedger, type LedgerChange, type LedgerState, type Observation } from '../presence/ledger.js';
 import { CodecError, decodeLedger, encodeLedger } from './codec.js';
 import { RedisCacheBackend } from './redis-cache.js';
 import { RedisConnection } from './redis-connection.js';
@@ -49,7 +49,7 @@ interface Known {
 }
 
 interface Pending {
-  obs: Observation;
+  change: LedgerChange;
   resolve(s: LedgerState): void;
   reject(e: unknown): void;
 }
@@ -122,14 +122,26 @@ export class RedisStore implements PresenceStore {
     return (await this.conn.run(() => this.read(realm)))?.state;
   }
 
-  observe(realm: string, obs: Observation): Promise<LedgerState> {
+  peek(realm: string): LedgerState | undefined {
+    return this.known.get(realm)?.state;
+  }
+
+  merge(realm: string, observation: Observation): Promise<LedgerState> {
+    return this.apply(realm, { kind: 'observation', observation });
+  }
+
+  raiseCounter(realm: string, atLeast: number): Promise<LedgerState> {
+    return this.apply(realm, { kind: 'counter', atLeast });
+  }
+
+  private apply(realm: string, change: LedgerChange): Promise<LedgerState> {
     return new Promise((resolve, reject) => {
       const queue = this.pending.get(realm);
       if (queue) {
-        queue.push({ obs, resolve, reject });
+        queue.push({ change, resolve, reject });
         return;
       }
-      this.pending.set(realm, [{ obs, resolve, reject }]);
+      this.pending.set(realm, [{ change, resolve, reject }]);
       void this.drain(realm);
     });
   }
@@ -154,7 +166,7 @@ export class RedisStore implements PresenceStore {
           () =>
             this.commit(
               realm,
-              batch.map((p) => p.obs),
+              batch.map((p) => p.change),
             ),
           batch.length,
         );
@@ -167,20 +179,23 @@ export class RedisStore implements PresenceStore {
   }
 
   /**
-   * Merges the observations in order into the stored ledger and writes the result once.
-   * Returns the ledger after each observation: every one of them is a state of the realm's
-   * single history, so ids stay strictly increasing (P5).
+   * Applies the changes in order to the stored ledger and writes the result once. Returns the
+   * ledger after each change: every one of them is a state of the realm's single history, so
+   * ids stay strictly increasing (P5, I7).
    */
-  private async commit(realm: string, batch: Observation[]): Promise<LedgerState[]> {
+  private async commit(realm: string, batch: LedgerChange[]): Promise<LedgerState[]> {
     // Read first: when this replica wrote last the reply is one byte; when another one did,
     // merging on a stale copy would be wasted work at 10,000 users.
     let current = await this.read(realm);
     for (let attempt = 1; ; attempt++) {
-      const base = current?.state ?? createLedger(await this.epochClock(), this.highWater);
+      // The epoch clock is read only when needed: a new ledger, or a counter raise to check (I6).
+      const needsClock = !current?.state || batch.some((c) => c.kind === 'counter');
+      const now = needsClock ? await this.epochClock() : 0;
+      const base = current?.state ?? createLedger(now, this.highWater);
       const states: LedgerState[] = [];
       let next = base;
-      for (const obs of batch) {
-        next = merge(next, obs);
+      for (const change of batch) {
+        next = applyChange(next, change, now);
         states.push(next);
       }
       if (next === base && current?.state) return states; // nothing to write; base was read just now

@@ -40,7 +40,10 @@ export interface Member {
 }
 
 export interface Directory {
+  /** X10: an email several members share maps to its one active member, or to none. */
   byEmail: ReadonlyMap<string, Member>;
+  /** X10: emails more than one member of the list has (left out of `byEmail` unless one is active). */
+  ambiguousEmails: ReadonlySet<string>;
   byId: ReadonlyMap<number, Member>;
   /** When the upstream answered (ms since the epoch), so a reader can tell how fresh it is. */
   fetchedAt: number;
@@ -108,8 +111,32 @@ function storedOf(answer: Record<string, unknown>, fetchedAt: number): Stored {
   return { members, fetchedAt };
 }
 
+/**
+ * X10: the member an email shared by several stands for: the one active member (presence is
+ * only ever reported for active users); none when that is not exactly one, so no user's
+ * presence is attributed to another.
+ */
+export function memberForSharedEmail(members: readonly Member[]): Member | undefined {
+  const active = members.filter((m) => m.is_active);
+  return active.length === 1 ? active[0] : undefined;
+}
+
 function directoryFrom({ members, fetchedAt }: Stored): Directory {
-  return { byEmail: new Map(members.map((m) => [m.email, m])), byId: new Map(members.map((m) => [m.user_id, m])), fetchedAt };
+  const byEmail = new Map<string, Member>();
+  const shared = new Map<string, Member[]>();
+  for (const m of members) {
+    const group = shared.get(m.email);
+    const first = byEmail.get(m.email);
+    if (group) group.push(m);
+    else if (first) shared.set(m.email, [first, m]);
+    else byEmail.set(m.email, m);
+  }
+  for (const [email, group] of shared) {
+    const chosen = memberForSharedEmail(group);
+    if (chosen) byEmail.set(email, chosen);
+    else byEmail.delete(email);
+  }
+  return { byEmail, ambiguousEmails: new Set(shared.keys()), byId: new Map(members.map((m) => [m.user_id, m])), fetchedAt };
 }
 
 /** Builds the directory from a `GET /users` answer (`{"members": [...]}`). Pure. */
@@ -123,6 +150,8 @@ export class UserDirectory {
   private readonly built = new WeakMap<Stored, Directory>();
   private readonly minRefreshMs: number;
   private readonly refreshing = new Map<string, Promise<Directory>>();
+  /** Realms whose shared emails were logged already (X10: once). */
+  private readonly ambiguityLogged = new Set<string>();
 
   constructor(
     private readonly client: UpstreamClient,
@@ -153,6 +182,7 @@ export class UserDirectory {
     if (!dir) {
       dir = directoryFrom(stored);
       this.built.set(stored, dir);
+      if (dir.ambiguousEmails.size > 0) this.logAmbiguity(realm, dir);
     }
     return dir;
   }
@@ -174,6 +204,19 @@ export class UserDirectory {
       this.refreshing.set(realm.key, p);
     }
     return p;
+  }
+
+  /** X10: once per realm and process, which emails several users share and what was chosen. */
+  private logAmbiguity(realm: Realm, dir: Directory): void {
+    if (this.ambiguityLogged.has(realm.key)) return;
+    if (this.ambiguityLogged.size >= 1_000) this.ambiguityLogged.clear();
+    this.ambiguityLogged.add(realm.key);
+    const emails = [...dir.ambiguousEmails].slice(0, 10);
+    const unmapped = emails.filter((e) => !dir.byEmail.has(e)).length;
+    this.log.warn(
+      { realm: realm.host, shared: dir.ambiguousEmails.size, unmapped, userIds: emails.map((e) => dir.byEmail.get(e)?.user_id ?? null) },
+      'user list: several users share an email; presence goes to the one active user, or to nobody when that is not one',
+    );
   }
 
   private async load({ realm, headers }: LoadContext): Promise<Stored> {

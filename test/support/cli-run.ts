@@ -14,7 +14,8 @@ export interface CliRun {
 
 /** The environment without any shim setting, so the machine's own cannot leak in. */
 export function cleanEnv(extra: NodeJS.ProcessEnv = {}): NodeJS.ProcessEnv {
-  const settings = /^(UPSTREAM_URL|REPLAY_HAR|RECORD_HAR|PORT|HOST|CONFIG_FILE|REDIS_URL|PRESENCE_.*|LOG_LEVEL|UPSTREAM_.*|REPLAY_STRICT)$/;
+  const settings =
+    /^(UPSTREAM_URL|REPLAY_HAR|RECORD_HAR|PORT|HOST|CONFIG_FILE|REDIS_URL|PRESENCE_.*|LOG_LEVEL|UPSTREAM_.*|REPLAY_STRICT|DEMO|SHUTDOWN_GRACE_MS|REALM_HOSTS)$/;
   return { ...Object.fromEntries(Object.entries(process.env).filter(([k]) => !settings.test(k))), ...extra };
 }
 
@@ -39,6 +40,14 @@ export function runCli(args: string[], o: { env?: NodeJS.ProcessEnv; preload?: s
     }),
   );
   return { child, stdout, stderr, exited };
+}
+
+/** The one line a start-up mistake leaves on stderr, after the run exited with code 2. */
+export async function oneErrorLine(run: CliRun): Promise<string> {
+  const code = await run.exited;
+  const lines = run.stderr.join('').trimEnd().split('\n');
+  if (code !== 2 || lines.length !== 1) throw new Error(`expected exit 2 and one line, got ${code}: ${run.stderr.join('')}`);
+  return lines[0]!;
 }
 
 export async function until<T>(what: string, f: () => T | undefined, ms = 30_000): Promise<T> {

@@ -6,11 +6,15 @@ import { forwardedHeaders, type BufferedResponse } from '../upstream/client.js';
 import type { Realm } from '../upstream/realm.js';
 import type { Directory } from '../upstream/user-directory.js';
 import { toModern, type PresenceEra } from './convert.js';
-import { answer, idAsOf, type LedgerState, type ModernPresence, type Observation } from './ledger.js';
+import { answersWithDelta, type LedgerState, type ModernPresence, type Observation } from './ledger.js';
 
 /**
  * The one path by which upstream presence reaches the realm's ledger, for presence polls and
- * register answers alike: convert the era's format to the modern one (P2), merge (P3–P7).
+ * register answers alike: convert the era's format to the modern one (P2), merge (P3–P7); and
+ * the one way an answer gets the ledger it is built from (X1: never older than the client's id).
+ *
+ * Words: an upstream answer is *taken in* (converted and merged, `takeInAnswer`); an
+ * observation is *recorded* in the realm's ledger (`recordInLedger`, the store's `merge`).
  */
 
 /** Who is asking, about which realm, on which era. */
@@ -66,21 +70,23 @@ export async function toModernPresences(
   // Reading a fresh user list and converting 10k users are two long steps: not one block (B6).
   await setImmediate();
   let converted = toModern(sourceEra, presences, lookup(directory));
-  if (converted.unknownEmails.length && directory) {
+  // X10: an email several users share is known, and left out on purpose: no re-read for it.
+  const unknown = (d: Directory | undefined) => converted.unknownEmails.filter((e) => !d?.ambiguousEmails.has(e)).length;
+  if (unknown(directory) && directory) {
     // Someone the cached map does not know yet: re-read it (bounded by the directory).
     directory = await timedUpstream(req, () => ctx.users.refresh(realm, headers));
     converted = toModern(sourceEra, presences, lookup(directory));
-    if (converted.unknownEmails.length) {
-      ctx.log.warn({ realm: realm.host, unknown: converted.unknownEmails.length }, 'presence of users missing from the user list left out');
+    if (unknown(directory)) {
+      ctx.log.warn({ realm: realm.host, unknown: unknown(directory) }, 'presence of users missing from the user list left out');
     }
   }
   return converted.presences;
 }
 
-/** Merges an observation; undefined when the store is down (answers then carry no ids, P5). */
-export async function observe(a: Asker, obs: Observation): Promise<LedgerState | undefined> {
+/** Records an observation; undefined when the store is down (answers then carry no ids of their own, P5). */
+export async function recordInLedger(a: Asker, obs: Observation): Promise<LedgerState | undefined> {
   try {
-    const ledger = await a.ctx.store.observe(a.realm.key, obs);
+    const ledger = await a.ctx.store.merge(a.realm.key, obs);
     a.ctx.metrics.ledgerUsers.set({ realm: a.realm.host }, ledger.users.size);
     return ledger;
   } catch (e) {
@@ -98,6 +104,55 @@ export async function loadLedger(a: Asker): Promise<LedgerState | undefined> {
   }
 }
 
+/** The newer of two copies of a realm's ledger (ids only grow, also across epochs: I1). */
+export function newerLedger(a: LedgerState | undefined, b: LedgerState | undefined): LedgerState | undefined {
+  if (!a) return b;
+  if (!b) return a;
+  return b.lastId > a.lastId ? b : a;
+}
+
+/**
+ * X1: the ledger an answer for a client at `lastUpdateId` is built from: the newest this
+ * process holds (the one merged with the snapshot, or a newer one it read or wrote since),
+ * read from the store first when that copy is older than the client's id, or when it has none.
+ * Undefined when the store cannot be reached.
+ */
+export async function ledgerToAnswerFrom(
+  a: Asker,
+  merged: LedgerState | undefined,
+  lastUpdateId: number | undefined,
+): Promise<LedgerState | undefined> {
+  let ledger = newerLedger(merged, a.ctx.store.peek(a.realm.key));
+  if (!ledger || (lastUpdateId !== undefined && lastUpdateId > ledger.lastId)) ledger = newerLedger(ledger, await loadLedger(a));
+  return ledger;
+}
+
+/**
+ * X1, I6: for a client id this ledger cannot vouch for, above its counter: raise the counter
+ * to it first (where it is plausible; the store decides by its epoch clock), so the id echoed
+ * with the full answer is then vouched for and the next delta is exact.
+ */
+export async function raisedForUnvouchedId(a: Asker, ledger: LedgerState, lastUpdateId: number | undefined): Promise<LedgerState> {
+  if (lastUpdateId === undefined || lastUpdateId <= ledger.lastId || answersWithDelta(ledger, lastUpdateId)) return ledger;
+  try {
+    return await a.ctx.store.raiseCounter(a.realm.key, lastUpdateId);
+  } catch (e) {
+    storeFailed(a, e);
+    return ledger; // the id is echoed all the same (I6); it stays unvouched, so the next poll is full again
+  }
+}
+
+/** P4 on 7.0–8.x legacy answers: a ledger to take an id from, created when the realm has none yet. */
+export async function ledgerOrNew(a: Asker, ledger: LedgerState | undefined): Promise<LedgerState | undefined> {
+  if (ledger) return ledger;
+  try {
+    return await a.ctx.store.raiseCounter(a.realm.key, 0);
+  } catch (e) {
+    storeFailed(a, e);
+    return undefined;
+  }
+}
+
 let lastStoreWarning = 0;
 /** The store counts its own errors (storeErrors); here only the degradation is logged. */
 function storeFailed(a: Asker, e: unknown): void {
@@ -108,8 +163,8 @@ function storeFailed(a: Asker, e: unknown): void {
   }
 }
 
-/** What the ledger knows after an upstream answer, for building answers from it. */
-export interface Observed {
+/** What the ledger knows after an upstream answer was taken in, for building answers from it. */
+export interface Intake {
   serverTimestamp: number;
   /** Modern entries by user id, also the users in view (P7); undefined when not convertible. */
   modern: ReadonlyMap<number, ModernPresence> | undefined;
@@ -118,14 +173,14 @@ export interface Observed {
   ledger: LedgerState | undefined;
 }
 
-/** Converts and merges one full upstream presence answer. */
-export async function observeAnswer(
+/** Takes in one full upstream presence answer: converts and records it. */
+export async function takeInAnswer(
   a: Asker,
   format: Format,
   presences: Record<string, unknown>,
   serverTimestamp: number,
   complete: boolean,
-): Promise<Observed> {
+): Promise<Intake> {
   let modern: Map<number, ModernPresence> | undefined;
   let modernError: Error | undefined;
   try {
@@ -137,19 +192,6 @@ export async function observeAnswer(
   }
   // Let other requests run between converting and merging a large snapshot (B6).
   await setImmediate();
-  const ledger = modern ? await observe(a, { serverTimestamp, presences: modern, complete }) : await loadLedger(a);
+  const ledger = modern ? await recordInLedger(a, { serverTimestamp, presences: modern, complete }) : await loadLedger(a);
   return { serverTimestamp, modern, modernError, ledger };
-}
-
-/**
- * P4 for an answer that passes the upstream's legacy presences on: on 2.1–6.x they were merged,
- * and the id is the largest among the users shown; on 7.0–8.x they were not (lossy), and the id
- * is the one every change before this answer is covered by. -1 without a ledger (P5).
- */
-export function legacyAnswerId(o: Observed, historyLimitDays: number | undefined): number {
-  if (o.ledger && o.modern) {
-    return answer(o.ledger, { visible: o.modern.keys(), lastUpdateId: undefined, historyLimitDays, serverTimestamp: o.serverTimestamp })
-      .presenceLastUpdateId;
-  }
-  return o.ledger ? idAsOf(o.ledger, o.serverTimestamp) : -1;
 }

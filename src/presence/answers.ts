@@ -1,0 +1,203 @@
+import type { Encodable } from '../http/compress.js';
+import { historyCutoff, answer, answersWithDelta, legacyAnswerId, type LedgerState, type ModernPresence } from './ledger.js';
+import { ledgerOrNew, ledgerToAnswerFrom, raisedForUnvouchedId, type Asker, type Intake } from './intake.js';
+import { limitLegacyHistory } from './convert.js';
+import type { Poll } from './report.js';
+import type { Snapshot } from './snapshots.js';
+
+/**
+ * Answer building: the bytes a full presence poll gets, from the realm's ledger (ids and data,
+ * ledger.ts I5–I6) and the snapshot it was answered from (who is in view, the upstream's legacy
+ * answer). Bodies are built once per ledger state and reused byte for byte.
+ */
+
+/** `kind` of presence_answers_total (resync: full data for a client id that could not be vouched for). */
+export type AnswerKind = 'legacy_full' | 'modern_full' | 'delta' | 'resync';
+
+export interface Built {
+  body: Encodable;
+  kind: AnswerKind;
+  /**
+   * Raw bytes of the full answer the same client would get without the shim's deltas: the
+   * reference of the bandwidth-saved metric (the answer itself, but for a delta). Called after
+   * the answer went out.
+   */
+  fullEquivalentBytes(): number;
+}
+
+/** Bodies per ledger state (complete scopes): the same for every caller at the same id. */
+const bodiesByLedger = new WeakMap<LedgerState, Map<string, Encodable>>();
+/** Distinct bodies kept per ledger state: a client cannot grow it with made-up ids. */
+const MAX_BODIES_PER_LEDGER = 32;
+
+function bodiesOf(ledger: LedgerState): Map<string, Encodable> {
+  let bodies = bodiesByLedger.get(ledger);
+  if (!bodies) {
+    bodies = new Map();
+    bodiesByLedger.set(ledger, bodies);
+  }
+  if (bodies.size >= MAX_BODIES_PER_LEDGER) bodies.clear();
+  return bodies;
+}
+
+const ignoredMember = (ignored: string[]) => (ignored.length ? `,"ignored_parameters_unsupported":${JSON.stringify(ignored)}` : '');
+
+function modernBody(serverTimestamp: number, presences: Record<string, ModernPresence>, id: number, ignored: string[]): Buffer {
+  return Buffer.from(
+    `{"result":"success","msg":"","server_timestamp":${JSON.stringify(serverTimestamp)},"presences":${JSON.stringify(presences)},"presence_last_update_id":${id}${ignoredMember(ignored)}}`,
+  );
+}
+
+/** P1–P4, P10, P12, X1: the modern answer, from the newest ledger (never older than the client's id). */
+export async function modernAnswer(poll: Poll, snapshot: Snapshot): Promise<Built> {
+  // P3: never an empty map in place of data that could not be converted.
+  if (snapshot.modernError) throw snapshot.modernError;
+  const { request } = poll;
+  const lastUpdateId = request.lastUpdateId;
+  let ledger = await ledgerToAnswerFrom(poll, snapshot.ledger, lastUpdateId);
+  if (!ledger) return answerWithoutLedger(poll, snapshot);
+  const delta = answersWithDelta(ledger, lastUpdateId);
+  if (!delta) ledger = await raisedForUnvouchedId(poll, ledger, lastUpdateId);
+  // P10: the upstream's time of the newest complete snapshot in the ledger answered from.
+  const serverTimestamp = snapshot.complete ? Math.max(snapshot.serverTimestamp, ledger.completeAt) : snapshot.serverTimestamp;
+  const kind: AnswerKind = delta ? 'delta' : lastUpdateId !== undefined && lastUpdateId > 0 ? 'resync' : 'modern_full';
+  const reusable = snapshot.complete && request.ignored.length === 0 && kind !== 'resync';
+  const key = `${delta ? lastUpdateId : 'full'}|${request.historyLimitDays ?? ''}|${serverTimestamp}`;
+  const bodies = reusable ? bodiesOf(ledger) : undefined;
+  let body = bodies?.get(key);
+  if (!body) {
+    const built = answer(ledger, {
+      visible: snapshot.complete ? undefined : snapshot.modern?.keys(),
+      lastUpdateId,
+      delta,
+      historyLimitDays: request.historyLimitDays,
+      serverTimestamp,
+    });
+    body = { raw: modernBody(serverTimestamp, built.presences, built.presenceLastUpdateId, request.ignored) };
+    bodies?.set(key, body);
+  }
+  const raw = body.raw.length;
+  const answeredFrom = ledger;
+  return {
+    body,
+    kind,
+    fullEquivalentBytes: () => (kind === 'delta' ? fullModernBytes(answeredFrom, snapshot, serverTimestamp) : raw),
+  };
+}
+
+/** Store down: full data from the snapshot itself, the client's id echoed or none (P5, I6). */
+function answerWithoutLedger(poll: Poll, snapshot: Snapshot): Built {
+  const { request } = poll;
+  const modern = snapshot.modern;
+  if (!modern) throw new Error('presence snapshot without data or ledger');
+  const cutoff = historyCutoff(request.historyLimitDays, snapshot.serverTimestamp) ?? -Infinity;
+  const presences: Record<string, ModernPresence> = {};
+  for (const [userId, p] of modern) if (p.idle_timestamp >= cutoff) presences[String(userId)] = p;
+  const lastUpdateId = request.lastUpdateId;
+  const id = lastUpdateId !== undefined && lastUpdateId > 0 ? lastUpdateId : -1;
+  const body = { raw: modernBody(snapshot.serverTimestamp, presences, id, request.ignored) };
+  return { body, kind: 'modern_full', fullEquivalentBytes: () => body.raw.length };
+}
+
+/** Bytes of one user's entry in a modern answer: `"<id>":{"active_timestamp":…,"idle_timestamp":…},`. */
+const ENTRY_OVERHEAD = 43;
+const ENVELOPE = 120;
+const fullBytesByLedger = new WeakMap<LedgerState, number>();
+
+/**
+ * The size of the full modern answer at this ledger state, counted from the numbers rather
+ * than by building it (a full answer is built only when a client asks for one).
+ */
+function fullModernBytes(ledger: LedgerState, snapshot: Snapshot, serverTimestamp: number): number {
+  const known = snapshot.complete ? fullBytesByLedger.get(ledger) : undefined;
+  if (known !== undefined) return known;
+  let bytes = ENVELOPE + String(serverTimestamp).length + String(ledger.lastId).length;
+  const count = (userId: number) => {
+    const e = ledger.users.get(userId);
+    if (e?.present) bytes += ENTRY_OVERHEAD + String(userId).length + String(e.active).length + String(e.idle).length;
+  };
+  if (snapshot.complete || !snapshot.modern) for (const userId of ledger.users.keys()) count(userId);
+  else for (const userId of snapshot.modern.keys()) count(userId);
+  if (snapshot.complete) fullBytesByLedger.set(ledger, bytes);
+  return bytes;
+}
+
+/** P11: the upstream's own list replaced by the shim's, which knows every parameter. */
+function withIgnored(body: Record<string, unknown>, ignored: string[]): Record<string, unknown> {
+  const { ignored_parameters_unsupported: _dropped, ...rest } = body;
+  return ignored.length ? { ...rest, ignored_parameters_unsupported: ignored } : rest;
+}
+
+/** P1, P4, P12: the upstream's legacy answer as made, with `presence_last_update_id` added. */
+export async function legacyAnswer(poll: Poll, snapshot: Snapshot): Promise<Built> {
+  const { request } = poll;
+  const bytes = snapshot.legacyBytes;
+  if (!bytes) throw new Error('legacy answer asked of a snapshot without one');
+  const cutoff = historyCutoff(request.historyLimitDays, snapshot.serverTimestamp);
+  // The upstream's own bytes with the id added before the closing brace: exactly as it made
+  // them (P1), and no re-serialisation of a multi-megabyte answer on the event loop.
+  const asMade = cutoff === undefined && request.ignored.length === 0 && !bytes.includes('"ignored_parameters_unsupported"');
+  const key = `legacy|${request.historyLimitDays ?? ''}|${request.ignored.join(',')}`;
+  let body = snapshot.bodies.get(key);
+  if (!body) {
+    if (asMade) {
+      const id = await legacyId(poll, snapshot, snapshot.legacyUsers === 0);
+      body = { raw: Buffer.concat([bytes.subarray(0, bytes.lastIndexOf('}')), Buffer.from(`,"presence_last_update_id":${id}}`)]) };
+    } else {
+      const upstream = JSON.parse(bytes.toString('utf8')) as Record<string, unknown>;
+      let presences = (upstream.presences ?? {}) as Record<string, unknown>;
+      if (cutoff !== undefined) presences = limitLegacyHistory(presences, cutoff);
+      const id = await legacyId(poll, snapshot, Object.keys(presences).length === 0);
+      body = { raw: Buffer.from(JSON.stringify(withIgnored({ ...upstream, presences, presence_last_update_id: id }, request.ignored))) };
+    }
+    snapshot.bodies.set(key, body);
+  }
+  const raw = body.raw.length;
+  return { body, kind: 'legacy_full', fullEquivalentBytes: () => raw };
+}
+
+function legacyId(poll: Poll, snapshot: Snapshot, empty: boolean): Promise<number> {
+  return idForLegacyPresences(poll, snapshot, snapshot.serverTimestamp, poll.request.historyLimitDays, empty);
+}
+
+/**
+ * P4 for the upstream's legacy presences passed on (a poll or a register answer), via ledger.ts
+ * `legacyAnswerId`: merged here (`modern` and the ledger after the merge), or not (7.0–8.x);
+ * -1 without a store (P5).
+ */
+export async function idForLegacyPresences(
+  asker: Asker,
+  taken: { ledger: LedgerState | undefined; modern: ReadonlyMap<number, ModernPresence> | undefined },
+  serverTimestamp: number,
+  historyLimitDays: number | undefined,
+  empty: boolean,
+): Promise<number> {
+  const merged = taken.ledger !== undefined && taken.modern !== undefined;
+  const ledger = merged ? taken.ledger : await ledgerOrNew(asker, await ledgerToAnswerFrom(asker, undefined, undefined));
+  if (!ledger) return -1;
+  return legacyAnswerId(ledger, { merged, visible: merged ? taken.modern?.keys() : undefined, serverTimestamp, historyLimitDays, empty });
+}
+
+/**
+ * R1 with slim_presence: a register answer's presences and id, from the newest ledger (X1,
+ * I5), cut by `presence_history_limit_days` (P12); the answer's own data and no id when the
+ * store is down (P5).
+ */
+export async function registerPresences(
+  asker: Asker,
+  intake: Intake,
+  modern: ReadonlyMap<number, ModernPresence>,
+  complete: boolean,
+  historyLimitDays: number | undefined,
+): Promise<{ presences: Record<string, ModernPresence>; presenceLastUpdateId: number }> {
+  const { serverTimestamp } = intake;
+  const ledger = await ledgerToAnswerFrom(asker, intake.ledger, undefined);
+  if (ledger) {
+    const visible = complete ? undefined : modern.keys();
+    return answer(ledger, { visible, lastUpdateId: undefined, historyLimitDays, serverTimestamp });
+  }
+  const cutoff = historyCutoff(historyLimitDays, serverTimestamp) ?? -Infinity;
+  const presences: Record<string, ModernPresence> = {};
+  for (const [userId, p] of modern) if (p.idle_timestamp >= cutoff) presences[String(userId)] = p;
+  return { presences, presenceLastUpdateId: -1 };
+}

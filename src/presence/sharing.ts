@@ -1,0 +1,141 @@
+import { setImmediate as nextTurn } from 'node:timers/promises';
+import { upstreamBadResponse } from '../http/errors.js';
+import { isSuccess } from '../http/relay.js';
+import { parseJsonObject, type BufferedResponse } from '../upstream/client.js';
+import { callerKey } from '../upstream/realm.js';
+import { loadLedger, takeInAnswer, upstreamTime, type Format } from './intake.js';
+import { report, UpstreamRefused, type Poll } from './report.js';
+import { everyCallerSeesTheSameUsers, fromData, toData, type ClusterSnapshots, type Snapshot } from './snapshots.js';
+
+/**
+ * P9, single flight and sharing: which snapshot a full poll is answered from, and who fetches
+ * it. In this process one fetch per scope per window (SnapshotHub); across replicas (S1) the
+ * replica that takes the scope's lock fetches and publishes, the others wait for a notification
+ * and read it once. Every caller's own report reaches the upstream first, and only a caller the
+ * upstream accepted sees shared data.
+ */
+
+/** The snapshot a poll is answered from, and the caller's own upstream report (for its headers). */
+export interface Obtained {
+  snapshot: Snapshot;
+  own: BufferedResponse | undefined;
+}
+
+/** P9: a scope is a realm and a format, or one caller of it where callers may see different users. */
+function scopeOf(poll: Poll, format: Format): { scope: string; shared: boolean } {
+  const { ctx, featureLevel, realm, req } = poll;
+  const shared = everyCallerSeesTheSameUsers(ctx.config.presence.shareSnapshots, featureLevel);
+  return { scope: shared ? `${realm.key}|${format}` : `${realm.key}|${format}|${callerKey(req.headers)}`, shared };
+}
+
+/** Throws UpstreamRefused when the upstream did not accept the caller's report (E1). */
+export async function obtainSnapshot(poll: Poll, format: Format): Promise<Obtained> {
+  const { ctx } = poll;
+  const { scope, shared } = scopeOf(poll, format);
+  const hub = ctx.snapshots;
+  const fresh = hub.fresh(scope);
+  const pending = fresh ? undefined : hub.pending(scope);
+  let own: BufferedResponse | undefined;
+  if (fresh || pending) {
+    own = await acceptedPing(poll);
+    // A failed fetch is its leader's to report; this caller then fetches for itself below.
+    const snapshot = fresh ?? (await pending!.catch(() => undefined));
+    if (snapshot) {
+      ctx.metrics.presenceSnapshots.inc({ source: 'shared' });
+      return { snapshot, own };
+    }
+  }
+  let leaderAnswer: BufferedResponse | undefined;
+  const snapshot = await hub.lead(
+    scope,
+    async () => {
+      const fetched = await fetchShared(poll, format, shared, scope);
+      leaderAnswer = fetched.own;
+      return fetched.snapshot;
+    },
+    shared,
+  );
+  return { snapshot, own: leaderAnswer ?? own };
+}
+
+/** P9: the caller's own report as a ping; throws UpstreamRefused unless the upstream accepted it. */
+async function acceptedPing(poll: Poll): Promise<BufferedResponse> {
+  const own = await report(poll, { ping_only: 'true' });
+  if (!isSuccess(own.status)) throw new UpstreamRefused(own);
+  return own;
+}
+
+/** One fetch for the scope: another replica's snapshot when one has or is being fetched, else the upstream's. */
+async function fetchShared(poll: Poll, format: Format, shared: boolean, scope: string): Promise<Obtained> {
+  const window = poll.ctx.config.presence.coalesceMs;
+  const cluster = shared && window > 0 ? poll.ctx.clusterSnapshots : undefined;
+  if (!cluster) return fetchFromUpstream(poll, format, shared);
+  const followed = await follow(poll, cluster, scope);
+  if (followed) return followed;
+  try {
+    const fetched = await fetchFromUpstream(poll, format, shared);
+    const remainingMs = window - (Date.now() - fetched.snapshot.fetchedAt);
+    // The store counts its own errors (store_errors_total); the other replicas then fetch for
+    // themselves, which costs the upstream more calls but keeps every P-rule.
+    await cluster.publish(scope, toData(fetched.snapshot), remainingMs).catch(() => undefined);
+    return fetched;
+  } catch (e) {
+    // Same: the lock then expires at the end of the window instead of now.
+    await cluster.release(scope).catch(() => undefined);
+    throw e;
+  }
+}
+
+/**
+ * S1/P9 across replicas: the snapshot another replica published in this window, or the one it
+ * is fetching, woken when it is published. Undefined: this replica holds the lock and fetches.
+ */
+async function follow(poll: Poll, cluster: ClusterSnapshots, scope: string): Promise<Obtained | undefined> {
+  const { ctx } = poll;
+  const window = ctx.config.presence.coalesceMs;
+  // Store unreachable (counted by the store): no sharing between replicas meanwhile, each
+  // replica fetches for itself.
+  let published = await cluster.get(scope).catch(() => undefined);
+  const locked = published ? false : await cluster.tryLock(scope, window).catch(() => true);
+  if (!published && locked) return undefined;
+  const own = await acceptedPing(poll);
+  // A wait that fails (store gone) or times out: this caller fetches for itself, as above.
+  published ??= await cluster.waitFor(scope, Math.max(window, 1000)).catch(() => undefined);
+  if (!published) return undefined;
+  const snapshot = fromData(published.data, published.remainingMs, window);
+  // The publisher merged it into the store's ledger: read that once, so answers include it (X1).
+  snapshot.ledger = await loadLedger(poll);
+  if (!snapshot.ledger) return undefined; // the store went away meanwhile: nothing to answer from but our own fetch
+  ctx.metrics.presenceSnapshots.inc({ source: 'shared' });
+  return { snapshot, own };
+}
+
+/** The caller's own full report: the upstream's presence, taken into the ledger. */
+async function fetchFromUpstream(poll: Poll, format: Format, complete: boolean): Promise<Obtained> {
+  const { ctx } = poll;
+  const own = await report(poll, { ping_only: 'false', slim_presence: format === 'slim' ? 'true' : undefined });
+  if (!isSuccess(own.status)) throw new UpstreamRefused(own);
+  ctx.metrics.presenceSnapshots.inc({ source: 'upstream' });
+  const fetchedAt = Date.now();
+  const body = parseJsonObject(own.body);
+  // Parsing a multi-megabyte answer is the longest step: let other requests run after it (B6).
+  await nextTurn();
+  const presences = body.presences;
+  if (!presences || typeof presences !== 'object' || Array.isArray(presences)) {
+    throw upstreamBadResponse('presence answer without a presences object');
+  }
+  const serverTimestamp = upstreamTime(body, own.headers);
+  const intake = await takeInAnswer(poll, format, presences as Record<string, unknown>, serverTimestamp, complete);
+  const snapshot: Snapshot = {
+    serverTimestamp,
+    fetchedAt,
+    complete,
+    modern: intake.modern,
+    modernError: intake.modernError,
+    legacyBytes: format === 'legacy' ? own.body : undefined,
+    legacyUsers: format === 'legacy' ? Object.keys(presences).length : undefined,
+    ledger: intake.ledger,
+    bodies: new Map(),
+  };
+  return { snapshot, own };
+}

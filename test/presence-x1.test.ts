@@ -1,0 +1,196 @@
+import type { Redis } from 'ioredis';
+import request from 'supertest';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { MemoryStore } from '../src/store/memory.js';
+import { ERAS, startFake, type Era, type FakeZulip } from './support/fake-zulip.js';
+import { adminRedis, deleteKeysUnder, describeRedis, REDIS_URL, testKeyPrefix } from './support/redis.js';
+import { startShim, type RunningShim } from './support/shim.js';
+
+/**
+ * X1: ids never go backwards and no user's data reverts, across register, polls answered from
+ * a shared snapshot, replicas, and ids the shim never issued.
+ */
+
+type Modern = Record<string, { active_timestamp: number; idle_timestamp: number }>;
+
+const OLD_ERAS = ERAS.filter((e) => e !== '9.0');
+/** The web app's server_presence_offline_threshold_seconds. */
+const OFFLINE_THRESHOLD = 140;
+
+/**
+ * The web app's presence state (web/src/presence.ts): `set_info` updates the users in an answer
+ * and recomputes everyone's status against the answer's server_timestamp.
+ */
+class WebAppPresence {
+  info = new Map<string, { active_timestamp: number; idle_timestamp: number }>();
+  serverTime = 0;
+  lastUpdateId = -1;
+
+  setInfo(body: { presences: Modern; server_timestamp: number; presence_last_update_id: number }): void {
+    for (const [userId, p] of Object.entries(body.presences)) this.info.set(userId, p);
+    this.serverTime = body.server_timestamp;
+    this.lastUpdateId = body.presence_last_update_id;
+  }
+
+  status(userId: number): 'active' | 'idle' | 'offline' {
+    const p = this.info.get(String(userId));
+    if (p && this.serverTime - p.active_timestamp < OFFLINE_THRESHOLD) return 'active';
+    if (p && this.serverTime - p.idle_timestamp < OFFLINE_THRESHOLD) return 'idle';
+    return 'offline';
+  }
+}
+
+let fake: FakeZulip;
+let shims: RunningShim[] = [];
+afterEach(async () => {
+  await Promise.all(shims.map((s) => s.close()));
+  shims = [];
+  await fake?.stop();
+});
+
+async function upstream(era: Era): Promise<FakeZulip> {
+  fake = await startFake({ era });
+  for (const u of fake.humans()) fake.report(u.user_id, 'active');
+  return fake;
+}
+
+const poll = (shim: RunningShim, user: number, form: Record<string, string>) =>
+  request(shim.url)
+    .post('/api/v1/users/me/presence')
+    .set('Host', 'chat.example.com')
+    .set('Authorization', fake.auth(user))
+    .type('form')
+    .send(form);
+const register = (shim: RunningShim, user: number, form: Record<string, string>) =>
+  request(shim.url).post('/api/v1/register').set('Host', 'chat.example.com').set('Authorization', fake.auth(user)).type('form').send(form);
+
+/**
+ * User 13 is idle when the first snapshot is taken, active again before the register: the
+ * register shows them active; a poll in the same window must not take that back.
+ */
+async function registerThenPoll(pollVia: RunningShim, registerVia: RunningShim) {
+  fake.advance(300);
+  fake.report(13, 'idle');
+  const first = await poll(pollVia, 11, { status: 'active', last_update_id: '-1' });
+  expect(first.status).toBe(200);
+  fake.advance(100);
+  fake.report(13, 'active');
+  const web = new WebAppPresence();
+  const reg = await register(registerVia, 10, { slim_presence: 'true', fetch_event_types: '["presence"]' });
+  expect(reg.status).toBe(200);
+  web.setInfo(reg.body);
+  expect(web.status(13)).toBe('active');
+  const registered = reg.body as { presences: Modern; presence_last_update_id: number };
+  // Answered from the snapshot taken before the register (the window is a minute long).
+  const next = await poll(pollVia, 10, { status: 'active', last_update_id: String(registered.presence_last_update_id) });
+  expect(next.status).toBe(200);
+  expect(next.body.presence_last_update_id).toBeGreaterThanOrEqual(registered.presence_last_update_id);
+  for (const [userId, p] of Object.entries(next.body.presences as Modern)) {
+    expect(p.idle_timestamp).toBeGreaterThanOrEqual(registered.presences[userId]?.idle_timestamp ?? 0);
+  }
+  web.setInfo(next.body);
+  expect(web.status(13)).toBe('active');
+  return { registered, next: next.body as { presences: Modern; presence_last_update_id: number } };
+}
+
+describe.each(['2.1', '7.0'] as const)('register, then a poll from the snapshot taken before it, on %s (X1, P6)', (era) => {
+  it('the poll continues from the register id and no user reverts', async () => {
+    await upstream(era);
+    const shim = await startShim(fake.url, { presence: { coalesceMs: 60_000 } });
+    shims.push(shim);
+    const { next } = await registerThenPoll(shim, shim);
+    // Nothing changed since the register: an empty delta, not older full data.
+    expect(next.presences).toEqual({});
+    expect(fake.stats.presenceFull).toBe(1);
+  });
+});
+
+describe.each(OLD_ERAS)('an id the shim never issued, on %s (X1)', (era) => {
+  it('gets full data with an id at least the one sent', async () => {
+    await upstream(era);
+    const shim = await startShim(fake.url, { presence: { coalesceMs: 0 } });
+    shims.push(shim);
+    const full = await poll(shim, 10, { status: 'active', last_update_id: '-1' });
+    const issued = full.body.presence_last_update_id as number;
+    for (const sent of [issued + 1_000_000, 2 ** 52]) {
+      const r = await poll(shim, 10, { status: 'active', last_update_id: String(sent) });
+      expect(r.status).toBe(200);
+      expect(Object.keys(r.body.presences).sort()).toEqual(
+        fake
+          .humans()
+          .map((u) => String(u.user_id))
+          .sort(),
+      );
+      expect(r.body.presence_last_update_id).toBeGreaterThanOrEqual(sent);
+    }
+    // An implausible id moved nothing for everyone else: a fresh client gets the ledger's own ids.
+    const other = await poll(shim, 11, { status: 'active', last_update_id: '-1' });
+    expect(other.body.presence_last_update_id).toBeLessThan(2 ** 52);
+  });
+});
+
+describe('a plausible id the shim cannot vouch for (X1)', () => {
+  it('raises the counter past it, so the next poll is an exact delta', async () => {
+    await upstream('5.0');
+    let clockMs = Date.now();
+    const store = new MemoryStore(10, () => clockMs);
+    const shim = await startShim(fake.url, { presence: { coalesceMs: 0 } }, { store });
+    shims.push(shim);
+    const full = await poll(shim, 10, { status: 'active', last_update_id: '-1' });
+    const issued = full.body.presence_last_update_id as number;
+    clockMs += 60_000; // a minute later the clock allows ids up to a minute's microseconds higher
+    const sent = issued + 30_000_000;
+    const resync = await poll(shim, 10, { status: 'active', last_update_id: String(sent) });
+    expect(Object.keys(resync.body.presences)).toHaveLength(fake.humans().length);
+    expect(resync.body.presence_last_update_id).toBe(sent);
+    fake.advance(120);
+    fake.report(12, 'idle');
+    const delta = await poll(shim, 10, { status: 'active', last_update_id: String(sent) });
+    expect(Object.keys(delta.body.presences).sort()).toEqual(['10', '12']);
+    expect(delta.body.presence_last_update_id).toBeGreaterThan(sent);
+  });
+});
+
+describeRedis('two replicas on one Redis (X1, S1)', () => {
+  const prefix = testKeyPrefix();
+  let admin: Redis;
+  beforeAll(() => {
+    admin = adminRedis();
+  });
+  afterAll(async () => {
+    await deleteKeysUnder(admin, prefix);
+    admin.disconnect();
+  });
+
+  async function replicas(era: Era, coalesceMs: number): Promise<[RunningShim, RunningShim]> {
+    await upstream(era);
+    const keyPrefix = `${prefix}${era}:${coalesceMs}:`;
+    for (let i = 0; i < 2; i++)
+      shims.push(await startShim(fake.url, { store: { redisUrl: REDIS_URL, keyPrefix }, presence: { coalesceMs } }));
+    return [shims[0]!, shims[1]!];
+  }
+
+  it.each(['2.1', '7.0'] as const)(
+    'on %s, a replica answers an id another one issued from the store, not its older snapshot',
+    async (era) => {
+      const [a, b] = await replicas(era, 60_000);
+      await registerThenPoll(a, b);
+    },
+  );
+
+  it('a client moving between replicas never gets a lower id', async () => {
+    const [a, b] = await replicas('2.1', 60_000);
+    let lastUpdateId = -1;
+    for (let i = 0; i < 12; i++) {
+      if (i % 3 === 0) {
+        fake.advance(100);
+        fake.report(10 + (i % 5), i % 2 ? 'idle' : 'active');
+        // A register through the other replica merges a newer observation into the store.
+        await register(i % 2 ? a : b, 11, { slim_presence: 'true' });
+      }
+      const r = await poll(i % 2 ? b : a, 10, { status: 'active', last_update_id: String(lastUpdateId) });
+      expect(r.body.presence_last_update_id).toBeGreaterThanOrEqual(lastUpdateId);
+      lastUpdateId = r.body.presence_last_update_id;
+    }
+  });
+});

@@ -101,9 +101,14 @@ async function longestBlock<T>(work: () => Promise<T>): Promise<{ result: T; blo
   }
 }
 
-async function fetchBytes(path: string, method: 'GET' | 'POST', body?: string): Promise<{ ms: number; bytes: number; backfilled: string }> {
+async function fetchBytes(
+  path: string,
+  method: 'GET' | 'POST',
+  body?: string,
+  base = url,
+): Promise<{ ms: number; bytes: number; backfilled: string }> {
   const started = performance.now();
-  const r = await request(`${url}${path}`, {
+  const r = await request(`${base}${path}`, {
     method,
     headers: { ...auth, ...(body ? { 'content-type': 'application/x-www-form-urlencoded' } : {}) },
     body,
@@ -143,6 +148,7 @@ console.log(
     .map((l) => l.toFixed(2))
     .join(' / ')}`,
 );
+await measure('GET /api/v1/users straight from the upstream (reference)', () => fetchBytes('/api/v1/users', 'GET', undefined, upstreamUrl));
 await measure('GET /api/v1/users', () => fetchBytes('/api/v1/users', 'GET'));
 await measure('POST /api/v1/register (realm_user)', () =>
   fetchBytes('/api/v1/register', 'POST', 'event_types=%5B%22realm_user%22%5D&fetch_event_types=%5B%22realm_user%22%5D'),

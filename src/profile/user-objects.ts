@@ -10,7 +10,7 @@ import { backfillInPlace, type Added, type Lookups, type ProfileChange } from '.
  */
 
 /** Objects backfilled (or serialised) between two yields to the event loop. */
-export const USERS_PER_TURN = 1_000;
+export const USERS_PER_TURN = 500;
 
 type Row = Record<string, unknown>;
 

@@ -204,6 +204,22 @@ describe('a 9.0 upstream lacks nothing: every user route passes byte for byte (V
 });
 
 describe('limits', () => {
+  it('passes a user list over upstream.maxResponseBytes untouched, saying the backfill was skipped', async () => {
+    const fake = await startFake({ era: '2.1', users: 40 });
+    const shim = await startShim(fake.url, { upstream: { maxResponseBytes: 2048 } });
+    try {
+      const direct = await request(fake.url).get('/api/v1/users').set('Authorization', fake.auth(MEMBER));
+      const res = await request(shim.url).get('/api/v1/users').set('Authorization', fake.auth(MEMBER));
+      expect(res.status).toBe(200);
+      expect(res.text).toBe(direct.text);
+      expect(res.headers['x-zulip-compat-backfilled']).toBeUndefined();
+      expect(shim.logs.some((l) => l.includes('user backfill skipped'))).toBe(true);
+    } finally {
+      await shim.close();
+      await fake.stop();
+    }
+  });
+
   it('passes a register answer over upstream.maxResponseBytes untouched, saying the backfill was skipped (R2)', async () => {
     const fake = await startFake({ era: '2.1', users: 40 });
     const shim = await startShim(fake.url, { upstream: { maxResponseBytes: 2048 } });

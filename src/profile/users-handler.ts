@@ -4,7 +4,7 @@ import { sendEncoded } from '../http/compress.js';
 import { errorBody, sendJson } from '../http/errors.js';
 import { isSuccess, relay, relayBuffered, rewrittenHeaders } from '../http/relay.js';
 import type { Handler } from '../context.js';
-import { forwardedHeaders, parseJsonObject, type BufferedResponse } from '../upstream/client.js';
+import { forwardedHeaders, parseJsonObject, readAll, type BufferedResponse } from '../upstream/client.js';
 import { realmOf, type Realm } from '../upstream/realm.js';
 import { COMPLETE_FROM_LEVEL, changesAbove, noneAdded, type Added } from './changes/index.js';
 import { BACKFILLED_HEADER, FALLBACK_HEADER } from './handler.js';
@@ -51,6 +51,33 @@ async function passOn(req: IncomingMessage, res: ServerResponse, ctx: ShimContex
   facts(req).kind = 'passthrough';
   const r = await timedUpstream(req, () => ctx.client.request({ realm, method: 'GET', path, headers }));
   await relay(res, r);
+}
+
+/**
+ * An upstream user list, read whole; one declared larger than upstream.maxResponseBytes is
+ * passed on untouched instead, with a log line saying the backfill was skipped (as R2 does
+ * for register), and undefined returned.
+ */
+async function readList(
+  req: IncomingMessage,
+  res: ServerResponse,
+  ctx: ShimContext,
+  realm: Realm,
+  path: string,
+): Promise<BufferedResponse | undefined> {
+  const r = await timedUpstream(req, () => ctx.client.request({ realm, method: 'GET', path, headers: forwardedHeaders(req) }));
+  const limit = ctx.client.maxResponseBytes;
+  const declared = Number(r.headers['content-length']);
+  if (isSuccess(r.status) && declared > limit) {
+    ctx.log.warn(
+      { realm: realm.host, limit, bytes: declared },
+      'user list larger than the buffer limit: passed on untouched, user backfill skipped',
+    );
+    facts(req).kind = 'passthrough-large';
+    await relay(res, r);
+    return undefined;
+  }
+  return { status: r.status, headers: r.headers, body: await timedUpstream(req, () => readAll(r.body, limit)) };
 }
 
 /** `/api/v1` or `/json`, as the client called it. */
@@ -102,7 +129,8 @@ export const usersHandler: Handler = async (req, res, ctx) => {
   if (featureLevel >= COMPLETE_FROM_LEVEL) return passOn(req, res, ctx, realm, url);
   f.kind = 'users';
 
-  const r = await timedUpstream(req, () => ctx.client.fetch({ realm, method: 'GET', path: url, headers: forwardedHeaders(req) }));
+  const r = await readList(req, res, ctx, realm, url);
+  if (!r) return;
   if (!isSuccess(r.status)) return relayBuffered(res, r); // E1
   const body = await parseWithListInSteps(r.body, 'members', parseJsonObject);
   const members = body.members;

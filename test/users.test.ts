@@ -170,6 +170,28 @@ describe.each(ERAS)('user objects on a %s upstream (V1–V4)', (era) => {
   });
 });
 
+describe('a realm that shows addresses to administrators (V2)', () => {
+  it.each(['3.0', '5.0'] as Era[])('%s: an administrator gets every real address, a member only its own', async (era) => {
+    const fake = await startFake({ era, emailAddressVisibility: 'admins' });
+    const shim = await startShim(fake.url);
+    try {
+      for (const callerId of [ADMIN, MEMBER]) {
+        const caller = fake.user(callerId);
+        const res = await request(shim.url).get('/api/v1/users').set('Authorization', fake.auth(callerId));
+        expect(res.status).toBe(200);
+        for (const m of res.body.members as Record<string, unknown>[]) {
+          expect(m).toEqual(modernUser(fake, fake.user(m.user_id as number), caller));
+        }
+        const addresses = (res.body.members as Record<string, unknown>[]).filter((m) => !m.is_bot).map((m) => m.delivery_email);
+        expect(addresses.filter((a) => a !== null)).toHaveLength(callerId === ADMIN ? fake.humans().length : 1);
+      }
+    } finally {
+      await shim.close();
+      await fake.stop();
+    }
+  });
+});
+
 describe('a 9.0 upstream lacks nothing: every user route passes byte for byte (V4)', () => {
   let fake: FakeZulip;
   let shim: RunningShim;

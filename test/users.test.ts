@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import { Ajv } from 'ajv';
 import request from 'supertest';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { FakeZulip, startFake, type Era, type FakeUser } from './support/fake-zulip.js';
+import { type FakeZulip, startFake, type Era, type FakeUser } from './support/fake-zulip.js';
 import { startShim, type RunningShim } from './support/shim.js';
 
 /** V1–V4 through the fake upstream, era by era, for an administrator, a member and a guest. */

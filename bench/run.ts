@@ -20,6 +20,13 @@ import { basicAuth, PRESENCE_PATH, SMALL_BODY, SMALL_PATH, type Flavour, type Up
 
 // ---------------------------------------------------------------------------- options
 
+// `npm run bench -- b7`: the large-realm cost curve alone (bench/b7.ts), a long run of its own;
+// `npm run bench -- flood`: memory under a flood of hosts with the default budgets (X2).
+if (process.argv[2] === 'b7' || process.argv[2] === 'flood') {
+  await import(process.argv[2] === 'b7' ? './b7.js' : './flood.js');
+  process.exit(0);
+}
+
 const { values: flags } = parseArgs({
   options: {
     users: { type: 'string' },

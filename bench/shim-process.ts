@@ -10,11 +10,16 @@ import { serveParent } from './children.js';
  * The shim in a process of its own, started with createShim as the CLI would, and reporting
  * its own measurements over IPC: event-loop delay, CPU time, memory (after a GC when the
  * process runs with --expose-gc).
- * argv: upstreamUrl coalesceMs logLevel
+ * argv: upstreamUrl coalesceMs logLevel [redisUrl keyPrefix]
  */
 
-const [upstream = '', coalesceMs = '5000', logLevel = 'info'] = process.argv.slice(2);
-const { config } = loadConfig(['--upstream', upstream, '--port', '0', '--coalesce-ms', coalesceMs, '--log-level', logLevel], {});
+const [upstream = '', coalesceMs = '5000', logLevel = 'info', redisUrl, keyPrefix] = process.argv.slice(2);
+const redisArgs = redisUrl ? ['--redis', redisUrl] : [];
+const { config } = loadConfig(
+  ['--upstream', upstream, '--port', '0', '--coalesce-ms', coalesceMs, '--log-level', logLevel, ...redisArgs],
+  {},
+);
+if (keyPrefix) config.store.keyPrefix = keyPrefix;
 // The request log goes to stdout, which the bench discards: it is written, as in production.
 const log = createLogger(config.log.level);
 const shim = createShim({ config, log, target: upstream, upstreamId: upstream });

@@ -1,5 +1,5 @@
 /**
- * Generates examples/demo-zulip-2.1.har, the recording `npm start` replays with no arguments.
+ * Generates examples/demo-zulip-2.1.har, the recording `--demo` (and so `npm start`) replays.
  *
  *   npm run demo:record
  *

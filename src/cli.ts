@@ -1,5 +1,6 @@
 #!/usr/bin/env node
-import { existsSync, renameSync, statSync } from 'node:fs';
+import { existsSync, readFileSync, renameSync, statSync } from 'node:fs';
+import http from 'node:http';
 import { basename, dirname, extname, join, resolve } from 'node:path';
 import { ConfigError, infoRequest, loadConfig, PROJECT_ROOT, USAGE, type Config } from './config.js';
 import { createLogger, type Logger } from './observability/logger.js';
@@ -30,11 +31,13 @@ interface UpstreamTarget {
  * Recording and replay stand in for the upstream on loopback (H1, H2), so the shim has one
  * code path: `target` is the recorder or the replayer, `upstreamId` the upstream they stand for.
  */
-async function openUpstream(config: Config, log: Logger): Promise<UpstreamTarget> {
+async function openUpstream(config: Config, log: Logger, sources: ReadonlyMap<string, string>): Promise<UpstreamTarget> {
+  const recordKey = `record.har (${sources.get('record.har') ?? '--record'})`;
+  const replayKey = `replay.har (${sources.get('replay.har') ?? '--replay'})`;
   const record = config.record.har;
   if (record && !config.upstream.url) {
     const with_ = config.replay.har ? ', not with --replay' : '';
-    throw new ConfigError(`record.har (--record / RECORD_HAR): recording needs --upstream URL${with_}`);
+    throw new ConfigError(`${recordKey}: recording needs --upstream URL${with_}`);
   }
   if (config.upstream.url) {
     const url = config.upstream.url;
@@ -43,9 +46,7 @@ async function openUpstream(config: Config, log: Logger): Promise<UpstreamTarget
     const aside = setAsideRecording(file);
     if (aside) log.warn({ file, movedTo: aside }, 'record.har: the existing recording was moved aside, not overwritten');
     const recorder = await startRecorder({ upstream: url, file, log, insecureTls: config.upstream.insecureTls }).catch((e: unknown) => {
-      throw new ConfigError(
-        `record.har (--record / RECORD_HAR): cannot write ${file} (${(e as NodeJS.ErrnoException).code ?? (e as Error).message})`,
-      );
+      throw new ConfigError(`${recordKey}: cannot write ${file} (${(e as NodeJS.ErrnoException).code ?? (e as Error).message})`);
     });
     return { target: recorder.url, upstreamId: url, describe: url, close: () => recorder.close(), strictMisses: () => [] };
   }
@@ -53,7 +54,7 @@ async function openUpstream(config: Config, log: Logger): Promise<UpstreamTarget
   const demo = config.replay.demo;
   const file = resolve(demo ? DEMO_HAR : config.replay.har!);
   const replay = await startReplay({ file, strict: config.replay.strict, log }).catch((e: unknown) => {
-    throw new ConfigError(`replay.har (--replay / REPLAY_HAR): ${(e as Error).message}`);
+    throw new ConfigError(`${replayKey}: ${(e as Error).message}`);
   });
   return {
     target: replay.url,
@@ -169,7 +170,51 @@ function handleEscapedErrors(log: Logger, onUncaught: () => void): void {
   });
 }
 
+/**
+ * The flags the running shim was started with, when it is this container's main process (the
+ * image's HEALTHCHECK runs beside it and sees the same environment, but not its flags).
+ */
+function runningShimArgs(): string[] | undefined {
+  try {
+    const argv = readFileSync('/proc/1/cmdline', 'utf8').split('\0').filter(Boolean);
+    const at = argv.findIndex((a) => /(^|\/)cli\.[jt]s$/.test(a));
+    return at < 0 ? undefined : argv.slice(at + 1);
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * `--healthcheck`: asks GET /healthz of the shim this configuration describes (same flags,
+ * environment and config file) and exits 0 when it answers 200, 1 otherwise. A listener on every
+ * interface is asked on loopback.
+ */
+async function healthcheck(argv: string[]): Promise<number> {
+  const args = argv.filter((a) => a !== '--healthcheck');
+  let config: Config;
+  try {
+    ({ config } = loadConfig(args.length ? args : (runningShimArgs() ?? []), process.env, { needsUpstream: false }));
+  } catch (e) {
+    process.stderr.write(`zulip-compat-shim: healthcheck: ${oneLine((e as Error).message)}\n`);
+    return 1;
+  }
+  const { port } = config.server;
+  const host = config.server.host === '0.0.0.0' ? '127.0.0.1' : config.server.host === '::' ? '::1' : config.server.host;
+  return new Promise<number>((done) => {
+    const req = http.get({ host, port, path: '/healthz', timeout: 4_000 }, (res) => {
+      res.resume();
+      done(res.statusCode === 200 ? 0 : 1);
+    });
+    req.on('timeout', () => req.destroy(new Error('timeout')));
+    req.on('error', (e) => {
+      process.stderr.write(`zulip-compat-shim: healthcheck: http://${host}:${port}/healthz: ${e.message}\n`);
+      done(1);
+    });
+  });
+}
+
 async function main(argv: string[]): Promise<number> {
+  if (argv.includes('--healthcheck')) return healthcheck(argv);
   const info = infoRequest(argv);
   if (info === 'help') {
     process.stdout.write(USAGE);
@@ -193,7 +238,7 @@ async function main(argv: string[]): Promise<number> {
   handleEscapedErrors(log, () => onUncaught());
   let upstream: UpstreamTarget;
   try {
-    upstream = await openUpstream(config, log);
+    upstream = await openUpstream(config, log, sources);
   } catch (e) {
     if (e instanceof ConfigError) return configFailure(e);
     throw e;

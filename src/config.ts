@@ -3,6 +3,7 @@ import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { z } from 'zod';
+import { parseRedisNodes } from './store/redis-connection.js';
 
 /**
  * Layered, validated configuration (contract "Interface"):
@@ -32,6 +33,15 @@ const httpUrl = z
 
 const port = z.number().int().min(0, 'must be a port number, 0 to 65535').max(65535, 'must be a port number, 0 to 65535');
 const ms = z.number().int().min(0);
+
+/** `host:port,host:port`: Sentinels or Cluster nodes. */
+const redisNodes = z.string().superRefine((s, ctx) => {
+  try {
+    parseRedisNodes(s, 6379);
+  } catch (e) {
+    ctx.addIssue({ code: 'custom', message: `must be host:port,host:port (${(e as Error).message})` });
+  }
+});
 
 /** A `Host` name, or `*.` and a domain (any name below it, as in nginx's `server_name`). */
 const hostPattern = z
@@ -80,6 +90,11 @@ export const configSchema = z
         .optional()
         .describe('Shared state for several replicas (S1); absent = in-memory.'),
       keyPrefix: z.string().describe('Prefix of every Redis key; the same for every replica.'),
+      redisSentinels: redisNodes
+        .optional()
+        .describe('Instead of redisUrl: the Sentinels (`host:port,host:port`) that name the primary; with redisSentinelName.'),
+      redisSentinelName: z.string().min(1).optional().describe("The Sentinels' name for the primary (`sentinel monitor NAME …`)."),
+      redisCluster: redisNodes.optional().describe('Instead of redisUrl: some nodes (`host:port,host:port`) of a Redis Cluster.'),
     }),
     presence: z.strictObject({
       coalesceMs: ms.describe('P9: one full upstream presence fetch per realm per this many ms; 0 = no sharing.'),
@@ -96,7 +111,31 @@ export const configSchema = z
     }),
     featureLevel: z.strictObject({
       ttlMs: ms.min(1).describe("How long an upstream's feature level (from server_settings) is reused."),
+      failureTtlMs: ms.min(1).describe('X2: a Host whose server_settings the upstream refused (4xx) is not asked again for this long.'),
     }),
+    memory: z
+      .strictObject({
+        featureLevelsBytes: z.number().int().min(1024).describe("X2: bytes for realms' server_settings results, failures included."),
+        userDirectoriesBytes: z.number().int().min(1024).describe("X2: bytes for realms' user lists (compact email → id directories)."),
+        snapshotsBytes: z.number().int().min(1024).describe('X2: bytes for shared presence snapshots.'),
+        answersBytes: z
+          .number()
+          .int()
+          .min(1024)
+          .describe('X2: bytes for presence answers built from snapshots and reused by callers at the same id.'),
+        ledgersBytes: z.number().int().min(1024).describe('X2: bytes for presence ledgers of the in-memory store.'),
+        lookupsBytes: z.number().int().min(1024).describe('X2: bytes for per-user lookups (delivery emails).'),
+        largeAnswerBytes: z
+          .number()
+          .int()
+          .min(1024)
+          .describe(
+            'B7: largest full presence answer or user list read (35 MB at 100k users on 2.1); other intercepted answers keep upstream.maxResponseBytes.',
+          ),
+      })
+      .describe(
+        'X2: byte budgets, each evicting least recently used entries within it; sizes are estimated from the upstream bytes each structure was built from.',
+      ),
     log: z.strictObject({
       level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).describe('pino log level.'),
     }),
@@ -109,6 +148,17 @@ export const configSchema = z
         path: c.replay.har ? ['replay', 'har'] : ['replay', 'demo'],
         message: `give one of --upstream, --replay or --demo, not ${given.join(' and ')}`,
       });
+    }
+    const redis = [c.store.redisUrl && 'redisUrl', c.store.redisSentinels && 'redisSentinels', c.store.redisCluster && 'redisCluster'];
+    const redisGiven = redis.filter((k): k is string => typeof k === 'string');
+    if (redisGiven.length > 1) {
+      ctx.addIssue({ code: 'custom', path: ['store', redisGiven[1]!], message: 'give one of --redis, --redis-sentinels, --redis-cluster' });
+    }
+    if (c.store.redisSentinels && !c.store.redisSentinelName) {
+      ctx.addIssue({ code: 'custom', path: ['store', 'redisSentinelName'], message: 'required with --redis-sentinels' });
+    }
+    if (c.store.redisSentinelName && !c.store.redisSentinels) {
+      ctx.addIssue({ code: 'custom', path: ['store', 'redisSentinels'], message: 'required with --redis-sentinel-name' });
     }
   });
 
@@ -137,6 +187,9 @@ export const SETTINGS: Setting[] = [
   { flag: 'port', env: 'PORT', path: ['server', 'port'], kind: 'int' },
   { flag: 'host', env: 'HOST', path: ['server', 'host'], kind: 'string' },
   { flag: 'redis', env: 'REDIS_URL', path: ['store', 'redisUrl'], kind: 'string' },
+  { flag: 'redis-sentinels', env: 'REDIS_SENTINELS', path: ['store', 'redisSentinels'], kind: 'string' },
+  { flag: 'redis-sentinel-name', env: 'REDIS_SENTINEL_NAME', path: ['store', 'redisSentinelName'], kind: 'string' },
+  { flag: 'redis-cluster', env: 'REDIS_CLUSTER', path: ['store', 'redisCluster'], kind: 'string' },
   { flag: 'coalesce-ms', env: 'PRESENCE_COALESCE_MS', path: ['presence', 'coalesceMs'], kind: 'int' },
   { flag: 'share-snapshots', env: 'PRESENCE_SHARE_SNAPSHOTS', path: ['presence', 'shareSnapshots'], kind: 'string' },
   { flag: 'log-level', env: 'LOG_LEVEL', path: ['log', 'level'], kind: 'string' },
@@ -269,6 +322,9 @@ export const USAGE = `Usage: zulip-compat-shim [options]
   --host H                  listen address (default 127.0.0.1)            [HOST]
   --config FILE             a JSON config file                            [CONFIG_FILE]
   --redis URL               share state between replicas through Redis    [REDIS_URL]
+  --redis-sentinels LIST    or through the primary these Sentinels name   [REDIS_SENTINELS]
+  --redis-sentinel-name N   the Sentinels' name for that primary          [REDIS_SENTINEL_NAME]
+  --redis-cluster LIST      or through a Redis Cluster (host:port,…)      [REDIS_CLUSTER]
   --coalesce-ms N           one full presence fetch per realm per N ms    [PRESENCE_COALESCE_MS]
   --share-snapshots MODE    auto | always | never                         [PRESENCE_SHARE_SNAPSHOTS]
   --log-level L             pino level (default info)                     [LOG_LEVEL]
@@ -277,6 +333,7 @@ export const USAGE = `Usage: zulip-compat-shim [options]
   --insecure-upstream-tls   accept self-signed upstream certificates      [UPSTREAM_INSECURE_TLS]
   --shutdown-grace-ms N     drain deadline on SIGTERM/SIGINT/SIGHUP       [SHUTDOWN_GRACE_MS]
   --realm-hosts LIST        admit only these Host names (*. wildcards)    [REALM_HOSTS]
+  --healthcheck             ask GET /healthz of the shim so configured: exit 0 or 1
   -v, --version             print the version and exit
   -h, --help                print this help and exit
 
@@ -309,7 +366,7 @@ function joinDashValues(argv: string[], valued: Set<string>): string[] {
 }
 
 /** Builds the configuration from all four layers; throws ConfigError with one clear line. */
-export function loadConfig(argv: string[], env: NodeJS.ProcessEnv = process.env): CliResult {
+export function loadConfig(argv: string[], env: NodeJS.ProcessEnv = process.env, o: { needsUpstream?: boolean } = {}): CliResult {
   const options: Record<string, { type: 'string' | 'boolean'; short?: string }> = { config: { type: 'string' }, ...INFO_OPTIONS };
   for (const s of SETTINGS) options[s.flag] = { type: s.kind === 'bool' ? 'boolean' : 'string', ...(s.short ? { short: s.short } : {}) };
   const valued = new Set(Object.entries(options).flatMap(([k, o]) => (o.type === 'string' ? [`--${k}`] : [])));
@@ -348,9 +405,15 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv = process.env)
     throw new ConfigError(describeIssue(issues.find((i) => i.code === 'unrecognized_keys') ?? issues[0]!, sources));
   }
   const config = parsed.data;
-  if (values.help !== true && values.version !== true && !config.upstream.url && !config.replay.har && !config.replay.demo) {
+  const needsUpstream = o.needsUpstream ?? (values.help !== true && values.version !== true);
+  if (needsUpstream && !config.upstream.url && !config.replay.har && !config.replay.demo) {
+    // A near miss in the environment (UPSTREAM=, UPSTREAM_URI=) is the usual cause: name it.
+    const known = new Set(SETTINGS.map((s) => s.env));
+    const nearMiss = Object.keys(env).find((k) => /^UPSTREAM/i.test(k) && !known.has(k) && env[k]);
     throw new ConfigError(
-      'no upstream: give --upstream URL (UPSTREAM_URL, upstream.url) for a Zulip server, or --demo (DEMO=true) to try the bundled recording',
+      `no upstream: give --upstream URL (UPSTREAM_URL, upstream.url) for a Zulip server, or --demo (DEMO=true) to try the bundled recording${
+        nearMiss ? ` (${nearMiss} is set, but the variable is UPSTREAM_URL)` : ''
+      }`,
     );
   }
   return { config, sources, help: values.help === true, version: values.version === true };
@@ -361,39 +424,26 @@ function describeIssue(issue: z.core.$ZodIssue, sources: ReadonlyMap<string, str
   const at = issue.path.map(String);
   if (issue.code === 'unrecognized_keys') {
     const key = [...at, issue.keys[0]!].join('.');
-    const known = Object.keys(shapeAt(at) ?? {});
-    const hint = closest(issue.keys[0]!, known);
+    const hint = closest(issue.keys[0]!, Object.keys(shapeAt(at)));
     return `${key} (${sources.get(key) ?? 'config file'}): unknown key${hint ? ` (did you mean ${[...at, hint].join('.')}?)` : ''}`;
   }
   const key = at.join('.');
-  const source = sources.get(key) ?? sources.get(at.slice(0, -1).join('.')) ?? sourceOfList(key, sources);
+  const source = sourceOf(at, sources);
   return `${key || 'config'}${source ? ` (${source})` : ''}: ${issue.message}`;
 }
 
-/** An array element's path (`server.realmHosts.2`) is blamed on the array's source. */
-function sourceOfList(key: string, sources: ReadonlyMap<string, string>): string | undefined {
-  for (let k = key; k.includes('.'); k = k.slice(0, k.lastIndexOf('.'))) {
-    const s = sources.get(k);
+/** Where a key's value came from; a missing key or an array element is blamed on its parent's. */
+function sourceOf(path: string[], sources: ReadonlyMap<string, string>): string | undefined {
+  for (let n = path.length; n > 0; n--) {
+    const s = sources.get(path.slice(0, n).join('.'));
     if (s) return s;
   }
   return undefined;
 }
 
-/** The schema's object shape at a key path (for the spelling hint of an unknown key). */
-function shapeAt(path: string[]): Record<string, unknown> | undefined {
-  let schema: unknown = configSchema;
-  for (const p of [undefined, ...path]) {
-    let s = schema as { shape?: Record<string, unknown>; def?: { in?: unknown; schema?: unknown } };
-    // Unwrap refinements and pipes down to the object.
-    while (!s.shape && (s.def?.in || s.def?.schema)) s = (s.def.in ?? s.def.schema) as typeof s;
-    if (p === undefined) {
-      schema = s;
-      continue;
-    }
-    schema = s.shape?.[p];
-    if (!schema) return undefined;
-  }
-  let s = schema as { shape?: Record<string, unknown> };
-  if (!s.shape) s = {};
-  return s.shape;
+/** The keys the schema knows at a key path (for the spelling hint of an unknown key). */
+function shapeAt(path: string[]): Record<string, unknown> {
+  let shape: Record<string, unknown> | undefined = configSchema.shape;
+  for (const p of path) shape = (shape?.[p] as { shape?: Record<string, unknown> } | undefined)?.shape;
+  return shape ?? {};
 }

@@ -6,7 +6,17 @@ import { userHandler, usersHandler } from './profile/users-handler.js';
 import { serverSettingsHandler } from './server-settings.js';
 
 /**
- * The intercepted endpoints: method + path (no query). Everything not listed here, and not
+ * Which part of the shim takes a request, decided once, on the path the upstream's own router
+ * would see (X6): the shim's own paths, an intercepted endpoint, or the pass-through (T1).
+ */
+
+/** The shim's own paths: answered here whatever the `Host`, never passed on. */
+export const OWN_PATHS = ['/healthz', '/readyz', '/metrics'] as const;
+export type OwnPath = (typeof OWN_PATHS)[number];
+
+/**
+ * The intercepted endpoints: method + path (no query). A `{name}` segment matches any one
+ * non-empty segment; an exact path wins over a pattern. Everything not listed here, and not
  * one of the shim's own paths, is passed through (T1).
  */
 export const INTERCEPTED: ReadonlyMap<string, Handler> = new Map<string, Handler>([
@@ -24,20 +34,92 @@ export const INTERCEPTED: ReadonlyMap<string, Handler> = new Map<string, Handler
   ['GET /json/users/{user_id_or_email}', userHandler],
 ]);
 
-/**
- * The handler of an intercepted endpoint, or undefined (pass-through). An exact path wins over
- * a `{name}` segment, which matches any one non-empty segment.
- */
-export function interceptedHandler(method: string | undefined, path: string): Handler | undefined {
-  const exact = INTERCEPTED.get(`${method} ${path}`);
-  if (exact) return exact;
-  const segments = path.split('/');
-  for (const [key, handler] of INTERCEPTED) {
-    const [m, pattern] = key.split(' ') as [string, string];
-    if (m !== method || !pattern.includes('{')) continue;
-    const want = pattern.split('/');
-    if (want.length === segments.length && want.every((w, i) => (/^\{\w+\}$/.test(w) ? segments[i] !== '' : w === segments[i])))
-      return handler;
+export type Route =
+  | { kind: 'own'; path: OwnPath }
+  | { kind: 'intercepted'; path: string; handler: Handler }
+  | { kind: 'upstream'; path: string };
+
+interface Pattern {
+  method: string;
+  /** Segments after the leading `/`; undefined stands for a `{name}` segment. */
+  segments: Array<string | undefined>;
+  handler: Handler;
+}
+
+function compile(table: ReadonlyMap<string, Handler>): { exact: Map<string, Handler>; patterns: Pattern[] } {
+  const exact = new Map<string, Handler>();
+  const patterns: Pattern[] = [];
+  for (const [key, handler] of table) {
+    const [method, path] = key.split(' ') as [string, string];
+    if (!path.includes('{')) exact.set(key, handler);
+    else
+      patterns.push({
+        method,
+        segments: path
+          .slice(1)
+          .split('/')
+          .map((s) => (/^\{\w+\}$/.test(s) ? undefined : s)),
+        handler,
+      });
   }
-  return undefined;
+  return { exact, patterns };
+}
+
+const compiled = compile(INTERCEPTED);
+const OWN: ReadonlySet<string> = new Set(OWN_PATHS);
+
+/** The route of a request: its method and its request target as sent. */
+export function routeOf(method: string | undefined, target: string | undefined): Route {
+  const path = routingPath(target ?? '/');
+  if (OWN.has(path)) return { kind: 'own', path: path as OwnPath };
+  const exact = compiled.exact.get(`${method} ${path}`);
+  if (exact) return { kind: 'intercepted', path, handler: exact };
+  const segments = path.slice(1).split('/');
+  for (const p of compiled.patterns) {
+    if (p.method !== method || p.segments.length !== segments.length) continue;
+    if (p.segments.every((s, i) => (s === undefined ? segments[i] !== '' : s === segments[i]))) {
+      return { kind: 'intercepted', path, handler: p.handler };
+    }
+  }
+  return { kind: 'upstream', path };
+}
+
+/**
+ * The path a Zulip server's router sees for a request target (X6), as its nginx hands it to
+ * Django: the path of an absolute-form target, without query or fragment, percent-decoded once,
+ * with repeated slashes merged and dot segments removed (RFC 3986 §5.2.4). So
+ * `/api/v1/users/%2e%2e/users/me` and `/api/v1//users/me` both route as `/api/v1/users/me`.
+ * The result holds one character per decoded byte (latin1), which is all a route needs.
+ */
+export function routingPath(target: string): string {
+  let path = target;
+  const scheme = path.startsWith('/') ? null : /^[a-z][a-z0-9+.-]*:\/\/[^/?#]*/i.exec(path);
+  if (scheme) path = path.slice(scheme[0].length);
+  const end = path.search(/[?#]/);
+  if (end >= 0) path = path.slice(0, end);
+  // Most paths need none of the steps below: each runs only where its character is present.
+  if (path.includes('%')) path = path.replace(/%([0-9a-f]{2})/gi, (_, hex: string) => String.fromCharCode(Number.parseInt(hex, 16)));
+  if (!path.startsWith('/')) path = `/${path}`;
+  if (path.includes('//')) path = path.replace(/\/{2,}/g, '/');
+  return path.includes('/.') ? removeDotSegments(path) : path;
+}
+
+/** RFC 3986 §5.2.4, for an absolute path. */
+export function removeDotSegments(path: string): string {
+  const out: string[] = [];
+  const segments = path.split('/').slice(1);
+  for (const [i, s] of segments.entries()) {
+    const last = i === segments.length - 1;
+    if (s === '.' || s === '..') {
+      if (s === '..') out.pop();
+      // A trailing dot segment leaves the path ending in a slash (`/a/b/..` → `/a/`).
+      if (last) out.push('');
+    } else out.push(s);
+  }
+  return `/${out.join('/')}`;
+}
+
+/** A routing path as a request target again: every byte outside RFC 3986 `pchar` and `/` encoded. */
+export function encodePath(path: string): string {
+  return path.replace(/[^A-Za-z0-9\-._~!$&'()*+,;=:@/]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase().padStart(2, '0')}`);
 }

@@ -1,15 +1,15 @@
 import http, { STATUS_CODES, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
-import express from 'express';
 import type { Config } from './config.js';
 import type { Handler, ShimContext } from './context.js';
-import { errorBody, sendJson, sendShimError, toShimError, ShimError } from './http/errors.js';
+import { badRequest, errorBody, sendJson, sendShimError, toShimError, ShimError } from './http/errors.js';
 import type { Logger } from './observability/logger.js';
 import { createMetrics } from './observability/metrics.js';
 import { requestLogger } from './observability/request-log.js';
 import { upstreamObserver } from './observability/upstream-metrics.js';
 import { createPassThrough, type PassThrough } from './proxy/passthrough.js';
-import { interceptedHandler } from './routes.js';
+import { realmHostMatcher } from './realm-hosts.js';
+import { encodePath, routeOf, type OwnPath } from './routes.js';
 import { SnapshotHub, type ClusterSnapshots } from './presence/snapshots.js';
 import { clusterSnapshotsFor, createStore } from './store/create.js';
 import type { PresenceStore } from './store/types.js';
@@ -17,11 +17,12 @@ import { UpstreamClient } from './upstream/client.js';
 import { FeatureLevels } from './upstream/feature-level.js';
 import { realmOf } from './upstream/realm.js';
 import { UserDirectory } from './upstream/user-directory.js';
+import { ParsePool } from './upstream/parse-worker.js';
 import { allowLongPolls, listen } from './http/listen.js';
 
 /**
- * A request comes in; one of the intercepted handlers or the shim's own paths takes it
- * (through Express), or the pass-through streams it to the upstream untouched.
+ * A request comes in; its route is decided once (routes.ts): one of the shim's own paths, an
+ * intercepted handler, or the pass-through, which streams it to the upstream untouched.
  */
 
 export interface ShimOptions {
@@ -47,12 +48,58 @@ export interface Shim {
   close(): Promise<void>;
 }
 
-const OWN_PATHS = new Set(['/healthz', '/readyz', '/metrics']);
+/** After a 413, how much more of the body is read and dropped, so the client reads the answer (X6). */
+const DISCARD_AFTER_413_BYTES = 64 * 1024 * 1024;
+/** …for how long at most… */
+const DISCARD_AFTER_413_MS = 10_000;
+/** …and no longer than the client keeps sending: a stalled client is not waited for. */
+const DISCARD_AFTER_413_IDLE_MS = 1_000;
+/** After the drain deadline, how long the last answers get to leave before sockets are cut (X9). */
+const FINAL_CLOSE_MS = 1_000;
 
-function pathOf(url: string | undefined): string {
-  if (!url) return '/';
-  const q = url.indexOf('?');
-  return q < 0 ? url : url.slice(0, q);
+const missingHost = () => badRequest('Missing Host header: the Zulip organization is chosen by it');
+const unknownRealm = () => badRequest('This server hosts no Zulip organization by that Host name');
+const shuttingDown = () => new ShimError(503, 'UPSTREAM_UNAVAILABLE', 'zulip-compat-shim is restarting; try again');
+
+/**
+ * A 413 a client can read even when it writes its whole body before reading (X6): the answer is
+ * written at once, then the rest of the body is read and dropped (up to a bound in bytes and
+ * time, and while the client keeps sending), and only then is the response, and by
+ * `Connection: close` the socket, ended. Closing with unread bytes in flight would make the
+ * client's kernel see a reset, not the answer.
+ */
+function answerTooLarge(req: IncomingMessage, res: ServerResponse, err: ShimError): void {
+  if (res.headersSent) {
+    res.destroy();
+    return;
+  }
+  const body = Buffer.from(errorBody(err.code, err.message));
+  res.writeHead(err.status, { 'content-type': 'application/json', 'content-length': String(body.length), connection: 'close' });
+  res.write(body);
+  if (req.complete) {
+    res.end();
+    return;
+  }
+  let dropped = 0;
+  const done = () => {
+    clearTimeout(timer);
+    clearTimeout(idle);
+    req.off('data', drop).off('end', done).off('error', done);
+    res.end();
+  };
+  const drop = (chunk: Buffer) => {
+    dropped += chunk.length;
+    if (dropped > DISCARD_AFTER_413_BYTES) done();
+    else idle.refresh();
+  };
+  const timer = setTimeout(done, DISCARD_AFTER_413_MS);
+  const idle = setTimeout(done, DISCARD_AFTER_413_IDLE_MS);
+  timer.unref();
+  idle.unref();
+  req.on('data', drop);
+  req.once('end', done);
+  req.once('error', done);
+  req.resume();
 }
 
 /** Statuses for requests Node's parser refuses (as Node itself answers them). */
@@ -88,10 +135,23 @@ export function createShim(o: ShimOptions): Shim {
     maxResponseBytes: config.upstream.maxResponseBytes,
     observe: observeUpstream,
   });
-  const featureLevels = new FeatureLevels(client, log, config.featureLevel.ttlMs);
+  const featureLevels = new FeatureLevels(client, log, { ...config.featureLevel, maxBytes: config.memory.featureLevelsBytes });
   const store = o.store ?? createStore(config, log, metrics);
-  const users = new UserDirectory(client, log, metrics, { ...config.lookups, backend: store.cacheBackend });
-  const snapshots = new SnapshotHub(config.presence.coalesceMs, config.presence.maxRealms * 4);
+  const parser = new ParsePool();
+  const users = new UserDirectory(client, log, metrics, {
+    ...config.lookups,
+    backend: store.cacheBackend,
+    parser,
+    maxBytes: config.memory.userDirectoriesBytes,
+    maxAnswerBytes: config.memory.largeAnswerBytes,
+  });
+  const snapshots = new SnapshotHub(
+    config.presence.coalesceMs,
+    config.presence.maxRealms * 4,
+    Date.now,
+    config.memory.snapshotsBytes,
+    config.memory.answersBytes,
+  );
   const context: ShimContext = {
     config,
     log,
@@ -114,57 +174,89 @@ export function createShim(o: ShimOptions): Shim {
     observe: observeUpstream,
   });
 
-  const logRequest = requestLogger(log, (path) => OWN_PATHS.has(path));
+  const isOwn = (path: string) => routeOf('GET', path).kind === 'own';
+  const logRequest = requestLogger(log, isOwn);
+  const admitted = realmHostMatcher(config.server.realmHosts);
+  // /readyz asks the upstream as a client of an admitted realm would (X2: no call for another).
+  const readyHost = config.server.realmHosts.find((h) => !h.startsWith('*.'));
 
-  const app = express();
-  app.disable('x-powered-by');
-  app.set('etag', false);
-  app.get('/healthz', (_req, res) => sendJson(res, 200, { result: 'success', msg: '', status: 'alive' }));
-  app.get('/readyz', async (req, res) => {
-    try {
-      await featureLevels.info(realmOf(o.upstreamId, req.headers));
-      await store.ping();
-      for (const check of o.readinessChecks ?? []) await check();
+  const own: Record<OwnPath, (req: IncomingMessage, res: ServerResponse) => Promise<void>> = {
+    '/healthz': async (_req, res) => sendJson(res, 200, { result: 'success', msg: '', status: 'alive' }),
+    '/readyz': async (req, res) => {
+      const host = admitted(req.headers.host) ? req.headers.host : readyHost;
+      const checks: Array<[string, () => Promise<unknown>]> = [
+        ['the Zulip server does not answer GET /api/v1/server_settings', () => featureLevels.info(realmOf(o.upstreamId, { host }))],
+        [`the ${store.kind === 'redis' ? 'Redis' : 'memory'} store is not reachable`, () => store.ping()],
+        ...(o.readinessChecks ?? []).map((check): [string, () => Promise<unknown>] => ['a readiness check failed', check]),
+      ];
+      for (const [problem, check] of checks) {
+        try {
+          await check();
+        } catch (e) {
+          // Our own words: a library's internal wording means little to an operator.
+          const detail = e instanceof ShimError ? ` (${e.message})` : '';
+          sendJson(res, 503, { result: 'error', msg: `not ready: ${problem}${detail}`, code: 'NOT_READY' });
+          return;
+        }
+      }
       sendJson(res, 200, { result: 'success', msg: '', status: 'ready' });
-    } catch (e) {
-      sendJson(res, 503, { result: 'error', msg: `not ready: ${(e as Error).message}`, code: 'NOT_READY' });
+    },
+    '/metrics': async (_req, res) => {
+      const text = await metrics.registry.metrics();
+      res.writeHead(200, { 'content-type': metrics.registry.contentType });
+      res.end(text);
+    },
+  };
+  const serveOwn = async (path: OwnPath, req: IncomingMessage, res: ServerResponse) => {
+    if (req.method !== 'GET' && req.method !== 'HEAD') {
+      sendJson(res, 405, errorBody('BAD_REQUEST', 'Method Not Allowed'), { allow: 'GET, HEAD' });
+      return;
     }
-  });
-  app.get('/metrics', async (_req, res) => {
-    const text = await metrics.registry.metrics();
-    res.writeHead(200, { 'content-type': metrics.registry.contentType });
-    res.end(text);
-  });
-  const wrap = (h: Handler) => async (req: IncomingMessage, res: ServerResponse) => {
+    try {
+      await own[path](req, res);
+    } catch (e) {
+      log.error({ err: e }, 'unexpected error in a shim path');
+      sendShimError(res, toShimError(e));
+    }
+  };
+  const intercept = async (h: Handler, req: IncomingMessage, res: ServerResponse) => {
     try {
       await h(req, res, context);
     } catch (e) {
       const err = toShimError(e);
       if (!(e instanceof ShimError)) log.error({ err: e }, 'unexpected error in handler');
-      // After a 413 the rest of the body is never read: close the connection (E2).
-      sendShimError(res, err, err.status === 413 ? { connection: 'close' } : {});
+      if (err.status === 413) answerTooLarge(req, res, err);
+      else sendShimError(res, err);
     }
   };
-  // Only the shim's own paths get here unmatched (another method): a Zulip-shaped 405 (E2).
-  app.use((_req: express.Request, res: express.Response) => {
-    sendJson(res, 405, errorBody('BAD_REQUEST', 'Method Not Allowed'), { allow: 'GET, HEAD' });
-  });
-  // What Express catches itself (a failed /metrics, say) answers in Zulip's shape too (E4).
-  const expressFault: express.ErrorRequestHandler = (e, _req, res, _next) => {
-    log.error({ err: e }, 'unexpected error in a shim path');
-    sendShimError(res, toShimError(e));
-  };
-  app.use(expressFault);
 
-  const server = http.createServer((req, res) => {
+  /** Responses not yet finished, for the drain deadline (X9). */
+  const inFlight = new Set<ServerResponse>();
+  const server = http.createServer({ requireHostHeader: false }, (req, res) => {
     try {
-      const path = pathOf(req.url);
-      logRequest(req, res, path);
-      const handler = interceptedHandler(req.method, path);
-      if (handler) {
-        void wrap(handler)(req, res);
-      } else if (OWN_PATHS.has(path)) {
-        app(req, res);
+      inFlight.add(res);
+      res.once('close', () => inFlight.delete(res));
+      const route = routeOf(req.method, req.url);
+      logRequest(req, res, route.path);
+      if (route.kind === 'own') {
+        void serveOwn(route.path, req, res);
+        return;
+      }
+      // X6: Zulip picks the realm by Host; without one there is nothing to ask it for.
+      if (!req.headers.host) {
+        sendShimError(res, missingHost(), { connection: 'close' });
+        return;
+      }
+      // X2: a host outside --realm-hosts is answered here, with no upstream call.
+      if (!admitted(req.headers.host)) {
+        sendShimError(res, unknownRealm());
+        return;
+      }
+      if (route.kind === 'intercepted') {
+        // Handlers see the path the upstream's router sees, with the query as sent.
+        const q = req.url?.indexOf('?') ?? -1;
+        req.url = encodePath(route.path) + (q >= 0 ? req.url!.slice(q) : '');
+        void intercept(route.handler, req, res);
       } else {
         passThrough.web(req, res);
       }
@@ -174,7 +266,16 @@ export function createShim(o: ShimOptions): Shim {
       sendShimError(res, toShimError(e));
     }
   });
-  server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => passThrough.ws(req, socket, head));
+  server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
+    // The same gate as for every other request (X2, X6), before the upstream hears of it.
+    const refused = !req.headers.host ? missingHost() : !admitted(req.headers.host) ? unknownRealm() : undefined;
+    if (refused) {
+      socket.on('error', () => socket.destroy());
+      socket.end(rawShimError(refused.status, refused.message));
+      return;
+    }
+    passThrough.ws(req, socket, head);
+  });
   server.on('clientError', (err, socket) => {
     const code = (err as NodeJS.ErrnoException).code;
     // Node's own rule: answer only where no answer to an earlier request is being written.
@@ -201,14 +302,26 @@ export function createShim(o: ShimOptions): Shim {
     },
     close() {
       closing ??= new Promise<void>((resolve) => {
-        const timer = setTimeout(() => server.closeAllConnections(), config.server.shutdownGraceMs);
-        timer.unref();
+        // X9: at the drain deadline, a request still waiting for its answer (a held long poll,
+        // say) gets a Zulip-shaped 503 and `Connection: close`, not a reset; an answer already
+        // streaming cannot be ended cleanly and is cut. Whatever is left goes a moment later.
+        const deadline = setTimeout(() => {
+          for (const res of inFlight) {
+            if (res.headersSent) res.destroy();
+            else sendShimError(res, shuttingDown(), { connection: 'close', 'retry-after': '1' });
+          }
+          // Upstream calls still open are dropped now: their answers have nowhere to go.
+          void passThrough.close();
+          void client.destroy();
+          setTimeout(() => server.closeAllConnections(), FINAL_CLOSE_MS).unref();
+        }, config.server.shutdownGraceMs);
+        deadline.unref();
         // A kept-alive connection goes idle when its in-flight request ends: close it then,
         // rather than holding shutdown for the whole grace period.
         const sweep = setInterval(() => server.closeIdleConnections(), 100);
         sweep.unref();
         server.close(() => {
-          clearTimeout(timer);
+          clearTimeout(deadline);
           clearInterval(sweep);
           resolve();
         });
@@ -216,11 +329,10 @@ export function createShim(o: ShimOptions): Shim {
       }).then(async () => {
         await passThrough.close();
         await client.destroy();
+        await parser.close();
         if (!o.store) await store.close(); // a store passed in belongs to the caller
       });
       return closing;
     },
   };
 }
-
-export { pathOf };

@@ -10,7 +10,10 @@ import { startFake, type FakeZulip } from './support/fake-zulip.js';
 
 const PACKAGE_VERSION = (JSON.parse(readFileSync(resolve(ROOT, 'package.json'), 'utf8')) as { version: string }).version;
 
-describe.concurrent('zulip-compat-shim CLI', () => {
+/** Each test starts the CLI through tsx: seconds apiece on a busy machine, so a longer limit. */
+const CLI_TIMEOUT = { timeout: 60_000 };
+
+describe.concurrent('zulip-compat-shim CLI', CLI_TIMEOUT, () => {
   it('--version prints the package version', async () => {
     const run = runCli(['--version']);
     expect(await run.exited).toBe(0);
@@ -52,7 +55,7 @@ function configFile(text: string): string {
   return file;
 }
 
-describe.concurrent('start-up mistakes: exit 2, one line naming the key and its real source (15.1, 15.2, 15.7)', () => {
+describe.concurrent('start-up mistakes: exit 2, one line naming the key and its real source (15.1, 15.2, 15.7)', CLI_TIMEOUT, () => {
   it('a misspelt key in a config file: {"server":{"prot":19999}}', async () => {
     const file = configFile('{"server":{"prot":19999}}');
     const line = await oneErrorLine(runCli(['--config', file, '--demo']));
@@ -72,6 +75,7 @@ describe.concurrent('start-up mistakes: exit 2, one line naming the key and its 
     const line = await oneErrorLine(runCli([], { env: { UPSTREAM: 'http://127.0.0.1:9' } }));
     expect(line).toMatch(/--upstream/);
     expect(line).toMatch(/--demo/);
+    expect(line).toMatch(/UPSTREAM is set, but the variable is UPSTREAM_URL/);
   });
 
   it('--demo beside --upstream', async () => {
@@ -133,7 +137,7 @@ describe.concurrent('start-up mistakes: exit 2, one line naming the key and its 
   });
 });
 
-describe('--record never destroys a recording (15.3)', () => {
+describe.concurrent('--record never destroys a recording (15.3)', CLI_TIMEOUT, () => {
   let fake: FakeZulip;
   beforeAll(async () => {
     fake = await startFake({ era: '5.0' });
@@ -186,7 +190,7 @@ describe('--record never destroys a recording (15.3)', () => {
   });
 });
 
-describe('start-up line and SIGTERM', () => {
+describe.concurrent('start-up line and signals', CLI_TIMEOUT, () => {
   let fake: FakeZulip;
   beforeAll(async () => {
     fake = await startFake({ era: '5.0' });
@@ -195,32 +199,87 @@ describe('start-up line and SIGTERM', () => {
     await fake.stop();
   });
 
-  it('logs version, upstream, feature level, store and address; lets an in-flight request finish on SIGTERM; exits 0', async () => {
+  /** True once the fake upstream has received a request for exactly this target. */
+  const reached = (target: string) => (fake.seen.some((r) => r.url === target) ? true : undefined);
+
+  /** A GET through the shim, resolved with its status and body, or the socket error it met. */
+  const request = (listen: URL, path: string) =>
+    new Promise<{ status: number; body: string } | { error: string }>((resolve) => {
+      http
+        .get({ host: listen.hostname, port: listen.port, path, agent: new http.Agent({ keepAlive: true }) }, (res) => {
+          let body = '';
+          res.on('data', (d: Buffer) => (body += d.toString()));
+          res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
+          res.on('error', (e: NodeJS.ErrnoException) => resolve({ error: e.code ?? e.message }));
+        })
+        .on('error', (e: NodeJS.ErrnoException) => resolve({ error: e.code ?? e.message }));
+    });
+
+  it('logs version, upstream, feature level, store and address', async () => {
     const run = runCli(['--upstream', fake.url, '--port', '0', '--log-level', 'info']);
     try {
       const start = await until('the start-up line', () => logLine(run, 'zulip-compat-shim listening'));
       expect(start).toMatchObject({ version: PACKAGE_VERSION, upstream: fake.url, featureLevel: 122, store: 'memory' });
-      const listen = new URL(String(start.listen));
+    } finally {
+      run.child.kill('SIGKILL');
+    }
+  });
 
-      const answer = new Promise<{ status: number; body: string }>((resolve, reject) => {
-        const agent = new http.Agent({ keepAlive: true });
-        http
-          .get({ host: listen.hostname, port: listen.port, path: '/test/slow?ms=700', agent }, (res) => {
-            let body = '';
-            res.on('data', (d: Buffer) => (body += d.toString()));
-            res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
-            res.on('error', reject);
-          })
-          .on('error', reject);
-      });
-      await until('the request to reach the upstream', () => (fake.stats.requests.get('GET /test/slow') ? true : undefined));
+  it.each([['SIGTERM'], ['SIGINT'], ['SIGHUP']] as const)(
+    '%s drains: no new connections, the in-flight request finishes, exit 0 (X9)',
+    async (signal) => {
+      const run = runCli(['--upstream', fake.url, '--port', '0', '--log-level', 'info']);
+      try {
+        const start = await until('the start-up line', () => logLine(run, 'zulip-compat-shim listening'));
+        const listen = new URL(String(start.listen));
+        const path = `/test/slow?ms=700&signal=${signal}`;
+        const answer = request(listen, path);
+        await until('the request to reach the upstream', () => reached(path));
+        run.child.kill(signal);
+        await until('shutting down', () => logLine(run, 'shutting down'));
+        const late = await request(listen, '/api/v1/server_settings');
+        expect(late).toMatchObject({ error: 'ECONNREFUSED' });
+
+        const res = await answer;
+        expect(res).toMatchObject({ status: 200 });
+        expect(JSON.parse((res as { body: string }).body)).toMatchObject({ slow: true });
+        expect(await run.exited).toBe(0);
+        expect(logLine(run, 'shutting down')).toMatchObject({ signal });
+      } finally {
+        run.child.kill('SIGKILL');
+      }
+    },
+  );
+
+  it('--healthcheck asks /healthz of the shim its configuration describes: 0 when it answers, 1 when not', async () => {
+    const run = runCli(['--upstream', fake.url, '--port', '0', '--log-level', 'info']);
+    try {
+      const start = await until('the start-up line', () => logLine(run, 'zulip-compat-shim listening'));
+      const port = new URL(String(start.listen)).port;
+      expect(await runCli(['--healthcheck'], { env: { PORT: port, HOST: '127.0.0.1' } }).exited).toBe(0);
       run.child.kill('SIGTERM');
-
-      const res = await answer;
-      expect(res.status).toBe(200);
-      expect(JSON.parse(res.body)).toMatchObject({ slow: true });
       expect(await run.exited).toBe(0);
-      expect(logLine(run, 'shutting down')).toMatchObject({ signal: 'SIGTERM' });
+      const down = runCli(['--healthcheck'], { env: { PORT: port } });
+      expect(await down.exited).toBe(1);
+      expect(down.stderr.join('')).toMatch(/healthcheck: http:\/\/127\.0\.0\.1:\d+\/healthz: .*ECONNREFUSED/);
+    } finally {
+      run.child.kill('SIGKILL');
+    }
+  });
+
+  it('a held long poll gets a Zulip-shaped 503 at the drain deadline (--shutdown-grace-ms), not a reset', async () => {
+    const run = runCli(['--upstream', fake.url, '--port', '0', '--log-level', 'info', '--shutdown-grace-ms', '300']);
+    try {
+      const start = await until('the start-up line', () => logLine(run, 'zulip-compat-shim listening'));
+      const listen = new URL(String(start.listen));
+      const path = '/test/slow?ms=60000&held=1';
+      const answer = request(listen, path);
+      await until('the request to reach the upstream', () => reached(path));
+      run.child.kill('SIGTERM');
+      const res = await answer;
+      expect(res).toMatchObject({ status: 503 });
+      expect(JSON.parse((res as { body: string }).body)).toMatchObject({ result: 'error', code: 'UPSTREAM_UNAVAILABLE' });
+      expect(await run.exited).toBe(0);
     } finally {
       run.child.kill('SIGKILL');
     }

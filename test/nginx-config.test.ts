@@ -46,6 +46,27 @@ function nginxTest(name: string, httpBody: string): { ok: boolean; output: strin
   return { ok: r.status === 0, output: `${r.stderr}${r.stdout}` };
 }
 
+/** Zulip's zulip-include/api_headers, as its `location /api/` includes it. */
+const ZULIP_API_HEADERS = [
+  'add_header Access-Control-Allow-Origin *;',
+  'add_header Access-Control-Allow-Headers Authorization;',
+  "add_header Access-Control-Allow-Methods 'GET, POST, DELETE, PUT, PATCH, HEAD';",
+  '',
+].join('\n');
+
+/** deploy/nginx-zulip-shim.conf with Zulip's include paths pointing at the stand-ins of `dir`. */
+function shimSnippet(): string {
+  const file = join(dir, 'conf', 'zulip-compat-shim.conf');
+  writeFileSync(
+    file,
+    readFileSync(join(DEPLOY, 'nginx-zulip-shim.conf'), 'utf8').replaceAll(
+      '/etc/nginx/zulip-include/api_headers',
+      join(dir, 'conf', 'api_headers'),
+    ),
+  );
+  return file;
+}
+
 /** What Zulip's nginx provides around the snippets: its upstreams and a main server block. */
 function zulipStandIn(appBody: string): string {
   return `
@@ -57,7 +78,7 @@ function zulipStandIn(appBody: string): string {
         server_name zulip.example.com;
 ${appBody}
         # zulip-include/app ends with: include /etc/nginx/zulip-include/app.d/*.conf;
-        include ${join(DEPLOY, 'nginx-zulip-shim.conf')};
+        include ${shimSnippet()};
     }`;
 }
 
@@ -71,6 +92,7 @@ describe.skipIf(!usable)('deploy/ nginx configuration', () => {
       join(dir, 'conf', 'uwsgi_params'),
       'uwsgi_param QUERY_STRING $query_string;\nuwsgi_param REQUEST_METHOD $request_method;\n',
     );
+    writeFileSync(join(dir, 'conf', 'api_headers'), ZULIP_API_HEADERS);
   });
   afterAll(() => {
     if (dir) rmSync(dir, { recursive: true, force: true });
@@ -97,7 +119,7 @@ describe.skipIf(!usable)('deploy/ nginx configuration', () => {
     expect(r.ok).toBe(true);
   });
 
-  it('topology (b): exactly the six endpoints reach the shim; /api/v1/users/me/… subpaths stay with Zulip', async () => {
+  it("topology (b): exactly the intercepted endpoints reach the shim, /api/ ones with Zulip's CORS headers; /api/v1/users/me/… subpaths stay with Zulip", async () => {
     // The "shim": answers who it is and which forwarding headers it got.
     const shim = http.createServer((req, res) => {
       res.writeHead(200, { 'content-type': 'application/json' });
@@ -123,7 +145,7 @@ describe.skipIf(!usable)('deploy/ nginx configuration', () => {
         location /api/ { return 200 'zulip'; }
         location /json/ { return 200 'zulip'; }
         location / { return 200 'zulip'; }
-        include ${join(DEPLOY, 'nginx-zulip-shim.conf')};
+        include ${shimSnippet()};
     }
 }\n`,
     );
@@ -144,6 +166,12 @@ describe.skipIf(!usable)('deploy/ nginx configuration', () => {
         ['POST', '/json/register'],
         ['GET', '/api/v1/server_settings'],
         ['GET', '/api/v1/users/me?include_subscribers=false'],
+        ['GET', '/api/v1/users'],
+        ['GET', '/api/v1/users/12'],
+        ['GET', '/api/v1/users/iago@zulip.com'],
+        ['GET', '/json/users'],
+        ['GET', '/json/users/me'],
+        ['GET', '/json/users/12'],
       ];
       for (const [method, path] of toShim) expect(`${method} ${path} → ${await who(method, path)}`).toBe(`${method} ${path} → shim`);
       const toZulip: Array<[string, string]> = [
@@ -151,15 +179,28 @@ describe.skipIf(!usable)('deploy/ nginx configuration', () => {
         ['GET', '/api/v1/users/me/status'],
         ['GET', '/api/v1/users/me/presence/extra'],
         ['GET', '/api/v1/users/me/'],
-        ['GET', '/api/v1/users'],
-        ['GET', '/api/v1/users/12'],
-        ['GET', '/json/users/me'],
+        ['GET', '/api/v1/users/12/status'],
+        ['GET', '/json/users/me/subscriptions'],
         ['GET', '/api/v1/events'],
         ['GET', '/json/server_settings'],
         ['POST', '/api/v1/messages'],
         ['GET', '/'],
       ];
       for (const [method, path] of toZulip) expect(`${method} ${path} → ${await who(method, path)}`).toBe(`${method} ${path} → zulip`);
+
+      // 15.6: a browser app on another origin gets Zulip's CORS headers from these endpoints too.
+      for (const [method, path] of toShim) {
+        const cors = await answer(port, method, path, { host: 'chat.example.com', origin: 'https://app.example.net' });
+        const expected = path.startsWith('/api/')
+          ? {
+              'access-control-allow-origin': '*',
+              'access-control-allow-headers': 'Authorization',
+              'access-control-allow-methods': 'GET, POST, DELETE, PUT, PATCH, HEAD',
+            }
+          : {};
+        const got = Object.fromEntries(Object.entries(cors.headers).filter(([k]) => k.startsWith('access-control-')));
+        expect({ path, cors: got }).toEqual({ path, cors: expected });
+      }
 
       const seen = await send(port, 'GET', '/api/v1/users/me', { host: 'chat.example.com', 'x-forwarded-for': '203.0.113.7' });
       const { headers } = JSON.parse(seen) as { headers: Record<string, string> };
@@ -176,12 +217,21 @@ describe.skipIf(!usable)('deploy/ nginx configuration', () => {
 });
 
 /** One request with exactly these headers (fetch may not set Host). */
-function send(port: number, method: string, path: string, headers: Record<string, string>): Promise<string> {
+async function send(port: number, method: string, path: string, headers: Record<string, string>): Promise<string> {
+  return (await answer(port, method, path, headers)).body;
+}
+
+function answer(
+  port: number,
+  method: string,
+  path: string,
+  headers: Record<string, string>,
+): Promise<{ headers: http.IncomingHttpHeaders; body: string }> {
   return new Promise((resolve, reject) => {
     const req = http.request({ host: '127.0.0.1', port, method, path, headers, agent: false }, (res) => {
       let body = '';
       res.on('data', (d: Buffer) => (body += d.toString()));
-      res.on('end', () => resolve(body));
+      res.on('end', () => resolve({ headers: res.headers, body }));
       res.on('error', reject);
     });
     req.on('error', reject);

@@ -1,6 +1,16 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { answer, createLedger, idAsOf, merge, vouchesFor, type LedgerState, type ModernPresence } from '../src/presence/ledger.js';
+import {
+  answer,
+  createLedger,
+  idAsOf,
+  legacyAnswerId,
+  merge,
+  raiseCounter,
+  vouchesFor,
+  type LedgerState,
+  type ModernPresence,
+} from '../src/presence/ledger.js';
 
 /**
  * P3–P7 as properties of the pure ledger. A model upstream changes users' presence (including
@@ -293,5 +303,38 @@ describe('ledger rules', () => {
     expect(idAsOf(l, 15)).toBe(at10);
     expect(idAsOf(l, 25)).toBe(l.lastId);
     expect(idAsOf(l, 5)).toBe(-1);
+  });
+
+  it('raises the counter only to a plausible id, and never answers below the client’s id (X1, I6)', () => {
+    let l = createLedger(5_000); // epoch 5,000,000 µs
+    l = merge(l, obs(10, [[1, p(1, 2)]]));
+    expect(raiseCounter(l, l.lastId - 1, 6_000)).toBe(l); // not above the counter
+    expect(raiseCounter(l, 7_000_000, 6_000)).toBe(l); // beyond the clock: implausible
+    const raised = raiseCounter(l, 5_900_000, 6_000);
+    expect(raised.lastId).toBe(5_900_000);
+    expect(vouchesFor(raised, 5_900_000)).toBe(true);
+    // The full answer for the unvouched id carries it; the next delta from it is exact.
+    const full = answer(raised, { visible: [1], lastUpdateId: 5_900_000, delta: false, serverTimestamp: 10 });
+    expect(full).toMatchObject({ full: true, presenceLastUpdateId: 5_900_000 });
+    expect(Object.keys(full.presences)).toEqual(['1']);
+    const changed = merge(raised, obs(11, [[1, p(3, 4)]]));
+    expect(answer(changed, { visible: [1], lastUpdateId: 5_900_000, serverTimestamp: 11 })).toMatchObject({
+      full: false,
+      presenceLastUpdateId: 5_900_001,
+    });
+    // Implausible: echoed with full data, the counter untouched.
+    const echoed = answer(l, { visible: [1], lastUpdateId: 2 ** 52, serverTimestamp: 10 });
+    expect(echoed).toMatchObject({ full: true, presenceLastUpdateId: 2 ** 52 });
+  });
+
+  it('gives a legacy answer -1 only when it shows nobody (P4)', () => {
+    let l = createLedger(5_000);
+    // Not merged (7.0–8.x), nothing merged as old as the answer: the epoch, which vouches for nothing.
+    expect(legacyAnswerId(l, { merged: false, serverTimestamp: 10, empty: false })).toBe(l.epoch);
+    expect(vouchesFor(l, l.epoch)).toBe(false);
+    expect(legacyAnswerId(l, { merged: false, serverTimestamp: 10, empty: true })).toBe(-1);
+    l = merge(l, obs(10, [[1, p(1, 2)]]));
+    expect(legacyAnswerId(l, { merged: false, serverTimestamp: 12, empty: false })).toBe(l.lastId);
+    expect(legacyAnswerId(l, { merged: true, visible: [1], serverTimestamp: 10, empty: false })).toBe(l.users.get(1)!.changedAt);
   });
 });

@@ -123,6 +123,10 @@ describe.each(OLD_ERAS)('an id the shim never issued, on %s (X1)', (era) => {
       );
       expect(r.body.presence_last_update_id).toBeGreaterThanOrEqual(sent);
     }
+    // Beyond what a double holds exactly: echoed digit for digit, never rounded below.
+    const huge = '99999999999999999999';
+    const big = await poll(shim, 10, { status: 'active', last_update_id: huge });
+    expect(big.text).toContain(`"presence_last_update_id":${huge}}`);
     // An implausible id moved nothing for everyone else: a fresh client gets the ledger's own ids.
     const other = await poll(shim, 11, { status: 'active', last_update_id: '-1' });
     expect(other.body.presence_last_update_id).toBeLessThan(2 ** 52);

@@ -232,8 +232,8 @@ describe('ignored_parameters_unsupported (U5)', () => {
 });
 
 describe('the user directory parser', () => {
-  it('reads every era’s members and skips rows without an id or email', () => {
-    const dir = directoryOf(
+  it('reads every era’s members and skips rows without an id or email', async () => {
+    const dir = await directoryOf(
       {
         members: [
           { ...MEMBER, is_owner: true, role: 100, avatar_version: 2, delivery_email: 'd@e.f', full_name: 'Iago' },
@@ -244,9 +244,14 @@ describe('the user directory parser', () => {
       },
       42,
     );
-    expect([...dir.byId.keys()]).toEqual([5, 6]);
-    expect(dir.byEmail.get('iago@zulip.com')).toMatchObject({ role: 100, is_owner: true, avatar_version: 2, delivery_email: 'd@e.f' });
-    expect(dir.byId.get(6)).toEqual({
+    expect([...dir.userIds()]).toEqual([5, 6]);
+    expect(dir.member(dir.idOf('iago@zulip.com')!)).toMatchObject({
+      role: 100,
+      is_owner: true,
+      avatar_version: 2,
+      delivery_email: 'd@e.f',
+    });
+    expect(dir.member(6)).toEqual({
       user_id: 6,
       email: 'bot@b.c',
       is_bot: true,
@@ -258,6 +263,6 @@ describe('the user directory parser', () => {
     });
     expect(dir.fetchedAt).toBe(42);
     expect(memberOf('x')).toBeUndefined();
-    expect(() => directoryOf({ result: 'success' }, 0)).toThrow(/members/);
+    await expect(directoryOf({ result: 'success' }, 0)).rejects.toThrow(/members/);
   });
 });

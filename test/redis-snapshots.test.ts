@@ -5,6 +5,7 @@ import type { SnapshotData } from '../src/presence/snapshots.js';
 import { RedisConnection } from '../src/store/redis-connection.js';
 import { RedisSnapshots } from '../src/store/redis-snapshots.js';
 import { adminRedis, deleteKeysUnder, describeRedis, REDIS_URL, testKeyPrefix } from './support/redis.js';
+import { redisKey } from '../src/store/redis-keys.js';
 
 const data = (serverTimestamp: number): SnapshotData => ({
   serverTimestamp,
@@ -41,7 +42,7 @@ describeRedis('RedisSnapshots: one fetch per shared scope per window, across rep
     // Woken by the notification, long before the wait's timeout.
     expect((await waiting)?.data).toEqual(data(42));
     expect((await b.get('s1'))?.data).toEqual(data(42));
-    const ttl = await admin.pttl(`${prefix}snap:s1`);
+    const ttl = await admin.pttl(redisKey(prefix, 'snap', 's1'));
     expect(ttl).toBeGreaterThan(0);
     expect(ttl).toBeLessThanOrEqual(60_000);
   });
@@ -49,9 +50,9 @@ describeRedis('RedisSnapshots: one fetch per shared scope per window, across rep
   it('does not lock a scope whose snapshot is already published in this window', async () => {
     expect(await a.tryLock('s2', 60_000)).toBe(true);
     await a.publish('s2', data(1), 30_000);
-    expect(await admin.exists(`${prefix}snap-lock:s2`)).toBe(0);
+    expect(await admin.exists(redisKey(prefix, 'snap-lock', 's2'))).toBe(0);
     // The key lives for what is left of the window, not a whole window more.
-    expect(await admin.pttl(`${prefix}snap:s2`)).toBeLessThanOrEqual(30_000);
+    expect(await admin.pttl(redisKey(prefix, 'snap', 's2'))).toBeLessThanOrEqual(30_000);
     expect((await b.get('s2'))?.remainingMs).toBeLessThanOrEqual(30_000);
     // A replica that looked just before the publish must not fetch a second time.
     expect(await b.tryLock('s2', 60_000)).toBe(false);
@@ -68,14 +69,14 @@ describeRedis('RedisSnapshots: one fetch per shared scope per window, across rep
 
   it('releases only its own lock (one that expired and was taken by another replica stays)', async () => {
     expect(await a.tryLock('s4', 1)).toBe(true);
-    await expect.poll(() => admin.exists(`${prefix}snap-lock:s4`)).toBe(0);
+    await expect.poll(() => admin.exists(redisKey(prefix, 'snap-lock', 's4'))).toBe(0);
     expect(await b.tryLock('s4', 60_000)).toBe(true);
     await a.release('s4');
-    expect(await admin.exists(`${prefix}snap-lock:s4`)).toBe(1);
+    expect(await admin.exists(redisKey(prefix, 'snap-lock', 's4'))).toBe(1);
   });
 
   it('treats a value it cannot read as no snapshot', async () => {
-    await admin.set(`${prefix}snap:s5`, 'garbage', 'PX', 60_000);
+    await admin.set(redisKey(prefix, 'snap', 's5'), 'garbage', 'PX', 60_000);
     expect(await a.get('s5')).toBeUndefined();
   });
 });

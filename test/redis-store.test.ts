@@ -9,6 +9,7 @@ import { RedisStore, type RedisStoreOptions } from '../src/store/redis.js';
 import { StoreUnavailableError } from '../src/store/types.js';
 import { realisticLedger } from './support/ledgers.js';
 import { adminRedis, deleteKeysUnder, describeRedis, keysUnder, REDIS_URL, testKeyPrefix } from './support/redis.js';
+import { redisKey } from '../src/store/redis-keys.js';
 
 const obs = (serverTimestamp: number, users: Record<number, [number, number]>, complete = true): Observation => ({
   serverTimestamp,
@@ -58,6 +59,23 @@ describeRedis('RedisStore (S1, P5)', () => {
     admin.disconnect();
   });
 
+  it('raises a realm counter by the shared clock, seen by every replica (X1)', async () => {
+    const a = open();
+    const b = open();
+    const created = await a.raiseCounter('r-raise', 0); // only creates the ledger
+    expect(created.lastId).toBe(created.epoch);
+    const s = await a.merge('r-raise', obs(10, { 1: [9, 10] }));
+    // Redis's clock (TIME) decides what is plausible: an id 1,000 s ahead of it is not yet.
+    const ahead = s.lastId + 1_000_000_000;
+    expect((await a.raiseCounter('r-raise', ahead)).lastId).toBe(s.lastId);
+    const plausible = s.lastId + 1;
+    const raised = await b.raiseCounter('r-raise', plausible);
+    expect(raised.lastId).toBe(plausible);
+    expect(b.peek('r-raise')).toEqual(raised);
+    expect((await a.load('r-raise'))!.lastId).toBe(plausible);
+    expect(a.peek('r-raise')!.lastId).toBe(plausible);
+  });
+
   it('has no ledger for a new realm, creates one on the first observation, and loads what it wrote', async () => {
     const store = open();
     expect(await store.load('r-new')).toBeUndefined();
@@ -72,10 +90,10 @@ describeRedis('RedisStore (S1, P5)', () => {
   it('keeps one key per realm under the prefix, expiring after the idle TTL, refreshed by writes', async () => {
     const store = open({ idleTtlMs: 60_000 });
     await store.merge('r-ttl', obs(1, { 1: [1, 1] }));
-    expect(await keysUnder(admin, `${prefix}presence:r-ttl`)).toEqual([`${prefix}presence:r-ttl`]);
-    await admin.pexpire(`${prefix}presence:r-ttl`, 1_000);
+    expect(await keysUnder(admin, redisKey(prefix, 'presence', 'r-ttl'))).toEqual([redisKey(prefix, 'presence', 'r-ttl')]);
+    await admin.pexpire(redisKey(prefix, 'presence', 'r-ttl'), 1_000);
     await store.merge('r-ttl', obs(2, { 1: [2, 2] }));
-    const ttl = await admin.pttl(`${prefix}presence:r-ttl`);
+    const ttl = await admin.pttl(redisKey(prefix, 'presence', 'r-ttl'));
     expect(ttl).toBeGreaterThan(1_000);
     expect(ttl).toBeLessThanOrEqual(60_000);
   });
@@ -102,7 +120,7 @@ describeRedis('RedisStore (S1, P5)', () => {
 
   it('replaces a value it cannot read with a new ledger instead of failing', async () => {
     const store = open();
-    await admin.set(`${prefix}presence:r-junk`, 'not a ledger at all');
+    await admin.set(redisKey(prefix, 'presence', 'r-junk'), 'not a ledger at all');
     expect(await store.load('r-junk')).toBeUndefined();
     const s = await store.merge('r-junk', obs(5, { 7: [5, 5] }));
     expect(s.users.get(7)?.present).toBe(true);
@@ -129,8 +147,8 @@ describeRedis('RedisStore (S1, P5)', () => {
   });
 
   it('measures Redis memory for a 10,000-user realm (MEMORY USAGE)', async () => {
-    const key = `${prefix}presence:r-size`;
-    const value = Buffer.concat([Buffer.alloc(8), encodeLedger(realisticLedger(10_000))]);
+    const key = redisKey(prefix, 'presence', 'r-size');
+    const value = Buffer.concat([Buffer.alloc(48), encodeLedger(realisticLedger(10_000))]);
     await admin.set(key, value);
     const bytes = Number(await admin.call('MEMORY', 'USAGE', key));
     console.info(`Redis MEMORY USAGE for a 10,000-user realm: ${bytes} bytes (${(bytes / 10_000).toFixed(1)} per user)`);

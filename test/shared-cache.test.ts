@@ -4,6 +4,7 @@ import { createLogger } from '../src/observability/logger.js';
 import { RedisStore } from '../src/store/redis.js';
 import { SharedCache, type CacheBackend } from '../src/store/shared-cache.js';
 import { adminRedis, deleteKeysUnder, describeRedis, REDIS_URL, testKeyPrefix } from './support/redis.js';
+import { redisKey } from '../src/store/redis-keys.js';
 
 interface Profile {
   id: number;
@@ -108,8 +109,8 @@ describeRedis('SharedCache through Redis (S1)', () => {
     const v = await a.get('r:1', { caller: 'a' });
     expect(await b.get('r:1', { caller: 'b' })).toEqual(v);
     expect(l.calls).toEqual(['r:1 by a']);
-    expect(JSON.parse((await admin.get(`${prefix}cache:own_profile:r:1`))!)).toEqual(v);
-    const ttl = await admin.pttl(`${prefix}cache:own_profile:r:1`);
+    expect(JSON.parse((await admin.get(redisKey(prefix, 'cache', 'r:1', 'own_profile')))!)).toEqual(v);
+    const ttl = await admin.pttl(redisKey(prefix, 'cache', 'r:1', 'own_profile'));
     expect(ttl).toBeGreaterThan(0);
     expect(ttl).toBeLessThanOrEqual(60_000);
   });
@@ -121,14 +122,14 @@ describeRedis('SharedCache through Redis (S1)', () => {
     await a.set('r:2', { id: 2, name: 'renamed' });
     expect(await cacheOn(two, l.load).get('r:2', { caller: 'b' })).toEqual({ id: 2, name: 'renamed' });
     await a.delete('r:2');
-    expect(await admin.exists(`${prefix}cache:own_profile:r:2`)).toBe(0);
+    expect(await admin.exists(redisKey(prefix, 'cache', 'r:2', 'own_profile'))).toBe(0);
     expect(l.calls).toEqual([]);
   });
 
   it('loads again when the shared value is not JSON', async () => {
     const l = loader();
     l.release();
-    await admin.set(`${prefix}cache:own_profile:r:5`, '{not json', 'PX', 60_000);
+    await admin.set(redisKey(prefix, 'cache', 'r:5', 'own_profile'), '{not json', 'PX', 60_000);
     expect(await cacheOn(one, l.load).get('r:5', { caller: 'a' })).toEqual({ id: 5, name: 'user r:5' });
     expect(l.calls).toEqual(['r:5 by a']);
   });

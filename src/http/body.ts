@@ -8,18 +8,47 @@ import { badRequest, bodyTooLarge } from './errors.js';
  * a POST value winning over a query value, the last of duplicated names winning.
  */
 
-/** Reads the body up to `limit` bytes; past it, a 413 and nothing more is read (E2). */
-export async function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
+/**
+ * Reads the body up to `limit` bytes; past it, a 413 (E2). The request is paused, not destroyed,
+ * at the limit: destroying it would reset the socket before the 413 could be read (X6).
+ */
+export function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
   const declared = Number(req.headers['content-length']);
-  if (Number.isFinite(declared) && declared > limit) throw bodyTooLarge(limit);
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of req) {
-    size += (chunk as Buffer).length;
-    if (size > limit) throw bodyTooLarge(limit);
-    chunks.push(chunk as Buffer);
-  }
-  return Buffer.concat(chunks, size);
+  if (Number.isFinite(declared) && declared > limit) return Promise.reject(bodyTooLarge(limit));
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    const stop = () => {
+      req.off('data', onData);
+      req.off('end', onEnd);
+      req.off('error', onError);
+      req.off('close', onClose);
+    };
+    const onData = (chunk: Buffer) => {
+      size += chunk.length;
+      if (size > limit) {
+        stop();
+        req.pause();
+        reject(bodyTooLarge(limit));
+        return;
+      }
+      chunks.push(chunk);
+    };
+    const onEnd = () => {
+      stop();
+      resolve(Buffer.concat(chunks, size));
+    };
+    const onError = (err: Error) => {
+      stop();
+      reject(err);
+    };
+    // A client gone before the end of its body: nothing to answer.
+    const onClose = () => onError(new Error('the client closed the connection before the end of its request body'));
+    req.on('data', onData);
+    req.once('end', onEnd);
+    req.once('error', onError);
+    req.once('close', onClose);
+  });
 }
 
 /** Ordered parameters as sent; `get` follows Django's QueryDict (last value wins). */

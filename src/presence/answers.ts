@@ -2,8 +2,9 @@ import type { Encodable } from '../http/compress.js';
 import { historyCutoff, answer, answersWithDelta, legacyAnswerId, type LedgerState, type ModernPresence } from './ledger.js';
 import { ledgerOrNew, ledgerToAnswerFrom, raisedForUnvouchedId, type Asker, type Intake } from './intake.js';
 import { limitLegacyHistory } from './convert.js';
+import type { PresenceRequest } from './params.js';
 import type { Poll } from './report.js';
-import type { Snapshot } from './snapshots.js';
+import type { Snapshot, SnapshotHub } from './snapshots.js';
 
 /**
  * Answer building: the bytes a full presence poll gets, from the realm's ledger (ids and data,
@@ -30,10 +31,10 @@ const bodiesByLedger = new WeakMap<LedgerState, Map<string, Encodable>>();
 /** Distinct bodies kept per ledger state: a client cannot grow it with made-up ids. */
 const MAX_BODIES_PER_LEDGER = 32;
 
-function bodiesOf(ledger: LedgerState): Map<string, Encodable> {
+function bodiesOf(hub: SnapshotHub, ledger: LedgerState): Map<string, Encodable> {
   let bodies = bodiesByLedger.get(ledger);
   if (!bodies) {
-    bodies = new Map();
+    bodies = hub.bodies(); // X2: within the answers budget, too
     bodiesByLedger.set(ledger, bodies);
   }
   if (bodies.size >= MAX_BODIES_PER_LEDGER) bodies.clear();
@@ -42,7 +43,16 @@ function bodiesOf(ledger: LedgerState): Map<string, Encodable> {
 
 const ignoredMember = (ignored: string[]) => (ignored.length ? `,"ignored_parameters_unsupported":${JSON.stringify(ignored)}` : '');
 
-function modernBody(serverTimestamp: number, presences: Record<string, ModernPresence>, id: number, ignored: string[]): Buffer {
+/**
+ * The id as written in the answer: the client's own digits when it is their id echoed and a
+ * double cannot hold it exactly (X1: never below what the client sent, not even by rounding).
+ */
+function idText(id: number, request: PresenceRequest): string {
+  const echoed = id === request.lastUpdateId && !Number.isSafeInteger(id) && request.lastUpdateIdText !== undefined;
+  return echoed ? request.lastUpdateIdText! : String(id);
+}
+
+function modernBody(serverTimestamp: number, presences: Record<string, ModernPresence>, id: number | string, ignored: string[]): Buffer {
   return Buffer.from(
     `{"result":"success","msg":"","server_timestamp":${JSON.stringify(serverTimestamp)},"presences":${JSON.stringify(presences)},"presence_last_update_id":${id}${ignoredMember(ignored)}}`,
   );
@@ -63,7 +73,7 @@ export async function modernAnswer(poll: Poll, snapshot: Snapshot): Promise<Buil
   const kind: AnswerKind = delta ? 'delta' : lastUpdateId !== undefined && lastUpdateId > 0 ? 'resync' : 'modern_full';
   const reusable = snapshot.complete && request.ignored.length === 0 && kind !== 'resync';
   const key = `${delta ? lastUpdateId : 'full'}|${request.historyLimitDays ?? ''}|${serverTimestamp}`;
-  const bodies = reusable ? bodiesOf(ledger) : undefined;
+  const bodies = reusable ? bodiesOf(poll.ctx.snapshots, ledger) : undefined;
   let body = bodies?.get(key);
   if (!body) {
     const built = answer(ledger, {
@@ -73,7 +83,7 @@ export async function modernAnswer(poll: Poll, snapshot: Snapshot): Promise<Buil
       historyLimitDays: request.historyLimitDays,
       serverTimestamp,
     });
-    body = { raw: modernBody(serverTimestamp, built.presences, built.presenceLastUpdateId, request.ignored) };
+    body = { raw: modernBody(serverTimestamp, built.presences, idText(built.presenceLastUpdateId, request), request.ignored) };
     bodies?.set(key, body);
   }
   const raw = body.raw.length;
@@ -95,7 +105,7 @@ function answerWithoutLedger(poll: Poll, snapshot: Snapshot): Built {
   for (const [userId, p] of modern) if (p.idle_timestamp >= cutoff) presences[String(userId)] = p;
   const lastUpdateId = request.lastUpdateId;
   const id = lastUpdateId !== undefined && lastUpdateId > 0 ? lastUpdateId : -1;
-  const body = { raw: modernBody(snapshot.serverTimestamp, presences, id, request.ignored) };
+  const body = { raw: modernBody(snapshot.serverTimestamp, presences, idText(id, request), request.ignored) };
   return { body, kind: 'modern_full', fullEquivalentBytes: () => body.raw.length };
 }
 

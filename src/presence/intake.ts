@@ -2,10 +2,12 @@ import { setImmediate } from 'node:timers/promises';
 import type { IncomingMessage } from 'node:http';
 import { timedUpstream, type ShimContext } from '../context.js';
 import { upstreamBadResponse } from '../http/errors.js';
-import { forwardedHeaders, type BufferedResponse } from '../upstream/client.js';
+import { forwardedHeaders, type BufferedResponse, type UpstreamCall } from '../upstream/client.js';
+import { fetchLarge } from '../upstream/large-fetch.js';
 import type { Realm } from '../upstream/realm.js';
 import type { Directory } from '../upstream/user-directory.js';
-import { toModern, type PresenceEra } from './convert.js';
+import { modernFromColumns, type PresenceColumns } from '../upstream/large-answers.js';
+import { toModern, type Converted, type PresenceEra, type UserLookup } from './convert.js';
 import { answersWithDelta, type LedgerState, type ModernPresence, type Observation } from './ledger.js';
 
 /**
@@ -37,19 +39,72 @@ export function upstreamTime(body: Record<string, unknown>, headers: BufferedRes
   throw upstreamBadResponse('presence answer without server_timestamp or Date');
 }
 
+/** Presences as the upstream sent them (parsed), or read into columns off the main thread (B7). */
+export type UpstreamPresences = Record<string, unknown> | PresenceColumns;
+
+const isColumns = (p: UpstreamPresences): p is PresenceColumns => p.active instanceof Float64Array && typeof p.count === 'number';
+
+function convert(era: PresenceEra, presences: UpstreamPresences, users: UserLookup): Promise<Converted> | Converted {
+  return isColumns(presences) ? modernFromColumns(presences, users) : toModern(era, presences, users);
+}
+
+/**
+ * B7: a full presence answer's bytes read off the main thread: its top-level fields, and its
+ * presences in columns for the conversion the era and format need.
+ */
+export async function readPresenceAnswer(a: Asker, format: Format, bytes: Buffer): Promise<PresenceColumns> {
+  const era = format === 'legacy' ? (a.era === 'exact-slim' ? undefined : 'legacy') : a.era;
+  // Legacy keys are resolved where the answer is read, through the realm's email → id map;
+  // without it, toModernPresences says why (E2).
+  const users =
+    era === 'legacy'
+      ? await timedUpstream(a.req, () => a.ctx.users.get(a.realm, forwardedHeaders(a.req))).catch(() => undefined)
+      : undefined;
+  return a.ctx.users.parser.presenceAnswer(bytes, era, users?.emailTable());
+}
+
+/**
+ * A legacy answer kept for callers who get it re-serialised (P12's limit, P11's list, replicas):
+ * its top-level fields, and its presences parsed from the bytes only when one of them asks (B7:
+ * the common legacy answer is the upstream's bytes; a parsed copy would take five times those).
+ */
+export function legacyBodyOf(top: Record<string, unknown>, bytes: Buffer): Record<string, unknown> {
+  // Not kept once parsed (X2): what is built from it is cached, within the answers budget.
+  return Object.defineProperty({ ...top }, 'presences', {
+    enumerable: true,
+    get: () => (JSON.parse(bytes.toString('utf8')) as Record<string, unknown>).presences,
+  });
+}
+
+const tooLargeLogged = new WeakSet<ShimContext>();
+
+/** B7: a full presence fetch, bounded by memory.largeAnswerBytes; the limit is logged once. */
+export function fetchFullPresence(a: Asker, call: UpstreamCall): Promise<BufferedResponse> {
+  const { ctx } = a;
+  const maxBytes = ctx.config.memory.largeAnswerBytes;
+  return fetchLarge(ctx.client, call, maxBytes, (bytes) => {
+    if (tooLargeLogged.has(ctx)) return;
+    tooLargeLogged.add(ctx);
+    ctx.log.warn(
+      { realm: a.realm.host, bytes, maxBytes },
+      'presence answer larger than memory.largeAnswerBytes: full polls fail with UPSTREAM_BAD_RESPONSE; raise memory.largeAnswerBytes',
+    );
+  });
+}
+
 /**
  * The upstream's presences in the modern format, or undefined where that cannot be done
  * faithfully (a 7.0–8.x legacy answer, whose per-user status is lossy: it is passed on as made
  * and not merged).
  */
 export async function toModernPresences(
-  a: Asker,
+  asker: Asker,
   format: Format,
-  presences: Record<string, unknown>,
+  presences: UpstreamPresences,
 ): Promise<Map<number, ModernPresence> | undefined> {
-  const { ctx, req, realm, era } = a;
+  const { ctx, req, realm, era } = asker;
   if (format === 'legacy' && era === 'exact-slim') return undefined;
-  if (era === 'exact-slim') return toModern(era, presences, { idOf: () => undefined, dateJoinedOf: () => undefined }).presences;
+  if (era === 'exact-slim') return (await convert(era, presences, { idOf: () => undefined, dateJoinedOf: () => undefined })).presences;
   // 2.1 needs the email → id map; 3.0–6.x may need date_joined for users never active.
   const sourceEra: PresenceEra = format === 'legacy' ? 'legacy' : era;
   const headers = forwardedHeaders(req);
@@ -58,24 +113,21 @@ export async function toModernPresences(
     directory = await timedUpstream(req, () => ctx.users.get(realm, headers));
   } catch (e) {
     if (sourceEra === 'legacy') throw e; // without the email → id map there is no modern answer
-    ctx.log.warn({ realm: realm.host, err: (e as Error).message }, 'user list unavailable: active_timestamp falls back to 0 where unknown');
+    ctx.log.warn({ realm: realm.host, err: e }, 'user list unavailable: active_timestamp falls back to 0 where unknown');
   }
-  const lookup = (d: Directory | undefined) => ({
-    idOf: (email: string) => d?.byEmail.get(email)?.user_id,
-    dateJoinedOf: (id: number) => {
-      const t = Date.parse(d?.byId.get(id)?.date_joined ?? '');
-      return Number.isFinite(t) ? Math.floor(t / 1000) : undefined;
-    },
+  const lookup = (d: Directory | undefined): UserLookup => ({
+    idOf: (email: string) => d?.idOf(email),
+    dateJoinedOf: (id: number) => d?.dateJoinedOf(id),
   });
   // Reading a fresh user list and converting 10k users are two long steps: not one block (B6).
   await setImmediate();
-  let converted = toModern(sourceEra, presences, lookup(directory));
+  let converted = await convert(sourceEra, presences, lookup(directory));
   // X10: an email several users share is known, and left out on purpose: no re-read for it.
   const unknown = (d: Directory | undefined) => converted.unknownEmails.filter((e) => !d?.ambiguousEmails.has(e)).length;
   if (unknown(directory) && directory) {
     // Someone the cached map does not know yet: re-read it (bounded by the directory).
     directory = await timedUpstream(req, () => ctx.users.refresh(realm, headers));
-    converted = toModern(sourceEra, presences, lookup(directory));
+    converted = await convert(sourceEra, presences, lookup(directory));
     if (unknown(directory)) {
       ctx.log.warn({ realm: realm.host, unknown: unknown(directory) }, 'presence of users missing from the user list left out');
     }
@@ -84,31 +136,31 @@ export async function toModernPresences(
 }
 
 /** Records an observation; undefined when the store is down (answers then carry no ids of their own, P5). */
-export async function recordInLedger(a: Asker, obs: Observation): Promise<LedgerState | undefined> {
+export async function recordInLedger(asker: Asker, obs: Observation): Promise<LedgerState | undefined> {
   try {
-    const ledger = await a.ctx.store.merge(a.realm.key, obs);
-    a.ctx.metrics.ledgerUsers.set({ realm: a.realm.host }, ledger.users.size);
+    const ledger = await asker.ctx.store.merge(asker.realm.key, obs);
+    asker.ctx.metrics.ledgerUsers.set({ realm: asker.realm.host }, ledger.users.size);
     return ledger;
   } catch (e) {
-    storeFailed(a, e);
+    storeFailed(asker, e);
     return undefined;
   }
 }
 
-export async function loadLedger(a: Asker): Promise<LedgerState | undefined> {
+export async function loadLedger(asker: Asker): Promise<LedgerState | undefined> {
   try {
-    return await a.ctx.store.load(a.realm.key);
+    return await asker.ctx.store.load(asker.realm.key);
   } catch (e) {
-    storeFailed(a, e);
+    storeFailed(asker, e);
     return undefined;
   }
 }
 
 /** The newer of two copies of a realm's ledger (ids only grow, also across epochs: I1). */
-export function newerLedger(a: LedgerState | undefined, b: LedgerState | undefined): LedgerState | undefined {
-  if (!a) return b;
-  if (!b) return a;
-  return b.lastId > a.lastId ? b : a;
+export function newerLedger(one: LedgerState | undefined, other: LedgerState | undefined): LedgerState | undefined {
+  if (!one) return other;
+  if (!other) return one;
+  return other.lastId > one.lastId ? other : one;
 }
 
 /**
@@ -118,12 +170,12 @@ export function newerLedger(a: LedgerState | undefined, b: LedgerState | undefin
  * Undefined when the store cannot be reached.
  */
 export async function ledgerToAnswerFrom(
-  a: Asker,
+  asker: Asker,
   merged: LedgerState | undefined,
   lastUpdateId: number | undefined,
 ): Promise<LedgerState | undefined> {
-  let ledger = newerLedger(merged, a.ctx.store.peek(a.realm.key));
-  if (!ledger || (lastUpdateId !== undefined && lastUpdateId > ledger.lastId)) ledger = newerLedger(ledger, await loadLedger(a));
+  let ledger = newerLedger(merged, asker.ctx.store.peek(asker.realm.key));
+  if (!ledger || (lastUpdateId !== undefined && lastUpdateId > ledger.lastId)) ledger = newerLedger(ledger, await loadLedger(asker));
   return ledger;
 }
 
@@ -132,34 +184,34 @@ export async function ledgerToAnswerFrom(
  * to it first (where it is plausible; the store decides by its epoch clock), so the id echoed
  * with the full answer is then vouched for and the next delta is exact.
  */
-export async function raisedForUnvouchedId(a: Asker, ledger: LedgerState, lastUpdateId: number | undefined): Promise<LedgerState> {
+export async function raisedForUnvouchedId(asker: Asker, ledger: LedgerState, lastUpdateId: number | undefined): Promise<LedgerState> {
   if (lastUpdateId === undefined || lastUpdateId <= ledger.lastId || answersWithDelta(ledger, lastUpdateId)) return ledger;
   try {
-    return await a.ctx.store.raiseCounter(a.realm.key, lastUpdateId);
+    return await asker.ctx.store.raiseCounter(asker.realm.key, lastUpdateId);
   } catch (e) {
-    storeFailed(a, e);
+    storeFailed(asker, e);
     return ledger; // the id is echoed all the same (I6); it stays unvouched, so the next poll is full again
   }
 }
 
 /** P4 on 7.0–8.x legacy answers: a ledger to take an id from, created when the realm has none yet. */
-export async function ledgerOrNew(a: Asker, ledger: LedgerState | undefined): Promise<LedgerState | undefined> {
+export async function ledgerOrNew(asker: Asker, ledger: LedgerState | undefined): Promise<LedgerState | undefined> {
   if (ledger) return ledger;
   try {
-    return await a.ctx.store.raiseCounter(a.realm.key, 0);
+    return await asker.ctx.store.raiseCounter(asker.realm.key, 0);
   } catch (e) {
-    storeFailed(a, e);
+    storeFailed(asker, e);
     return undefined;
   }
 }
 
 let lastStoreWarning = 0;
 /** The store counts its own errors (storeErrors); here only the degradation is logged. */
-function storeFailed(a: Asker, e: unknown): void {
+function storeFailed(asker: Asker, e: unknown): void {
   const now = Date.now();
   if (now - lastStoreWarning > 10_000) {
     lastStoreWarning = now;
-    a.ctx.log.warn({ err: (e as Error).message }, 'presence store unavailable: answering with full data and no ids until it is back');
+    asker.ctx.log.warn({ err: e }, 'presence store unavailable: answering with full data and no ids until it is back');
   }
 }
 
@@ -175,16 +227,16 @@ export interface Intake {
 
 /** Takes in one full upstream presence answer: converts and records it. */
 export async function takeInAnswer(
-  a: Asker,
+  asker: Asker,
   format: Format,
-  presences: Record<string, unknown>,
+  presences: UpstreamPresences,
   serverTimestamp: number,
   complete: boolean,
 ): Promise<Intake> {
   let modern: Map<number, ModernPresence> | undefined;
   let modernError: Error | undefined;
   try {
-    modern = await toModernPresences(a, format, presences);
+    modern = await toModernPresences(asker, format, presences);
   } catch (e) {
     // A legacy answer is still good for legacy callers (E4); modern ones get this error.
     if (format !== 'legacy') throw e;
@@ -192,6 +244,6 @@ export async function takeInAnswer(
   }
   // Let other requests run between converting and merging a large snapshot (B6).
   await setImmediate();
-  const ledger = modern ? await recordInLedger(a, { serverTimestamp, presences: modern, complete }) : await loadLedger(a);
+  const ledger = modern ? await recordInLedger(asker, { serverTimestamp, presences: modern, complete }) : await loadLedger(asker);
   return { serverTimestamp, modern, modernError, ledger };
 }

@@ -19,6 +19,8 @@ export interface PresenceRequest {
   slimPresence: boolean;
   newUserInput: string | undefined;
   lastUpdateId: number | undefined;
+  /** The client's `last_update_id` as it wrote it (trimmed): echoed exactly where a double cannot hold it (X1). */
+  lastUpdateIdText?: string | undefined;
   historyLimitDays: number | undefined;
   /** Values the upstream validates that it will reject, before 3.0 (which has no slim_presence)… */
   invalidBefore30: boolean;
@@ -78,6 +80,7 @@ export function parsePresenceRequest(params: Params): PresenceRequest {
     slimPresence: slim === true,
     newUserInput: params.get('new_user_input'),
     lastUpdateId,
+    lastUpdateIdText: params.get('last_update_id')?.trim(),
     historyLimitDays,
     invalidBefore30: invalid,
     invalidFrom30: invalid || slim === null,

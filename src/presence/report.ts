@@ -2,7 +2,7 @@ import { timedUpstream } from '../context.js';
 import { encodeForm } from '../http/body.js';
 import { forwardedHeaders, type BufferedResponse } from '../upstream/client.js';
 import { FL } from '../upstream/feature-level.js';
-import type { Asker } from './intake.js';
+import { fetchFullPresence, type Asker } from './intake.js';
 import type { PresenceRequest } from './params.js';
 
 /**
@@ -38,5 +38,7 @@ export async function report(
   if (extra.slim_presence !== undefined && poll.featureLevel >= FL.SLIM_PRESENCE) form.push(['slim_presence', extra.slim_presence]);
   const headers = { ...forwardedHeaders(req), 'content-type': 'application/x-www-form-urlencoded' };
   const path = req.url?.startsWith('/json/') ? '/json/users/me/presence' : '/api/v1/users/me/presence';
-  return timedUpstream(req, () => ctx.client.fetch({ realm, method: 'POST', path, headers, body: encodeForm(form) }));
+  const call = { realm, method: 'POST' as const, path, headers, body: encodeForm(form) };
+  // B7: a full answer grows with the realm and has its own budget.
+  return timedUpstream(req, () => (extra.ping_only === 'false' ? fetchFullPresence(poll, call) : ctx.client.fetch(call)));
 }

@@ -1,6 +1,7 @@
 import { LRUCache } from 'lru-cache';
 import type { Encodable } from '../http/compress.js';
 import { ShimError } from '../http/errors.js';
+import { ByteBudget } from '../store/byte-budget.js';
 import { FL } from '../upstream/feature-level.js';
 import type { LedgerState, ModernPresence } from './ledger.js';
 
@@ -71,7 +72,13 @@ export function toData(s: Snapshot): SnapshotData {
 }
 
 /** A snapshot read from another replica, fresh for `remainingMs` more (the rest of its window). */
-export function fromData(d: SnapshotData, remainingMs: number, coalesceMs: number, now = Date.now()): Snapshot {
+export function fromData(
+  d: SnapshotData,
+  remainingMs: number,
+  coalesceMs: number,
+  now = Date.now(),
+  bodies: Map<string, Encodable> = new Map(),
+): Snapshot {
   return {
     serverTimestamp: d.serverTimestamp,
     fetchedAt: now - Math.max(0, coalesceMs - remainingMs),
@@ -81,7 +88,7 @@ export function fromData(d: SnapshotData, remainingMs: number, coalesceMs: numbe
     legacyBytes: d.legacyBytes,
     legacyUsers: d.legacyUsers,
     ledger: undefined,
-    bodies: new Map(),
+    bodies,
   };
 }
 
@@ -113,17 +120,44 @@ interface Slot {
   pending?: Promise<Snapshot>;
 }
 
-/** The in-process side of P9: one slot per scope, bounded. */
+/**
+ * X2: what a slot costs, from the upstream bytes its snapshot holds and its user count (the
+ * modern map), not by walking it. The answers built from it count against their own budget.
+ */
+export function slotBytes(slot: Slot): number {
+  const s = slot.snapshot;
+  return 1024 + (s ? (s.legacyBytes?.length ?? 0) + 120 * (s.modern?.size ?? 0) : 0);
+}
+
+/** The in-process side of P9: one slot per scope, bounded in scopes and in bytes (X2). */
 export class SnapshotHub {
   private readonly slots: LRUCache<string, Slot>;
+  private readonly answersBudget: ByteBudget;
 
   constructor(
     readonly coalesceMs: number,
     maxScopes: number,
     private readonly clock: () => number = Date.now,
+    /** X2: bytes the kept snapshots may take (see slotBytes). */
+    maxBytes = 192 * 1024 * 1024,
+    /** X2: bytes the answer bodies built from snapshots and ledgers may take, all together. */
+    answersMaxBytes = 64 * 1024 * 1024,
   ) {
+    this.answersBudget = new ByteBudget(answersMaxBytes);
     // A snapshot is of no use after its window: dropped then, so memory follows live realms.
-    this.slots = new LRUCache({ max: maxScopes, ttl: Math.max(coalesceMs, 1) * 2, ttlAutopurge: true });
+    this.slots = new LRUCache({
+      max: maxScopes,
+      maxSize: maxBytes,
+      sizeCalculation: slotBytes,
+      ttl: Math.max(coalesceMs, 1) * 2,
+      ttlAutopurge: true,
+    });
+  }
+
+  /** An empty cache of answer bodies, within the hub's answers budget (X2). */
+  bodies(): Map<string, Encodable> {
+    // The raw bytes, and room for their gzip (added when first sent).
+    return this.answersBudget.map((b: Encodable) => 64 + 1.5 * b.raw.length);
   }
 
   /** A snapshot still inside its window. */
@@ -151,6 +185,9 @@ export class SnapshotHub {
         if (!keep) this.slots.delete(scope);
         else if (this.coalesceMs > 0 && (!slot.snapshot || slot.snapshot.serverTimestamp <= snapshot.serverTimestamp)) {
           slot.snapshot = snapshot;
+          // Sized again, now with its snapshot (X2); lru-cache sizes a value once per set.
+          this.slots.delete(scope);
+          this.slots.set(scope, slot);
         }
         return snapshot;
       },

@@ -21,6 +21,8 @@ export interface DeliveryEmailOptions {
   ttlMs: number;
   /** Users kept in this process at most. */
   maxEntries: number;
+  /** X2: bytes the cached addresses may take in this process. */
+  maxBytes?: number | undefined;
   backend?: CacheBackend | undefined;
 }
 
@@ -91,6 +93,9 @@ export class DeliveryEmails {
       name: 'own_profile',
       ttlMs: options.ttlMs,
       max: options.maxEntries,
+      maxBytes: options.maxBytes,
+      // The key (realm and user id) and the address, with the entry's own overhead.
+      sizeOf: (email, key) => 200 + 2 * (key.length + email.length),
       backend: options.backend,
       lookups: metrics.lookups,
       load: (_key, context) => this.load(context),

@@ -15,7 +15,11 @@ const deliveryEmailCaches = new WeakMap<ShimContext, DeliveryEmails>();
 function deliveryEmails(ctx: ShimContext): DeliveryEmails {
   let d = deliveryEmailCaches.get(ctx);
   if (!d) {
-    d = new DeliveryEmails(ctx.client, ctx.log, ctx.metrics, { ...ctx.config.lookups, backend: ctx.store.cacheBackend });
+    d = new DeliveryEmails(ctx.client, ctx.log, ctx.metrics, {
+      ...ctx.config.lookups,
+      maxBytes: ctx.config.memory.lookupsBytes,
+      backend: ctx.store.cacheBackend,
+    });
     deliveryEmailCaches.set(ctx, d);
   }
   return d;
@@ -23,9 +27,9 @@ function deliveryEmails(ctx: ShimContext): DeliveryEmails {
 
 async function member(ctx: ShimContext, realm: Realm, userId: number, headers: Record<string, string>) {
   try {
-    const found = (await ctx.users.get(realm, headers)).byId.get(userId);
+    const found = (await ctx.users.get(realm, headers)).member(userId);
     // A user who joined after the list was read: read it again (rate-limited by the directory).
-    return found ?? (await ctx.users.refresh(realm, headers)).byId.get(userId);
+    return found ?? (await ctx.users.refresh(realm, headers)).member(userId);
   } catch (e) {
     ctx.log.warn({ realm: realm.host, err: { message: (e as Error).message } }, 'own profile: user list lookup failed');
     return undefined;

@@ -3,16 +3,36 @@ import type { Logger } from '../observability/logger.js';
 import type { Metrics } from '../observability/metrics.js';
 import type { ClusterSnapshots } from '../presence/snapshots.js';
 import { MemoryStore } from './memory.js';
+import { parseRedisNodes, type RedisTarget } from './redis-connection.js';
 import { RedisSnapshots } from './redis-snapshots.js';
 import { RedisStore } from './redis.js';
 import type { PresenceStore } from './types.js';
 
-/** The store the configuration asks for: Redis with `store.redisUrl` (S1), else this process. */
+/** The Redis the configuration names (`--redis`, `--redis-sentinels`, `--redis-cluster`), if any. */
+export function redisTargetOf(store: Config['store']): RedisTarget | undefined {
+  if (store.redisSentinels) {
+    return { kind: 'sentinel', sentinels: parseRedisNodes(store.redisSentinels, 26379), name: store.redisSentinelName ?? 'mymaster' };
+  }
+  if (store.redisCluster) return { kind: 'cluster', nodes: parseRedisNodes(store.redisCluster, 6379) };
+  return store.redisUrl ? { kind: 'url', url: store.redisUrl } : undefined;
+}
+
+/** The store the configuration asks for: Redis when one is named (S1), else this process. */
 export function createStore(config: Config, log: Logger, metrics: Metrics): PresenceStore {
-  const url = config.store.redisUrl;
-  if (!url) return new MemoryStore(config.presence.maxRealms);
+  const target = redisTargetOf(config.store);
+  if (!target) {
+    return new MemoryStore({
+      maxRealms: config.presence.maxRealms,
+      maxBytes: config.memory.ledgersBytes,
+      onTooLarge: (realm, bytes, maxBytes) =>
+        log.warn(
+          { realm, bytes, maxBytes },
+          'presence ledger larger than memory.ledgersBytes: not kept, every poll gets full data; raise memory.ledgersBytes',
+        ),
+    });
+  }
   return new RedisStore({
-    url,
+    target,
     keyPrefix: config.store.keyPrefix,
     log,
     storeErrors: metrics.storeErrors,

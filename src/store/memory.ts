@@ -3,7 +3,24 @@ import { applyChange, createLedger, type LedgerChange, type LedgerState, type Ob
 import type { PresenceStore } from './types.js';
 
 /**
- * The default store: ledgers in this process, at most `maxRealms` of them (least recently
+ * X2: what a ledger costs in this process, estimated from its user count (B5 measures about
+ * 144 B a user: the entry, its map slot and the id) and a fixed part.
+ */
+export function ledgerBytes(state: LedgerState): number {
+  return 1024 + 160 * state.users.size;
+}
+
+export interface MemoryStoreOptions {
+  /** Realms kept at most. */
+  maxRealms: number;
+  /** X2: bytes the ledgers may take together (see ledgerBytes). @default 128 MiB */
+  maxBytes?: number | undefined;
+  /** Told once when a realm's ledger alone is larger than maxBytes (it cannot be kept). */
+  onTooLarge?: ((realm: string, bytes: number, maxBytes: number) => void) | undefined;
+}
+
+/**
+ * The default store: ledgers in this process, bounded in realms and in bytes (least recently
  * used evicted; an evicted realm starts again with a new epoch, so old ids get full data, P5).
  */
 export class MemoryStore implements PresenceStore {
@@ -11,12 +28,17 @@ export class MemoryStore implements PresenceStore {
   private readonly ledgers: LRUCache<string, LedgerState>;
   /** The highest id any ledger of this store has issued: a new epoch starts above it (P5). */
   private highWater = 0;
+  private readonly maxBytes: number;
+  private onTooLarge: MemoryStoreOptions['onTooLarge'];
 
   constructor(
-    maxRealms: number,
+    options: number | MemoryStoreOptions,
     private readonly clock: () => number = Date.now,
   ) {
-    this.ledgers = new LRUCache({ max: maxRealms });
+    const o: MemoryStoreOptions = typeof options === 'number' ? { maxRealms: options } : options;
+    this.maxBytes = o.maxBytes ?? 128 * 1024 * 1024;
+    this.onTooLarge = o.onTooLarge;
+    this.ledgers = new LRUCache({ max: o.maxRealms, maxSize: this.maxBytes, sizeCalculation: ledgerBytes });
   }
 
   async load(realm: string): Promise<LedgerState | undefined> {
@@ -41,7 +63,15 @@ export class MemoryStore implements PresenceStore {
     const current = this.ledgers.get(realm);
     const next = applyChange(current ?? createLedger(now, this.highWater), change, now);
     this.highWater = Math.max(this.highWater, next.lastId);
-    if (next !== current) this.ledgers.set(realm, next);
+    if (next !== current) {
+      const bytes = ledgerBytes(next);
+      if (bytes > this.maxBytes && this.onTooLarge) {
+        // Not kept (every answer is then full data, P5): said once, with what to raise.
+        this.onTooLarge(realm, bytes, this.maxBytes);
+        this.onTooLarge = undefined;
+      }
+      this.ledgers.set(realm, next);
+    }
     return next;
   }
 

@@ -1,10 +1,27 @@
-import { Redis } from 'ioredis';
+import { Cluster, Redis } from 'ioredis';
 import type { Logger } from '../observability/logger.js';
 import { StoreHealth } from './redis-health.js';
 import { StoreUnavailableError } from './types.js';
 
+/** host and port of a Redis server or Sentinel. */
+export interface RedisNode {
+  host: string;
+  port: number;
+}
+
+/**
+ * Where the shared store is: one Redis by URL; a primary found through Sentinels (failover
+ * without a single point of failure); or a Redis Cluster, reached through any of its nodes.
+ */
+export type RedisTarget =
+  | { kind: 'url'; url: string }
+  | { kind: 'sentinel'; sentinels: RedisNode[]; name: string }
+  | { kind: 'cluster'; nodes: RedisNode[] };
+
 export interface RedisConnectionOptions {
-  url: string;
+  /** Where the store is; `url` is short for `{ kind: 'url', url }`. */
+  target?: RedisTarget | undefined;
+  url?: string | undefined;
   log: Logger;
   /** Counts failed store operations (`store_errors_total`). */
   storeErrors?: { inc(): void } | undefined;
@@ -14,28 +31,76 @@ export interface RedisConnectionOptions {
   connectTimeoutMs?: number;
 }
 
+/** Reconnect backoff: quick first attempts (a Sentinel failover takes a second or so), at most 2 s. */
+const retryStrategy = (attempt: number) => Math.min(100 * attempt, 2_000);
+
+/** A replica that answers a write (the old primary, demoted): drop the connection and find the primary again. */
+const reconnectOnError = (err: Error) => err.message.startsWith('READONLY');
+
+function targetOf(o: { target?: RedisTarget | undefined; url?: string | undefined }): RedisTarget {
+  if (o.target) return o.target;
+  if (o.url) return { kind: 'url', url: o.url };
+  throw new Error('a Redis store needs a target');
+}
+
+function connect(o: RedisConnectionOptions, t: RedisTarget): Redis | Cluster {
+  const common = {
+    enableOfflineQueue: false,
+    maxRetriesPerRequest: 1,
+    commandTimeout: o.commandTimeoutMs,
+    connectTimeout: o.connectTimeoutMs ?? 2_000,
+    retryStrategy,
+    reconnectOnError,
+    enableReadyCheck: true,
+  };
+  if (t.kind === 'url') return new Redis(t.url, common);
+  if (t.kind === 'sentinel') {
+    return new Redis({
+      ...common,
+      sentinels: t.sentinels,
+      name: t.name,
+      sentinelCommandTimeout: o.commandTimeoutMs,
+      sentinelRetryStrategy: retryStrategy,
+      // No failoverDetector: in ioredis 5 its disconnect during a reconnect can end the
+      // connection for good. A demoted primary that is still reachable answers writes with
+      // READONLY, and reconnectOnError moves to the new one.
+    });
+  }
+  return new Cluster(t.nodes, {
+    enableOfflineQueue: false,
+    enableReadyCheck: true,
+    clusterRetryStrategy: retryStrategy,
+    // A command meeting a failover or a moved slot is retried once the slots are known again.
+    retryDelayOnFailover: 100,
+    retryDelayOnClusterDown: 100,
+    retryDelayOnTryAgain: 100,
+    slotsRefreshTimeout: o.commandTimeoutMs,
+    redisOptions: {
+      maxRetriesPerRequest: 1,
+      commandTimeout: common.commandTimeout,
+      connectTimeout: common.connectTimeout,
+      reconnectOnError,
+    },
+  });
+}
+
 /**
  * One Redis connection that fails fast and heals itself: commands issued while disconnected
  * fail at once instead of queueing (enableOfflineQueue: false), commands in flight fail after
- * commandTimeoutMs, and ioredis reconnects in the background, backing off up to 2 s. Shared by
- * the presence store and the lookup caches of a process.
+ * commandTimeoutMs, and ioredis reconnects in the background, backing off up to 2 s (to the
+ * primary the Sentinels name now, or to the Cluster's nodes). Shared by the presence store and
+ * the lookup caches of a process.
  */
 export class RedisConnection {
-  readonly redis: Redis;
+  readonly redis: Redis | Cluster;
   readonly health: StoreHealth;
   /** Settles at the first connection's outcome (or after commandTimeoutMs): calls wait for it once. */
   private readonly firstConnect: Promise<unknown>;
 
   constructor(o: RedisConnectionOptions) {
-    this.health = new StoreHealth(o.log, describeRedisUrl(o.url), o.storeErrors);
-    this.redis = new Redis(o.url, {
-      enableOfflineQueue: false,
-      maxRetriesPerRequest: 1,
-      commandTimeout: o.commandTimeoutMs,
-      connectTimeout: o.connectTimeoutMs ?? 2_000,
-      retryStrategy: (attempt) => Math.min(100 * attempt, 2_000),
-      enableReadyCheck: true,
-    });
+    const target = targetOf(o);
+    this.health = new StoreHealth(o.log, describeRedisTarget(target), o.storeErrors);
+    this.redis = connect(o, target);
     // Connection errors are logged (rate-limited) but counted only when an operation fails.
     this.redis.on('error', (e: unknown) => this.health.failed(e, 0));
     this.redis.on('ready', () => this.health.ok());
@@ -65,6 +130,15 @@ export class RedisConnection {
     return v;
   }
 
+  /**
+   * A second connection to the same store for SUBSCRIBE (a connection in subscribe mode can do
+   * nothing else); it follows the same Sentinels or Cluster, and queues while it connects.
+   */
+  subscriber(): Redis | Cluster {
+    const options = { enableOfflineQueue: true, lazyConnect: false };
+    return this.redis instanceof Cluster ? this.redis.duplicate([], options) : this.redis.duplicate(options);
+  }
+
   async close(): Promise<void> {
     try {
       await this.redis.quit();
@@ -83,4 +157,30 @@ export function describeRedisUrl(url: string): string {
   } catch {
     return 'redis';
   }
+}
+
+/** Where the store is, fit for logs (no credential, P13). */
+export function describeRedisTarget(t: RedisTarget): string {
+  const list = (nodes: RedisNode[]) => nodes.map((n) => `${n.host}:${n.port}`).join(',');
+  if (t.kind === 'url') return describeRedisUrl(t.url);
+  if (t.kind === 'sentinel') return `sentinel ${t.name} (${list(t.sentinels)})`;
+  return `cluster (${list(t.nodes)})`;
+}
+
+/**
+ * `host:port,host:port` (IPv6 in brackets: `[::1]:26379`) as nodes; the port defaults to
+ * `defaultPort`. Throws an Error naming the bad entry.
+ */
+export function parseRedisNodes(list: string, defaultPort: number): RedisNode[] {
+  const nodes: RedisNode[] = [];
+  for (const raw of list.split(',')) {
+    const entry = raw.trim();
+    if (entry === '') continue;
+    const m = /^(?:\[([^\]]+)\]|([^:[\]]+))(?::(\d+))?$/.exec(entry);
+    const port = m?.[3] === undefined ? defaultPort : Number(m[3]);
+    if (!m || !Number.isInteger(port) || port < 1 || port > 65535) throw new Error(`${JSON.stringify(entry)} is not host:port`);
+    nodes.push({ host: (m[1] ?? m[2])!, port });
+  }
+  if (nodes.length === 0) throw new Error('no host:port given');
+  return nodes;
 }

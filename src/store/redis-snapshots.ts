@@ -1,7 +1,8 @@
 import { randomBytes } from 'node:crypto';
-import type { Redis } from 'ioredis';
+import type { Cluster, Redis } from 'ioredis';
 import type { ClusterSnapshots, PublishedSnapshot, SnapshotData } from '../presence/snapshots.js';
 import type { RedisConnection } from './redis-connection.js';
+import { redisKey } from './redis-keys.js';
 
 /**
  * P9 across replicas (S1): at most one full upstream presence fetch per shared scope per window,
@@ -13,9 +14,11 @@ import type { RedisConnection } from './redis-connection.js';
  * the key expires, so no replica reads or parses the same snapshot twice. Only shared scopes
  * come here, so a snapshot never holds one caller's view (P7).
  *
- * Keys (all named by `keyOf`): `snap:<scope>` (a JSON header line, then the legacy bytes;
- * expiring with the window), `snap-lock:<scope>` (the fetcher's token, expiring after the
- * window if it dies), and the channel `snap-ready` (messages: the scope).
+ * Keys (all named by `keyOf`, redis-keys.ts: one slot per realm on a Cluster):
+ * `<prefix>{<realm>}:snap…` (a JSON header line, then the legacy bytes; expiring with the
+ * window), `<prefix>{<realm>}:snap-lock…` (the fetcher's token, expiring after the window if it
+ * dies), and the channel `<prefix>snap-ready` (messages: the scope). The channel is not a key:
+ * scripts get it as an argument, so each touches the keys of one slot only.
  */
 
 /** Takes the lock only when no snapshot is published: a replica that missed a snapshot just
@@ -25,19 +28,19 @@ if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 if redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
 return 0`;
 
-/** Publishes the snapshot for the rest of its window, drops our lock, wakes the waiters. */
+/** Publishes the snapshot for the rest of its window, drops our lock, wakes the waiters (channel ARGV[5]). */
 const PUBLISH_LUA = `
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 if redis.call('GET', KEYS[2]) == ARGV[3] then redis.call('DEL', KEYS[2]) end
-redis.call('PUBLISH', KEYS[3], ARGV[4])
+redis.call('PUBLISH', ARGV[5], ARGV[4])
 return 1`;
 
 /** Deletes the lock only if it is still ours (it may have expired and been taken since), and
- * wakes the waiters so they stop waiting at once. */
+ * wakes the waiters (channel ARGV[3]) so they stop waiting at once. */
 const RELEASE_LUA = `
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', KEYS[2], ARGV[2])
+  redis.call('PUBLISH', ARGV[3], ARGV[2])
 end
 return 0`;
 
@@ -52,8 +55,8 @@ type Peeked = [Buffer, number] | number | null;
 
 interface SnapshotCommands {
   zcsSnapLock(data: string, lock: string, token: string, ttlMs: number): Promise<number>;
-  zcsSnapPublish(data: string, lock: string, channel: string, value: Buffer, ttlMs: number, token: string, scope: string): Promise<number>;
-  zcsSnapRelease(lock: string, channel: string, token: string, scope: string): Promise<number>;
+  zcsSnapPublish(data: string, lock: string, value: Buffer, ttlMs: number, token: string, scope: string, channel: string): Promise<number>;
+  zcsSnapRelease(lock: string, token: string, scope: string, channel: string): Promise<number>;
   zcsSnapPeekBuffer(data: string, lock: string): Promise<Peeked>;
 }
 
@@ -68,22 +71,22 @@ export class RedisSnapshots implements ClusterSnapshots {
   private readonly tokens = new Map<string, string>();
   /** Waiters by scope, woken by a `snap-ready` message. */
   private readonly waiters = new Map<string, Set<() => void>>();
-  private subscriber?: Promise<Redis>;
+  private subscriber?: Promise<Redis | Cluster>;
 
   constructor(
     private readonly conn: RedisConnection,
     private readonly o: RedisSnapshotsOptions,
   ) {
     conn.redis.defineCommand('zcsSnapLock', { numberOfKeys: 2, lua: LOCK_LUA });
-    conn.redis.defineCommand('zcsSnapPublish', { numberOfKeys: 3, lua: PUBLISH_LUA });
-    conn.redis.defineCommand('zcsSnapRelease', { numberOfKeys: 2, lua: RELEASE_LUA });
+    conn.redis.defineCommand('zcsSnapPublish', { numberOfKeys: 2, lua: PUBLISH_LUA });
+    conn.redis.defineCommand('zcsSnapRelease', { numberOfKeys: 1, lua: RELEASE_LUA });
     conn.redis.defineCommand('zcsSnapPeek', { numberOfKeys: 2, lua: PEEK_LUA });
     this.commands = conn.redis as unknown as SnapshotCommands;
   }
 
   /** Every key and channel name of this module, in one place. */
   keyOf(kind: 'snap' | 'snap-lock' | 'snap-ready', scope = ''): string {
-    return kind === 'snap-ready' ? `${this.o.keyPrefix}snap-ready` : `${this.o.keyPrefix}${kind}:${scope}`;
+    return kind === 'snap-ready' ? `${this.o.keyPrefix}snap-ready` : redisKey(this.o.keyPrefix, kind, scope);
   }
 
   async get(scope: string): Promise<PublishedSnapshot | undefined> {
@@ -109,11 +112,11 @@ export class RedisSnapshots implements ClusterSnapshots {
       this.commands.zcsSnapPublish(
         this.keyOf('snap', scope),
         this.keyOf('snap-lock', scope),
-        this.keyOf('snap-ready'),
         value,
         ttl(remainingMs),
         token,
         scope,
+        this.keyOf('snap-ready'),
       ),
     );
   }
@@ -121,7 +124,7 @@ export class RedisSnapshots implements ClusterSnapshots {
   async release(scope: string, token = this.tokens.get(scope)): Promise<void> {
     this.tokens.delete(scope);
     if (!token) return;
-    await this.conn.run(() => this.commands.zcsSnapRelease(this.keyOf('snap-lock', scope), this.keyOf('snap-ready'), token, scope));
+    await this.conn.run(() => this.commands.zcsSnapRelease(this.keyOf('snap-lock', scope), token, scope, this.keyOf('snap-ready')));
   }
 
   /** The snapshot once published; undefined at the timeout, or at once when the fetcher gave up. */
@@ -152,9 +155,9 @@ export class RedisSnapshots implements ClusterSnapshots {
   }
 
   /** The process's one subscriber connection (a connection in subscribe mode can do nothing else). */
-  private subscribed(): Promise<Redis> {
+  private subscribed(): Promise<Redis | Cluster> {
     this.subscriber ??= (async () => {
-      const sub = this.conn.redis.duplicate({ enableOfflineQueue: true, lazyConnect: false });
+      const sub = this.conn.subscriber();
       // Its errors show on the main connection too, which logs and counts them.
       sub.on('error', () => undefined);
       sub.on('messageBuffer', (_channel: Buffer, message: Buffer) => {

@@ -4,16 +4,27 @@ import type { Logger } from '../observability/logger.js';
 import { applyChange, createLedger, type LedgerChange, type LedgerState, type Observation } from '../presence/ledger.js';
 import { CodecError, decodeLedger, encodeLedger } from './codec.js';
 import { RedisCacheBackend } from './redis-cache.js';
-import { RedisConnection } from './redis-connection.js';
+import { RedisConnection, type RedisTarget } from './redis-connection.js';
+import { redisKey } from './redis-keys.js';
 import { StoreUnavailableError, type PresenceStore } from './types.js';
 
 /**
  * Realm ledgers in Redis, shared by every replica (S1).
  *
- * One string key per realm, `<prefix>presence:<realm>`: an 8-byte write token, then the ledger
- * (store/codec.ts). The epoch is part of the value, so a flushed or replaced Redis shows up as a
- * missing key and the next observation starts a new ledger with a new epoch above every id this
- * replica has seen: older ids then get full data, never an empty answer (P5).
+ * One string key per realm, `<prefix>{<realm>}:presence` (redis-keys.ts): an 8-byte write token,
+ * the run_id of the Redis server that wrote it (its stamp), then the ledger (store/codec.ts). The
+ * epoch is part of the value, so a flushed or replaced Redis shows up as a missing key and the
+ * next observation starts a new ledger with a new epoch above every id this replica has seen:
+ * older ids then get full data, never an empty answer (P5).
+ *
+ * Failover (Sentinel, Cluster) and restart: a value stamped by another server than the one
+ * answering came to it by replication or from disk, and may lag what was written and answered
+ * before (asynchronous replication, `appendfsync everysec`): ids issued since were lost with the
+ * writes. Such a ledger is not vouched for: it reads as absent, and the next write replaces it
+ * with a new epoch from TIME (microseconds) above its lastId and every id this replica has seen,
+ * so every id issued before gets full data and every id issued after is higher (P5, P6, X1). The
+ * stamp is checked by the scripts themselves (INFO server), on the server that runs them, so no
+ * command can slip through between a failover and this process noticing it.
  *
  * Writes are optimistic: read (a one-byte reply when this replica's copy is current), merge in
  * JS (ledger.ts stays the one place where ids are made), then a compare-and-set script writes
@@ -25,7 +36,9 @@ import { StoreUnavailableError, type PresenceStore } from './types.js';
  */
 
 export interface RedisStoreOptions {
-  url: string;
+  /** One Redis, a Sentinel-managed primary or a Cluster (redis-connection.ts); `url` is short for one Redis. */
+  target?: RedisTarget | undefined;
+  url?: string | undefined;
   /** Prefix of every key (config `store.keyPrefix`). */
   keyPrefix: string;
   log: Logger;
@@ -42,10 +55,15 @@ export interface RedisStoreOptions {
   clock?: () => number;
 }
 
-/** What this process last read or wrote for a realm; `state` undefined: a value it cannot read. */
+/**
+ * What this process last read or wrote for a realm: the value's head (token and stamp) and its
+ * ledger; `state` undefined: a value it cannot read, or one it does not vouch for (`lastId` then
+ * holds its counter, if readable, for the next epoch to start above).
+ */
 interface Known {
-  token: Buffer;
+  head: Buffer;
   state: LedgerState | undefined;
+  lastId?: number | undefined;
 }
 
 interface Pending {
@@ -56,24 +74,46 @@ interface Pending {
 
 const NO_TOKEN = Buffer.alloc(0);
 const TOKEN_BYTES = 8;
+/** A Redis run_id: 40 hex characters, new at every start of a server process. */
+const STAMP_BYTES = 40;
+const HEAD_BYTES = TOKEN_BYTES + STAMP_BYTES;
+const UNSTAMPED = Buffer.alloc(STAMP_BYTES);
 const UNCHANGED = 1;
 
-/** The value, or 1 when its token is the one the caller knows, or nil when absent. */
+/** The answering server's run_id, in Lua. */
+const SERVER_LUA = `local server = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')`;
+
+/**
+ * The value, or 1 when its token is the one the caller knows, or nil when absent; {0, value}
+ * when another server stamped it (a failover or restart since it was written).
+ */
 const READ_LUA = `
-local t = redis.call('GETRANGE', KEYS[1], 0, ${TOKEN_BYTES - 1})
-if t == '' and redis.call('EXISTS', KEYS[1]) == 0 then return false end
-if ARGV[1] ~= '' and t == ARGV[1] then return ${UNCHANGED} end
+local head = redis.call('GETRANGE', KEYS[1], 0, ${HEAD_BYTES - 1})
+if head == '' and redis.call('EXISTS', KEYS[1]) == 0 then return false end
+${SERVER_LUA}
+if string.sub(head, ${TOKEN_BYTES + 1}) ~= server then return {0, redis.call('GET', KEYS[1])} end
+if ARGV[1] ~= '' and string.sub(head, 1, ${TOKEN_BYTES}) == ARGV[1] then return ${UNCHANGED} end
 return redis.call('GET', KEYS[1])`;
 
-/** Writes ARGV[2] with expiry ARGV[3] ms iff the value's token is still ARGV[1] ('' = absent). */
+/**
+ * Writes ARGV[2] with expiry ARGV[3] ms, stamped with this server's run_id, iff the value's head
+ * is still ARGV[1] ('' = absent) and, unless ARGV[4] is '1' (a new epoch replaces the value),
+ * was stamped by this server. Returns the stamp written, or 0.
+ */
 const CAS_LUA = `
-if redis.call('GETRANGE', KEYS[1], 0, ${TOKEN_BYTES - 1}) ~= ARGV[1] then return 0 end
+local head = redis.call('GETRANGE', KEYS[1], 0, ${HEAD_BYTES - 1})
+if head ~= ARGV[1] then return 0 end
+${SERVER_LUA}
+if ARGV[4] ~= '1' and head ~= '' and string.sub(head, ${TOKEN_BYTES + 1}) ~= server then return 0 end
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
-return 1`;
+redis.call('SETRANGE', KEYS[1], ${TOKEN_BYTES}, server)
+return server`;
+
+type ReadReply = Buffer | number | null | [number, Buffer];
 
 interface StoreCommands {
-  zcsReadLedgerBuffer(key: string, known: Buffer): Promise<Buffer | number | null>;
-  zcsCasLedger(key: string, expected: Buffer, value: Buffer, ttlMs: number): Promise<number>;
+  zcsReadLedgerBuffer(key: string, known: Buffer): Promise<ReadReply>;
+  zcsCasLedgerBuffer(key: string, expected: Buffer, value: Buffer, ttlMs: number, newEpoch: string): Promise<Buffer | number>;
 }
 
 export class RedisStore implements PresenceStore {
@@ -91,11 +131,17 @@ export class RedisStore implements PresenceStore {
   constructor(private readonly o: RedisStoreOptions) {
     this.idleTtlMs = o.idleTtlMs ?? 86_400_000;
     this.maxAttempts = o.maxAttempts ?? 8;
-    this.conn = new RedisConnection({ url: o.url, log: o.log, storeErrors: o.storeErrors, commandTimeoutMs: o.commandTimeoutMs ?? 1_000 });
+    this.conn = new RedisConnection({
+      target: o.target,
+      url: o.url,
+      log: o.log,
+      storeErrors: o.storeErrors,
+      commandTimeoutMs: o.commandTimeoutMs ?? 1_000,
+    });
     this.conn.redis.defineCommand('zcsReadLedger', { numberOfKeys: 1, lua: READ_LUA });
     this.conn.redis.defineCommand('zcsCasLedger', { numberOfKeys: 1, lua: CAS_LUA });
     this.commands = this.conn.redis as unknown as StoreCommands;
-    this.cacheBackend = new RedisCacheBackend(this.conn, `${o.keyPrefix}cache:`);
+    this.cacheBackend = new RedisCacheBackend(this.conn, o.keyPrefix);
     this.known = new LRUCache({ max: o.maxRealms ?? 1_000 });
   }
 
@@ -115,7 +161,7 @@ export class RedisStore implements PresenceStore {
   }
 
   key(realm: string): string {
-    return `${this.o.keyPrefix}presence:${realm}`;
+    return redisKey(this.o.keyPrefix, 'presence', realm);
   }
 
   async load(realm: string): Promise<LedgerState | undefined> {
@@ -191,7 +237,8 @@ export class RedisStore implements PresenceStore {
       // The epoch clock is read only when needed: a new ledger, or a counter raise to check (I6).
       const needsClock = !current?.state || batch.some((c) => c.kind === 'counter');
       const now = needsClock ? await this.epochClock() : 0;
-      const base = current?.state ?? createLedger(now, this.highWater);
+      // No ledger it vouches for: a new epoch above every id seen, the unvouched value's too (P5).
+      const base = current?.state ?? createLedger(now, Math.max(this.highWater, current?.lastId ?? 0));
       const states: LedgerState[] = [];
       let next = base;
       for (const change of batch) {
@@ -200,10 +247,11 @@ export class RedisStore implements PresenceStore {
       }
       if (next === base && current?.state) return states; // nothing to write; base was read just now
       const token = randomBytes(TOKEN_BYTES);
-      const value = Buffer.concat([token, encodeLedger(next)]);
-      const written = await this.commands.zcsCasLedger(this.key(realm), current?.token ?? NO_TOKEN, value, this.idleTtlMs);
-      if (written === 1) {
-        this.remember(realm, { token, state: next });
+      const value = Buffer.concat([token, UNSTAMPED, encodeLedger(next)]);
+      const replaces = current !== undefined && current.state === undefined ? '1' : '';
+      const stamp = await this.commands.zcsCasLedgerBuffer(this.key(realm), current?.head ?? NO_TOKEN, value, this.idleTtlMs, replaces);
+      if (Buffer.isBuffer(stamp)) {
+        this.remember(realm, { head: Buffer.concat([token, stamp]), state: next });
         return states;
       }
       // Another replica wrote in between: merge again on its ledger.
@@ -219,23 +267,33 @@ export class RedisStore implements PresenceStore {
   /** The realm's value now: the known one when unchanged (one small round trip), else decoded. */
   private async read(realm: string): Promise<Known | undefined> {
     const known = this.known.get(realm);
-    const reply = await this.commands.zcsReadLedgerBuffer(this.key(realm), known?.token ?? NO_TOKEN);
+    const reply = await this.commands.zcsReadLedgerBuffer(this.key(realm), known?.head.subarray(0, TOKEN_BYTES) ?? NO_TOKEN);
     if (reply === UNCHANGED && known) return known;
-    if (!Buffer.isBuffer(reply)) {
+    const foreign = Array.isArray(reply);
+    const value = foreign ? reply[1] : reply;
+    if (!Buffer.isBuffer(value)) {
       this.known.delete(realm);
       return undefined;
     }
-    const token = Buffer.from(reply.subarray(0, TOKEN_BYTES));
+    const head = Buffer.from(value.subarray(0, HEAD_BYTES));
     let state: LedgerState | undefined;
     try {
-      state = decodeLedger(reply.subarray(TOKEN_BYTES));
+      state = decodeLedger(value.subarray(HEAD_BYTES));
     } catch (e) {
       if (!(e instanceof CodecError)) throw e;
       // Not a ledger this shim wrote: treated as absent, and replaced by the next write (P5).
       this.o.log.warn({ realm, reason: e.message }, 'stored presence state unreadable; a new epoch will replace it');
       state = undefined;
     }
-    const fresh = { token, state };
+    if (foreign) {
+      // Written before a failover or restart: it may lag ids already answered (P5, X1).
+      if (state) this.o.log.info({ realm }, 'presence state from before a Redis failover or restart; a new epoch replaces it');
+      const fresh = { head, state: undefined, lastId: state?.lastId };
+      this.highWater = Math.max(this.highWater, state?.lastId ?? 0);
+      this.known.delete(realm);
+      return fresh;
+    }
+    const fresh = { head, state };
     this.remember(realm, fresh);
     return fresh;
   }

@@ -18,6 +18,19 @@ export interface SharedCacheOptions<V, C> {
   ttlMs: number;
   /** Values kept in this process at most (least recently used go first). */
   max: number;
+  /** X2: bytes the values of this process may take (with sizeOf); least recently used go first. */
+  maxBytes?: number | undefined;
+  /** X2: a value's size in bytes, estimated cheaply (no walk over the value). Default: 1 KiB. */
+  sizeOf?: ((value: V, key: string) => number) | undefined;
+  /**
+   * A value past its ttlMs is still answered while it is loaded again in the background (a
+   * failed reload keeps it), so no caller waits for a reload of something it already has.
+   */
+  staleWhileRevalidate?: boolean | undefined;
+  /** How a value is written for other replicas. Default: JSON.stringify. */
+  toJson?: ((value: V) => string) | undefined;
+  /** …and read back (may throw: the value is then loaded from its source). Default: JSON.parse. */
+  fromJson?: ((json: string) => Promise<V> | V) | undefined;
   /**
    * Reads a value at its source (the upstream) when neither this process nor the backend has
    * it; `context` carries what the read needs (the caller's headers) and is never stored.
@@ -32,7 +45,7 @@ export interface SharedCacheOptions<V, C> {
 /**
  * A lookup cache: this process first (bounded, single flight: concurrent gets of one key wait
  * for one load), then the shared backend, then the source. Values must survive
- * JSON.stringify/parse. Keys name what is looked up (a realm, a realm and user id), never a
+ * JSON.stringify/parse, or toJson/fromJson. Keys name what is looked up (a realm, a realm and user id), never a
  * credential (P13).
  */
 export class SharedCache<V extends {}, C = undefined> {
@@ -40,16 +53,21 @@ export class SharedCache<V extends {}, C = undefined> {
   private readonly local: LRUCache<string, V, unknown>;
 
   constructor(private readonly o: SharedCacheOptions<V, C>) {
+    const sizeOf = o.sizeOf ?? (() => 1024);
     this.local = new LRUCache<string, V, unknown>({
       max: o.max,
+      ...(o.maxBytes ? { maxSize: o.maxBytes, sizeCalculation: (v: V, key: string) => Math.max(1, Math.ceil(sizeOf(v, key))) } : {}),
       ttl: o.ttlMs,
+      ...(o.staleWhileRevalidate ? { allowStale: true, noDeleteOnFetchRejection: true } : {}),
       fetchMethod: (key, _stale, { context, options }) => this.fill(key, context as C, options),
     });
   }
 
   async get(key: string, context: C): Promise<V> {
     const status: LRUCache.Status<string, V, unknown> = {};
-    const v = await this.local.fetch(key, { context, status });
+    // A failed reload keeps a stale value; with none, the failure is the answer.
+    const stale = this.o.staleWhileRevalidate === true && this.local.peek(key, { allowStale: true }) !== undefined;
+    const v = await this.local.fetch(key, { context, status, allowStaleOnFetchRejection: stale });
     // A get that started a fill is counted there (hit in the backend or a load); the rest here.
     if (status.fetch !== 'miss' && status.fetch !== 'refresh') this.o.lookups?.inc({ cache: this.o.name, result: 'hit' });
     if (v === undefined) throw new Error(`${this.o.name}: no value for ${key}`);
@@ -59,13 +77,17 @@ export class SharedCache<V extends {}, C = undefined> {
   /** Replaces a value here and for every replica (after a change the shim made itself). */
   async set(key: string, value: V): Promise<void> {
     this.local.set(key, value);
-    await this.o.backend?.set(this.sharedKey(key), JSON.stringify(value), this.o.ttlMs).catch(() => {});
+    await this.o.backend?.set(this.sharedKey(key), this.toJson(value), this.o.ttlMs).catch(() => {});
   }
 
   /** Forgets a value here and for every replica. */
   async delete(key: string): Promise<void> {
     this.local.delete(key);
     await this.o.backend?.delete(this.sharedKey(key)).catch(() => {});
+  }
+
+  private toJson(value: V): string {
+    return this.o.toJson ? this.o.toJson(value) : JSON.stringify(value);
   }
 
   private sharedKey(key: string): string {
@@ -78,17 +100,17 @@ export class SharedCache<V extends {}, C = undefined> {
     const shared = backend ? await backend.get(this.sharedKey(key)).catch(() => undefined) : undefined;
     if (shared) {
       try {
-        const v = JSON.parse(shared.json) as V;
+        const v = this.o.fromJson ? await this.o.fromJson(shared.json) : (JSON.parse(shared.json) as V);
         options.ttl = Math.min(shared.ttlMs, this.o.ttlMs); // expire with the shared copy
         this.o.lookups?.inc({ cache: this.o.name, result: 'hit' });
         return v;
       } catch {
-        // not JSON (written by something else): load it again
+        // not readable (written by something else): load it again
       }
     }
     const v = await this.o.load(key, context);
     this.o.lookups?.inc({ cache: this.o.name, result: 'miss' });
-    if (backend) await backend.set(this.sharedKey(key), JSON.stringify(v), this.o.ttlMs).catch(() => {});
+    if (backend) await backend.set(this.sharedKey(key), this.toJson(v), this.o.ttlMs).catch(() => {});
     return v;
   }
 }

@@ -32,27 +32,57 @@ export interface ServerInfo {
   fetchedAt: number;
 }
 
+export interface FeatureLevelOptions {
+  /** How long a realm's answer is used before it is refreshed (in the background). */
+  ttlMs: number;
+  /**
+   * X2: how long a server_settings the upstream refused (4xx: an unknown Host) is answered from
+   * memory before the upstream is asked again.
+   * @default 30000
+   */
+  failureTtlMs?: number;
+  /**
+   * X2: bytes for every realm's entry, failures included (least recently used evicted).
+   * @default 4 MiB
+   */
+  maxBytes?: number;
+}
+
+/** X2: what an entry costs, estimated from its key (a Host may be long) and a fixed part. */
+const entryBytes = (key: string) => 256 + 2 * key.length;
+
 /**
  * "The feature level of this realm": one cached, single-flight `GET /api/v1/server_settings`
- * per realm, refreshed in the background once stale, bounded in entries.
+ * per realm, refreshed in the background once stale, bounded in bytes (X2). A failure is
+ * remembered too, so a made-up Host costs the upstream one call per failureTtlMs, not one per
+ * request.
  */
 export class FeatureLevels {
   private readonly cache: LRUCache<string, ServerInfo, Realm>;
+  private readonly failures: LRUCache<string, Error>;
   private lastSuccess = 0;
 
   constructor(
     private readonly client: UpstreamClient,
     private readonly log: Logger,
-    ttlMs: number,
-    maxRealms = 1000,
+    options: FeatureLevelOptions,
   ) {
+    const maxBytes = options.maxBytes ?? 4 * 1024 * 1024;
     this.cache = new LRUCache<string, ServerInfo, Realm>({
-      max: maxRealms,
-      ttl: ttlMs,
+      maxSize: maxBytes,
+      sizeCalculation: (_v, key) => entryBytes(key),
+      ttl: options.ttlMs,
       allowStale: true,
       noDeleteOnFetchRejection: true,
       allowStaleOnFetchRejection: true,
       fetchMethod: (_key, _stale, { context }) => this.load(context),
+    });
+    // Failures take a quarter of the budget at most: a flood of made-up hosts cannot evict the
+    // real realms' answers.
+    this.failures = new LRUCache<string, Error>({
+      maxSize: Math.max(1024, Math.floor(maxBytes / 4)),
+      sizeCalculation: (_v, key) => entryBytes(key),
+      ttl: options.failureTtlMs ?? 30_000,
     });
   }
 
@@ -60,6 +90,10 @@ export class FeatureLevels {
     // Stale data stands in for a failed refresh; with none, the failure itself is the answer
     // (E2: a silent upstream is a timeout, not "unavailable"), so lru-cache must not swallow it.
     const stale = this.cache.peek(realm.key, { allowStale: true }) !== undefined;
+    if (!stale) {
+      const failed = this.failures.get(realm.key);
+      if (failed) throw failed;
+    }
     const v = await this.cache.fetch(realm.key, { context: realm, allowStaleOnFetchRejection: stale });
     if (!v) throw upstreamUnavailable('server_settings gave no answer');
     return v;
@@ -71,6 +105,7 @@ export class FeatureLevels {
 
   /** Primes the cache from a server_settings answer that passed through anyway. */
   observe(realm: Realm, settings: Record<string, unknown>): void {
+    this.failures.delete(realm.key);
     this.cache.set(realm.key, this.infoOf(settings));
   }
 
@@ -96,8 +131,12 @@ export class FeatureLevels {
       headers: { accept: 'application/json', 'accept-encoding': 'identity' },
     });
     if (r.status < 200 || r.status >= 300) {
+      const err = upstreamBadResponse(`server_settings answered HTTP ${r.status}`);
+      // X2: the upstream refused this Host (4xx): remembered. A 5xx or no answer at all is a
+      // fault of the upstream that ends when it does, so the next request asks again.
+      if (r.status < 500) this.failures.set(realm.key, err);
       this.log.warn({ realm: realm.host, status: r.status }, 'server_settings failed');
-      throw upstreamBadResponse(`server_settings answered HTTP ${r.status}`);
+      throw err;
     }
     const info = this.infoOf(parseJsonObject(r.body));
     this.log.debug({ realm: realm.host, featureLevel: info.featureLevel }, 'feature level detected');

@@ -1,13 +1,18 @@
+import { setImmediate as nextTurn } from 'node:timers/promises';
 import { isSuccess } from '../http/relay.js';
 import { upstreamBadResponse } from '../http/errors.js';
 import type { Logger } from '../observability/logger.js';
 import type { Metrics } from '../observability/metrics.js';
 import { SharedCache, type CacheBackend } from '../store/shared-cache.js';
-import { parseJsonObject, type UpstreamClient } from './client.js';
+import type { UpstreamClient } from './client.js';
+import { fetchLarge } from './large-fetch.js';
+import { BadAnswer, lines, STEP, unpackMember, userColumnsOf, type EmailTable, type Member, type UserColumns } from './large-answers.js';
+import { defaultParsePool, type ParsePool } from './parse-worker.js';
 import type { Realm } from './realm.js';
 
 /**
- * The realm's user directory: one cached, single-flight, bounded `GET /api/v1/users` per realm
+ * The realm's user directory: one cached, single-flight `GET /api/v1/users` per realm, bounded
+ * in bytes (X2), parsed off the main thread and kept compact (B7)
  * (shared by replicas through the store when there is one, S1),
  * used to map emails to user ids (presence) and to read the caller's own row (own profile).
  *
@@ -16,37 +21,126 @@ import type { Realm } from './realm.js';
  * so a reader must treat a missing user as "not known", never as "does not exist".
  */
 
-/** The fields of a `GET /users` member the shim reads (zulip-server.md §5.2, every era). */
-export interface Member {
-  user_id: number;
-  email: string;
-  full_name?: string;
-  is_bot: boolean;
-  is_active: boolean;
-  is_admin: boolean;
-  is_guest: boolean;
-  /** Feature level 8+. */
-  is_owner?: boolean;
-  /** Feature level 59+. */
-  role?: number;
-  /** IANA name or "". */
-  timezone: string;
-  /** ISO 8601 with offset, as the upstream wrote it. */
-  date_joined: string;
-  /** Feature level 6+. */
-  avatar_version?: number;
-  /** Only where the upstream shows it to the caller (admins, or always from feature level 163). */
-  delivery_email?: string;
+export type { Member } from './large-answers.js';
+export { memberOf } from './large-answers.js';
+
+/**
+ * X10: the member an email shared by several stands for, by position in the columns: the one
+ * active member (presence is only ever reported for active users); none (-1) when that is not
+ * exactly one, so no user's presence is attributed to another. The one place an email picks.
+ */
+export function emailPicks(columns: Pick<UserColumns, 'active'>, positions: readonly number[]): number {
+  const active = positions.filter((i) => columns.active[i] === 1);
+  return active.length === 1 ? active[0]! : -1;
 }
 
-export interface Directory {
-  /** X10: an email several members share maps to its one active member, or to none. */
-  byEmail: ReadonlyMap<string, Member>;
-  /** X10: emails more than one member of the list has (left out of `byEmail` unless one is active). */
-  ambiguousEmails: ReadonlySet<string>;
-  byId: ReadonlyMap<number, Member>;
-  /** When the upstream answered (ms since the epoch), so a reader can tell how fresh it is. */
-  fetchedAt: number;
+/**
+ * A realm's user list, compact (B7): members by user id in columns, their fields as packed JSON
+ * rows read back only for the one user asked about, and an email → position map.
+ */
+export class Directory {
+  /** X2: what this directory holds, in bytes, estimated from its columns. */
+  readonly bytes: number;
+
+  private constructor(
+    private readonly columns: UserColumns,
+    private readonly positions: ReadonlyMap<string, number>,
+    /** The id each email (by position) stands for, after emailPicks; -1 for none. */
+    private readonly picked: Int32Array,
+    /** X10: emails more than one member of the list has (unmapped unless one is active). */
+    readonly ambiguousEmails: ReadonlySet<string>,
+    /** When the upstream answered (ms since the epoch), so a reader can tell how fresh it is. */
+    readonly fetchedAt: number,
+  ) {
+    const n = columns.ids.length;
+    // The map's entries (key string, slot) are the largest part.
+    this.bytes = 1024 + columns.rows.length + columns.emails.length + n * (4 + 8 + 1 + 4 + 4 + 72);
+  }
+
+  /** Builds the email map in steps, yielding to other requests between them. */
+  static async of(columns: UserColumns, fetchedAt: number): Promise<Directory> {
+    const byEmail = new Map<string, number>();
+    const shared = new Map<string, number[]>();
+    let i = 0;
+    for (const email of lines(columns.emails)) {
+      if (i > 0 && i % STEP === 0) await nextTurn();
+      const first = byEmail.get(email);
+      if (first === undefined) byEmail.set(email, i);
+      else {
+        const group = shared.get(email);
+        if (group) group.push(i);
+        else shared.set(email, [first, i]);
+      }
+      i++;
+    }
+    for (const [email, group] of shared) {
+      const chosen = emailPicks(columns, group);
+      if (chosen >= 0) byEmail.set(email, chosen);
+      else byEmail.delete(email);
+    }
+    const picked = new Int32Array(i);
+    i = 0;
+    for (const email of lines(columns.emails)) {
+      if (i > 0 && i % STEP === 0) await nextTurn();
+      const at = byEmail.get(email);
+      picked[i++] = at === undefined ? -1 : columns.ids[at]!;
+    }
+    return new Directory(columns, byEmail, picked, new Set(shared.keys()), fetchedAt);
+  }
+
+  /** The email → id map as a table, for reading a legacy answer's keys off the main thread (B7). */
+  emailTable(): EmailTable {
+    return { emails: this.columns.emails, ids: this.picked };
+  }
+
+  /** Members in the list. */
+  get size(): number {
+    return this.columns.ids.length;
+  }
+
+  /** The user id an email stands for (X10: see emailPicks). */
+  idOf(email: string): number | undefined {
+    const i = this.positions.get(email);
+    return i === undefined ? undefined : this.columns.ids[i];
+  }
+
+  /** The member with this id, read from its row. */
+  member(userId: number): Member | undefined {
+    const i = this.position(userId);
+    if (i < 0) return undefined;
+    return unpackMember(this.columns.rows.slice(this.columns.rowStarts[i]!, this.columns.rowStarts[i + 1]! - 1));
+  }
+
+  /** date_joined in whole seconds. */
+  dateJoinedOf(userId: number): number | undefined {
+    const i = this.position(userId);
+    const t = i < 0 ? Number.NaN : this.columns.joined[i]!;
+    return Number.isNaN(t) ? undefined : t;
+  }
+
+  /** Every user id, ascending. */
+  userIds(): Iterable<number> {
+    return this.columns.ids.values();
+  }
+
+  /** What replicas share (S1): the rows, from which the rest is rebuilt. */
+  toJson(): string {
+    return JSON.stringify({ fetchedAt: this.fetchedAt, rows: this.columns.rows });
+  }
+
+  private position(userId: number): number {
+    const ids = this.columns.ids;
+    let lo = 0;
+    let hi = ids.length - 1;
+    while (lo <= hi) {
+      const mid = (lo + hi) >>> 1;
+      const v = ids[mid]!;
+      if (v === userId) return mid;
+      if (v < userId) lo = mid + 1;
+      else hi = mid - 1;
+    }
+    return -1;
+  }
 }
 
 export interface UserDirectoryOptions {
@@ -54,6 +148,8 @@ export interface UserDirectoryOptions {
   ttlMs: number;
   /** Realms kept in this process at most (least recently used go first). */
   maxEntries: number;
+  /** X2: bytes the realms' lists may take in this process (see Directory.bytes). */
+  maxBytes?: number | undefined;
   /**
    * refresh() re-reads a list only when it is older than this (default 1000), so a user the
    * list cannot show (another realm's bot) costs at most one read per this many ms.
@@ -61,6 +157,10 @@ export interface UserDirectoryOptions {
   minRefreshMs?: number;
   /** S1: where replicas share the lists (the store's cache backend); absent: this process only. */
   backend?: CacheBackend | undefined;
+  /** B7: where large lists are parsed (off the main thread). */
+  parser?: ParsePool | undefined;
+  /** B7: the largest list read (memory.largeAnswerBytes). @default 512 MiB */
+  maxAnswerBytes?: number | undefined;
 }
 
 interface LoadContext {
@@ -68,88 +168,25 @@ interface LoadContext {
   headers: Record<string, string>;
 }
 
-/** What is cached (and shared between replicas as JSON): the members as read. */
-interface Stored {
-  members: Member[];
-  fetchedAt: number;
-}
-
-const str = (v: unknown): v is string => typeof v === 'string';
-const bool = (v: unknown): v is boolean => typeof v === 'boolean';
-const int = (v: unknown): v is number => typeof v === 'number' && Number.isInteger(v);
-
-/** Reads one member; undefined when the row lacks what every era sends. Pure. */
-export function memberOf(row: unknown): Member | undefined {
-  if (!row || typeof row !== 'object') return undefined;
-  const r = row as Record<string, unknown>;
-  if (!int(r.user_id) || !str(r.email)) return undefined;
-  const m: Member = {
-    user_id: r.user_id,
-    email: r.email,
-    is_bot: bool(r.is_bot) ? r.is_bot : false,
-    is_active: bool(r.is_active) ? r.is_active : true,
-    is_admin: bool(r.is_admin) ? r.is_admin : false,
-    is_guest: bool(r.is_guest) ? r.is_guest : false,
-    timezone: str(r.timezone) ? r.timezone : '',
-    date_joined: str(r.date_joined) ? r.date_joined : '',
-  };
-  if (str(r.full_name)) m.full_name = r.full_name;
-  if (bool(r.is_owner)) m.is_owner = r.is_owner;
-  if (int(r.role)) m.role = r.role;
-  if (int(r.avatar_version)) m.avatar_version = r.avatar_version;
-  if (str(r.delivery_email)) m.delivery_email = r.delivery_email;
-  return m;
-}
-
-function storedOf(answer: Record<string, unknown>, fetchedAt: number): Stored {
-  if (!Array.isArray(answer.members)) throw upstreamBadResponse('GET /users has no members list');
-  const members: Member[] = [];
-  for (const row of answer.members) {
-    const m = memberOf(row);
-    if (m) members.push(m);
+/** Builds the directory from a parsed `GET /users` answer (`{"members": [...]}`). */
+export async function directoryOf(answer: Record<string, unknown>, fetchedAt: number): Promise<Directory> {
+  let columns: UserColumns;
+  try {
+    columns = userColumnsOf(answer);
+  } catch (e) {
+    throw e instanceof BadAnswer ? upstreamBadResponse(e.message) : e;
   }
-  return { members, fetchedAt };
-}
-
-/**
- * X10: the member an email shared by several stands for: the one active member (presence is
- * only ever reported for active users); none when that is not exactly one, so no user's
- * presence is attributed to another.
- */
-export function memberForSharedEmail(members: readonly Member[]): Member | undefined {
-  const active = members.filter((m) => m.is_active);
-  return active.length === 1 ? active[0] : undefined;
-}
-
-function directoryFrom({ members, fetchedAt }: Stored): Directory {
-  const byEmail = new Map<string, Member>();
-  const shared = new Map<string, Member[]>();
-  for (const m of members) {
-    const group = shared.get(m.email);
-    const first = byEmail.get(m.email);
-    if (group) group.push(m);
-    else if (first) shared.set(m.email, [first, m]);
-    else byEmail.set(m.email, m);
-  }
-  for (const [email, group] of shared) {
-    const chosen = memberForSharedEmail(group);
-    if (chosen) byEmail.set(email, chosen);
-    else byEmail.delete(email);
-  }
-  return { byEmail, ambiguousEmails: new Set(shared.keys()), byId: new Map(members.map((m) => [m.user_id, m])), fetchedAt };
-}
-
-/** Builds the directory from a `GET /users` answer (`{"members": [...]}`). Pure. */
-export function directoryOf(answer: Record<string, unknown>, fetchedAt: number): Directory {
-  return directoryFrom(storedOf(answer, fetchedAt));
+  return Directory.of(columns, fetchedAt);
 }
 
 export class UserDirectory {
-  private readonly cache: SharedCache<Stored, LoadContext>;
-  /** The maps of each cached list, built once per list rather than per request. */
-  private readonly built = new WeakMap<Stored, Directory>();
+  private readonly cache: SharedCache<Directory, LoadContext>;
   private readonly minRefreshMs: number;
+  private readonly maxBytes: number;
   private readonly refreshing = new Map<string, Promise<Directory>>();
+  readonly parser: ParsePool;
+  private readonly maxAnswerBytes: number;
+  private tooLargeLogged = false;
   /** Realms whose shared emails were logged already (X10: once). */
   private readonly ambiguityLogged = new Set<string>();
 
@@ -160,10 +197,24 @@ export class UserDirectory {
     options: UserDirectoryOptions,
   ) {
     this.minRefreshMs = options.minRefreshMs ?? 1_000;
-    this.cache = new SharedCache<Stored, LoadContext>({
+    this.maxBytes = options.maxBytes ?? 128 * 1024 * 1024;
+    this.parser = options.parser ?? defaultParsePool();
+    this.maxAnswerBytes = options.maxAnswerBytes ?? 512 * 1024 * 1024;
+    this.cache = new SharedCache<Directory, LoadContext>({
       name: 'user_directory',
       ttlMs: options.ttlMs,
       max: options.maxEntries,
+      maxBytes: this.maxBytes,
+      sizeOf: (d) => d.bytes,
+      // B7: an expired list is not read again inside a presence refresh; a user it does not
+      // know yet makes refresh() read it at once.
+      staleWhileRevalidate: true,
+      toJson: (d) => d.toJson(),
+      fromJson: async (json) => {
+        const { fetchedAt, rows } = JSON.parse(json) as { fetchedAt: number; rows: string };
+        if (typeof fetchedAt !== 'number' || typeof rows !== 'string') throw new Error('not a shared user list');
+        return Directory.of(await this.parser.userRows(rows), fetchedAt);
+      },
       backend: options.backend,
       lookups: metrics.lookups,
       load: (_key, context) => this.load(context),
@@ -176,15 +227,8 @@ export class UserDirectory {
    * authenticated by the upstream already before they are served cached data.
    * Rejects when the upstream cannot give the list; a failure is not cached.
    */
-  async get(realm: Realm, headers: Record<string, string>): Promise<Directory> {
-    const stored = await this.cache.get(realm.key, { realm, headers });
-    let dir = this.built.get(stored);
-    if (!dir) {
-      dir = directoryFrom(stored);
-      this.built.set(stored, dir);
-      if (dir.ambiguousEmails.size > 0) this.logAmbiguity(realm, dir);
-    }
-    return dir;
+  get(realm: Realm, headers: Record<string, string>): Promise<Directory> {
+    return this.cache.get(realm.key, { realm, headers });
   }
 
   /**
@@ -206,29 +250,45 @@ export class UserDirectory {
     return p;
   }
 
-  /** X10: once per realm and process, which emails several users share and what was chosen. */
+  private async load({ realm, headers }: LoadContext): Promise<Directory> {
+    // A web-app caller (session cookie, no Basic auth) can only read the list under /json.
+    const path = headers.authorization ? '/api/v1/users' : '/json/users';
+    const r = await fetchLarge(this.client, { realm, method: 'GET', path, headers }, this.maxAnswerBytes, () => this.tooLarge(realm));
+    if (!isSuccess(r.status)) {
+      this.log.warn({ realm: realm.host, status: r.status }, 'user directory: GET /users failed');
+      throw upstreamBadResponse(`GET /users answered HTTP ${r.status}`);
+    }
+    const dir = await Directory.of(await this.parser.userList(r.body), Date.now());
+    this.log.debug({ realm: realm.host, members: dir.size, bytes: dir.bytes }, 'user directory loaded');
+    if (dir.ambiguousEmails.size > 0) this.logAmbiguity(realm, dir);
+    if (dir.bytes > this.maxBytes && !this.tooLargeLogged) {
+      this.tooLargeLogged = true;
+      this.log.warn(
+        { realm: realm.host, bytes: dir.bytes, maxBytes: this.maxBytes },
+        'user list larger than memory.userDirectoriesBytes: not kept, read again for every lookup; raise memory.userDirectoriesBytes',
+      );
+    }
+    return dir;
+  }
+
   private logAmbiguity(realm: Realm, dir: Directory): void {
     if (this.ambiguityLogged.has(realm.key)) return;
     if (this.ambiguityLogged.size >= 1_000) this.ambiguityLogged.clear();
     this.ambiguityLogged.add(realm.key);
     const emails = [...dir.ambiguousEmails].slice(0, 10);
-    const unmapped = emails.filter((e) => !dir.byEmail.has(e)).length;
+    const userIds = emails.map((e) => dir.idOf(e) ?? null);
     this.log.warn(
-      { realm: realm.host, shared: dir.ambiguousEmails.size, unmapped, userIds: emails.map((e) => dir.byEmail.get(e)?.user_id ?? null) },
+      { realm: realm.host, shared: dir.ambiguousEmails.size, unmapped: userIds.filter((id) => id === null).length, userIds },
       'user list: several users share an email; presence goes to the one active user, or to nobody when that is not one',
     );
   }
 
-  private async load({ realm, headers }: LoadContext): Promise<Stored> {
-    // A web-app caller (session cookie, no Basic auth) can only read the list under /json.
-    const path = headers.authorization ? '/api/v1/users' : '/json/users';
-    const r = await this.client.fetch({ realm, method: 'GET', path, headers });
-    if (!isSuccess(r.status)) {
-      this.log.warn({ realm: realm.host, status: r.status }, 'user directory: GET /users failed');
-      throw upstreamBadResponse(`GET /users answered HTTP ${r.status}`);
-    }
-    const stored = storedOf(parseJsonObject(r.body), Date.now());
-    this.log.debug({ realm: realm.host, members: stored.members.length }, 'user directory loaded');
-    return stored;
+  private tooLarge(realm: Realm): void {
+    if (this.tooLargeLogged) return;
+    this.tooLargeLogged = true;
+    this.log.warn(
+      { realm: realm.host, maxBytes: this.maxAnswerBytes },
+      'GET /users answer larger than memory.largeAnswerBytes: presence and profile lookups fail for this realm; raise memory.largeAnswerBytes',
+    );
   }
 }

@@ -1,0 +1,164 @@
+import os from 'node:os';
+import { parseArgs } from 'node:util';
+import { Pool } from 'undici';
+import { spawnChild, type Child } from './children.js';
+import { lastUpdateIdOf, percentile, send, type Req } from './load.js';
+import { basicAuth, PRESENCE_PATH } from './synthetic-upstream.js';
+
+/**
+ * B7 (issue 19 §2): the cost curve of a large realm on a 2.1 upstream. For each realm size a
+ * synthetic upstream and a shim start in processes of their own; the figures are
+ * - cold: the first full modern answer (user list and presence read, converted, merged);
+ * - refresh: a full poll alone after the sharing window ran out (median of 3);
+ * - delta polls from 4 connections for `phase` seconds while the snapshot refreshes every
+ *   `coalesceMs`: their p99 and max, and the shim's longest event-loop block (wall time, and
+ *   the main thread's CPU time in its busiest gap, since the machine is shared);
+ * - RSS and heap (after full collections) at the end; bytes per user = heap and buffers held
+ *   above the shim's empty baseline, over the users.
+ *
+ * `npm run bench -- b7 [--sizes 1000,10000,50000,100000] [--phase 10] [--coalesce-ms 2000]`
+ */
+
+const { values: flags } = parseArgs({
+  args: process.argv.slice(2).filter((a) => a !== 'b7'),
+  options: {
+    sizes: { type: 'string' },
+    phase: { type: 'string' },
+    'coalesce-ms': { type: 'string' },
+    era: { type: 'string' },
+  },
+  strict: true,
+});
+const sizes = (flags.sizes ?? '1000,10000,50000,100000').split(',').map(Number);
+const phaseMs = Number(flags.phase ?? 10) * 1000;
+const coalesceMs = Number(flags['coalesce-ms'] ?? 2000);
+const era = flags.era ?? '2.1';
+const log = (s: string) => process.stdout.write(`${s}\n`);
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+const form = { 'content-type': 'application/x-www-form-urlencoded' };
+
+function poll(caller: number, lastUpdateId: number): Req {
+  return {
+    method: 'POST',
+    path: PRESENCE_PATH,
+    headers: { ...form, authorization: basicAuth(caller) },
+    body: `status=active&last_update_id=${lastUpdateId}`,
+  };
+}
+
+interface Memory {
+  rss: number;
+  heapUsed: number;
+  arrayBuffers: number;
+}
+
+interface Blocks {
+  maxMs: number;
+  maxCpuInGapMs: number;
+  gapOfMaxCpuMs: number;
+}
+
+export interface B7Row {
+  users: number;
+  coldMs: number;
+  refreshMs: number;
+  deltaP99Ms: number;
+  deltaMaxMs: number;
+  deltaPolls: number;
+  worstBlockMs: number;
+  worstBlockCpuMs: number;
+  rssMiB: number;
+  bytesPerUser: number;
+}
+
+async function measure(users: number): Promise<B7Row> {
+  const up = await spawnChild('upstream-process.ts', [era, String(users), '0.02', '60000'], { readyTimeoutMs: 600_000 });
+  let shim: Child | undefined;
+  try {
+    await up.call('churn', { on: true });
+    shim = await spawnChild('shim-process.ts', [up.url, String(coalesceMs), 'warn'], { nodeArgs: ['--expose-gc'] });
+    const base = await shim.call<Memory>('memory', { gc: true });
+    const pool = new Pool(shim.url, { connections: 8, keepAliveTimeout: 60_000 });
+    try {
+      const cold = await send(pool, poll(0, -1));
+      if (cold.status !== 200) throw new Error(`cold poll: HTTP ${cold.status}`);
+      let id = lastUpdateIdOf(cold.tail) ?? -1;
+
+      const refreshes: number[] = [];
+      for (let i = 0; i < 3; i++) {
+        await sleep(coalesceMs + 50);
+        const r = await send(pool, poll(1, -1));
+        if (r.status !== 200) throw new Error(`refresh poll: HTTP ${r.status}`);
+        refreshes.push(r.ms);
+        id = Math.max(id, lastUpdateIdOf(r.tail) ?? -1);
+      }
+      refreshes.sort((a, b) => a - b);
+
+      await shim.call('eld-start');
+      const ms: number[] = [];
+      const end = performance.now() + phaseMs;
+      const worker = async (w: number) => {
+        let mine = id;
+        while (performance.now() < end) {
+          const r = await send(pool, poll(2 + w, mine));
+          if (r.status !== 200) throw new Error(`delta poll: HTTP ${r.status}`);
+          ms.push(r.ms);
+          mine = Math.max(mine, lastUpdateIdOf(r.tail) ?? mine);
+        }
+      };
+      await Promise.all([0, 1, 2, 3].map(worker));
+      const blocks = await shim.call<Blocks>('eld-stop');
+      const after = await shim.call<Memory>('memory', { gc: true });
+      const sorted = Float64Array.from(ms).sort();
+      return {
+        users,
+        coldMs: cold.ms,
+        refreshMs: refreshes[1]!,
+        deltaP99Ms: percentile(sorted, 99),
+        deltaMaxMs: sorted[sorted.length - 1] ?? Number.NaN,
+        deltaPolls: ms.length,
+        worstBlockMs: blocks.maxMs,
+        worstBlockCpuMs: blocks.maxCpuInGapMs,
+        rssMiB: after.rss / 2 ** 20,
+        bytesPerUser: (after.heapUsed + after.arrayBuffers - base.heapUsed - base.arrayBuffers) / users,
+      };
+    } finally {
+      await pool.close();
+    }
+  } finally {
+    await shim?.stop();
+    await up.stop();
+  }
+}
+
+const fmt = (v: number, d = 0) => v.toLocaleString('en-US', { maximumFractionDigits: d, minimumFractionDigits: d });
+
+log(`B7 cost curve: synthetic ${era} upstream, coalesceMs ${coalesceMs}, delta phase ${phaseMs / 1000} s, sizes ${sizes.join(', ')}`);
+log(
+  `load average at start: ${os
+    .loadavg()
+    .map((v) => v.toFixed(2))
+    .join(' / ')}`,
+);
+const rows: B7Row[] = [];
+for (const users of sizes) {
+  const row = await measure(users);
+  rows.push(row);
+  log(JSON.stringify(row));
+}
+log('');
+log(
+  '| users | cold full answer | refresh | delta p99 / max during refreshes | worst block (wall / main-thread CPU) | RSS | bytes per user |',
+);
+log('|---|---|---|---|---|---|---|');
+for (const r of rows) {
+  log(
+    `| ${fmt(r.users)} | ${fmt(r.coldMs)} ms | ${fmt(r.refreshMs)} ms | ${fmt(r.deltaP99Ms)} / ${fmt(r.deltaMaxMs)} ms | ${fmt(r.worstBlockMs, 1)} / ${fmt(r.worstBlockCpuMs, 1)} ms | ${fmt(r.rssMiB)} MiB | ${fmt(r.bytesPerUser)} |`,
+  );
+}
+log(
+  `load average at end: ${os
+    .loadavg()
+    .map((v) => v.toFixed(2))
+    .join(' / ')}`,
+);

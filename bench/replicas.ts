@@ -1,0 +1,149 @@
+import { randomBytes } from 'node:crypto';
+import { parseArgs } from 'node:util';
+import { Redis } from 'ioredis';
+import { Pool } from 'undici';
+import { spawnChild, type Child } from './children.js';
+import { lastUpdateIdOf, percentile, send, type Req } from './load.js';
+import { basicAuth, PRESENCE_PATH, type UpstreamStats } from './synthetic-upstream.js';
+
+/**
+ * Issue 19 §3, replicas that cost what one costs: the same paced load (`--clients` clients, each
+ * polling once per simulated minute with the id of its previous answer, time compressed
+ * `--compress`×) against one replica and against two replicas on one Redis, each client's
+ * polls alternating between the replicas. Reports the replicas' CPU in total, poll latency
+ * p50/p99, full upstream fetches, and answers whose id was below the one the client sent (X1).
+ * `node --import tsx bench/replicas.ts [--users 10000] [--clients 1000] [--minutes 4]`
+ */
+
+const { values: flags } = parseArgs({
+  options: {
+    users: { type: 'string' },
+    clients: { type: 'string' },
+    minutes: { type: 'string' },
+    compress: { type: 'string' },
+    replicas: { type: 'string' },
+  },
+  strict: true,
+});
+const users = Number(flags.users ?? 10_000);
+const clients = Number(flags.clients ?? 1_000);
+const minutes = Number(flags.minutes ?? 4);
+const compress = Number(flags.compress ?? 5);
+const most = Number(flags.replicas ?? 2);
+const minuteMs = 60_000 / compress;
+const coalesceMs = Math.round(5_000 / compress);
+const redisUrl = process.env.REDIS_URL || 'redis://127.0.0.1:6379';
+const form = { 'content-type': 'application/x-www-form-urlencoded', host: 'chat.example.com' };
+
+const presenceReq = (caller: number, lastUpdateId: number): Req => ({
+  method: 'POST',
+  path: PRESENCE_PATH,
+  headers: { ...form, authorization: basicAuth(caller), 'accept-encoding': 'gzip' },
+  body: `status=active&last_update_id=${lastUpdateId}`,
+});
+
+interface Outcome {
+  replicas: number;
+  shimCpuMs: number;
+  upstreamCpuMs: number;
+  polls: number;
+  p50Ms: number;
+  p99Ms: number;
+  fullFetches: number;
+  backwards: number;
+  errors: number;
+}
+
+async function phase(up: Child, n: number): Promise<Outcome> {
+  const prefix = `zcs-bench:${randomBytes(4).toString('hex')}:`;
+  const shims: Child[] = [];
+  for (let i = 0; i < n; i++) shims.push(await spawnChild('shim-process.ts', [up.url, String(coalesceMs), 'warn', redisUrl, prefix]));
+  const pools = shims.map((s) => new Pool(s.url, { connections: 64, pipelining: 1, keepAliveTimeout: 60_000 }));
+  try {
+    const prime = await send(pools[0]!, presenceReq(0, -1), false, true);
+    const firstId = lastUpdateIdOf(prime.tail) ?? -1;
+    const lastId = new Array<number>(clients).fill(firstId);
+    const busy = new Uint8Array(clients);
+    const latencies: number[] = [];
+    let backwards = 0;
+    let errors = 0;
+    let before: UpstreamStats | undefined;
+    const inflight = new Set<Promise<void>>();
+    const t0 = performance.now();
+    const total = clients * minutes;
+    let fired = 0;
+    while (fired < total) {
+      const due = Math.min(total, Math.floor(((performance.now() - t0) / minuteMs) * clients) + 1);
+      while (fired < due) {
+        const minute = Math.floor(fired / clients);
+        const client = fired % clients;
+        fired++;
+        if (minute === 1 && client === 0) {
+          before = await up.call<UpstreamStats>('stats');
+          await Promise.all([up.call('cpu'), ...shims.map((s) => s.call('cpu'))]);
+        }
+        if (busy[client]) continue;
+        busy[client] = 1;
+        const sent = lastId[client]!;
+        // Each client's polls alternate between the replicas, as behind a round-robin balancer.
+        const pool = pools[(client + minute) % n]!;
+        const p = send(pool, presenceReq(client, sent), false, true)
+          .then((s) => {
+            const id = lastUpdateIdOf(s.tail);
+            if (s.status !== 200 || id === undefined) errors++;
+            else {
+              if (id < sent) backwards++;
+              lastId[client] = id;
+            }
+            if (minute >= 1) latencies.push(s.ms);
+          })
+          .catch(() => void errors++) // counted: a failed poll is a figure of this bench
+          .finally(() => {
+            busy[client] = 0;
+            inflight.delete(p);
+          });
+        inflight.add(p);
+      }
+      await new Promise((r) => setTimeout(r, 2));
+    }
+    await Promise.all(inflight);
+    const [after, upstreamCpuMs, ...shimCpu] = await Promise.all([
+      up.call<UpstreamStats>('stats'),
+      up.call<number>('cpu'),
+      ...shims.map((s) => s.call<number>('cpu')),
+    ]);
+    const sorted = Float64Array.from(latencies).sort();
+    return {
+      replicas: n,
+      shimCpuMs: Math.round(shimCpu.reduce((a, b) => a + b, 0)),
+      upstreamCpuMs: Math.round(upstreamCpuMs),
+      polls: latencies.length,
+      p50Ms: +percentile(sorted, 50).toFixed(2),
+      p99Ms: +percentile(sorted, 99).toFixed(2),
+      fullFetches: after.presenceFull - before!.presenceFull,
+      backwards,
+      errors,
+    };
+  } finally {
+    await Promise.all(pools.map((p) => p.close()));
+    await Promise.all(shims.map((s) => s.stop()));
+    const admin = new Redis(redisUrl);
+    const keys = await admin.keys(`${prefix}*`);
+    if (keys.length) await admin.unlink(...keys);
+    admin.disconnect();
+  }
+}
+
+const up = await spawnChild('upstream-process.ts', ['2.1', String(users), '0.02', '60000']);
+try {
+  await up.call('clock', { minuteMs });
+  await up.call('churn', { on: true });
+  const results: Outcome[] = [];
+  for (let n = 1; n <= most; n++) results.push(await phase(up, n));
+  const one = results[0]!;
+  for (const r of results) {
+    console.log(JSON.stringify({ ...r, cpuVsOne: +(r.shimCpuMs / one.shimCpuMs).toFixed(2), p99VsOne: +(r.p99Ms / one.p99Ms).toFixed(2) }));
+  }
+} finally {
+  await up.stop();
+}

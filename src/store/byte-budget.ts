@@ -1,0 +1,106 @@
+import { LRUCache } from 'lru-cache';
+
+/**
+ * X2: one byte budget shared by many small maps (the answers built from each presence
+ * snapshot): past it, the entries used longest ago go, whichever map holds them. Each map is a
+ * real Map, so code that caches in a Map needs no change beyond where the map is made.
+ */
+export class ByteBudget {
+  /** Weak: a map nobody holds any more (its snapshot was dropped) is collected with its entries. */
+  private readonly entries: LRUCache<number, { map: WeakRef<BudgetedMap<unknown, unknown>>; key: unknown }>;
+  /** …and its entries are then given back to the budget. */
+  private readonly collected = new FinalizationRegistry<Map<unknown, number>>((tickets) => {
+    for (const ticket of tickets.values()) this.entries.delete(ticket);
+  });
+  private next = 0;
+
+  constructor(readonly maxBytes: number) {
+    this.entries = new LRUCache({
+      maxSize: maxBytes,
+      dispose: ({ map, key }, _ticket, reason) => {
+        if (reason !== 'delete') map.deref()?.forget(key);
+      },
+    });
+  }
+
+  /** A map whose entries count against this budget, each sized by `sizeOf` when it is set. */
+  map<K, V>(sizeOf: (value: V) => number): BudgetedMap<K, V> {
+    const tickets = new Map<K, number>();
+    const map = new BudgetedMap<K, V>(this, sizeOf, tickets);
+    this.collected.register(map, tickets as Map<unknown, number>);
+    return map;
+  }
+
+  /** Bytes the entries take now. */
+  get usedBytes(): number {
+    return this.entries.calculatedSize;
+  }
+
+  /** @internal */
+  charge(map: BudgetedMap<unknown, unknown>, key: unknown, bytes: number): number {
+    const ticket = ++this.next;
+    this.entries.set(ticket, { map: new WeakRef(map), key }, { size: Math.max(1, Math.ceil(bytes)) });
+    return ticket;
+  }
+
+  /** @internal */
+  touch(ticket: number): void {
+    this.entries.get(ticket);
+  }
+
+  /** @internal */
+  release(ticket: number): void {
+    this.entries.delete(ticket);
+  }
+}
+
+export class BudgetedMap<K, V> extends Map<K, V> {
+  constructor(
+    private readonly budget: ByteBudget,
+    private readonly sizeOf: (value: V) => number,
+    private readonly tickets: Map<K, number>,
+  ) {
+    super();
+  }
+
+  override get(key: K): V | undefined {
+    const ticket = this.tickets.get(key);
+    if (ticket !== undefined) this.budget.touch(ticket);
+    return super.get(key);
+  }
+
+  override set(key: K, value: V): this {
+    // Map's constructor calls set() before the fields exist: nothing to charge then.
+    if (!this.tickets) return super.set(key, value);
+    const old = this.tickets.get(key);
+    if (old !== undefined) this.budget.release(old);
+    super.set(key, value);
+    const bytes = this.sizeOf(value);
+    // An entry larger than the whole budget is not kept at all.
+    if (bytes > this.budget.maxBytes) {
+      this.forget(key);
+      return this;
+    }
+    this.tickets.set(key, this.budget.charge(this as BudgetedMap<unknown, unknown>, key, bytes));
+    return this;
+  }
+
+  override delete(key: K): boolean {
+    const ticket = this.tickets.get(key);
+    if (ticket !== undefined) this.budget.release(ticket);
+    this.tickets.delete(key);
+    return super.delete(key);
+  }
+
+  override clear(): void {
+    for (const ticket of this.tickets.values()) this.budget.release(ticket);
+    this.tickets.clear();
+    super.clear();
+  }
+
+  /** @internal Drops an entry the budget evicted. */
+  forget(key: unknown): void {
+    this.tickets.delete(key as K);
+    super.delete(key as K);
+  }
+}

@@ -1,0 +1,340 @@
+import { setImmediate as nextTurn } from 'node:timers/promises';
+import { legacyUserToModern, oldSlimToModern, type Converted, type PresenceEra, type UserLookup } from '../presence/convert.js';
+import type { ModernPresence } from '../presence/ledger.js';
+
+/**
+ * Pure readers of the two upstream answers that grow with a realm (B7: at 100k users on 2.1
+ * the user list is 35 MB and the legacy presence answer 19.7 MB). Each takes the raw body bytes
+ * and returns compact columns (typed arrays, one joined string) instead of an object per user,
+ * so it can run in a worker thread (parse-worker.ts) and its result cross to the main thread
+ * cheaply. Also run on the main thread for small answers.
+ */
+
+/** The answer is not what the endpoint sends (E2: UPSTREAM_BAD_RESPONSE). */
+export class BadAnswer extends Error {
+  override name = 'BadAnswer';
+}
+
+/** The fields of a `GET /users` member the shim reads (zulip-server.md §5.2, every era). */
+export interface Member {
+  user_id: number;
+  email: string;
+  full_name?: string;
+  is_bot: boolean;
+  is_active: boolean;
+  is_admin: boolean;
+  is_guest: boolean;
+  /** Feature level 8+. */
+  is_owner?: boolean;
+  /** Feature level 59+. */
+  role?: number;
+  /** IANA name or "". */
+  timezone: string;
+  /** ISO 8601 with offset, as the upstream wrote it. */
+  date_joined: string;
+  /** Feature level 6+. */
+  avatar_version?: number;
+  /** Only where the upstream shows it to the caller (admins, or always from feature level 163). */
+  delivery_email?: string;
+}
+
+const str = (v: unknown): v is string => typeof v === 'string';
+const bool = (v: unknown): v is boolean => typeof v === 'boolean';
+const int = (v: unknown): v is number => typeof v === 'number' && Number.isInteger(v);
+
+/** Reads one member; undefined when the row lacks what every era sends. Pure. */
+export function memberOf(row: unknown): Member | undefined {
+  if (!row || typeof row !== 'object') return undefined;
+  const r = row as Record<string, unknown>;
+  if (!int(r.user_id) || !str(r.email)) return undefined;
+  const m: Member = {
+    user_id: r.user_id,
+    email: r.email,
+    is_bot: bool(r.is_bot) ? r.is_bot : false,
+    is_active: bool(r.is_active) ? r.is_active : true,
+    is_admin: bool(r.is_admin) ? r.is_admin : false,
+    is_guest: bool(r.is_guest) ? r.is_guest : false,
+    timezone: str(r.timezone) ? r.timezone : '',
+    date_joined: str(r.date_joined) ? r.date_joined : '',
+  };
+  if (str(r.full_name)) m.full_name = r.full_name;
+  if (bool(r.is_owner)) m.is_owner = r.is_owner;
+  if (int(r.role)) m.role = r.role;
+  if (int(r.avatar_version)) m.avatar_version = r.avatar_version;
+  if (str(r.delivery_email)) m.delivery_email = r.delivery_email;
+  return m;
+}
+
+type Packed = [number, string, string | null, boolean, boolean, boolean, boolean, string, string, ...Array<unknown>];
+
+/** A member as one short JSON array (no repeated keys): about half the bytes of the object. */
+export function packMember(m: Member): string {
+  return JSON.stringify([
+    m.user_id,
+    m.email,
+    m.full_name ?? null,
+    m.is_bot,
+    m.is_active,
+    m.is_admin,
+    m.is_guest,
+    m.timezone,
+    m.date_joined,
+    m.is_owner ?? null,
+    m.role ?? null,
+    m.avatar_version ?? null,
+    m.delivery_email ?? null,
+  ]);
+}
+
+export function unpackMember(json: string): Member {
+  const [
+    user_id,
+    email,
+    full_name,
+    is_bot,
+    is_active,
+    is_admin,
+    is_guest,
+    timezone,
+    date_joined,
+    is_owner,
+    role,
+    avatar_version,
+    delivery,
+  ] = JSON.parse(json) as Packed;
+  const m: Member = { user_id, email, is_bot, is_active, is_admin, is_guest, timezone, date_joined };
+  if (full_name !== null) m.full_name = full_name;
+  if (is_owner !== null) m.is_owner = is_owner as boolean;
+  if (role !== null) m.role = role as number;
+  if (avatar_version !== null) m.avatar_version = avatar_version as number;
+  if (delivery !== null) m.delivery_email = delivery as string;
+  return m;
+}
+
+/** The user list in columns, members ordered by user id. */
+export interface UserColumns {
+  /** User ids, ascending. */
+  ids: Int32Array;
+  /** date_joined in whole seconds (NaN where it does not parse), by position. */
+  joined: Float64Array;
+  /** 1 where the member is active, by position (X10: an email's one active user wins). */
+  active: Uint8Array;
+  /** Emails, by position, joined by "\n". */
+  emails: string;
+  /** packMember rows, by position, joined by "\n" (JSON text never holds a raw newline). */
+  rows: string;
+  /** Where each row starts in `rows`, and one past the end (length + 1) last. */
+  rowStarts: Int32Array;
+}
+
+function columnsOf(members: Member[]): UserColumns {
+  members.sort((a, b) => a.user_id - b.user_id);
+  const n = members.length;
+  const ids = new Int32Array(n);
+  const joined = new Float64Array(n);
+  const active = new Uint8Array(n);
+  const emails: string[] = new Array<string>(n);
+  const rows: string[] = new Array<string>(n);
+  for (let i = 0; i < n; i++) {
+    const m = members[i]!;
+    ids[i] = m.user_id;
+    const t = Date.parse(m.date_joined);
+    joined[i] = Number.isFinite(t) ? Math.floor(t / 1000) : Number.NaN;
+    active[i] = m.is_active ? 1 : 0;
+    emails[i] = m.email;
+    rows[i] = packMember(m);
+  }
+  const rowStarts = new Int32Array(n + 1);
+  let at = 0;
+  for (let i = 0; i < n; i++) {
+    rowStarts[i] = at;
+    at += rows[i]!.length + 1;
+  }
+  rowStarts[n] = at;
+  return { ids, joined, active, emails: emails.join('\n'), rows: rows.join('\n'), rowStarts };
+}
+
+/** Members of a parsed `GET /users` answer (`{"members": [...]}`); rows that cannot be read are left out. */
+export function membersOf(answer: Record<string, unknown>): Member[] {
+  if (!Array.isArray(answer.members)) throw new BadAnswer('GET /users has no members list');
+  const out: Member[] = [];
+  for (const row of answer.members) {
+    const m = memberOf(row);
+    // An email with a line break cannot be a Zulip address, and would split the columns.
+    if (m && !m.email.includes('\n')) out.push(m);
+  }
+  return out;
+}
+
+/** A parsed user list in columns. */
+export function userColumnsOf(answer: Record<string, unknown>): UserColumns {
+  return columnsOf(membersOf(answer));
+}
+
+/** The columns again from their rows (a list shared by another replica as rows only). */
+export function userColumnsFromRows(rows: string): UserColumns {
+  return columnsOf(rows === '' ? [] : rows.split('\n').map(unpackMember));
+}
+
+export function parseObject(bytes: Uint8Array): Record<string, unknown> {
+  let v: unknown;
+  try {
+    v = JSON.parse(Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString('utf8'));
+  } catch {
+    throw new BadAnswer('body is not JSON');
+  }
+  if (!v || typeof v !== 'object' || Array.isArray(v)) throw new BadAnswer('body is not a JSON object');
+  return v as Record<string, unknown>;
+}
+
+/** `GET /users` bytes → columns. */
+export function readUserList(bytes: Uint8Array): UserColumns {
+  return userColumnsOf(parseObject(bytes));
+}
+
+/**
+ * An upstream presence answer in columns: its top-level fields but `presences`, and each
+ * convertible user's modern timestamps (P2). `active` is NaN where the era's data has no active
+ * time: the reader fills it with the user's date_joined (P2), which the user list knows.
+ */
+export interface PresenceColumns {
+  top: Record<string, unknown>;
+  /** Legacy answers read without an email table: the keys (emails), by position, joined by "\n". */
+  emails?: string | undefined;
+  /**
+   * The user ids, by position: slim answers' keys, or legacy keys resolved through the email
+   * table, -1 where the table does not know the email (those are in `unknown`, in order).
+   */
+  ids?: Int32Array | undefined;
+  /** Legacy emails the table did not know, in the order of their -1 ids, joined by "\n". */
+  unknown?: string | undefined;
+  active: Float64Array;
+  idle: Float64Array;
+  /** Users in the columns; 0 with no conversion asked for. */
+  count: number;
+  /** Users the answer shows (its keys), converted or not. */
+  keys: number;
+}
+
+/**
+ * Presence answer bytes → columns. `era` is the format's conversion (zulip-server.md §3.5):
+ * `legacy` for email-keyed answers of any era, the upstream's era for slim ones; undefined when
+ * the answer is not converted (7.0–8.x legacy answers: only its top-level fields are read).
+ */
+/**
+ * The realm's email → id map as the user directory decided it (X10), to resolve legacy keys
+ * where the answer is read: each email (joined by "\n") and the id it stands for, by position.
+ */
+export interface EmailTable {
+  emails: string;
+  ids: Int32Array;
+}
+
+function tableMap(t: EmailTable): Map<string, number> {
+  const m = new Map<string, number>();
+  let i = 0;
+  for (const email of lines(t.emails)) {
+    const id = t.ids[i++]!;
+    if (id >= 0) m.set(email, id); // -1: an email shared by several, standing for none (X10)
+  }
+  return m;
+}
+
+export function readPresenceAnswer(bytes: Uint8Array, era: PresenceEra | undefined, table?: EmailTable): PresenceColumns {
+  const body = parseObject(bytes);
+  const { presences, ...top } = body;
+  if (!presences || typeof presences !== 'object' || Array.isArray(presences)) {
+    throw new BadAnswer('presence answer without a presences object');
+  }
+  const entries = Object.entries(presences as Record<string, unknown>);
+  if (!era) return { top, active: new Float64Array(0), idle: new Float64Array(0), count: 0, keys: entries.length };
+  const active = new Float64Array(entries.length);
+  const idle = new Float64Array(entries.length);
+  const byEmail = era === 'legacy' && table ? tableMap(table) : undefined;
+  const slim = era !== 'legacy';
+  const ids = slim || byEmail ? new Int32Array(entries.length) : undefined;
+  const emails: string[] = [];
+  let n = 0;
+  const convert = era === 'legacy' ? legacyUserToModern : oldSlimToModern;
+  for (const [key, entry] of entries) {
+    if (slim) {
+      if (!/^\d+$/.test(key)) continue;
+      ids![n] = Number(key);
+    } else if (key.includes('\n')) continue;
+    // A never-active user's active time is the one thing this thread cannot know: marked NaN.
+    let joinedAsked = false;
+    const p = convert(entry, () => {
+      joinedAsked = true;
+      return undefined;
+    });
+    if (!p) continue;
+    active[n] = joinedAsked ? Number.NaN : p.active_timestamp;
+    idle[n] = p.idle_timestamp;
+    if (byEmail) {
+      const id = byEmail.get(key);
+      ids![n] = id ?? -1;
+      if (id === undefined) emails.push(key);
+    } else if (!slim) emails.push(key);
+    n++;
+  }
+  return {
+    top,
+    emails: slim || byEmail ? undefined : emails.join('\n'),
+    unknown: byEmail ? emails.join('\n') : undefined,
+    ids: ids?.slice(0, n),
+    active: active.slice(0, n),
+    idle: idle.slice(0, n),
+    count: n,
+    keys: entries.length,
+  };
+}
+
+/** Users handled per step on the main thread (B7: each step stays far below 50 ms). */
+export const STEP = 5_000;
+
+/**
+ * The "\n"-joined parts of `joined`, one at a time, without splitting the whole string at once
+ * (B7: 100k strings made in one go is a long block).
+ */
+export function* lines(joined: string): Generator<string> {
+  if (joined === '') return;
+  let at = 0;
+  for (;;) {
+    const end = joined.indexOf('\n', at);
+    if (end < 0) {
+      yield joined.slice(at);
+      return;
+    }
+    yield joined.slice(at, end);
+    at = end + 1;
+  }
+}
+
+/**
+ * Columns → the modern entries by user id (P2), as convert.ts's toModern gives them: legacy keys
+ * through the realm's email → id map, a missing active time from date_joined (or 0).
+ */
+export async function modernFromColumns(c: PresenceColumns, users: UserLookup): Promise<Converted> {
+  const presences = new Map<number, ModernPresence>();
+  const unknownEmails: string[] = [];
+  const emails = c.emails === undefined ? undefined : lines(c.emails);
+  const unknown = lines(c.unknown ?? '');
+  for (let i = 0; i < c.count; i++) {
+    if (i > 0 && i % STEP === 0) await nextTurn();
+    let id: number | undefined = emails ? undefined : c.ids![i]!;
+    if (id === undefined || id === -1) {
+      // A key the worker could not resolve: through the caller's map (a fresher one, after a refresh).
+      const email = (emails ?? unknown).next().value as string;
+      id = users.idOf(email);
+      if (id === undefined) {
+        unknownEmails.push(email);
+        continue;
+      }
+    }
+    const idle = c.idle[i]!;
+    let active = c.active[i]!;
+    if (Number.isNaN(active)) active = Math.min(users.dateJoinedOf(id) ?? 0, idle);
+    presences.set(id, { active_timestamp: active, idle_timestamp: Math.max(idle, active) });
+  }
+  return { presences, unknownEmails };
+}

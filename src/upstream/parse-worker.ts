@@ -1,0 +1,173 @@
+import { availableParallelism } from 'node:os';
+import { setImmediate as nextTurn } from 'node:timers/promises';
+import { Worker } from 'node:worker_threads';
+import { upstreamBadResponse } from '../http/errors.js';
+import type { PresenceEra } from '../presence/convert.js';
+import {
+  BadAnswer,
+  readPresenceAnswer,
+  readUserList,
+  userColumnsFromRows,
+  type EmailTable,
+  type PresenceColumns,
+  type UserColumns,
+} from './large-answers.js';
+import type { Reply, Task } from './parse-worker-thread.js';
+
+/**
+ * B7: the large upstream answers (user list, full presence) are parsed and converted off the
+ * main thread, by a small pool of worker threads that take the body bytes and give back compact
+ * columns (large-answers.ts). A 35 MB user list would otherwise block every other request for
+ * a third of a second. Small answers are read in place: a round trip costs more than they do.
+ */
+
+export interface ParsePoolOptions {
+  /**
+   * Worker threads at most (started on first use, each kept while the process lives).
+   * 0 reads everything on the main thread.
+   * @default one fewer than the cores, at least 1, at most 2
+   */
+  workers?: number;
+  /** Answers below this many bytes are read on the main thread. @default 512 KiB */
+  inlineBelowBytes?: number;
+  /**
+   * A worker that read an answer of at least this many bytes ends once idle, giving back the
+   * heap the parse took (about four times the answer), rather than holding it as resident
+   * memory until the next one. @default 4 MiB
+   */
+  recycleAboveBytes?: number;
+}
+
+interface Running {
+  worker: Worker;
+  waiting: Map<number, { resolve: (v: unknown) => void; reject: (e: Error) => void }>;
+  /** Read a large answer: end when idle. */
+  recycle: boolean;
+}
+
+/**
+ * A worker running the module beside this one: the built JavaScript, or under tsx/vitest the
+ * TypeScript source through tsx's loader (registered in the worker before the import).
+ */
+function startWorker(): Worker {
+  const here = import.meta.url;
+  if (!here.endsWith('.ts')) return new Worker(new URL('./parse-worker-thread.js', here));
+  const entry = new URL('./parse-worker-thread.ts', here).href;
+  const code = `import('tsx/esm/api').then(({ register }) => { register(); return import(${JSON.stringify(entry)}); });`;
+  return new Worker(code, { eval: true });
+}
+
+const toShimError = (message: string, bad: boolean) => (bad ? upstreamBadResponse(message) : new Error(`parse worker: ${message}`));
+
+export class ParsePool {
+  private readonly size: number;
+  private readonly inlineBelow: number;
+  private readonly recycleAbove: number;
+  private readonly running: Running[] = [];
+  private nextId = 1;
+  private closed = false;
+
+  constructor(o: ParsePoolOptions = {}) {
+    this.size = o.workers ?? Math.max(1, Math.min(2, availableParallelism() - 1));
+    this.inlineBelow = o.inlineBelowBytes ?? 512 * 1024;
+    this.recycleAbove = o.recycleAboveBytes ?? 4 * 1024 * 1024;
+  }
+
+  /** `GET /users` bytes → columns. The bytes are moved to the worker: the caller must not reuse them. */
+  userList(bytes: Buffer): Promise<UserColumns> {
+    if (!this.offload(bytes.length)) return inline(() => readUserList(bytes));
+    const own = bytes.byteOffset === 0 && bytes.byteLength === bytes.buffer.byteLength;
+    const copy = own ? bytes : Uint8Array.prototype.slice.call(bytes);
+    return this.run({ id: 0, kind: 'users', bytes: copy }, [copy.buffer as ArrayBuffer], bytes.length) as Promise<UserColumns>;
+  }
+
+  /** A user list shared as rows (another replica's) → columns. */
+  userRows(rows: string): Promise<UserColumns> {
+    if (!this.offload(rows.length)) return inline(() => userColumnsFromRows(rows));
+    return this.run({ id: 0, kind: 'rows', rows }, [], rows.length) as Promise<UserColumns>;
+  }
+
+  /**
+   * Presence answer bytes → columns (see readPresenceAnswer); legacy keys resolved through
+   * `table` where given. The bytes stay the caller's (copied).
+   */
+  presenceAnswer(bytes: Buffer, era: PresenceEra | undefined, table?: EmailTable): Promise<PresenceColumns> {
+    if (!this.offload(bytes.length)) return inline(() => readPresenceAnswer(bytes, era, table));
+    return this.run({ id: 0, kind: 'presence', bytes, era, table }, [], bytes.length) as Promise<PresenceColumns>;
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    await Promise.all(this.running.splice(0).map((r) => r.worker.terminate()));
+  }
+
+  private offload(bytes: number): boolean {
+    return this.size > 0 && !this.closed && bytes >= this.inlineBelow;
+  }
+
+  private run(task: Task, transfer: ArrayBuffer[], bytes: number): Promise<unknown> {
+    const r = this.pick();
+    if (bytes >= this.recycleAbove) r.recycle = true;
+    const id = this.nextId++;
+    return new Promise((resolve, reject) => {
+      r.waiting.set(id, { resolve, reject });
+      r.worker.ref();
+      r.worker.postMessage({ ...task, id }, transfer);
+    });
+  }
+
+  private retire(r: Running): void {
+    const i = this.running.indexOf(r);
+    if (i >= 0) this.running.splice(i, 1);
+    void r.worker.terminate();
+  }
+
+  /** The least busy worker, or a new one while there are fewer than `size`. */
+  private pick(): Running {
+    let best = this.running[0];
+    for (const r of this.running) if (r.waiting.size < best!.waiting.size) best = r;
+    if (best && (best.waiting.size === 0 || this.running.length >= this.size)) return best;
+    const worker = startWorker();
+    worker.unref();
+    const r: Running = { worker, waiting: new Map(), recycle: false };
+    const fail = (e: Error) => {
+      const i = this.running.indexOf(r);
+      if (i >= 0) this.running.splice(i, 1);
+      for (const w of r.waiting.values()) w.reject(e);
+      r.waiting.clear();
+    };
+    worker.on('message', (m: Reply) => {
+      const w = r.waiting.get(m.id);
+      if (!w) return;
+      r.waiting.delete(m.id);
+      if (r.waiting.size === 0) {
+        worker.unref();
+        if (r.recycle) this.retire(r);
+      }
+      if (m.ok) w.resolve(m.result);
+      else w.reject(toShimError(m.message, m.bad));
+    });
+    worker.on('error', fail);
+    worker.on('exit', (code) => fail(new Error(`parse worker exited with code ${code}`)));
+    this.running.push(r);
+    return r;
+  }
+}
+
+/** A read on this thread, after a turn of the event loop (the caller's step before it ends first). */
+async function inline<T>(read: () => T): Promise<T> {
+  await nextTurn();
+  try {
+    return read();
+  } catch (e) {
+    if (e instanceof BadAnswer) throw upstreamBadResponse(e.message);
+    throw e;
+  }
+}
+
+let shared: ParsePool | undefined;
+/** One pool for the process where none is passed in (tests, tools). */
+export function defaultParsePool(): ParsePool {
+  shared ??= new ParsePool();
+  return shared;
+}

@@ -1,0 +1,23 @@
+import { readdirSync, readFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { describe, expect, it } from 'vitest';
+
+/** 15.8: every rule id the code and the docs cite is stated in docs/behaviour.md. */
+
+const ROOT = resolve(import.meta.dirname, '..');
+const RULE_ID = /\b(P1[0-3]|P[1-9]|U[1-5]|R[12]|T[12]|H[12]|S[12]|E[1-4]|X10|X[1-9]|V[1-4])\b/g;
+
+function files(dir: string): string[] {
+  return readdirSync(dir, { withFileTypes: true }).flatMap((e) => (e.isDirectory() ? files(join(dir, e.name)) : [join(dir, e.name)]));
+}
+
+describe('docs/behaviour.md', () => {
+  it('states every rule id cited in src/, the README, SECURITY.md and docs/', () => {
+    const citing = [...files(join(ROOT, 'src')), join(ROOT, 'README.md'), join(ROOT, 'SECURITY.md'), ...files(join(ROOT, 'docs'))];
+    const cited = new Set(citing.flatMap((f) => readFileSync(f, 'utf8').match(RULE_ID) ?? []));
+    const doc = readFileSync(join(ROOT, 'docs', 'behaviour.md'), 'utf8');
+    const stated = new Set([...doc.matchAll(/^- \*\*([A-Z]\d+)\./gm)].map((m) => m[1]));
+    expect([...cited].filter((id) => !stated.has(id)).sort()).toEqual([]);
+    expect(cited.size).toBeGreaterThan(30);
+  });
+});

@@ -1,0 +1,18 @@
+import { readFileSync } from 'node:fs';
+import { describe, expect, it } from 'vitest';
+import { configReference, README, withReference } from '../scripts/config-reference.js';
+
+/** 15.8: the README's configuration reference is the schema's, key for key. */
+describe('README configuration reference', () => {
+  it('matches the schema (run `npm run docs:config` after changing src/config.ts)', () => {
+    const readme = readFileSync(README, 'utf8');
+    expect(readme).toBe(withReference(readme, configReference()));
+  });
+
+  it('describes every key', () => {
+    const undescribed = configReference()
+      .split('\n')
+      .filter((row) => row.endsWith('|  |'));
+    expect(undescribed).toEqual([]);
+  });
+});

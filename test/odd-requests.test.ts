@@ -1,0 +1,270 @@
+import http from 'node:http';
+import net from 'node:net';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { removeDotSegments, routeOf, routingPath } from '../src/routes.js';
+import { realmHostMatcher } from '../src/realm-hosts.js';
+import { startFake, type FakeZulip } from './support/fake-zulip.js';
+import { sendRaw } from './support/http-client.js';
+import { startShim, type RunningShim } from './support/shim.js';
+
+/**
+ * X6 and X2's allow-list on raw sockets: every odd request gets a Zulip-shaped answer, no
+ * spelling of a path skips interception, and a host outside --realm-hosts costs no upstream call.
+ */
+
+const upstreamCalls = (fake: FakeZulip) => [...fake.stats.requests.values()].reduce((a, b) => a + b, 0);
+
+/** One request with exactly this target and these headers (no URL normalisation on the way). */
+function get(
+  base: string,
+  path: string,
+  headers: Record<string, string> = {},
+): Promise<{ status: number; headers: http.IncomingHttpHeaders; body: string }> {
+  const url = new URL(base);
+  return new Promise((resolve, reject) => {
+    const req = http.request({ host: url.hostname, port: url.port, method: 'GET', path, headers, agent: false }, (res) => {
+      let body = '';
+      res.on('data', (d: Buffer) => (body += d.toString()));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body }));
+      res.on('error', reject);
+    });
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+/**
+ * A client that writes its whole request, body included, before reading anything: resolves with
+ * what the server sent, or the socket error it met.
+ */
+function writeAllThenRead(base: string, head: string, body: Buffer, chunked: boolean): Promise<{ bytes: string; error?: string }> {
+  const url = new URL(base);
+  return new Promise((resolve) => {
+    const chunks: Buffer[] = [];
+    let error: string | undefined;
+    const socket = net.connect(Number(url.port), url.hostname);
+    socket.pause(); // nothing is read until the whole body is written
+    socket.on('error', (e: NodeJS.ErrnoException) => (error ??= e.code ?? e.message));
+    socket.on('close', () => resolve({ bytes: Buffer.concat(chunks).toString('latin1'), ...(error ? { error } : {}) }));
+    socket.write(head);
+    const payload = chunked ? Buffer.concat([Buffer.from(`${body.length.toString(16)}\r\n`), body, Buffer.from('\r\n0\r\n\r\n')]) : body;
+    socket.write(payload, () => {
+      socket.on('data', (c: Buffer) => chunks.push(c));
+      socket.resume();
+    });
+  });
+}
+
+describe('routing path (X6): what the upstream router sees', () => {
+  it.each([
+    ['/api/v1/users/me', '/api/v1/users/me'],
+    ['/api/v1/users/../users/me', '/api/v1/users/me'],
+    ['/api/v1/users/%2e%2e/users/me', '/api/v1/users/me'],
+    ['/api/v1/users/%2E%2E/users/me', '/api/v1/users/me'],
+    ['/api/v1/users/.%2E/users/me', '/api/v1/users/me'],
+    ['/api/v1/users/%2e./users/me', '/api/v1/users/me'],
+    ['/api/v1/./users/me', '/api/v1/users/me'],
+    ['/api/v1/%2e/users/me', '/api/v1/users/me'],
+    ['/api/v1//users/me', '/api/v1/users/me'],
+    ['/api/v1/users%2Fme', '/api/v1/users/me'],
+    ['/api/v1/users/m%65', '/api/v1/users/me'],
+    ['/api/v1/users/me?x=/../y', '/api/v1/users/me'],
+    ['http://chat.example.com/api/v1/users/me', '/api/v1/users/me'],
+    ['/../../api/v1/users/me', '/api/v1/users/me'],
+    ['/api/v1/users/me/..', '/api/v1/users/'],
+    ['/api/v1/users/me/.', '/api/v1/users/me/'],
+    ['', '/'],
+  ])('%s → %s', (target, path) => {
+    expect(routingPath(target)).toBe(path);
+  });
+
+  it('RFC 3986 §5.2.4 examples', () => {
+    expect(removeDotSegments('/a/b/c/./../../g')).toBe('/a/g');
+    expect(removeDotSegments('/mid/content=5/../6')).toBe('/mid/6');
+  });
+
+  it("routes are decided once, on that path; own paths are the shim's", () => {
+    expect(routeOf('POST', '/api/v1/users/%2e%2e/users/me/presence').kind).toBe('intercepted');
+    expect(routeOf('GET', '/api/v1/users/me').kind).toBe('intercepted');
+    expect(routeOf('HEAD', '/api/v1/users/me').kind).toBe('upstream');
+    expect(routeOf('GET', '/api/v1/users/me/subscriptions').kind).toBe('upstream');
+    expect(routeOf('POST', '/healthz').kind).toBe('own');
+    expect(routeOf('GET', '/x/../metrics?a')).toEqual({ kind: 'own', path: '/metrics' });
+  });
+});
+
+describe('--realm-hosts matching', () => {
+  const admits = realmHostMatcher(['chat.example.com', '*.example.org', 'local:8443']);
+  it.each([
+    ['chat.example.com', true],
+    ['CHAT.example.com:443', true],
+    ['a.example.org', true],
+    ['a.b.example.org', true],
+    ['example.org', false],
+    ['evil-example.org', false],
+    ['chat.example.com.evil.test', false],
+    ['local:8443', true],
+    ['local', false],
+    ['', false],
+    [undefined, false],
+  ])('%s → %s', (host, ok) => {
+    expect(admits(host)).toBe(ok);
+  });
+  it('an empty list admits every host', () => {
+    expect(realmHostMatcher([])('anything')).toBe(true);
+  });
+});
+
+describe('odd requests on raw sockets (X6)', () => {
+  let fake: FakeZulip;
+  let shim: RunningShim;
+  beforeAll(async () => {
+    fake = await startFake({ era: '2.1' });
+    shim = await startShim(fake.url);
+  });
+  afterAll(async () => {
+    await shim.close();
+    await fake.stop();
+  });
+
+  it.each([['HTTP/1.1'], ['HTTP/1.0']])("no Host (%s) → 400 in Zulip's shape, no upstream call", async (version) => {
+    const before = upstreamCalls(fake);
+    const a = await sendRaw(shim.url, Buffer.from(`GET /api/v1/users/me ${version}\r\n\r\n`), 5_000);
+    expect(a.status).toBe(400);
+    expect(a.headers['content-type']).toBe('application/json');
+    expect(JSON.parse(a.body.toString())).toEqual({ result: 'error', msg: expect.stringMatching(/Host/), code: 'BAD_REQUEST' });
+    expect(upstreamCalls(fake)).toBe(before);
+  });
+
+  it('no Host still reaches /healthz', async () => {
+    const a = await sendRaw(shim.url, Buffer.from('GET /healthz HTTP/1.0\r\n\r\n'), 5_000);
+    expect(a.status).toBe(200);
+  });
+
+  it.each([
+    ['declared length', false],
+    ['chunked', true],
+  ])('a 50 MB body (%s) over the limit: the 413 JSON is read by a client that writes it all first', async (_name, chunked) => {
+    const body = Buffer.alloc(50 * 1024 * 1024, 'a');
+    const head = [
+      'POST /api/v1/users/me/presence HTTP/1.1',
+      `Host: chat.example.com`,
+      'Content-Type: application/x-www-form-urlencoded',
+      chunked ? 'Transfer-Encoding: chunked' : `Content-Length: ${body.length}`,
+      '',
+      '',
+    ].join('\r\n');
+    const { bytes, error } = await writeAllThenRead(shim.url, head, body, chunked);
+    expect(error).toBeUndefined();
+    expect(bytes).toMatch(/^HTTP\/1\.1 413 /);
+    const json = bytes.slice(bytes.indexOf('\r\n\r\n') + 4);
+    expect(JSON.parse(json)).toMatchObject({ result: 'error', code: 'BAD_REQUEST' });
+  });
+
+  it.each([
+    '/api/v1/users/../users/me',
+    '/api/v1/users/%2e%2e/users/me',
+    '/api/v1/users/%2E%2E/users/me',
+    '/api/v1/users/.%2e/users/me',
+    '/api/v1//users/me',
+    '/api/v1/./users/me',
+  ])('GET %s is the own profile, backfilled (U2), asked upstream by its plain path', async (path) => {
+    fake.resetStats();
+    const a = await get(shim.url, path, { host: 'chat.example.com', authorization: fake.auth(10) });
+    expect(a.status).toBe(200);
+    expect(a.headers['x-zulip-compat-backfilled']).toMatch(/role/);
+    expect(JSON.parse(a.body)).toMatchObject({ role: expect.any(Number), is_owner: expect.any(Boolean) });
+    expect(fake.stats.requests.get('GET /api/v1/users/me')).toBe(1);
+  });
+
+  it('POST …/users/%2e%2e/users/me/presence is presence, in the modern format', async () => {
+    const url = new URL(shim.url);
+    const answer = await new Promise<string>((resolve, reject) => {
+      const req = http.request(
+        {
+          host: url.hostname,
+          port: url.port,
+          method: 'POST',
+          path: '/api/v1/users/%2e%2e/users/me/presence',
+          headers: { host: 'chat.example.com', authorization: fake.auth(10), 'content-type': 'application/x-www-form-urlencoded' },
+          agent: false,
+        },
+        (res) => {
+          let body = '';
+          res.on('data', (d: Buffer) => (body += d.toString()));
+          res.on('end', () => resolve(body));
+        },
+      );
+      req.on('error', reject);
+      req.end('status=active&last_update_id=-1');
+    });
+    expect(JSON.parse(answer)).toMatchObject({ presence_last_update_id: expect.any(Number) });
+  });
+});
+
+describe('--realm-hosts (X2): other hosts get a 400 with no upstream call', () => {
+  let fake: FakeZulip;
+  let shim: RunningShim;
+  beforeAll(async () => {
+    fake = await startFake({ era: '5.0' });
+    shim = await startShim(fake.url, { server: { realmHosts: ['chat.example.com', '*.example.org'] } });
+  });
+  afterAll(async () => {
+    await shim.close();
+    await fake.stop();
+  });
+
+  it.each([['/api/v1/server_settings'], ['/api/v1/users/me'], ['/api/v1/messages'], ['/']])(
+    'GET %s with 1,000 made-up hosts: 400s, no upstream call',
+    async (path) => {
+      const before = upstreamCalls(fake);
+      for (let i = 0; i < 1000; i += 50) {
+        const answers = await Promise.all(Array.from({ length: 50 }, (_, j) => get(shim.url, path, { host: `h${i + j}.evil.test` })));
+        for (const a of answers) {
+          expect(a.status).toBe(400);
+          expect(JSON.parse(a.body)).toMatchObject({ result: 'error', code: 'BAD_REQUEST' });
+        }
+      }
+      expect(upstreamCalls(fake)).toBe(before);
+    },
+  );
+
+  it('a WebSocket upgrade with a made-up host: 400, no upstream call', async () => {
+    const before = upstreamCalls(fake);
+    const a = await sendRaw(
+      shim.url,
+      Buffer.from(
+        'GET /sockjs/websocket HTTP/1.1\r\nHost: evil.test\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n',
+      ),
+      5_000,
+    );
+    expect(a.status).toBe(400);
+    expect(JSON.parse(a.body.toString())).toMatchObject({ result: 'error', code: 'BAD_REQUEST' });
+    expect(upstreamCalls(fake)).toBe(before);
+  });
+
+  it("listed hosts go through; the shim's own paths answer any host", async () => {
+    // /readyz asks the upstream as the first listed realm, not as the prober's host.
+    const ready = await get(shim.url, '/readyz', { host: '10.0.0.7:9991' });
+    expect(ready.status).toBe(200);
+    expect(fake.seen.at(-1)?.headers.host).toBe('chat.example.com');
+    expect((await get(shim.url, '/healthz', { host: '10.0.0.7:9991' })).status).toBe(200);
+    expect((await get(shim.url, '/api/v1/server_settings', { host: 'chat.example.com' })).status).toBe(200);
+    expect((await get(shim.url, '/api/v1/server_settings', { host: 'team.example.org' })).status).toBe(200);
+  });
+});
+
+describe("/readyz in the shim's own words", () => {
+  it("with Redis down: 503 naming the store, not the Redis client's wording", async () => {
+    const fake = await startFake({ era: '5.0' });
+    const shim = await startShim(fake.url, { store: { redisUrl: 'redis://127.0.0.1:1' } });
+    try {
+      const a = await get(shim.url, '/readyz', { host: 'chat.example.com' });
+      expect(a.status).toBe(503);
+      expect(JSON.parse(a.body)).toEqual({ result: 'error', msg: 'not ready: the Redis store is not reachable', code: 'NOT_READY' });
+    } finally {
+      await shim.close();
+      await fake.stop();
+    }
+  });
+});

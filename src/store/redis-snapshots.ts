@@ -28,7 +28,8 @@ if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 if redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
 return 0`;
 
-/** Publishes the snapshot for the rest of its window, drops our lock, wakes the waiters (channel ARGV[5]). */
+/** Publishes the snapshot for the rest of its window, drops our lock, wakes the waiters. The
+ * channel is an argument, not a key: a script's keys must share one Cluster slot. */
 const PUBLISH_LUA = `
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 if redis.call('GET', KEYS[2]) == ARGV[3] then redis.call('DEL', KEYS[2]) end

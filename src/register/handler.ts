@@ -6,7 +6,7 @@ import { type Bounded, type Params, parseParams, readBody, readUpTo } from '../h
 import { sendEncoded } from '../http/compress.js';
 import { endToEnd } from '../http/headers.js';
 import { isSuccess, relay, relayBuffered, rewrittenHeaders } from '../http/relay.js';
-import { forwardedHeaders, parseJsonObject, translate, type UpstreamResponse } from '../upstream/client.js';
+import { forwardedHeaders, translate, type UpstreamResponse } from '../upstream/client.js';
 import { FL } from '../upstream/feature-level.js';
 import { realmOf } from '../upstream/realm.js';
 import { limitLegacyHistory, presenceEra } from '../presence/convert.js';
@@ -15,6 +15,7 @@ import { historyCutoff } from '../presence/ledger.js';
 import { takeInAnswer, upstreamTime, type Asker, type Format } from '../presence/intake.js';
 import { parseJsonInt, readJsonBool } from '../presence/params.js';
 import { everyCallerSeesTheSameUsers } from '../presence/snapshots.js';
+import { backfillRegisterUsers, parseRegisterAnswer, registerNeedsUsers, serializeRegister, usersAddedHeaders } from './users.js';
 
 /**
  * POST /api/v1/register and /json/register (R1, R2): when the answer carries presence, its
@@ -57,11 +58,12 @@ export const registerHandler: Handler = async (req, res, ctx) => {
   const headers: Record<string, string> = { ...forwardedHeaders(req) };
   if (req.headers['content-type']) headers['content-type'] = req.headers['content-type'];
   const withPresence = featureLevel < FL.LAST_UPDATE_ID && fetchesPresence(params);
+  const withUsers = registerNeedsUsers(featureLevel, params); // V1, V3: register/users.ts
   // P12 in register (feature level 288), which old servers do not know: E3 before the call.
   const historyLimitDays = withPresence
     ? parseJsonInt('presence_history_limit_days', params.get('presence_history_limit_days'))
     : undefined;
-  if (!withPresence) headers['accept-encoding'] = req.headers['accept-encoding'] ?? 'identity';
+  if (!withPresence && !withUsers) headers['accept-encoding'] = req.headers['accept-encoding'] ?? 'identity';
   const r = await timedUpstream(req, () =>
     ctx.client.request({
       realm,
@@ -73,7 +75,7 @@ export const registerHandler: Handler = async (req, res, ctx) => {
       ...(withPresence ? { deadlineMs: ctx.config.upstream.timeoutMs } : {}),
     }),
   );
-  if (!withPresence || !isSuccess(r.status)) {
+  if ((!withPresence && !withUsers) || !isSuccess(r.status)) {
     f.kind = 'passthrough';
     return relay(res, r);
   }
@@ -84,17 +86,25 @@ export const registerHandler: Handler = async (req, res, ctx) => {
     throw translate(e);
   });
   if (!bounded.complete) {
-    ctx.log.warn({ realm: realm.host, limit }, 'register answer larger than the buffer limit: passed on untouched');
+    ctx.log.warn(
+      { realm: realm.host, limit },
+      'register answer larger than the buffer limit: passed on untouched, presence and user backfill skipped',
+    );
     f.kind = 'passthrough-large';
     return passOn(res, r, bounded);
   }
   const started = performance.now();
-  const body = parseJsonObject(bounded.body);
+  const body = await parseRegisterAnswer(bounded.body);
   await setImmediate(); // a large register answer: let other requests run after parsing it
+  const users = withUsers ? await backfillRegisterUsers(body, featureLevel, params) : undefined;
   const presences = body.presences;
-  if (!presences || typeof presences !== 'object' || Array.isArray(presences)) {
-    // No presence in it after all (a spectator, an upstream that left it out): as it came.
-    return passOn(res, r, bounded);
+  if (!withPresence || !presences || typeof presences !== 'object' || Array.isArray(presences)) {
+    // No presence in it (a spectator, an upstream that left it out): as it came unless users were filled (V4).
+    if (!users || users.added.length === 0) return passOn(res, r, bounded);
+    f.kind = 'register';
+    const raw = await serializeRegister(body);
+    await sendEncoded(req, res, r.status, { raw }, { ...rewrittenHeaders(r.headers), ...usersAddedHeaders(users) });
+    return;
   }
 
   const slimAsked = readJsonBool(params.get('slim_presence')) === true;
@@ -123,5 +133,5 @@ export const registerHandler: Handler = async (req, res, ctx) => {
   const out = Buffer.from(JSON.stringify(body));
   f.kind = 'register';
   ctx.log.debug({ bytes: out.length, ms: Math.round(performance.now() - started) }, 'register presence rewritten');
-  await sendEncoded(req, res, r.status, { raw: out }, rewrittenHeaders(r.headers));
+  await sendEncoded(req, res, r.status, { raw: out }, { ...rewrittenHeaders(r.headers), ...usersAddedHeaders(users) });
 };

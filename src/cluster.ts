@@ -11,8 +11,22 @@ import type { Logger } from './observability/logger.js';
  * worker for the one a scrape reached.
  */
 
+/** One registry's series, as `getMetricsAsJSON` gives them. */
+type Series = Awaited<ReturnType<Registry['getMetricsAsJSON']>>;
+
 /** Messages a worker sends the primary. */
-type ToPrimary = { zcs: 'failure'; line: string } | { zcs: 'metrics'; id: number } | { zcs: 'flush' };
+type ToPrimary =
+  | { zcs: 'failure'; line: string }
+  | { zcs: 'metrics'; id: number }
+  | { zcs: 'flush' }
+  /** The shim exists: the worker answers `collect` from now on. */
+  | { zcs: 'ready' }
+  | { zcs: 'collected'; id: number; metrics: Series };
+/** The primary asks a ready worker for its registry's series. */
+interface Collect {
+  zcs: 'collect';
+  id: number;
+}
 /** The primary's answer to a worker's `metrics` request. */
 interface MetricsReply {
   zcs: 'metrics';
@@ -47,7 +61,29 @@ export interface PrimaryOptions {
 /** Runs the primary until the workers are gone; resolves with the process's exit code. */
 export function runPrimary(o: PrimaryOptions): Promise<number> {
   const { log } = o;
-  const metrics = new AggregatorRegistry();
+  const ready = new Set<Worker>();
+  const collections = new Map<number, { pending: number; series: Series[]; done(e?: Error): void }>();
+  let nextCollection = 0;
+  /** Every ready worker's series, summed (prom-client's cluster aggregation, `aggregator` per metric). */
+  const clusterMetrics = () =>
+    new Promise<string>((resolve, reject) => {
+      const id = nextCollection++;
+      const workers = [...ready].filter((w) => w.isConnected());
+      const timer = setTimeout(() => c.done(new Error('a worker did not send its metrics within 5 s')), 5_000);
+      const c = {
+        pending: workers.length,
+        series: [] as Series[],
+        done(e?: Error) {
+          if (!collections.delete(id)) return;
+          clearTimeout(timer);
+          if (e) reject(e);
+          else AggregatorRegistry.aggregate(c.series).metrics().then(resolve, reject);
+        },
+      };
+      collections.set(id, c);
+      for (const w of workers) w.send({ zcs: 'collect', id } satisfies Collect);
+      if (c.pending === 0) c.done();
+    });
   const deaths: number[] = [];
   const restarts = new Set<NodeJS.Timeout>();
   let stopping = false;
@@ -83,11 +119,18 @@ export function runPrimary(o: PrimaryOptions): Promise<number> {
         // Every worker meets the same mistake (a port in use): one line, as a single process says it.
         if (!failureShown) process.stderr.write(`${msg.line}\n`);
         failureShown = true;
+      } else if (msg.zcs === 'ready') {
+        ready.add(worker);
+      } else if (msg.zcs === 'collected') {
+        const c = collections.get(msg.id);
+        if (!c) return;
+        c.series.push(msg.metrics);
+        if (--c.pending === 0) c.done();
       } else if (msg.zcs === 'metrics') {
         const reply = (r: Omit<MetricsReply, 'zcs' | 'id'>) => {
           if (worker.isConnected()) worker.send({ zcs: 'metrics', id: msg.id, ...r } satisfies MetricsReply);
         };
-        metrics.clusterMetrics().then(
+        clusterMetrics().then(
           (text) => reply({ text }),
           (e: unknown) => reply({ error: (e as Error).message }),
         );
@@ -95,6 +138,7 @@ export function runPrimary(o: PrimaryOptions): Promise<number> {
     });
 
     cluster.on('exit', (worker, code, signal) => {
+      ready.delete(worker);
       if (stopping) {
         // A worker stopped by the forwarded signal before it could handle it exited by that signal.
         if (code && !exitCode) exitCode = code;
@@ -138,16 +182,19 @@ export function exitWorker(code: number): void {
   }
 }
 
-/** In a worker: answers the primary's requests for this worker's metrics with `registry`. */
+/** In a worker, once the shim exists: answers the primary's requests for `registry`'s series. */
 export function answerMetricsRequests(registry: Registry): void {
-  AggregatorRegistry.setRegistries([registry]);
-  // Constructing one installs the worker's side of prom-client's cluster protocol.
-  new AggregatorRegistry();
+  process.on('message', (m: unknown) => {
+    if (!isMessage(m) || m.zcs !== 'collect') return;
+    const { id } = m as Collect;
+    void registry.getMetricsAsJSON().then((metrics) => process.send?.({ zcs: 'collected', id, metrics } satisfies ToPrimary));
+  });
+  process.send?.({ zcs: 'ready' } satisfies ToPrimary);
 }
 
 /**
  * In a worker: `/metrics` text for the whole cluster. The primary asks every worker for its
- * registry (prom-client's AggregatorRegistry) and sums the series.
+ * ready worker for its series and sums them.
  */
 export function clusterMetricsText(): () => Promise<string> {
   const waiting = new Map<number, { resolve: (s: string) => void; reject: (e: Error) => void }>();

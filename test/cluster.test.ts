@@ -173,6 +173,8 @@ describeRedis('--workers 2 --redis in front of the fake upstream', () => {
           pid: workers[0],
           signal: 'SIGKILL',
         });
+        // A scrape while the replacement starts: answered by the workers that are ready, not held.
+        expect(parsePrometheusText(ok(await send(listen, '/metrics'))).errors).toEqual([]);
         await until('a replacement listening', () => (listening(run) >= 3 ? true : undefined));
         for (let i = 0; i < 2; i++) {
           ok(await send(listen, '/test/echo?after=replacement'));

@@ -7,6 +7,8 @@ export default defineConfig({
     testTimeout: 20_000,
     hookTimeout: 20_000,
     pool: 'forks',
+    // The CLI and the other scripts tests start as child processes, bundled once per run.
+    globalSetup: ['test/support/global-setup.ts'],
     // P13 over the whole suite: no credential in any log line, HAR file or metric.
     setupFiles: ['test/support/secrets-setup.ts'],
   },

@@ -75,12 +75,13 @@ export interface RunningNginx {
   stop(): Promise<void>;
 }
 
-export async function startNginx(bin: string, upstreamUrl: string): Promise<RunningNginx> {
+/** `workers`: nginx's worker_processes (`auto`: one per core, as nginx is deployed). */
+export async function startNginx(bin: string, upstreamUrl: string, workers: number | 'auto' = 1): Promise<RunningNginx> {
   const dir = mkdtempSync(join(tmpdir(), 'zcs-bench-nginx-'));
   const port = await freePort();
   const up = new URL(upstreamUrl);
   const conf = `
-worker_processes 1;
+worker_processes ${workers};
 daemon off;
 pid ${dir}/nginx.pid;
 error_log ${dir}/error.log warn;
@@ -106,6 +107,7 @@ http {
       proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
       proxy_set_header X-Forwarded-Proto $scheme;
       proxy_read_timeout 120s;
+      client_max_body_size 8m;
     }
   }
 }

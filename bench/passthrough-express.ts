@@ -53,14 +53,15 @@ async function serve(role: Role, upstream: string, logLevel: string): Promise<nu
   const { createPassThrough } = await import('../src/proxy/passthrough.js');
   const { createMetrics } = await import('../src/observability/metrics.js');
   const { upstreamObserver } = await import('../src/observability/upstream-metrics.js');
-  const proxy = createPassThrough({
+  const { createTransport } = await import('../src/upstream/transport.js');
+  const transport = createTransport({
     target: upstream,
     timeoutMs: config.upstream.timeoutMs,
     maxSockets: config.upstream.maxSockets,
     insecureTls: false,
-    log,
     observe: role === 'raw-metrics' ? upstreamObserver(createMetrics()) : undefined,
   });
+  const proxy = createPassThrough({ target: upstream, transport, insecureTls: false, log });
   if (role === 'raw' || role === 'raw-metrics') return listen(http.createServer((req, res) => proxy.web(req, res)));
   const { default: express } = await import('express');
   const app = express();

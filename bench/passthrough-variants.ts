@@ -34,9 +34,14 @@ async function serve(role: string, upstream: string): Promise<void> {
   if (role === 'raw-proxy') {
     const { createPassThrough } = await import('../src/proxy/passthrough.js');
     const { createLogger } = await import('../src/observability/logger.js');
-    const pt = createPassThrough({ target: upstream, timeoutMs: 120_000, maxSockets: 256, insecureTls: false, log: createLogger('warn') });
+    const { createTransport } = await import('../src/upstream/transport.js');
+    const transport = createTransport({ target: upstream, timeoutMs: 120_000, maxSockets: 256, insecureTls: false });
+    const pt = createPassThrough({ target: upstream, transport, insecureTls: false, log: createLogger('warn') });
     handler = (req, res) => pt.web(req, res);
-    close = async () => pt.close();
+    close = async () => {
+      await pt.close();
+      await transport.close();
+    };
   } else {
     const pool = new Pool(upstream, { connections: 256, keepAliveTimeout: 30_000 });
     handler = (req, res) => {

@@ -3,6 +3,7 @@ import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { z } from 'zod';
+import { parseCidr } from './http/forwarded.js';
 import { parseRedisNodes } from './store/redis-connection.js';
 
 /**
@@ -55,7 +56,11 @@ export const configSchema = z
   .strictObject({
     upstream: z.strictObject({
       url: httpUrl.optional().describe('The old Zulip server (http or https). One of upstream.url, replay.har or replay.demo is required.'),
-      timeoutMs: ms.min(1).describe("Give up on a silent upstream after this long (504); above Zulip's ~90 s long poll."),
+      timeoutMs: ms
+        .min(1)
+        .describe(
+          "Give up on a silent upstream after this long (504); above Zulip's ~90 s long poll. An answer the shim reads whole (presence, profile, register, lookups) ends within this long from its start, however slowly it drips (X3).",
+        ),
       maxSockets: z.number().int().min(1).describe('Kept-alive upstream connections per upstream.'),
       insecureTls: z.boolean().describe('Accept self-signed upstream certificates (logged loudly at start-up).'),
       maxResponseBytes: z.number().int().min(1024).describe('Largest upstream body the shim buffers on an intercepted endpoint.'),
@@ -82,6 +87,11 @@ export const configSchema = z
       realmHosts: z
         .array(hostPattern)
         .describe('Admit only these Host names (`*.` wildcards); any other Host gets a 400 with no upstream call (X2). Empty: any.'),
+      trustProxy: z
+        .array(z.string().refine((s) => parseCidr(s) !== undefined, 'must be IP addresses or CIDR ranges (10.0.0.0/8, fd00::/8)'))
+        .describe(
+          "Peers (addresses or CIDR ranges) whose X-Forwarded-Host and X-Forwarded-Proto are kept; anyone else's are replaced by the shim's own view (X4). Empty: none.",
+        ),
     }),
     store: z.strictObject({
       redisUrl: z
@@ -198,6 +208,7 @@ export const SETTINGS: Setting[] = [
   { flag: 'insecure-upstream-tls', env: 'UPSTREAM_INSECURE_TLS', path: ['upstream', 'insecureTls'], kind: 'bool' },
   { flag: 'shutdown-grace-ms', env: 'SHUTDOWN_GRACE_MS', path: ['server', 'shutdownGraceMs'], kind: 'int' },
   { flag: 'realm-hosts', env: 'REALM_HOSTS', path: ['server', 'realmHosts'], kind: 'list' },
+  { flag: 'trust-proxy', env: 'TRUST_PROXY', path: ['server', 'trustProxy'], kind: 'list' },
 ];
 
 /** Config keys holding file paths: in a config file they are relative to that file's directory. */
@@ -333,6 +344,7 @@ export const USAGE = `Usage: zulip-compat-shim [options]
   --insecure-upstream-tls   accept self-signed upstream certificates      [UPSTREAM_INSECURE_TLS]
   --shutdown-grace-ms N     drain deadline on SIGTERM/SIGINT/SIGHUP       [SHUTDOWN_GRACE_MS]
   --realm-hosts LIST        admit only these Host names (*. wildcards)    [REALM_HOSTS]
+  --trust-proxy CIDRS       keep X-Forwarded-Host/Proto from these peers  [TRUST_PROXY]
   --healthcheck             ask GET /healthz of the shim so configured: exit 0 or 1
   -v, --version             print the version and exit
   -h, --help                print this help and exit

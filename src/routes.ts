@@ -2,6 +2,7 @@ import type { Handler } from './context.js';
 import { presenceHandler } from './presence/handler.js';
 import { registerHandler } from './register/handler.js';
 import { ownProfileHandler } from './profile/handler.js';
+import { userHandler, usersHandler } from './profile/users-handler.js';
 import { serverSettingsHandler } from './server-settings.js';
 
 /**
@@ -25,6 +26,12 @@ export const INTERCEPTED: ReadonlyMap<string, Handler> = new Map<string, Handler
   ['POST /api/v1/register', registerHandler],
   ['POST /json/register', registerHandler],
   ['GET /api/v1/users/me', ownProfileHandler],
+  // V1: the user object wherever one appears, under both prefixes.
+  ['GET /json/users/me', ownProfileHandler],
+  ['GET /api/v1/users', usersHandler],
+  ['GET /json/users', usersHandler],
+  ['GET /api/v1/users/{user_id_or_email}', userHandler],
+  ['GET /json/users/{user_id_or_email}', userHandler],
 ]);
 
 export type Route =

@@ -5,6 +5,9 @@ import { forwardedHeaders, parseJsonObject } from './upstream/client.js';
 import { FL, featureLevelOf } from './upstream/feature-level.js';
 import { realmOf } from './upstream/realm.js';
 import { VERSION } from './version.js';
+import { emulatedUserFeatures } from './profile/changes/index.js';
+import { USER_BY_EMAIL_LEVEL, USER_BY_ID_LEVEL } from './profile/users-handler.js';
+import { USER_SETTINGS_LEVEL } from './register/users.js';
 
 /** What the shim adds for an upstream at this feature level (T2). */
 export function emulatedFeatures(featureLevel: number): string[] {
@@ -12,7 +15,12 @@ export function emulatedFeatures(featureLevel: number): string[] {
   if (featureLevel < FL.LAST_UPDATE_ID) {
     out.push('presence_last_update_id', 'presence_modern_format', 'presence_history_limit_days', 'register_presence_last_update_id');
   }
-  if (featureLevel < FL.DELIVERY_EMAIL) out.push('own_user_fields');
+  // The user-object changes name what they emulate (profile/changes/index.ts is the one list).
+  const userFeatures = emulatedUserFeatures(featureLevel);
+  if (userFeatures.length > 0) out.push('own_user_fields', ...userFeatures);
+  if (featureLevel < USER_BY_ID_LEVEL) out.push('get_user_by_id');
+  if (featureLevel < USER_BY_EMAIL_LEVEL) out.push('get_user_by_email');
+  if (featureLevel < USER_SETTINGS_LEVEL) out.push('register_user_settings');
   return out;
 }
 

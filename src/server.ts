@@ -14,6 +14,8 @@ import { SnapshotHub, type ClusterSnapshots } from './presence/snapshots.js';
 import { clusterSnapshotsFor, createStore } from './store/create.js';
 import type { PresenceStore } from './store/types.js';
 import { UpstreamClient } from './upstream/client.js';
+import { createTransport } from './upstream/transport.js';
+import { distrustForwarded, TrustedProxies } from './http/forwarded.js';
 import { FeatureLevels } from './upstream/feature-level.js';
 import { realmOf } from './upstream/realm.js';
 import { UserDirectory } from './upstream/user-directory.js';
@@ -127,14 +129,23 @@ export function createShim(o: ShimOptions): Shim {
   const { config, log } = o;
   const metrics = createMetrics();
   const observeUpstream = upstreamObserver(metrics);
+  // The one way to the upstream, for the pass-through and the shim's own calls alike.
+  const transport = createTransport({
+    target: o.target,
+    timeoutMs: config.upstream.timeoutMs,
+    maxSockets: config.upstream.maxSockets,
+    insecureTls: config.upstream.insecureTls,
+    observe: observeUpstream,
+  });
   const client = new UpstreamClient({
     target: o.target,
     timeoutMs: config.upstream.timeoutMs,
     maxSockets: config.upstream.maxSockets,
     insecureTls: config.upstream.insecureTls,
     maxResponseBytes: config.upstream.maxResponseBytes,
-    observe: observeUpstream,
+    transport,
   });
+  const trustedProxies = new TrustedProxies(config.server.trustProxy);
   const featureLevels = new FeatureLevels(client, log, { ...config.featureLevel, maxBytes: config.memory.featureLevelsBytes });
   const store = o.store ?? createStore(config, log, metrics);
   const parser = new ParsePool();
@@ -165,17 +176,10 @@ export function createShim(o: ShimOptions): Shim {
     users,
   };
 
-  const passThrough: PassThrough = createPassThrough({
-    target: o.target,
-    timeoutMs: config.upstream.timeoutMs,
-    maxSockets: config.upstream.maxSockets,
-    insecureTls: config.upstream.insecureTls,
-    log,
-    observe: observeUpstream,
-  });
+  const passThrough: PassThrough = createPassThrough({ target: o.target, transport, insecureTls: config.upstream.insecureTls, log });
 
   const isOwn = (path: string) => routeOf('GET', path).kind === 'own';
-  const logRequest = requestLogger(log, isOwn);
+  const logRequest = requestLogger(log, isOwn, metrics);
   const admitted = realmHostMatcher(config.server.realmHosts);
   // /readyz asks the upstream as a client of an admitted realm would (X2: no call for another).
   const readyHost = config.server.realmHosts.find((h) => !h.startsWith('*.'));
@@ -234,6 +238,7 @@ export function createShim(o: ShimOptions): Shim {
   const inFlight = new Set<ServerResponse>();
   const server = http.createServer({ requireHostHeader: false }, (req, res) => {
     try {
+      distrustForwarded(req, trustedProxies); // X4, before anything reads them
       inFlight.add(res);
       res.once('close', () => inFlight.delete(res));
       const route = routeOf(req.method, req.url);
@@ -267,6 +272,7 @@ export function createShim(o: ShimOptions): Shim {
     }
   });
   server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
+    distrustForwarded(req, trustedProxies); // X4
     // The same gate as for every other request (X2, X6), before the upstream hears of it.
     const refused = !req.headers.host ? missingHost() : !admitted(req.headers.host) ? unknownRealm() : undefined;
     if (refused) {
@@ -328,7 +334,7 @@ export function createShim(o: ShimOptions): Shim {
         server.closeIdleConnections();
       }).then(async () => {
         await passThrough.close();
-        await client.destroy();
+        await transport.close();
         await parser.close();
         if (!o.store) await store.close(); // a store passed in belongs to the caller
       });

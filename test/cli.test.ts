@@ -7,6 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { featureLevelOrUnknown, loggableUrl } from '../src/observability/startup.js';
 import { logLine, oneErrorLine, ROOT, runCli, until } from './support/cli-run.js';
 import { startFake, type FakeZulip } from './support/fake-zulip.js';
+import { startShim } from './support/shim.js';
 
 const PACKAGE_VERSION = (JSON.parse(readFileSync(resolve(ROOT, 'package.json'), 'utf8')) as { version: string }).version;
 
@@ -252,18 +253,20 @@ describe.concurrent('start-up line and signals', CLI_TIMEOUT, () => {
   );
 
   it('--healthcheck asks /healthz of the shim its configuration describes: 0 when it answers, 1 when not', async () => {
-    const run = runCli(['--upstream', fake.url, '--port', '0', '--log-level', 'info']);
+    const shim = await startShim(fake.url);
+    const port = new URL(shim.url).port;
+    const closed = net.createServer();
+    await new Promise<void>((r) => closed.listen(0, '127.0.0.1', r));
+    const closedPort = String((closed.address() as net.AddressInfo).port);
+    await new Promise((r) => closed.close(r));
     try {
-      const start = await until('the start-up line', () => logLine(run, 'zulip-compat-shim listening'));
-      const port = new URL(String(start.listen)).port;
-      expect(await runCli(['--healthcheck'], { env: { PORT: port, HOST: '127.0.0.1' } }).exited).toBe(0);
-      run.child.kill('SIGTERM');
-      expect(await run.exited).toBe(0);
-      const down = runCli(['--healthcheck'], { env: { PORT: port } });
+      const up = runCli(['--healthcheck'], { env: { PORT: port, HOST: '127.0.0.1' } });
+      const down = runCli(['--healthcheck'], { env: { PORT: closedPort } });
+      expect(await up.exited).toBe(0);
       expect(await down.exited).toBe(1);
       expect(down.stderr.join('')).toMatch(/healthcheck: http:\/\/127\.0\.0\.1:\d+\/healthz: .*ECONNREFUSED/);
     } finally {
-      run.child.kill('SIGKILL');
+      await shim.close();
     }
   });
 

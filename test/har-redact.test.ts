@@ -104,6 +104,23 @@ describe('replay matching (H2)', () => {
   const key = async (method: string, url: string, contentType?: string, body = '') =>
     (await matchOf({ method, url, contentType, body: Buffer.from(body) })).key;
 
+  it('finds a secret inside a larger base64 blob at any byte offset', () => {
+    for (const offset of [0, 1, 2, 3, 4, 5]) {
+      for (const after of ['', 'x', 'xy', 'xyz']) {
+        const r = new Redactor();
+        r.placeholder(KEY);
+        // A header value such as `Basic base64(email:key)`, or a base64 body echoed in a text.
+        const blob = Buffer.from(`${'p'.repeat(offset)}${KEY}${after}`).toString('base64');
+        const scrubbed = r.scrub(`{"echo":"${blob}"}`);
+        const what = `offset ${offset}, ${after.length} bytes after`;
+        expect(scrubbed, what).toMatch(/\[redacted-1\]/);
+        // No run of the secret survives in the decoded bytes around the placeholder.
+        const leftover = scrubbed.match(/"echo":"(.*)"/)![1]!.split('[redacted-1]');
+        for (const piece of leftover) expect(Buffer.from(piece, 'base64').toString('latin1'), what).not.toContain(KEY.slice(0, 4));
+      }
+    }
+  });
+
   it('ignores host, query order and form parameter order', async () => {
     expect(await key('get', 'https://a.example/api/v1/x?b=2&a=1')).toBe(await key('GET', '/api/v1/x?a=1&b=2'));
     expect(await key('POST', '/p', form, 'status=active&last_update_id=5')).toBe(

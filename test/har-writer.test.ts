@@ -1,4 +1,8 @@
 import { mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
+import { Ajv } from 'ajv';
+import addFormatsModule from 'ajv-formats';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -8,6 +12,20 @@ import { HarWriter } from '../src/har/writer.js';
 import { createLogger } from '../src/observability/logger.js';
 
 const log = createLogger('silent');
+
+const ajv = new Ajv({ allErrors: true, strict: true });
+// ajv-formats is CommonJS: its default export arrives as `.default` under NodeNext.
+const addFormats = addFormatsModule as unknown as typeof addFormatsModule.default;
+addFormats(ajv);
+const validateHar = ajv.compile(JSON.parse(readFileSync(new URL('./support/har.schema.json', import.meta.url), 'utf8')) as object);
+
+setFlagsFromString('--expose-gc');
+const gc = runInNewContext('gc') as () => void;
+const heapAfterGc = () => {
+  gc();
+  gc();
+  return process.memoryUsage().heapUsed;
+};
 
 function entry(path: string, text: string, startedAt: number): HarEntry {
   return {
@@ -37,6 +55,13 @@ function entry(path: string, text: string, startedAt: number): HarEntry {
     cache: {},
     timings: { send: 0, wait: 1, receive: 0 },
   };
+}
+
+/** Validity and entry count of a HAR file (only small values reach `expect`, which may keep them). */
+function checkFile(file: string): { valid: boolean | string; entries: number } {
+  const har = JSON.parse(readFileSync(file, 'utf8')) as { log: { entries: unknown[] } };
+  const valid = validateHar(har) || JSON.stringify(validateHar.errors);
+  return { valid, entries: har.log.entries.length };
 }
 
 describe('HarWriter (H1)', () => {
@@ -90,4 +115,47 @@ describe('HarWriter (H1)', () => {
     expect((JSON.parse(readFileSync(file, 'utf8')) as { log: { entries: unknown[] } }).log.entries).toHaveLength(1);
     await w.close();
   });
+
+  it('replaces, at close, a secret learnt after its entry reached the file', async () => {
+    const file = join(dir, 'd.har');
+    const redactor = new Redactor();
+    const w = new HarWriter({ file, redactor, log, flushMs: 10_000 });
+    const secret = 'k3yL3arntMuchLat3r98765';
+    w.add(entry(`/echo?x=${secret}`, `the key is ${secret}`, 1000), 1000);
+    await w.flush();
+    expect(readFileSync(file, 'utf8')).toContain(secret);
+    const placeholder = redactor.placeholder(secret);
+    w.add(entry('/later', 'later', 2000), 2000);
+    await w.close();
+    const text = readFileSync(file, 'utf8');
+    expect(text).not.toContain(secret);
+    expect(text).toContain(`the key is ${placeholder}`);
+    expect(validateHar(JSON.parse(text)), JSON.stringify(validateHar.errors)).toBe(true);
+    expect(readdirSync(dir)).toEqual(['d.har']);
+  });
+
+  it('X8: memory does not grow with the number of entries; the file is valid HAR at every flush', async () => {
+    const file = join(dir, 'e.har');
+    const w = new HarWriter({ file, redactor: new Redactor(), log, flushMs: 10_000 });
+    const body = 'x'.repeat(16 * 1024);
+    const round = async (from: number, n: number) => {
+      for (let i = from; i < from + n; i++) w.add(entry(`/e/${i}`, body, 1000 + i), 1000 + i);
+      await w.flush();
+    };
+    await round(0, 500); // warm-up: buffers and code settle
+    const before = heapAfterGc();
+    for (let r = 0; r < 8; r++) {
+      await round(500 + r * 500, 500);
+      // Mid-run, after a flush: a complete HAR on disk.
+      if (r === 3) expect(checkFile(file)).toEqual({ valid: true, entries: 2500 });
+    }
+    const grown = heapAfterGc() - before;
+    // 4,000 entries of 16 KiB each would be > 64 MiB if kept; a streaming writer keeps none.
+    expect(grown).toBeLessThan(8 * 1024 * 1024);
+    await w.close();
+    const har = JSON.parse(readFileSync(file, 'utf8')) as { log: { entries: HarEntry[] } };
+    expect(validateHar(har), JSON.stringify(validateHar.errors)).toBe(true);
+    expect(har.log.entries).toHaveLength(4500);
+    expect(har.log.entries.map((e) => e.startedDateTime)).toEqual([...har.log.entries.map((e) => e.startedDateTime)].sort());
+  }, 60_000);
 });

@@ -1,4 +1,5 @@
 import { readFileSync } from 'node:fs';
+import http from 'node:http';
 import { resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import request from 'supertest';
@@ -92,6 +93,73 @@ describe('GET /metrics', () => {
   });
 });
 
+describe('client-facing request metrics (issue 15)', () => {
+  let fake: FakeZulip;
+  let shim: RunningShim;
+  const clientRequests = (e: Exposition, route: string, method: string, status: string) =>
+    sampleValue(e, `${P}requests_total`, { route, method, status });
+  const timed = (e: Exposition, route: string, method: string) => sampleValue(e, `${P}request_duration_seconds_count`, { route, method });
+
+  beforeAll(async () => {
+    fake = await startFake({ era: '2.1' });
+    shim = await startShim(fake.url, { upstream: { timeoutMs: 1000 } });
+  });
+  afterAll(async () => {
+    await shim.close();
+    await fake.stop();
+  });
+
+  it("counts every client request by route class, method and status class, the shim's own errors included", async () => {
+    const before = await scrape(shim.url);
+    const auth = fake.auth(10);
+    expect((await request(shim.url).get('/api/v1/messages/42').set('Authorization', auth)).status).toBe(404);
+    expect((await request(shim.url).get('/api/v1/users/me').set('Authorization', auth)).status).toBe(200);
+    // E3: the shim's own 400, before any upstream call; invisible in the upstream metrics.
+    const bad = await request(shim.url)
+      .post('/api/v1/users/me/presence')
+      .set('Authorization', auth)
+      .type('form')
+      .send({ status: 'active', last_update_id: 'abc' });
+    expect(bad.status).toBe(400);
+    expect((await request(shim.url).get('/test/slow?ms=3000')).status).toBe(504);
+    expect((await request(shim.url).propfind('/test/echo')).status).toBe(200);
+    const after = await scrape(shim.url);
+    const delta = (route: string, method: string, status: string) =>
+      clientRequests(after, route, method, status) - clientRequests(before, route, method, status);
+    expect(delta('messages', 'GET', '4xx')).toBe(1);
+    expect(delta('users_me', 'GET', '2xx')).toBe(1);
+    expect(delta('presence', 'POST', '4xx')).toBe(1);
+    expect(delta('other', 'GET', '5xx')).toBe(1);
+    // Methods outside the fixed set share one label value: the series stay bounded.
+    expect(delta('other', 'other', '2xx')).toBe(1);
+    expect(timed(after, 'presence', 'POST') - timed(before, 'presence', 'POST')).toBe(1);
+    // The shim's own paths (probes, scrapes) are not client traffic.
+    for (const s of after.samples) if (s.name === `${P}requests_total`) expect(s.labels.route).not.toBe('healthz');
+  });
+
+  it('counts a request whose client left before the answer as aborted, without a latency observation', async () => {
+    const before = await scrape(shim.url);
+    const { port } = new URL(shim.url);
+    const path = '/test/slow?ms=2000&aborted=1';
+    const req = http.get({ host: '127.0.0.1', port, path, agent: false });
+    const closed = new Promise<void>((resolve) => {
+      req.on('error', () => resolve());
+      req.on('close', () => resolve());
+    });
+    // The client leaves once its request has reached the upstream, before the answer.
+    for (let i = 0; i < 100 && !fake.seen.some((r) => r.url === path); i++) await new Promise((r) => setTimeout(r, 10));
+    req.destroy();
+    await closed;
+    let after = await scrape(shim.url);
+    for (let i = 0; i < 50 && clientRequests(after, 'other', 'GET', 'aborted') === clientRequests(before, 'other', 'GET', 'aborted'); i++) {
+      await new Promise((r) => setTimeout(r, 20));
+      after = await scrape(shim.url);
+    }
+    expect(clientRequests(after, 'other', 'GET', 'aborted') - clientRequests(before, 'other', 'GET', 'aborted')).toBe(1);
+    expect(timed(after, 'other', 'GET') - timed(before, 'other', 'GET')).toBe(0);
+  });
+});
+
 describe('upstream unreachable', () => {
   it('counts pass-through and own calls as status="error"', async () => {
     const shim = await startShim('http://127.0.0.1:1');
@@ -121,6 +189,25 @@ describe('upstreamObserver', () => {
     expect(answered(e, 'presence')).toBe(2);
     expect(answered(e, 'users_me')).toBe(0);
     expect(sampleValue(e, `${P}upstream_request_duration_seconds_bucket`, { route: 'presence', le: '0.025' })).toBe(1);
+  });
+});
+
+describe('FastHistogram', () => {
+  it("renders exactly as prom-client's Histogram for the same observations", async () => {
+    const { Histogram, Registry } = await import('prom-client');
+    const { FastHistogram } = await import('../src/observability/fast-histogram.js');
+    const options = { name: 'x_seconds', help: 'x', labelNames: ['route', 'method'] as const, buckets: [0.01, 0.1, 1] };
+    const [a, b] = [new Registry(), new Registry()];
+    const reference = new Histogram({ ...options, registers: [a] });
+    const fast = new FastHistogram({ ...options, registers: [b] });
+    const child = fast.labels('presence', 'POST');
+    for (const v of [0.005, 0.01, 0.05, 0.5, 2, 0.2]) {
+      reference.observe({ route: 'presence', method: 'POST' }, v);
+      child.observe(v);
+    }
+    reference.observe({ route: 'events', method: 'GET' }, 30);
+    fast.observe({ route: 'events', method: 'GET' }, 30);
+    expect(await b.metrics()).toBe(await a.metrics());
   });
 });
 

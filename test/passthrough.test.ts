@@ -5,6 +5,7 @@ import request from 'supertest';
 import { startFake, type FakeZulip } from './support/fake-zulip.js';
 import { startShim, type RunningShim } from './support/shim.js';
 import { loadConfig } from '../src/config.js';
+import { TrustedProxies } from '../src/http/forwarded.js';
 
 describe('pass-through (T1, E1, E2)', () => {
   let fake: FakeZulip;
@@ -44,17 +45,46 @@ describe('pass-through (T1, E1, E2)', () => {
     expect(echo.headers['x-request-id']).toBeTruthy();
   });
 
-  it('keeps the Proto and Host a proxy in front said, and appends to X-Forwarded-For', async () => {
+  it("replaces a client's X-Forwarded-Host/Proto by its own view and appends to X-Forwarded-For (X4)", async () => {
     const res = await request(shim.url)
       .get('/test/echo')
       .set('Host', 'shim.internal')
       .set('X-Forwarded-For', '203.0.113.7')
       .set('X-Forwarded-Proto', 'https')
-      .set('X-Forwarded-Host', 'chat.example.com');
+      .set('X-Forwarded-Host', 'other-realm.example.com');
     const h = (res.body as { headers: Record<string, string> }).headers;
-    expect(h['x-forwarded-proto']).toBe('https');
-    expect(h['x-forwarded-host']).toBe('chat.example.com');
+    expect(h['x-forwarded-proto']).toBe('http');
+    expect(h['x-forwarded-host']).toBe('shim.internal');
     expect(h['x-forwarded-for']).toMatch(/^203\.0\.113\.7, .*127\.0\.0\.1$/);
+  });
+
+  it('replaces them on intercepted calls too (X4)', async () => {
+    const res = await request(shim.url)
+      .get('/api/v1/users/me')
+      .set('Host', 'shim.internal')
+      .set('Authorization', fake.auth(10))
+      .set('X-Forwarded-Host', 'other-realm.example.com');
+    expect(res.status).toBe(200);
+    const seen = fake.seen.filter((r) => r.url === '/api/v1/users/me').at(-1);
+    expect(seen?.headers['x-forwarded-host']).toBe('shim.internal');
+  });
+
+  it('keeps the Proto and Host a trusted proxy in front said (--trust-proxy, X4)', async () => {
+    const trusting = await startShim(fake.url, { server: { trustProxy: ['10.0.0.0/8', '127.0.0.1/32'] } });
+    try {
+      const res = await request(trusting.url)
+        .get('/test/echo')
+        .set('Host', 'shim.internal')
+        .set('X-Forwarded-For', '203.0.113.7')
+        .set('X-Forwarded-Proto', 'https')
+        .set('X-Forwarded-Host', 'chat.example.com');
+      const h = (res.body as { headers: Record<string, string> }).headers;
+      expect(h['x-forwarded-proto']).toBe('https');
+      expect(h['x-forwarded-host']).toBe('chat.example.com');
+      expect(h['x-forwarded-for']).toMatch(/^203\.0\.113\.7, .*127\.0\.0\.1$/);
+    } finally {
+      await trusting.close();
+    }
   });
 
   it('passes an upstream error through unchanged (E1)', async () => {
@@ -147,6 +177,30 @@ describe('upstream unreachable (E2)', () => {
     } finally {
       await shim.close();
     }
+  });
+});
+
+describe('--trust-proxy (X4)', () => {
+  it('matches IPv4, IPv6 and IPv4-mapped peers against CIDR ranges', () => {
+    const t = new TrustedProxies(['10.0.0.0/8', 'fd00::/8', '192.0.2.1']);
+    expect(t.trusts('10.1.2.3')).toBe(true);
+    expect(t.trusts('::ffff:10.1.2.3')).toBe(true);
+    expect(t.trusts('fd12::1')).toBe(true);
+    expect(t.trusts('192.0.2.1')).toBe(true);
+    expect(t.trusts('192.0.2.2')).toBe(false);
+    expect(t.trusts('11.0.0.1')).toBe(false);
+    expect(t.trusts(undefined)).toBe(false);
+    expect(new TrustedProxies([]).trusts('127.0.0.1')).toBe(false);
+  });
+
+  it('is read from the flag, the environment and the config file, and checked', () => {
+    const flag = loadConfig(['--upstream', 'http://127.0.0.1:9', '--trust-proxy', '10.0.0.0/8, ::1'], {}).config;
+    expect(flag.server.trustProxy).toEqual(['10.0.0.0/8', '::1']);
+    const env = loadConfig(['--upstream', 'http://127.0.0.1:9'], { TRUST_PROXY: '127.0.0.1/32' }).config;
+    expect(env.server.trustProxy).toEqual(['127.0.0.1/32']);
+    expect(loadConfig(['--upstream', 'http://127.0.0.1:9'], {}).config.server.trustProxy).toEqual([]);
+    expect(() => loadConfig(['--upstream', 'http://127.0.0.1:9', '--trust-proxy', '10.0.0.0/33'], {})).toThrow(/server\.trustProxy/);
+    expect(() => loadConfig(['--upstream', 'http://127.0.0.1:9', '--trust-proxy', 'proxy.example.com'], {})).toThrow(/CIDR/);
   });
 });
 

@@ -49,14 +49,14 @@ const MODERN_FIELDS = [
 
 describe('the registry of own-profile changes (U2)', () => {
   it('lines the changes up by feature level, one per changelog entry', () => {
-    expect(CHANGES.map((c) => c.featureLevel)).toEqual([8, 10, 59, 73, 163]);
-    expect(CHANGES.flatMap((c) => c.fields)).toEqual(MODERN_FIELDS);
+    expect(CHANGES.map((c) => c.featureLevel)).toEqual([1, 8, 10, 59, 73, 83, 163]);
+    expect(CHANGES.flatMap((c) => c.fields)).toEqual(['bot_owner_id', ...MODERN_FIELDS.slice(0, -1), 'is_system_bot', 'delivery_email']);
   });
 
   it.each([
-    [0, ['is_owner', 'avatar_version', 'role', 'is_billing_admin', 'delivery_email']],
-    [25, ['role', 'is_billing_admin', 'delivery_email']],
-    [65, ['is_billing_admin', 'delivery_email']],
+    [0, ['bot_owner_id', 'is_owner', 'avatar_version', 'role', 'is_billing_admin', 'is_system_bot', 'delivery_email']],
+    [25, ['role', 'is_billing_admin', 'is_system_bot', 'delivery_email']],
+    [65, ['is_billing_admin', 'is_system_bot', 'delivery_email']],
     [122, ['delivery_email']],
     [156, ['delivery_email']],
     [163, []],
@@ -67,7 +67,9 @@ describe('the registry of own-profile changes (U2)', () => {
 
   it('skips a change whose fields the upstream already sent', () => {
     expect(pendingChanges(122, { ...LEGACY_21, delivery_email: 'iago@example.org' })).toEqual([]);
-    expect(pendingChanges(0, { ...LEGACY_21, is_owner: false }).map((c) => c.featureLevel)).toEqual([10, 59, 73, 163]);
+    expect(
+      pendingChanges(0, { ...LEGACY_21, is_owner: false, bot_owner_id: null, is_system_bot: false }).map((c) => c.featureLevel),
+    ).toEqual([10, 59, 73, 163]);
   });
 
   it('asks only for the lookups the pending changes need', () => {
@@ -164,9 +166,10 @@ describe('the registry of own-profile changes (U2)', () => {
           const { user, added } = applyChanges(upstream, pendingChanges(level, upstream), { member, deliveryEmail: email });
           for (const [k, v] of Object.entries(upstream)) expect(user[k]).toBe(v);
           // Exactly the missing fields of the changes newer than the upstream are added.
+          // (Bot fields never go on a human: V2.)
           const expected = CHANGES.filter((c) => c.featureLevel > level)
             .flatMap((c) => c.fields)
-            .filter((f) => !present.includes(f));
+            .filter((f) => !present.includes(f) && f !== 'bot_owner_id' && f !== 'is_system_bot');
           expect(added).toEqual(expected);
         },
       ),

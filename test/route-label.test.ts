@@ -26,8 +26,10 @@ describe('routeLabel', () => {
     // Everything else, and anything carrying an id or an email in its path, is "other".
     ['/api/v1/users/me/subscriptions', 'other'],
     ['/api/v1/users/me/presence/extra', 'other'],
-    ['/api/v1/users/17', 'other'],
-    ['/api/v1/users/someone@example.com', 'other'],
+    // One user by id or email (V1): one label, never the id or the email.
+    ['/api/v1/users/17', 'user'],
+    ['/json/users/someone@example.com?client_gravatar=true', 'user'],
+    ['/api/v1/users/someone@example.com', 'user'],
     ['/api/v1/users/17/presence', 'other'],
     ['/api/v1/realm/presence', 'other'],
     ['/api/v1/messagesx', 'other'],

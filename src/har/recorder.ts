@@ -1,7 +1,10 @@
-import http, { type IncomingMessage, type ServerResponse } from 'node:http';
+import http, { type IncomingHttpHeaders, type IncomingMessage, type ServerResponse } from 'node:http';
 import https from 'node:https';
-import type { Duplex } from 'node:stream';
+import { type Duplex, Transform } from 'node:stream';
 import { createProxyServer } from 'http-proxy-3';
+import type { Dispatcher } from 'undici';
+import { abortWithClient, dropHopByHop, Exchange as PassedExchange, pipeBody } from '../proxy/passthrough.js';
+import { createTransport, isClientAbort } from '../upstream/transport.js';
 import { loggablePath, type Logger } from '../observability/logger.js';
 import { loggableUrl } from '../observability/startup.js';
 import { toHarEntry, type Exchange } from './entry.js';
@@ -12,8 +15,9 @@ import { allowLongPolls, listen } from '../http/listen.js';
 /**
  * Record mode (H1): a stand-in for the upstream on loopback. The shim sends its upstream
  * traffic here as it would to the upstream; every request is streamed on unchanged (Host
- * kept) and every completed exchange is appended, redacted, to a HAR 1.2 file. The shim
- * keeps one code path: with or without recording it talks to "the upstream".
+ * kept) through the shim's upstream transport, and every completed exchange is appended,
+ * redacted, to a HAR 1.2 file as it completes (X8: nothing kept in memory). The shim keeps
+ * one code path: with or without recording it talks to "the upstream".
  *
  * WebSocket upgrades are passed on but not recorded (HAR cannot replay them).
  */
@@ -56,12 +60,119 @@ class Capture {
   }
 }
 
-interface InFlight {
-  startedAt: number;
-  t0: number;
-  requestEnd?: number;
-  request: Capture;
+/** Header values as Node's raw list (name, value, …), from undici's raw list or its parsed headers. */
+function rawList(raw: Dispatcher.DispatchController['rawHeaders'], parsed: IncomingHttpHeaders): string[] {
+  if (Array.isArray(raw)) return raw.map((v) => (typeof v === 'string' ? v : Buffer.from(v).toString('latin1')));
+  const out: string[] = [];
+  for (const [k, v] of Object.entries(parsed)) {
+    if (v === undefined) continue;
+    for (const one of Array.isArray(v) ? v : [v]) out.push(k, one);
+  }
+  return out;
 }
+
+/**
+ * One exchange on its way to the upstream through the shim's transport, recorded when it
+ * completes. Built from the pass-through's own passes (no X-Forwarded-* of its own: the shim
+ * in front has added them). Only complete exchanges are recorded; one the client or the
+ * upstream cut short is not, and a failure drops the connection so that the shim answers
+ * exactly as it would without the recorder in between (E2).
+ */
+class RecordedExchange extends PassedExchange {
+  private readonly startedAt = Date.now();
+  private readonly t0 = performance.now();
+  private requestEnd: number | undefined;
+  private headersAt = 0;
+  private readonly request: Capture;
+  private readonly response: Capture;
+  private status = 0;
+  private statusText = '';
+  private responseHeaders: string[] = [];
+
+  constructor(
+    req: IncomingMessage,
+    res: ServerResponse,
+    private readonly r: RecorderContext,
+  ) {
+    super(req, res, r.log);
+    this.request = new Capture(r.limit);
+    this.response = new Capture(r.limit);
+  }
+
+  /** The request body goes upstream through a tap that keeps a copy (up to the limit). */
+  tapRequest(): void {
+    if (!this.options.body) return;
+    const request = this.request;
+    const tap = new Transform({
+      transform(chunk: Buffer, _enc, done) {
+        request.push(chunk);
+        done(null, chunk);
+      },
+    });
+    tap.on('end', () => (this.requestEnd = performance.now()));
+    // A client that goes away mid-body ends the upstream request too.
+    this.req.on('error', (e) => tap.destroy(e));
+    this.options.body = this.req.pipe(tap);
+  }
+
+  override onResponseStart(c: Dispatcher.DispatchController, statusCode: number, headers: IncomingHttpHeaders, message?: string): void {
+    if (statusCode >= 200) {
+      this.headersAt = performance.now();
+      this.status = statusCode;
+      this.statusText = message ?? '';
+      this.responseHeaders = rawList(c.rawHeaders, headers);
+    }
+    super.onResponseStart(c, statusCode, headers);
+  }
+
+  override onResponseData(c: Dispatcher.DispatchController, chunk: Buffer): void {
+    this.response.push(chunk);
+    super.onResponseData(c, chunk);
+  }
+
+  override onResponseEnd(): void {
+    super.onResponseEnd();
+    const end = performance.now();
+    const requestEnd = this.requestEnd ?? this.headersAt;
+    const req = this.req;
+    this.r.record({
+      upstream: this.r.harUpstream,
+      startedAt: this.startedAt,
+      method: req.method ?? 'GET',
+      url: req.url ?? '/',
+      httpVersion: req.httpVersion,
+      requestHeaders: req.rawHeaders,
+      requestBody: this.request.body(),
+      requestSize: this.request.size,
+      status: this.status,
+      statusText: this.statusText,
+      responseHttpVersion: '1.1',
+      responseHeaders: this.responseHeaders,
+      responseBody: this.response.body(),
+      responseSize: this.response.size,
+      send: requestEnd - this.t0,
+      wait: this.headersAt - requestEnd,
+      receive: end - this.headersAt,
+    });
+  }
+
+  override onResponseError(_c: Dispatcher.DispatchController, err: Error): void {
+    if (!this.clientGone && !isClientAbort(err)) {
+      this.r.log.warn({ err, path: loggablePath(this.req.url) }, 'recorder: upstream error; not recorded');
+    }
+    this.res.destroy();
+  }
+}
+
+interface RecorderContext {
+  harUpstream: string;
+  limit: number;
+  log: Logger;
+  record(exchange: Exchange): void;
+}
+
+/** The recorder's passes: the request as the shim sent it, streamed on. */
+const RECORDER_INCOMING = [dropHopByHop, pipeBody, abortWithClient] as const;
 
 export async function startRecorder(o: RecorderOptions): Promise<Recorder> {
   const upstream = o.upstream.replace(/\/+$/, '');
@@ -77,74 +188,44 @@ export async function startRecorder(o: RecorderOptions): Promise<Recorder> {
   // The file exists and is valid from the start; an unwritable path fails here, at start-up.
   await writer.flush();
 
+  // The shim in front keeps the deadlines (timeout 0: none here); X5 retries happen here too.
+  const transport = createTransport({ target: upstream, timeoutMs: 0, maxSockets: 256, insecureTls: o.insecureTls ?? false });
   const secure = upstream.startsWith('https:');
   const agentOptions = { keepAlive: true, maxSockets: 256, maxFreeSockets: 64, scheduling: 'lifo' as const };
   const agent = secure ? new https.Agent({ ...agentOptions, rejectUnauthorized: !o.insecureTls }) : new http.Agent(agentOptions);
-  const proxy = createProxyServer({ target: upstream, agent, xfwd: false, ws: true, changeOrigin: false, secure: !o.insecureTls });
-  const inFlight = new WeakMap<IncomingMessage, InFlight>();
+  const wsProxy = createProxyServer({ target: upstream, agent, xfwd: false, ws: true, changeOrigin: false, secure: !o.insecureTls });
   const writes = new Set<Promise<void>>();
 
-  proxy.on('proxyRes', (proxyRes, req) => {
-    const f = inFlight.get(req);
-    if (!f) return;
-    const headersAt = performance.now();
-    const response = new Capture(limit);
-    proxyRes.on('data', (c: Buffer) => response.push(c));
-    // Only complete exchanges are recorded; one the client or upstream cut short is not.
-    proxyRes.on('end', () => {
-      const end = performance.now();
-      const requestEnd = f.requestEnd ?? headersAt;
-      const exchange: Exchange = {
-        upstream: harUpstream,
-        startedAt: f.startedAt,
-        method: req.method ?? 'GET',
-        url: req.url ?? '/',
-        httpVersion: req.httpVersion,
-        requestHeaders: req.rawHeaders,
-        requestBody: f.request.body(),
-        requestSize: f.request.size,
-        status: proxyRes.statusCode ?? 0,
-        statusText: proxyRes.statusMessage ?? '',
-        responseHttpVersion: proxyRes.httpVersion,
-        responseHeaders: proxyRes.rawHeaders,
-        responseBody: response.body(),
-        responseSize: response.size,
-        send: requestEnd - f.t0,
-        wait: headersAt - requestEnd,
-        receive: end - headersAt,
-      };
+  const context: RecorderContext = {
+    harUpstream,
+    limit,
+    log: o.log,
+    record(exchange) {
       const w = toHarEntry(exchange, redactor).then(
-        (entry) => writer.add(entry, f.startedAt),
-        (e: unknown) => o.log.error({ err: { message: (e as Error).message } }, 'could not record an exchange'),
+        (entry) => writer.add(entry, exchange.startedAt),
+        (e: unknown) => o.log.error({ err: e }, 'could not record an exchange'),
       );
       writes.add(w);
       void w.finally(() => writes.delete(w));
-    });
-  });
+    },
+  };
 
-  // An unreachable upstream: the connection is dropped so that the shim answers exactly as it
-  // would without the recorder in between (E2).
-  proxy.on('error', (err, req, res) => {
-    o.log.warn(
-      { err: { code: (err as NodeJS.ErrnoException).code ?? 'error' }, path: loggablePath(req.url) },
-      'recorder: upstream error; not recorded',
-    );
+  wsProxy.on('error', (err, req, res) => {
+    o.log.warn({ err, path: loggablePath(req.url) }, 'recorder: upstream error on a WebSocket upgrade');
     (res as ServerResponse | Duplex).destroy();
   });
-  proxy.on('econnreset', () => {});
+  wsProxy.on('econnreset', () => {});
 
   const server = http.createServer((req: IncomingMessage, res: ServerResponse) => {
-    const f: InFlight = { startedAt: Date.now(), t0: performance.now(), request: new Capture(limit) };
-    inFlight.set(req, f);
-    proxy.web(req, res);
-    // Listening after proxy.web has piped the request: both see every chunk.
-    req.on('data', (c: Buffer) => f.request.push(c));
-    req.on('end', () => (f.requestEnd = performance.now()));
+    const x = new RecordedExchange(req, res, context);
+    for (const pass of RECORDER_INCOMING) pass(x);
+    x.tapRequest();
+    transport.dispatcher.dispatch(x.options, x);
   });
   server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
     socket.on('error', () => socket.destroy());
     o.log.debug({ path: loggablePath(req.url) }, 'recorder: WebSocket upgrade passed on, not recorded');
-    proxy.ws(req, socket, head);
+    wsProxy.ws(req, socket, head);
   });
   // Like the shim, never cut a long poll.
   allowLongPolls(server);
@@ -167,8 +248,9 @@ export async function startRecorder(o: RecorderOptions): Promise<Recorder> {
           server.closeIdleConnections();
         });
         await Promise.all([...writes]);
-        proxy.close();
+        wsProxy.close();
         agent.destroy();
+        await transport.close();
         await writer.close();
         o.log.info({ file: o.file, entries: writer.count }, 'HAR recording written');
       })();

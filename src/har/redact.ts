@@ -37,15 +37,38 @@ export function decodeFormComponent(s: string): string {
 
 const escapeRegExp = (s: string) => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
 
+/**
+ * The base64 characters that spell `secret` wherever it sits inside a larger base64 text (a
+ * `Basic` credential `email:key`, an echoed blob): for each of the three byte offsets modulo 3,
+ * only the characters made of the secret's own bits, without those shared with a neighbour byte.
+ */
+function base64Cores(secret: Buffer, alphabet: 'base64' | 'base64url'): string[] {
+  const out: string[] = [];
+  for (const offset of [0, 1, 2]) {
+    const text = Buffer.concat([Buffer.alloc(offset), secret])
+      .toString(alphabet)
+      .replace(/=+$/, '');
+    // Characters holding filler bits before the secret: none, 2 (1 byte before), 3 (2 bytes before).
+    const head = [0, 2, 3][offset]!;
+    // The last character mixes in bits of the byte after, unless the secret ends a 3-byte group.
+    const tail = (offset + secret.length) % 3 === 0 ? 0 : 1;
+    out.push(text.slice(head, text.length - tail));
+  }
+  return out;
+}
+
 /** The spellings a secret takes on the wire and in bodies. */
 function spellings(secret: string): string[] {
+  const bytes = Buffer.from(secret, 'utf8');
   const forms = new Set<string>([
     secret,
     encodeURIComponent(secret),
     new URLSearchParams([['', secret]]).toString().slice(1),
     JSON.stringify(secret).slice(1, -1),
-    Buffer.from(secret, 'utf8').toString('base64'),
-    Buffer.from(secret, 'utf8').toString('base64url'),
+    bytes.toString('base64'),
+    bytes.toString('base64url'),
+    ...base64Cores(bytes, 'base64'),
+    ...base64Cores(bytes, 'base64url'),
   ]);
   return [...forms].filter((f) => f.length >= LONG_SECRET);
 }

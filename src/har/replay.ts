@@ -1,6 +1,8 @@
 import http, { type IncomingMessage, type ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
-import { errorBody } from '../http/errors.js';
+import { readUpTo } from '../http/body.js';
+import { endSocketWithShimError, ReplayMissError, sendShimError } from '../http/errors.js';
+import { LONG_POLL_PATH } from '../upstream/transport.js';
 import type { Logger } from '../observability/logger.js';
 import { loadHar, type Recorded } from './load.js';
 import { matchOf } from './match.js';
@@ -34,9 +36,8 @@ export interface Replay {
 
 /**
  * A long poll (GET …/events) answered again from its last recording waits as long as the
- * recorded one did (capped), so a replayed client does not spin on it.
+ * recorded one did (capped at Zulip's own ~90 s), so a replayed client does not spin on it.
  */
-const LONG_POLL = /^\/(?:api\/v1|json)\/events$/;
 const LONG_POLL_CAP_MS = 90_000;
 /** Misses listed one by one; beyond this many a runaway client only adds to a count. */
 const LISTED_MISSES = 1000;
@@ -48,15 +49,10 @@ interface Queue {
 
 const BODILESS = (method: string, status: number) => method === 'HEAD' || status === 204 || status === 304 || status < 200;
 
+/** The request body, or undefined past `limit` (the rest is left unread). */
 async function readBody(req: IncomingMessage, limit: number): Promise<Buffer | undefined> {
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const c of req) {
-    size += (c as Buffer).length;
-    if (size > limit) return undefined;
-    chunks.push(c as Buffer);
-  }
-  return Buffer.concat(chunks, size);
+  const read = await readUpTo(req, limit);
+  return read.complete ? read.body : undefined;
 }
 
 function send(res: ServerResponse, method: string, r: Recorded): void {
@@ -105,11 +101,7 @@ export async function startReplay(o: ReplayOptions): Promise<Replay> {
     if (misses.length < LISTED_MISSES) misses.push(what);
     else unlisted++;
     o.log.warn({ request: what }, 'replay miss: no recorded answer');
-    if (res) {
-      const body = errorBody('REPLAY_MISS', `No recorded answer for ${what}`);
-      res.writeHead(502, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
-      res.end(body);
-    }
+    if (res) sendShimError(res, new ReplayMissError(what));
   };
 
   const handle = async (req: IncomingMessage, res: ServerResponse) => {
@@ -123,7 +115,8 @@ export async function startReplay(o: ReplayOptions): Promise<Replay> {
     const r = q.entries[Math.min(q.next, q.entries.length - 1)]!;
     q.next++;
     o.log.debug({ entry: r.index, repeat }, 'replayed');
-    const wait = repeat && method === 'GET' && LONG_POLL.test(new URL(url, 'http://x').pathname) ? Math.min(r.time, LONG_POLL_CAP_MS) : 0;
+    const wait =
+      repeat && method === 'GET' && LONG_POLL_PATH.test(new URL(url, 'http://x').pathname) ? Math.min(r.time, LONG_POLL_CAP_MS) : 0;
     if (wait < 1) return send(res, method, r);
     const t = setTimeout(() => {
       timers.delete(t);
@@ -138,7 +131,7 @@ export async function startReplay(o: ReplayOptions): Promise<Replay> {
 
   const server = http.createServer((req, res) => {
     handle(req, res).catch((e: unknown) => {
-      o.log.error({ err: { message: (e as Error).message } }, 'replay failed to answer');
+      o.log.error({ err: e }, 'replay failed to answer');
       if (!res.headersSent) miss(res, `${req.method} ${new URL(req.url ?? '/', 'http://x').pathname} (unreadable request)`);
       else res.destroy();
     });
@@ -146,11 +139,8 @@ export async function startReplay(o: ReplayOptions): Promise<Replay> {
   server.on('upgrade', (req: IncomingMessage, socket: Duplex) => {
     const what = `${req.method} ${new URL(req.url ?? '/', 'http://x').pathname} (WebSocket upgrade)`;
     miss(undefined, what);
-    const body = errorBody('REPLAY_MISS', `No recorded answer for ${what}`);
     socket.on('error', () => socket.destroy());
-    socket.end(
-      `HTTP/1.1 502 Bad Gateway\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
-    );
+    endSocketWithShimError(socket, new ReplayMissError(what));
   });
   // Like the shim, never cut a long poll.
   allowLongPolls(server);

@@ -1,4 +1,5 @@
 import type { IncomingMessage } from 'node:http';
+import type { Readable } from 'node:stream';
 import busboy from 'busboy';
 import { badRequest, bodyTooLarge } from './errors.js';
 
@@ -8,47 +9,63 @@ import { badRequest, bodyTooLarge } from './errors.js';
  * a POST value winning over a query value, the last of duplicated names winning.
  */
 
+/** A body read up to a limit: whole, or what was read and the rest of the stream, paused. */
+export type Bounded = { complete: true; body: Buffer } | { complete: false; head: Buffer[]; size: number; rest: Readable };
+
 /**
- * Reads the body up to `limit` bytes; past it, a 413 (E2). The request is paused, not destroyed,
- * at the limit: destroying it would reset the socket before the 413 could be read (X6).
+ * The one bounded body reader (requests and upstream answers alike): reads up to `limit`
+ * bytes; past it, hands back what was read and the rest of the stream, paused and intact, for
+ * the caller to refuse, stream on or destroy. Stream errors are passed on as they are.
  */
-export function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
-  const declared = Number(req.headers['content-length']);
-  if (Number.isFinite(declared) && declared > limit) return Promise.reject(bodyTooLarge(limit));
+export function readUpTo(body: Readable, limit: number): Promise<Bounded> {
+  // Not `for await`: leaving that loop early would destroy the stream handed back.
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = [];
     let size = 0;
-    const stop = () => {
-      req.off('data', onData);
-      req.off('end', onEnd);
-      req.off('error', onError);
-      req.off('close', onClose);
-    };
     const onData = (chunk: Buffer) => {
+      chunks.push(chunk);
       size += chunk.length;
       if (size > limit) {
-        stop();
-        req.pause();
-        reject(bodyTooLarge(limit));
-        return;
+        body.pause();
+        cleanup();
+        resolve({ complete: false, head: chunks, size, rest: body });
       }
-      chunks.push(chunk);
     };
     const onEnd = () => {
-      stop();
-      resolve(Buffer.concat(chunks, size));
+      cleanup();
+      resolve({ complete: true, body: Buffer.concat(chunks, size) });
     };
-    const onError = (err: Error) => {
-      stop();
-      reject(err);
+    const onError = (e: Error) => {
+      cleanup();
+      reject(e);
     };
-    // A client gone before the end of its body: nothing to answer.
-    const onClose = () => onError(new Error('the client closed the connection before the end of its request body'));
-    req.on('data', onData);
-    req.once('end', onEnd);
-    req.once('error', onError);
-    req.once('close', onClose);
+    const onClose = () => {
+      // Destroyed without an error (the client went away): never resolves otherwise.
+      if (!body.readableEnded) onError(Object.assign(new Error('stream closed before its end'), { code: 'ECONNRESET' }));
+    };
+    const cleanup = () => {
+      body.off('data', onData);
+      body.off('end', onEnd);
+      body.off('error', onError);
+      body.off('close', onClose);
+    };
+    body.on('data', onData);
+    body.on('end', onEnd);
+    body.on('error', onError);
+    body.on('close', onClose);
   });
+}
+
+/**
+ * Reads a request body up to `limit` bytes; past it, a 413 (E2). The request is paused, not
+ * destroyed, at the limit: destroying it would reset the socket before the 413 could be read (X6).
+ */
+export async function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
+  const declared = Number(req.headers['content-length']);
+  if (Number.isFinite(declared) && declared > limit) throw bodyTooLarge(limit);
+  const read = await readUpTo(req, limit);
+  if (!read.complete) throw bodyTooLarge(limit);
+  return read.body;
 }
 
 /** Ordered parameters as sent; `get` follows Django's QueryDict (last value wins). */

@@ -1,4 +1,5 @@
-import type { OutgoingHttpHeaders, ServerResponse } from 'node:http';
+import { STATUS_CODES, type OutgoingHttpHeaders, type ServerResponse } from 'node:http';
+import type { Duplex } from 'node:stream';
 
 /**
  * Error codes the shim itself produces (contract E2, E3). Everything else that looks like an
@@ -12,7 +13,11 @@ export type ShimErrorCode =
   | 'REPLAY_MISS'
   | 'SHIM_INTERNAL_ERROR';
 
-/** An error the shim answers itself, in Zulip's shape: {"result":"error","msg":…,"code":…}. */
+/**
+ * An error the shim answers itself, in Zulip's shape: {"result":"error","msg":…,"code":…}.
+ * One class per failure with a fixed code (as undici's core errors): callers test with
+ * `instanceof`, never by name.
+ */
 export class ShimError extends Error {
   constructor(
     readonly status: number,
@@ -24,13 +29,56 @@ export class ShimError extends Error {
   }
 }
 
-export const upstreamUnavailable = (detail: string) =>
-  new ShimError(502, 'UPSTREAM_UNAVAILABLE', `The Zulip server could not be reached: ${detail}`);
-export const upstreamTimeout = () => new ShimError(504, 'UPSTREAM_TIMEOUT', 'The Zulip server did not answer in time');
-export const upstreamBadResponse = (detail: string) =>
-  new ShimError(502, 'UPSTREAM_BAD_RESPONSE', `The Zulip server sent an unexpected answer: ${detail}`);
-export const badRequest = (msg: string) => new ShimError(400, 'BAD_REQUEST', msg);
-export const bodyTooLarge = (limit: number) => new ShimError(413, 'BAD_REQUEST', `Request body too large (limit ${limit} bytes)`);
+/** The upstream could not be reached, or cut the connection before a complete answer (E2). */
+export class UpstreamUnavailableError extends ShimError {
+  constructor(readonly detail: string) {
+    super(502, 'UPSTREAM_UNAVAILABLE', `The Zulip server could not be reached: ${detail}`);
+  }
+}
+
+/** The upstream was silent past the timeout, or a buffered exchange passed its total deadline (E2, X3). */
+export class UpstreamTimeoutError extends ShimError {
+  constructor() {
+    super(504, 'UPSTREAM_TIMEOUT', 'The Zulip server did not answer in time');
+  }
+}
+
+/** A 2xx answer that is not what an intercepted endpoint expects (E2). */
+export class UpstreamBadResponseError extends ShimError {
+  constructor(detail: string) {
+    super(502, 'UPSTREAM_BAD_RESPONSE', `The Zulip server sent an unexpected answer: ${detail}`);
+  }
+}
+
+/** An upstream answer larger than the shim will buffer: a bad response (E2) that says how large. */
+export class UpstreamAnswerTooLargeError extends UpstreamBadResponseError {
+  constructor(
+    readonly bytes: number,
+    readonly limit: number,
+  ) {
+    super(`body larger than ${limit} bytes`);
+  }
+}
+
+/** The client's request is wrong (E3), or its body too large (413). */
+export class BadRequestError extends ShimError {
+  constructor(msg: string, status = 400) {
+    super(status, 'BAD_REQUEST', msg);
+  }
+}
+
+/** Replay has no recorded answer for a request (H2). */
+export class ReplayMissError extends ShimError {
+  constructor(what: string) {
+    super(502, 'REPLAY_MISS', `No recorded answer for ${what}`);
+  }
+}
+
+export const upstreamUnavailable = (detail: string) => new UpstreamUnavailableError(detail);
+export const upstreamTimeout = () => new UpstreamTimeoutError();
+export const upstreamBadResponse = (detail: string) => new UpstreamBadResponseError(detail);
+export const badRequest = (msg: string) => new BadRequestError(msg);
+export const bodyTooLarge = (limit: number) => new BadRequestError(`Request body too large (limit ${limit} bytes)`, 413);
 
 export function errorBody(code: string, msg: string): string {
   return JSON.stringify({ result: 'error', msg, code });
@@ -50,13 +98,31 @@ export function sendBytes(res: ServerResponse, status: number, bytes: Buffer, he
   res.end(bytes);
 }
 
-/** Answers with a shim error, or gives up on the socket if the answer has already started. */
+/**
+ * The one writer of shim errors (E2): answers in Zulip's shape, or gives up on the socket if
+ * an answer has already started.
+ */
 export function sendShimError(res: ServerResponse, err: ShimError, headers: OutgoingHttpHeaders = {}): void {
   if (res.headersSent) {
     res.destroy();
     return;
   }
   sendJson(res, err.status, errorBody(err.code, err.message), headers);
+}
+
+/** The same answer on a socket that has no response object (a parser error, CONNECT, an upgrade). */
+export function endSocketWithShimError(socket: Duplex, err: ShimError): void {
+  const body = errorBody(err.code, err.message);
+  socket.end(
+    [
+      `HTTP/1.1 ${err.status} ${STATUS_CODES[err.status] ?? 'Error'}`,
+      'Content-Type: application/json',
+      `Content-Length: ${Buffer.byteLength(body)}`,
+      'Connection: close',
+      '',
+      body,
+    ].join('\r\n'),
+  );
 }
 
 export function toShimError(err: unknown): ShimError {

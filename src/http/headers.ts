@@ -14,24 +14,38 @@ export const HOP_BY_HOP: ReadonlySet<string> = new Set([
   'expect',
 ]);
 
+/** The header names a Connection header lists (RFC 9110 §7.6.1), if any. */
+function connectionNamed(listed: string | string[] | undefined): Set<string> | undefined {
+  // The usual values name no header (and are hop-by-hop themselves): no set to build.
+  if (!listed || listed === 'keep-alive' || listed === 'close' || listed === 'Keep-Alive' || listed === 'upgrade') return undefined;
+  return new Set(
+    String(listed)
+      .toLowerCase()
+      .split(',')
+      .map((s) => s.trim()),
+  );
+}
+
 /**
- * The end-to-end headers of a message: without the hop-by-hop ones, those the Connection header
- * names, and any in `drop` (lower-case names).
+ * Copies the end-to-end headers of a message into `to`: without the hop-by-hop ones, those the
+ * Connection header names, and any in `drop` (lower-case names). The one header filter, for
+ * both directions; a plain loop, as it runs on every proxied request and answer.
  */
-export function endToEnd(headers: IncomingHttpHeaders, drop?: ReadonlySet<string>): Record<string, string | string[]> {
-  const out: Record<string, string | string[]> = {};
-  const listed = headers.connection;
-  const named = listed
-    ? new Set(
-        String(listed)
-          .toLowerCase()
-          .split(',')
-          .map((s) => s.trim()),
-      )
-    : undefined;
-  for (const [k, v] of Object.entries(headers)) {
+export function copyEndToEnd(
+  from: IncomingHttpHeaders,
+  to: Record<string, string | string[]>,
+  drop?: ReadonlySet<string>,
+): Record<string, string | string[]> {
+  const named = connectionNamed(from.connection);
+  for (const k in from) {
+    const v = from[k];
     if (v === undefined || HOP_BY_HOP.has(k) || named?.has(k) || drop?.has(k)) continue;
-    out[k] = v;
+    to[k] = v;
   }
-  return out;
+  return to;
+}
+
+/** The end-to-end headers of a message, as a new object (see copyEndToEnd). */
+export function endToEnd(headers: IncomingHttpHeaders, drop?: ReadonlySet<string>): Record<string, string | string[]> {
+  return copyEndToEnd(headers, {}, drop);
 }

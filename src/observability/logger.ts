@@ -44,12 +44,17 @@ export function createLogger(level: string, destination?: DestinationStream): Lo
   );
 }
 
+/** `scheme://user:password@` or `//user:password@` at the start of an absolute-form target. */
+const USERINFO = /^([a-z][a-z0-9+.-]*:)?\/\/[^/?#@]*@/i;
+
 /**
- * A path fit for a log line: query values can hold secrets (api_key=…), so only the
- * parameter names are kept.
+ * A path fit for a log line (P13): query values can hold secrets (api_key=…), so only the
+ * parameter names are kept; an absolute-form target (`GET http://user:password@host/…`) loses
+ * its user information.
  */
 export function loggablePath(url: string | undefined): string {
   if (!url) return '';
+  if (url.charCodeAt(0) !== 47 /* / */ || url.charCodeAt(1) === 47) url = url.replace(USERINFO, '$1//');
   const q = url.indexOf('?');
   if (q < 0) return url;
   const names = url

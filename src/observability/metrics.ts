@@ -1,6 +1,7 @@
 import { LRUCache } from 'lru-cache';
-import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client';
 import { VERSION } from '../version.js';
+import { FastHistogram } from './fast-histogram.js';
 
 /**
  * Prometheus metrics (`GET /metrics`). Names follow Prometheus conventions: the
@@ -31,7 +32,7 @@ export function createMetrics() {
       registers: [registry],
     }),
     /** Up to the response headers, so a long poll (`events`) counts its whole wait. */
-    upstreamDuration: new Histogram({
+    upstreamDuration: new FastHistogram({
       name: `${p}upstream_request_duration_seconds`,
       help: 'Time from sending a request to the upstream until its response headers arrived, by route',
       labelNames: ['route'] as const,
@@ -80,6 +81,25 @@ export function createMetrics() {
       name: `${p}lookup_cache_total`,
       help: 'Lookup cache hits and misses',
       labelNames: ['cache', 'result'] as const,
+      registers: [registry],
+    }),
+    /**
+     * Client-facing (issue 15): every request a client sent, answered by the shim or passed
+     * through. route: observability/route-label.ts; method: a fixed set (other methods: `other`);
+     * status: 1xx..5xx, or `aborted` (the client left before the answer was complete).
+     */
+    requests: new Counter({
+      name: `${p}requests_total`,
+      help: 'Requests from clients, by route class, method and status class (aborted: the client left first)',
+      labelNames: ['route', 'method', 'status'] as const,
+      registers: [registry],
+    }),
+    /** To the last byte of the answer; `events` counts each long poll's whole wait. */
+    requestDuration: new FastHistogram({
+      name: `${p}request_duration_seconds`,
+      help: 'Time from a client request to the end of its answer, by route class and method',
+      labelNames: ['route', 'method'] as const,
+      buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 90, 120],
       registers: [registry],
     }),
     storeErrors: new Counter({

@@ -1,18 +1,53 @@
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import { pino } from 'pino';
 import { facts } from '../context.js';
 import { loggablePath, type Logger } from './logger.js';
+import type { Metrics } from './metrics.js';
+import { routeLabel } from './route-label.js';
+import { deferredCounter, LabelChildren } from './upstream-metrics.js';
 
 const REQUEST_ID = /^[\w.:-]{1,128}$/;
 
+/** pino's numeric levels of the two lines written here. */
+const INFO = 30;
+const WARN = 40;
+
+/** Methods with a label of their own; any other (WebDAV, …) counts as `other`, so the series stay bounded. */
+const METHOD_LABELS: ReadonlySet<string> = new Set(['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS']);
+
+const STATUS_CLASS: readonly string[] = ['0xx', '1xx', '2xx', '3xx', '4xx', '5xx'];
+
+/** The ISO time of the current millisecond, made at most once per millisecond. */
+let isoAt = 0;
+let iso = '';
+function isoNow(): string {
+  const now = Date.now();
+  if (now !== isoAt) {
+    isoAt = now;
+    iso = new Date(now).toISOString();
+  }
+  return iso;
+}
+
 /**
  * One log line per request, when its answer is done: method, path without query values (they
- * can hold secrets), status, time, upstream time and what the shim did (RequestFacts). The
- * request id is the client's `X-Request-Id` when it is sane, else a fresh UUID; it is passed
- * upstream and back. Written directly with pino: a per-request child logger (pino-http's way)
- * cost ~10% of the pass-through's CPU in bench/passthrough-variants.ts.
+ * can hold secrets, P13), status, time, upstream time and what the shim did (RequestFacts);
+ * and the client-facing request metrics (issue 15): a counter and a latency histogram by route
+ * class, method and status class. The request id is the client's `X-Request-Id` when it is
+ * sane, else a fresh UUID; it is passed upstream and back.
+ *
+ * Written on every proxied request, so built for the hot path (bench/RESULTS.md, B4): the line
+ * is one JSON string in pino's own format written straight to the logger's destination (no
+ * serialisers, no redaction pass: it carries no header and no query value), the time string
+ * is made once per millisecond, and metric label children are looked up once.
  */
-export function requestLogger(log: Logger, quiet: (path: string) => boolean) {
+export function requestLogger(log: Logger, quiet: (path: string) => boolean, metrics?: Pick<Metrics, 'requests' | 'requestDuration'>) {
+  const dest = (log as unknown as Record<symbol, { write(line: string): unknown }>)[pino.symbols.streamSym]!;
+  const name = JSON.stringify((log.bindings() as { name?: string }).name ?? 'zulip-compat-shim');
+  const count = metrics ? deferredCounter(metrics.requests) : undefined;
+  const durations = metrics ? new LabelChildren((route, method) => metrics.requestDuration.labels(route, method)) : undefined;
+
   return (req: IncomingMessage, res: ServerResponse, path: string): void => {
     const started = performance.now();
     const given = req.headers['x-request-id'];
@@ -21,20 +56,25 @@ export function requestLogger(log: Logger, quiet: (path: string) => boolean) {
     res.setHeader('x-request-id', id);
     if (quiet(path)) return;
     res.once('close', () => {
+      const elapsed = performance.now() - started;
       const aborted = !res.writableFinished;
-      const level = aborted || res.statusCode >= 500 ? 'warn' : 'info';
-      if (!log.isLevelEnabled(level)) return;
-      log[level](
-        {
-          reqId: id,
-          req: { method: req.method, path: loggablePath(req.url) },
-          res: { status: res.statusCode },
-          responseTime: Math.round(performance.now() - started),
-          ...(aborted ? { aborted } : {}),
-          ...facts(req),
-        },
-        aborted ? 'request aborted' : 'request completed',
-      );
+      const status = res.statusCode;
+      if (count && durations) {
+        const route = routeLabel(path);
+        const method = METHOD_LABELS.has(req.method ?? '') ? req.method! : 'other';
+        count(route, method, aborted ? 'aborted' : (STATUS_CLASS[Math.floor(status / 100)] ?? 'other')).n++;
+        if (!aborted) durations.get(route, method).observe(elapsed / 1000);
+      }
+      const level = aborted || status >= 500 ? WARN : INFO;
+      if (log.levelVal > level) return;
+      const f = facts(req);
+      let line = `{"level":${level},"time":"${isoNow()}","name":${name},"reqId":"${id}","req":{"method":${JSON.stringify(req.method)},"path":${JSON.stringify(loggablePath(req.url))}},"res":{"status":${status}},"responseTime":${Math.round(elapsed)}`;
+      if (aborted) line += ',"aborted":true';
+      if (f.upstreamMs !== undefined) line += `,"upstreamMs":${f.upstreamMs}`;
+      if (f.realm !== undefined) line += `,"realm":${JSON.stringify(f.realm)}`;
+      if (f.featureLevel !== undefined) line += `,"featureLevel":${f.featureLevel}`;
+      if (f.kind !== undefined) line += `,"kind":${JSON.stringify(f.kind)}`;
+      dest.write(`${line},"msg":"${aborted ? 'request aborted' : 'request completed'}"}\n`);
     });
   };
 }

@@ -2,7 +2,17 @@
  * The `route` label of upstream metrics: a small fixed set, never a raw path, so a path with a
  * message id, user id or email in it can never create a new time series.
  */
-export const ROUTE_LABELS = ['events', 'messages', 'register', 'presence', 'users_me', 'users', 'server_settings', 'other'] as const;
+export const ROUTE_LABELS = [
+  'events',
+  'messages',
+  'register',
+  'presence',
+  'users_me',
+  'users',
+  'user',
+  'server_settings',
+  'other',
+] as const;
 
 export type RouteLabel = (typeof ROUTE_LABELS)[number];
 
@@ -30,6 +40,8 @@ export function routeLabel(url: string): RouteLabel {
     if (exact) return exact;
     // Message sub-resources (/messages/123, /messages/flags, /messages/render, …).
     if (rest.startsWith('/messages/')) return 'messages';
+    // One user by id or email (/users/12, /users/iago@zulip.com): never the id in a label.
+    if (/^\/users\/[^/]+$/.test(rest)) return 'user';
     return 'other';
   }
   return 'other';

@@ -31,10 +31,10 @@ const bodiesByLedger = new WeakMap<LedgerState, Map<string, Encodable>>();
 /** Distinct bodies kept per ledger state: a client cannot grow it with made-up ids. */
 const MAX_BODIES_PER_LEDGER = 32;
 
-function bodiesOf(hub: SnapshotHub, ledger: LedgerState): Map<string, Encodable> {
+function bodiesOf(hub: SnapshotHub | undefined, ledger: LedgerState): Map<string, Encodable> {
   let bodies = bodiesByLedger.get(ledger);
   if (!bodies) {
-    bodies = hub.bodies(); // X2: within the answers budget, too
+    bodies = hub ? hub.bodies() : new Map(); // X2: within the answers budget, too
     bodiesByLedger.set(ledger, bodies);
   }
   if (bodies.size >= MAX_BODIES_PER_LEDGER) bodies.clear();
@@ -73,7 +73,7 @@ export async function modernAnswer(poll: Poll, snapshot: Snapshot): Promise<Buil
   const kind: AnswerKind = delta ? 'delta' : lastUpdateId !== undefined && lastUpdateId > 0 ? 'resync' : 'modern_full';
   const reusable = snapshot.complete && request.ignored.length === 0 && kind !== 'resync';
   const key = `${delta ? lastUpdateId : 'full'}|${request.historyLimitDays ?? ''}|${serverTimestamp}`;
-  const bodies = reusable ? bodiesOf(poll.ctx.snapshots, ledger) : undefined;
+  const bodies = reusable ? bodiesOf(poll.ctx.snapshots as SnapshotHub | undefined, ledger) : undefined;
   let body = bodies?.get(key);
   if (!body) {
     const built = answer(ledger, {

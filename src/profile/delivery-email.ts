@@ -40,6 +40,21 @@ const REGISTER_BODY = encodeForm([
   ['fetch_event_types', '["realm_user"]'],
 ]);
 
+/** A web-app caller (session cookie, no Basic auth) is served only under /json. */
+export function apiPrefixFor(headers: Record<string, string>): '/api/v1' | '/json' {
+  return headers.authorization ? '/api/v1' : '/json';
+}
+
+/**
+ * A session-authenticated POST under /json needs Django's CSRF token, which the web app keeps
+ * in its `csrftoken` cookie and echoes in `X-CSRFToken`: the shim echoes it the same way. Pure.
+ */
+export function csrfFor(headers: Record<string, string>): Record<string, string> {
+  if (headers.authorization || headers['x-csrftoken']) return {};
+  const token = /(?:^|;\s*)csrftoken=([^;]+)/.exec(headers.cookie ?? '')?.[1];
+  return token ? { 'x-csrftoken': token } : {};
+}
+
 /** The queue id of a register answer, also from a body that did not parse as expected. */
 export function queueIdOf(body: Buffer): string | undefined {
   const text = body.toString('utf8');
@@ -99,8 +114,8 @@ export class DeliveryEmails {
     const r = await this.client.fetch({
       realm,
       method: 'POST',
-      path: '/api/v1/register',
-      headers: { ...headers, ...FORM },
+      path: `${apiPrefixFor(headers)}/register`,
+      headers: { ...headers, ...FORM, ...csrfFor(headers) },
       body: REGISTER_BODY,
     });
     const queueId = isSuccess(r.status) ? queueIdOf(r.body) : undefined;
@@ -121,8 +136,8 @@ export class DeliveryEmails {
       const r = await this.client.fetch({
         realm,
         method: 'DELETE',
-        path: '/api/v1/events',
-        headers: { ...headers, ...FORM },
+        path: `${apiPrefixFor(headers)}/events`,
+        headers: { ...headers, ...FORM, ...csrfFor(headers) },
         body: encodeForm([['queue_id', queueId]]),
       });
       if (!isSuccess(r.status)) this.log.warn({ realm: realm.host, status: r.status }, 'own profile: deleting the register queue failed');

@@ -1,33 +1,30 @@
-import http, { type IncomingMessage, type ServerResponse } from 'node:http';
+import http, { type IncomingHttpHeaders, type IncomingMessage, type OutgoingHttpHeaders, type ServerResponse } from 'node:http';
 import https from 'node:https';
 import type { Duplex } from 'node:stream';
 import { createProxyServer } from 'http-proxy-3';
-import { Pool, errors as undiciErrors, type Dispatcher } from 'undici';
-import { badRequest, errorBody, upstreamTimeout, upstreamUnavailable } from '../http/errors.js';
-import { forwardedHeaders } from '../http/forwarded.js';
-import { endToEnd } from '../http/headers.js';
-import type { Logger } from '../observability/logger.js';
-import type { UpstreamObserver } from '../observability/upstream-metrics.js';
+import type { Dispatcher } from 'undici';
+import { badRequest, sendShimError, ShimError, upstreamUnavailable } from '../http/errors.js';
+import { xForwardedHeaders } from '../http/forwarded.js';
+import { copyEndToEnd } from '../http/headers.js';
+import { loggablePath, type Logger } from '../observability/logger.js';
+import { isClientAbort, isUnsendable, type Transport } from '../upstream/transport.js';
 
 /**
  * T1: everything the shim does not handle itself is streamed to the upstream and back,
  * unbuffered, with method, path, query, headers and body unchanged, `Host` kept and
- * X-Forwarded-For/Proto/Host added, over kept-alive connections.
+ * X-Forwarded-For/Proto/Host added (X4), over kept-alive connections.
  *
- * HTTP requests stream through an undici Pool; WebSocket upgrades go through http-proxy-3.
- * Measured on this project's 2-core machine (bench/passthrough-variants.ts), a bare server
- * streaming through undici answered 8,221 req/s against 4,396 through http-proxy-3's web
- * path, with nginx at 13,851: http-proxy-3 stays where it has no equal, the upgrades.
+ * Read like node-http-proxy's `web-incoming` / `web-outgoing`: an ordered list of small named
+ * passes over one request (WEB_INCOMING), and over its answer (WEB_OUTGOING). HTTP requests
+ * go through the shim's one upstream transport (timeouts, long-poll pool, X5 retry, metrics);
+ * WebSocket upgrades through http-proxy-3, which has no equal there.
  */
 export interface PassThroughOptions {
   target: string;
-  /** An upstream silent this long (no headers, or no body bytes) is a 504 / a cut stream. */
-  timeoutMs: number;
-  maxSockets: number;
+  /** The shim's upstream transport (upstream/transport.ts). */
+  transport: Transport;
   insecureTls: boolean;
   log: Logger;
-  /** Metrics hook: told of every proxied request when its headers arrive or it fails. */
-  observe?: UpstreamObserver;
 }
 
 export interface PassThrough {
@@ -36,116 +33,162 @@ export interface PassThrough {
   close(): Promise<void>;
 }
 
-/** Zulip's long poll: each connected client holds one, ~90 s at a time. */
-const LONG_POLL = /^\/(api\/v1|json)\/events(\?|$)/;
+/** One request on its way through: what the passes build, then the undici handler of its answer. */
+export class Exchange implements Dispatcher.DispatchHandler {
+  readonly options: Dispatcher.DispatchOptions;
+  controller: Dispatcher.DispatchController | undefined;
+  clientGone = false;
+
+  constructor(
+    readonly req: IncomingMessage,
+    readonly res: ServerResponse,
+    readonly log: Logger,
+  ) {
+    this.options = { method: req.method as Dispatcher.HttpMethod, path: req.url ?? '/', headers: {}, body: null };
+  }
+
+  get headers(): Record<string, string | string[]> {
+    return this.options.headers as Record<string, string | string[]>;
+  }
+
+  onRequestStart(c: Dispatcher.DispatchController): void {
+    this.controller = c;
+    if (this.clientGone) c.abort(new ClientGone());
+  }
+  onResponseStart(_c: Dispatcher.DispatchController, statusCode: number, headers: IncomingHttpHeaders): void {
+    if (statusCode < 200) return; // 1xx: Node answers `Expect` itself
+    for (const pass of WEB_OUTGOING) pass.onHeaders?.(this, statusCode, headers);
+  }
+  onResponseData(c: Dispatcher.DispatchController, chunk: Buffer): void {
+    for (const pass of WEB_OUTGOING) pass.onData?.(this, c, chunk);
+  }
+  onResponseEnd(): void {
+    this.res.end();
+  }
+  onResponseError(_c: Dispatcher.DispatchController, err: Error): void {
+    if (!this.clientGone) fail(this, err);
+  }
+}
+
+class ClientGone extends Error {
+  override name = 'AbortError';
+  constructor() {
+    super('client closed the connection');
+  }
+}
+
+// ---- web-incoming: what happens to the request, in order ------------------------------------
+
+/** A named step over an outgoing request. */
+export type IncomingPass = (x: Exchange) => void;
+
+/** RFC 9110 §7.6.1: connection-level headers stay on this hop; the rest is copied once. */
+export const dropHopByHop: IncomingPass = (x) => {
+  copyEndToEnd(x.req.headers, x.headers);
+};
+
+/** T1, X4: X-Forwarded-For appended to; Proto and Host as the shim (or a trusted proxy) knows them. */
+export const addForwarded: IncomingPass = (x) => {
+  const f = xForwardedHeaders(x.req);
+  x.headers['x-forwarded-for'] = f['x-forwarded-for'];
+  x.headers['x-forwarded-proto'] = f['x-forwarded-proto'];
+  x.headers['x-forwarded-host'] = f['x-forwarded-host'];
+};
+
+/** The client's body, streamed as it comes (none when it declares none). */
+export const pipeBody: IncomingPass = (x) => {
+  const h = x.req.headers;
+  const hasBody = h['content-length'] !== undefined ? h['content-length'] !== '0' : h['transfer-encoding'] !== undefined;
+  if (hasBody) x.options.body = x.req;
+};
+
+/** A client that goes away ends the upstream request too: no socket is left behind. */
+export const abortWithClient: IncomingPass = (x) => {
+  x.res.on('close', () => {
+    if (x.res.writableFinished) return;
+    x.clientGone = true;
+    x.controller?.abort(new ClientGone());
+  });
+};
+
+/**
+ * The passes of every request, in order. The pool is picked by the transport itself (long
+ * polls to their own pool, `routeLongPolls`), which then sends it.
+ */
+export const WEB_INCOMING: readonly IncomingPass[] = [dropHopByHop, addForwarded, pipeBody, abortWithClient];
+
+// ---- web-outgoing: what happens to the answer -----------------------------------------------
+
+export interface OutgoingPass {
+  onHeaders?(x: Exchange, statusCode: number, headers: IncomingHttpHeaders): void;
+  onData?(x: Exchange, c: Dispatcher.DispatchController, chunk: Buffer): void;
+}
+
+/** The upstream's status and end-to-end headers, as they came (E1). */
+export const writeHeaders: OutgoingPass = {
+  onHeaders(x, statusCode, headers) {
+    const out: OutgoingHttpHeaders = {};
+    copyEndToEnd(headers, out as Record<string, string | string[]>);
+    x.res.writeHead(statusCode, out);
+  },
+};
+
+/** Backpressure: a slow client slows the upstream read; nothing piles up here. */
+export const streamBody: OutgoingPass = {
+  onData(x, c, chunk) {
+    if (!x.res.write(chunk)) {
+      c.pause();
+      x.res.once('drain', () => c.resume());
+    }
+  },
+};
+
+export const WEB_OUTGOING: readonly OutgoingPass[] = [writeHeaders, streamBody];
+
+// ---- failures -------------------------------------------------------------------------------
+
+function fail(x: Exchange, err: Error): void {
+  const { res } = x;
+  if (res.destroyed || isClientAbort(err)) return; // the client left
+  if (isUnsendable(err)) {
+    // A request that cannot be sent on as it came (`OPTIONS *`, say) is the client's error,
+    // not the upstream's: 400, not 502 (E2).
+    sendShimError(res, badRequest(`This request cannot be passed to the Zulip server: ${err.message}`));
+    return;
+  }
+  const e = err instanceof ShimError ? err : upstreamUnavailable((err as NodeJS.ErrnoException).code ?? 'error');
+  x.log.warn({ err: e, path: loggablePath(x.options.path) }, 'upstream error on pass-through');
+  sendShimError(res, e); // destroys the socket when the answer had already started
+}
+
+// ---- the pass-through -----------------------------------------------------------------------
 
 export function createPassThrough(o: PassThroughOptions): PassThrough {
-  const poolOptions = {
-    headersTimeout: o.timeoutMs,
-    bodyTimeout: o.timeoutMs,
-    keepAliveTimeout: 30_000,
-    connect: { rejectUnauthorized: !o.insecureTls },
-  };
-  const pool = new Pool(o.target, { ...poolOptions, connections: o.maxSockets });
-  // Long polls get a pool of their own, one connection per waiting client as without the shim:
-  // more waiting clients than maxSockets must never hold the rest of the pass-through back (T1).
-  const longPolls = new Pool(o.target, { ...poolOptions, connections: null });
-
+  const dispatcher = o.transport.dispatcher;
   const secure = o.target.startsWith('https:');
   const agent = secure ? new https.Agent({ keepAlive: true, rejectUnauthorized: !o.insecureTls }) : new http.Agent({ keepAlive: true });
   const wsProxy = createProxyServer({ target: o.target, agent, ws: true, xfwd: false, changeOrigin: false, secure: !o.insecureTls });
   // Without an error handler http-proxy would throw and take the process down (E4).
   wsProxy.on('error', (err, _req, socket) => {
-    o.log.warn({ err: { code: (err as NodeJS.ErrnoException).code, message: err.message } }, 'upstream error on a WebSocket upgrade');
+    o.log.warn({ err }, 'upstream error on a WebSocket upgrade');
     (socket as Duplex).destroy();
   });
   wsProxy.on('econnreset', () => {});
 
-  const observe = (req: IncomingMessage, started: number, outcome: number | 'error' | 'timeout') =>
-    o.observe?.(req.url ?? '/', outcome, (performance.now() - started) / 1000);
-
-  const fail = (req: IncomingMessage, res: ServerResponse, err: unknown, started: number) => {
-    const timedOut = err instanceof undiciErrors.HeadersTimeoutError || err instanceof undiciErrors.BodyTimeoutError;
-    const code = (err as NodeJS.ErrnoException).code ?? (err as { cause?: NodeJS.ErrnoException }).cause?.code ?? 'error';
-    if (res.destroyed || (err as Error).name === 'AbortError' || code === 'UND_ERR_ABORTED') return; // the client left
-    if (err instanceof undiciErrors.InvalidArgumentError && !res.headersSent) {
-      // A request that cannot be sent on as it came (`OPTIONS *`, say) is the client's error,
-      // not the upstream's: 400, not 502 (E2).
-      const e = badRequest(`This request cannot be passed to the Zulip server: ${(err as Error).message}`);
-      const body = errorBody(e.code, e.message);
-      res.writeHead(e.status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
-      res.end(body);
-      return;
-    }
-    observe(req, started, timedOut ? 'timeout' : 'error');
-    o.log.warn({ err: { code, message: (err as Error).message }, timedOut }, 'upstream error on pass-through');
-    if (res.headersSent) {
-      res.destroy();
-      return;
-    }
-    const e = timedOut ? upstreamTimeout() : upstreamUnavailable(code);
-    const body = errorBody(e.code, e.message);
-    res.writeHead(e.status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
-    res.end(body);
-  };
-
   return {
     web(req, res) {
-      const started = performance.now();
-      const hasBody =
-        req.headers['content-length'] !== undefined
-          ? req.headers['content-length'] !== '0'
-          : req.headers['transfer-encoding'] !== undefined;
-      let controller: Dispatcher.DispatchController | undefined;
-      let clientGone = false;
-      // A client that goes away ends the upstream request too: no socket is left behind.
-      res.on('close', () => {
-        if (res.writableFinished) return;
-        clientGone = true;
-        controller?.abort(new Error('client closed the connection'));
-      });
-      (req.method === 'GET' && LONG_POLL.test(req.url ?? '') ? longPolls : pool).dispatch(
-        {
-          method: req.method as Dispatcher.HttpMethod,
-          path: req.url ?? '/',
-          headers: { ...endToEnd(req.headers), ...forwardedHeaders(req) },
-          body: hasBody ? req : null,
-        },
-        {
-          onRequestStart(c) {
-            controller = c;
-            if (clientGone) c.abort(new Error('client closed the connection'));
-          },
-          onResponseStart(_c, statusCode, headers) {
-            if (statusCode < 200) return; // 1xx: Node answers `Expect` itself
-            observe(req, started, statusCode);
-            res.writeHead(statusCode, endToEnd(headers));
-          },
-          onResponseData(c, chunk) {
-            // Backpressure: a slow client slows the upstream read, nothing piles up here.
-            if (!res.write(chunk)) {
-              c.pause();
-              res.once('drain', () => c.resume());
-            }
-          },
-          onResponseEnd() {
-            res.end();
-          },
-          onResponseError(_c, err) {
-            if (!clientGone) fail(req, res, err, started);
-          },
-        },
-      );
+      const x = new Exchange(req, res, o.log);
+      for (const pass of WEB_INCOMING) pass(x);
+      dispatcher.dispatch(x.options, x);
     },
     ws(req, socket, head) {
       socket.on('error', () => socket.destroy());
-      Object.assign(req.headers, forwardedHeaders(req));
+      Object.assign(req.headers, xForwardedHeaders(req));
       wsProxy.ws(req, socket, head);
     },
     async close() {
       wsProxy.close();
       agent.destroy();
-      await Promise.all([pool.destroy(), longPolls.destroy()]);
     },
   };
 }

@@ -1,13 +1,12 @@
 import { setImmediate } from 'node:timers/promises';
 import type { ServerResponse } from 'node:http';
-import type { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { facts, timedUpstream, type Handler } from '../context.js';
-import { type Params, parseParams, readBody } from '../http/body.js';
+import { type Bounded, type Params, parseParams, readBody, readUpTo } from '../http/body.js';
 import { sendEncoded } from '../http/compress.js';
 import { endToEnd } from '../http/headers.js';
 import { isSuccess, relay, relayBuffered, rewrittenHeaders } from '../http/relay.js';
-import { forwardedHeaders, parseJsonObject, translate, type UpstreamResponse } from '../upstream/client.js';
+import { forwardedHeaders, translate, type UpstreamResponse } from '../upstream/client.js';
 import { FL } from '../upstream/feature-level.js';
 import { realmOf } from '../upstream/realm.js';
 import { limitLegacyHistory, presenceEra } from '../presence/convert.js';
@@ -16,6 +15,7 @@ import { historyCutoff } from '../presence/ledger.js';
 import { takeInAnswer, upstreamTime, type Asker, type Format } from '../presence/intake.js';
 import { parseJsonInt, readJsonBool } from '../presence/params.js';
 import { everyCallerSeesTheSameUsers } from '../presence/snapshots.js';
+import { backfillRegisterUsers, parseRegisterAnswer, registerNeedsUsers, serializeRegister, usersAddedHeaders } from './users.js';
 
 /**
  * POST /api/v1/register and /json/register (R1, R2): when the answer carries presence, its
@@ -35,42 +35,6 @@ export function fetchesPresence(params: Params): boolean {
   } catch {
     return true; // the upstream will reject it; the answer then passes unchanged (E1)
   }
-}
-
-type Bounded = { complete: true; body: Buffer } | { complete: false; head: Buffer[]; rest: Readable };
-
-/** Reads up to `limit` bytes; past it, hands back what was read and the rest of the stream. */
-function readUpTo(body: Readable, limit: number): Promise<Bounded> {
-  // Not `for await`: leaving that loop early would destroy the stream we hand back.
-  return new Promise((resolve, reject) => {
-    const chunks: Buffer[] = [];
-    let size = 0;
-    const onData = (chunk: Buffer) => {
-      chunks.push(chunk);
-      size += chunk.length;
-      if (size > limit) {
-        body.pause();
-        cleanup();
-        resolve({ complete: false, head: chunks, rest: body });
-      }
-    };
-    const onEnd = () => {
-      cleanup();
-      resolve({ complete: true, body: Buffer.concat(chunks, size) });
-    };
-    const onError = (e: Error) => {
-      cleanup();
-      reject(translate(e)); // a reset or a silent upstream mid-answer is E2's, not an internal error
-    };
-    const cleanup = () => {
-      body.off('data', onData);
-      body.off('end', onEnd);
-      body.off('error', onError);
-    };
-    body.on('data', onData);
-    body.on('end', onEnd);
-    body.on('error', onError);
-  });
 }
 
 /** The upstream's answer as it came: buffered when it was read whole, else what was read and the rest streamed. */
@@ -94,33 +58,53 @@ export const registerHandler: Handler = async (req, res, ctx) => {
   const headers: Record<string, string> = { ...forwardedHeaders(req) };
   if (req.headers['content-type']) headers['content-type'] = req.headers['content-type'];
   const withPresence = featureLevel < FL.LAST_UPDATE_ID && fetchesPresence(params);
+  const withUsers = registerNeedsUsers(featureLevel, params); // V1, V3: register/users.ts
   // P12 in register (feature level 288), which old servers do not know: E3 before the call.
   const historyLimitDays = withPresence
     ? parseJsonInt('presence_history_limit_days', params.get('presence_history_limit_days'))
     : undefined;
-  if (!withPresence) headers['accept-encoding'] = req.headers['accept-encoding'] ?? 'identity';
+  if (!withPresence && !withUsers) headers['accept-encoding'] = req.headers['accept-encoding'] ?? 'identity';
   const r = await timedUpstream(req, () =>
-    ctx.client.request({ realm, method: 'POST', path: req.url ?? '/api/v1/register', headers, body: raw }),
+    ctx.client.request({
+      realm,
+      method: 'POST',
+      path: req.url ?? '/api/v1/register',
+      headers,
+      body: raw,
+      // X3: an answer the shim buffers ends within the deadline; one passed on streams.
+      ...(withPresence ? { deadlineMs: ctx.config.upstream.timeoutMs } : {}),
+    }),
   );
-  if (!withPresence || !isSuccess(r.status)) {
+  if ((!withPresence && !withUsers) || !isSuccess(r.status)) {
     f.kind = 'passthrough';
     return relay(res, r);
   }
 
   const limit = ctx.config.upstream.maxResponseBytes;
-  const bounded = await readUpTo(r.body, limit);
+  // A reset or a silent upstream mid-answer is E2's, not an internal error.
+  const bounded = await readUpTo(r.body, limit).catch((e: unknown) => {
+    throw translate(e);
+  });
   if (!bounded.complete) {
-    ctx.log.warn({ realm: realm.host, limit }, 'register answer larger than the buffer limit: passed on untouched');
+    ctx.log.warn(
+      { realm: realm.host, limit },
+      'register answer larger than the buffer limit: passed on untouched, presence and user backfill skipped',
+    );
     f.kind = 'passthrough-large';
     return passOn(res, r, bounded);
   }
   const started = performance.now();
-  const body = parseJsonObject(bounded.body);
+  const body = await parseRegisterAnswer(bounded.body);
   await setImmediate(); // a large register answer: let other requests run after parsing it
+  const users = withUsers ? await backfillRegisterUsers(body, featureLevel, params) : undefined;
   const presences = body.presences;
-  if (!presences || typeof presences !== 'object' || Array.isArray(presences)) {
-    // No presence in it after all (a spectator, an upstream that left it out): as it came.
-    return passOn(res, r, bounded);
+  if (!withPresence || !presences || typeof presences !== 'object' || Array.isArray(presences)) {
+    // No presence in it (a spectator, an upstream that left it out): as it came unless users were filled (V4).
+    if (!users || users.added.length === 0) return passOn(res, r, bounded);
+    f.kind = 'register';
+    const raw = await serializeRegister(body);
+    await sendEncoded(req, res, r.status, { raw }, { ...rewrittenHeaders(r.headers), ...usersAddedHeaders(users) });
+    return;
   }
 
   const slimAsked = readJsonBool(params.get('slim_presence')) === true;
@@ -149,5 +133,5 @@ export const registerHandler: Handler = async (req, res, ctx) => {
   const out = Buffer.from(JSON.stringify(body));
   f.kind = 'register';
   ctx.log.debug({ bytes: out.length, ms: Math.round(performance.now() - started) }, 'register presence rewritten');
-  await sendEncoded(req, res, r.status, { raw: out }, rewrittenHeaders(r.headers));
+  await sendEncoded(req, res, r.status, { raw: out }, { ...rewrittenHeaders(r.headers), ...usersAddedHeaders(users) });
 };

@@ -1,15 +1,16 @@
 import type { IncomingHttpHeaders, IncomingMessage } from 'node:http';
 import type { Readable } from 'node:stream';
-import { Pool, errors as undiciErrors } from 'undici';
-import { ShimError, upstreamBadResponse, upstreamTimeout, upstreamUnavailable } from '../http/errors.js';
+import { readUpTo } from '../http/body.js';
+import { upstreamBadResponse, UpstreamAnswerTooLargeError } from '../http/errors.js';
 import type { UpstreamObserver } from '../observability/upstream-metrics.js';
-import { forwardedHeaders as xForwarded } from '../http/forwarded.js';
+import { xForwardedHeaders } from '../http/forwarded.js';
 import { endToEnd } from '../http/headers.js';
 import type { Realm } from './realm.js';
+import { createTransport, translate, type Transport, type UpstreamDispatchOptions } from './transport.js';
 
 /**
  * The one HTTP client for the shim's own calls to the upstream (intercepted endpoints,
- * version detection, lookups). Kept-alive connections; the pass-through uses its own agent.
+ * version detection, lookups), over the shim's one upstream transport (transport.ts).
  */
 
 export interface UpstreamCall {
@@ -20,6 +21,8 @@ export interface UpstreamCall {
   /** End-to-end headers to send (see forwardedHeaders); `host` selects the realm. */
   headers: Record<string, string>;
   body?: string | Buffer;
+  /** X3: a total deadline for the whole exchange (fetch sets upstream.timeoutMs). */
+  deadlineMs?: number;
 }
 
 export interface UpstreamResponse {
@@ -37,94 +40,78 @@ export interface BufferedResponse {
 export interface UpstreamClientOptions {
   /** Where requests go: the upstream itself, or the recorder/replayer standing in for it. */
   target: string;
+  /** Silence timeout of a streamed answer; total deadline of a buffered one (X3). */
   timeoutMs: number;
   maxSockets: number;
   insecureTls: boolean;
   maxResponseBytes: number;
   /** Metrics hook: told of every call when its headers arrive or it fails. */
   observe?: UpstreamObserver;
+  /** The shim's one upstream transport; without it the client makes (and owns) its own. */
+  transport?: Transport;
 }
 
 export class UpstreamClient {
-  private readonly pool: Pool;
+  private readonly transport: Transport;
+  private readonly ownsTransport: boolean;
+  private readonly targetHost: string;
   readonly maxResponseBytes: number;
 
   constructor(readonly options: UpstreamClientOptions) {
-    this.pool = new Pool(options.target, {
-      connections: options.maxSockets,
-      headersTimeout: options.timeoutMs,
-      bodyTimeout: options.timeoutMs,
-      keepAliveTimeout: 30_000,
-      connect: { rejectUnauthorized: !options.insecureTls },
-    });
+    this.ownsTransport = !options.transport;
+    this.transport = options.transport ?? createTransport(options);
+    this.targetHost = new URL(options.target).host;
     this.maxResponseBytes = options.maxResponseBytes;
   }
 
-  /** Sends a request; the body is left for the caller to stream or read. */
+  /**
+   * Sends a request; the body is left for the caller to stream or read (the raw bytes as the
+   * upstream sent them). Failures are ShimErrors (E2); `deadlineMs` makes it a buffered
+   * exchange with a total deadline (X3).
+   */
   async request(call: UpstreamCall): Promise<UpstreamResponse> {
-    const started = performance.now();
-    const observe = this.options.observe;
-    try {
-      const r = await this.pool.request({
-        method: call.method,
-        path: call.path,
-        headers: { ...call.headers, host: call.realm.host || new URL(this.options.target).host },
-        body: call.body,
-      });
-      observe?.(call.path, r.statusCode, (performance.now() - started) / 1000);
-      return { status: r.statusCode, headers: r.headers as IncomingHttpHeaders, body: r.body };
-    } catch (e) {
-      const err = translate(e);
-      const timedOut = err instanceof ShimError && err.code === 'UPSTREAM_TIMEOUT';
-      observe?.(call.path, timedOut ? 'timeout' : 'error', (performance.now() - started) / 1000);
-      throw err;
-    }
+    const r = await this.transport.dispatcher.request({
+      method: call.method,
+      path: call.path,
+      headers: { ...call.headers, host: call.realm.host || this.targetHost },
+      body: call.body ?? null,
+      ...(call.deadlineMs === undefined ? {} : { deadlineMs: call.deadlineMs }),
+    } as UpstreamDispatchOptions);
+    return { status: r.statusCode, headers: r.headers as IncomingHttpHeaders, body: r.body };
   }
 
-  /** Sends a request and reads the whole body, bounded by maxResponseBytes. */
-  async fetch(call: UpstreamCall): Promise<BufferedResponse> {
-    const r = await this.request(call);
-    return { status: r.status, headers: r.headers, body: await readAll(r.body, this.maxResponseBytes) };
+  /**
+   * Sends a request and reads the whole body, bounded by maxResponseBytes, within
+   * `upstream.timeoutMs` from start to last byte however slowly it drips (X3): callers waiting
+   * on this promise (a single-flight fetch) are released at that deadline too. Past `maxBytes`
+   * it fails with UpstreamAnswerTooLargeError.
+   */
+  async fetch(call: UpstreamCall, maxBytes = this.maxResponseBytes): Promise<BufferedResponse> {
+    const r = await this.request({ ...call, deadlineMs: call.deadlineMs ?? this.options.timeoutMs });
+    return { status: r.status, headers: r.headers, body: await readAll(r.body, maxBytes) };
   }
 
-  close(): Promise<void> {
-    return this.pool.close();
-  }
-
+  /** Closes the transport if this client made it (the shim closes the shared one itself). */
   destroy(): Promise<void> {
-    return this.pool.destroy();
+    return this.ownsTransport ? this.transport.close() : Promise.resolve();
   }
 }
 
-/** An upstream transport failure as the shim's own error (E2): timed out, unreachable, too large. */
-export function translate(e: unknown): Error {
-  if (e instanceof undiciErrors.HeadersTimeoutError || e instanceof undiciErrors.BodyTimeoutError) {
-    return upstreamTimeout();
-  }
-  if (e instanceof undiciErrors.ResponseExceededMaxSizeError) return upstreamBadResponse('body too large');
-  const err = e as NodeJS.ErrnoException & { cause?: NodeJS.ErrnoException };
-  const code = err.code ?? err.cause?.code ?? 'error';
-  return upstreamUnavailable(code);
-}
+export { translate };
 
-/** Reads a body to the end, failing with UPSTREAM_BAD_RESPONSE past `limit` bytes. */
+/** Reads an upstream body to the end, failing with UPSTREAM_BAD_RESPONSE past `limit` bytes. */
 export async function readAll(body: Readable, limit: number): Promise<Buffer> {
-  const chunks: Buffer[] = [];
-  let size = 0;
+  let read: Awaited<ReturnType<typeof readUpTo>>;
   try {
-    for await (const chunk of body) {
-      size += (chunk as Buffer).length;
-      if (size > limit) {
-        body.destroy();
-        throw upstreamBadResponse(`body larger than ${limit} bytes`);
-      }
-      chunks.push(chunk as Buffer);
-    }
+    read = await readUpTo(body, limit);
   } catch (e) {
-    if (e instanceof Error && e.name === 'ShimError') throw e;
     throw translate(e);
   }
-  return Buffer.concat(chunks, size);
+  if (!read.complete) {
+    read.rest.destroy();
+    throw new UpstreamAnswerTooLargeError(read.size, limit);
+  }
+  return read.body;
 }
 
 /** Parses a 2xx JSON body of an intercepted endpoint; anything else is E2's bad response. */
@@ -151,7 +138,7 @@ const OWN_CALL_DROPS: ReadonlySet<string> = new Set(['host', 'content-length', '
 export function forwardedHeaders(req: IncomingMessage): Record<string, string> {
   const out: Record<string, string> = {};
   for (const [k, v] of Object.entries(endToEnd(req.headers, OWN_CALL_DROPS))) out[k] = Array.isArray(v) ? v.join(', ') : v;
-  Object.assign(out, xForwarded(req));
+  Object.assign(out, xForwardedHeaders(req));
   out['accept-encoding'] = 'identity';
   return out;
 }

@@ -6,14 +6,13 @@ import type { Realm } from './realm.js';
 
 /**
  * The feature levels the shim's behaviour turns on, so code reads `level >= FL.LAST_UPDATE_ID`.
- * (Own-profile fields name theirs in src/profile/changes/.)
+ * (User-object fields and endpoints name theirs in src/profile/ and src/register/users.ts.)
  */
 export const FL = {
   /** Zulip 3.0: `slim_presence` exists. */
   SLIM_PRESENCE: 25,
   /** One presence row per user (7.0 dev): slim presence is exact. */
   ONE_ROW_PER_USER: 178,
-  DELIVERY_EMAIL: 163,
   /** Presence limited to the users a caller can access: callers may see different users. */
   PRESENCE_ACCESS_LIMIT: 228,
   /** The modern presence API: presence and register pass through untouched. */

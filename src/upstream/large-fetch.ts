@@ -1,11 +1,12 @@
-import { translate, type BufferedResponse, type UpstreamCall, type UpstreamClient } from './client.js';
-import { ShimError, upstreamBadResponse } from '../http/errors.js';
+import type { BufferedResponse, UpstreamCall, UpstreamClient } from './client.js';
+import { UpstreamAnswerTooLargeError, upstreamBadResponse } from '../http/errors.js';
 
 /**
  * B7: a buffered upstream call for the answers that grow with a realm (full presence, the user
  * list), bounded by their own budget (memory.largeAnswerBytes) rather than the one for every
  * other intercepted answer. Past it the call fails as E2's bad response and `onTooLarge` is told,
- * so the operator learns once what to raise.
+ * so the operator learns once what to raise. Read through the client's one bounded reader, with
+ * its total deadline (X3).
  */
 export async function fetchLarge(
   client: UpstreamClient,
@@ -13,22 +14,11 @@ export async function fetchLarge(
   maxBytes: number,
   onTooLarge: (bytes: number) => void,
 ): Promise<BufferedResponse> {
-  const r = await client.request(call);
-  const chunks: Buffer[] = [];
-  let size = 0;
   try {
-    for await (const chunk of r.body) {
-      size += (chunk as Buffer).length;
-      if (size > maxBytes) {
-        r.body.destroy();
-        onTooLarge(size);
-        throw upstreamBadResponse(`body larger than ${maxBytes} bytes (memory.largeAnswerBytes)`);
-      }
-      chunks.push(chunk as Buffer);
-    }
+    return await client.fetch(call, maxBytes);
   } catch (e) {
-    if (e instanceof ShimError) throw e;
-    throw translate(e);
+    if (!(e instanceof UpstreamAnswerTooLargeError)) throw e;
+    onTooLarge(e.bytes);
+    throw upstreamBadResponse(`body larger than ${maxBytes} bytes (memory.largeAnswerBytes)`);
   }
-  return { status: r.status, headers: r.headers, body: Buffer.concat(chunks, size) };
 }

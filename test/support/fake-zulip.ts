@@ -461,8 +461,14 @@ export class FakeZulip {
       case 'GET /events':
         return this.events(req, res);
       default:
-        this.error(res, 404, 'Endpoint does not exist.', 'BAD_REQUEST');
+        break;
     }
+    // GET /users/{user_id} from 3.0 (feature level 1), GET /users/{email} from 4.0 (39).
+    const single = /^\/users\/([^/]+)$/.exec(apiPath);
+    if (req.method === 'GET' && single && (/^[0-9]+$/.test(single[1]!) ? this.featureLevel >= 1 : this.featureLevel >= 39)) {
+      return this.singleUser(req, res, single[1]!);
+    }
+    this.error(res, 404, 'Endpoint does not exist.', 'BAD_REQUEST');
   }
 
   private serverSettings(res: ServerResponse): void {
@@ -561,16 +567,85 @@ export class FakeZulip {
     if (fl >= 163 || (fl >= 156 && forOwn) || viewerSeesEmails) o.delivery_email = u.delivery_email;
     if (u.is_bot) {
       o.bot_type = u.bot_type;
-      o.bot_owner_id = u.bot_owner_id;
+      // Before feature level 1 a bot names its owner by email (`bot_owner`).
+      if (fl >= 1)
+        o.bot_owner_id = u.bot_owner_id ?? null; // null for a bot without an owner, as the server sends it
+      else o.bot_owner = u.bot_owner_id === undefined ? null : this.user(u.bot_owner_id).email;
     }
     return o;
+  }
+
+  /** A system bot as register's `cross_realm_bots` shows it in this era. */
+  crossRealmBot(): Record<string, unknown> {
+    const fl = this.featureLevel;
+    const o: Record<string, unknown> = {
+      email: 'notification-bot@zulip.com',
+      user_id: 2,
+      avatar_url: 'https://chat.example.com/static/images/logo/zulip-icon-128x128.png?version=1',
+      is_admin: false,
+      is_bot: true,
+      full_name: 'Notification Bot',
+      timezone: '',
+      date_joined: '2019-01-01T00:00:00.000000+00:00',
+      bot_type: 1,
+    };
+    if (fl >= 1) o.bot_owner_id = null;
+    else o.bot_owner = null;
+    if (fl >= 10) Object.assign(o, { is_guest: false, is_active: true, avatar_version: 1 });
+    if (fl >= 8) o.is_owner = false;
+    if (fl >= 59) o.role = 400;
+    if (fl >= 73) o.is_billing_admin = false;
+    if (fl >= 83) o.is_system_bot = true;
+    else o.is_cross_realm_bot = true;
+    if (fl >= 163) o.delivery_email = 'notification-bot@zulip.com';
+    return o;
+  }
+
+  /** The legacy top-level settings of a register answer (update_display_settings, update_global_notifications). */
+  legacySettings(u: FakeUser, want: (t: string) => boolean): Record<string, unknown> {
+    const out: Record<string, unknown> = {};
+    if (want('update_display_settings')) {
+      Object.assign(out, {
+        twenty_four_hour_time: true,
+        default_language: 'en',
+        emojiset: 'google',
+        left_side_userlist: false,
+        timezone: u.timezone,
+      });
+    }
+    if (want('update_global_notifications')) {
+      Object.assign(out, { enable_desktop_notifications: true, enable_sounds: false, enable_digest_emails: true });
+      if (this.featureLevel >= 3) out.presence_enabled = u.presence_enabled;
+    }
+    return out;
+  }
+
+  /** GET /users/{user_id} (3.0+) and GET /users/{email} (4.0+). */
+  private singleUser(req: IncomingMessage, res: ServerResponse, key: string): void {
+    const viewer = this.authenticate(req, res);
+    if (!viewer) return;
+    const q = new URLSearchParams((req.url ?? '').split('?')[1] ?? '');
+    const email = decodeURIComponent(key).toLowerCase();
+    const u = /^[0-9]+$/.test(key)
+      ? this.users.find((x) => x.user_id === Number(key))
+      : this.users.find((x) => x.email.toLowerCase() === email);
+    if (!u) return this.error(res, 400, 'No such user', 'BAD_REQUEST');
+    const o = this.userObject(u, u.user_id === viewer.user_id, viewer);
+    if (!u.is_bot && q.get('include_custom_profile_fields') === 'true') o.profile_data = u.profile_data;
+    this.json(res, 200, { result: 'success', msg: '', user: o });
   }
 
   private usersList(req: IncomingMessage, res: ServerResponse): void {
     const viewer = this.authenticate(req, res);
     if (!viewer) return;
     this.stats.usersList++;
-    this.json(res, 200, { result: 'success', msg: '', members: this.users.map((u) => this.userObject(u, false, viewer)) });
+    const withFields = new URLSearchParams((req.url ?? '').split('?')[1] ?? '').get('include_custom_profile_fields') === 'true';
+    const members = this.users.map((u) => {
+      const o = this.userObject(u, false, viewer);
+      if (withFields && !u.is_bot) o.profile_data = u.profile_data;
+      return o;
+    });
+    this.json(res, 200, { result: 'success', msg: '', members });
   }
 
   private ownUser(req: IncomingMessage, res: ServerResponse): void {
@@ -624,6 +699,11 @@ export class FakeZulip {
       out.delivery_email = u.delivery_email;
       out.full_name = u.full_name;
       out.is_admin = u.role <= 200;
+      out.cross_realm_bots = [this.crossRealmBot()];
+    }
+    Object.assign(out, this.legacySettings(u, want));
+    if (this.featureLevel >= 89 && want('user_settings')) {
+      out.user_settings = { ...this.legacySettings(u, () => true), presence_enabled: u.presence_enabled };
     }
     if (want('presence')) {
       const slim = this.featureLevel >= 25 && params.get('slim_presence') === 'true';

@@ -6,6 +6,7 @@ import type { ProfileChange } from './types.js';
  */
 export const isOwner: ProfileChange = {
   featureLevel: 8,
+  feature: 'user_is_owner',
   fields: ['is_owner'],
   needs: [],
   fill: () => ({ is_owner: { value: false, source: 'rule' } }),

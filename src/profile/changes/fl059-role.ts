@@ -18,6 +18,7 @@ export function roleOf(user: { is_owner?: unknown; is_admin?: unknown; is_guest?
 /** Feature level 59 (Zulip 4.0): `role`, derived after is_owner and is_guest are known. */
 export const role: ProfileChange = {
   featureLevel: 59,
+  feature: 'user_role',
   fields: ['role'],
   needs: [],
   fill: (user) => ({ role: { value: roleOf(user), source: 'rule' } }),

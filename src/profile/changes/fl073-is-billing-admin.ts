@@ -11,6 +11,7 @@ import type { ProfileChange } from './types.js';
  */
 export const isBillingAdmin: ProfileChange = {
   featureLevel: 73,
+  feature: 'user_is_billing_admin',
   fields: ['is_billing_admin'],
   needs: [],
   fill: () => ({ is_billing_admin: { value: false, source: 'rule' } }),

@@ -1,0 +1,193 @@
+import { setImmediate as nextTurn } from 'node:timers/promises';
+import { backfillInPlace, type Added, type Lookups, type ProfileChange } from './changes/index.js';
+
+/**
+ * V1, V4: lists of user objects (GET /users' `members`, register's `realm_users`,
+ * `realm_non_active_users`, `cross_realm_bots`) filled by the same version changes as the own
+ * profile, without an upstream call per user: everything a change needs for another user is in
+ * the object itself or in the lists at hand. Long lists yield to other requests every
+ * USERS_PER_TURN objects, and are serialised in steps too (V4: no event-loop block above 50 ms).
+ */
+
+/** Objects backfilled (or serialised) between two yields to the event loop. */
+export const USERS_PER_TURN = 500;
+
+type Row = Record<string, unknown>;
+
+const isRow = (v: unknown): v is Row => typeof v === 'object' && v !== null && !Array.isArray(v);
+
+/** The caller's own object in a list, when the shim knows which one it is (register). */
+export interface OwnRow {
+  userId: number;
+  /** The caller's real address, as the upstream told the caller itself. */
+  deliveryEmail?: string | undefined;
+}
+
+/** An email → user id lookup over the given lists, built on first use (2.1 bot owners). Pure. */
+export function emailIndex(lists: ReadonlyArray<readonly unknown[]>): (email: string) => number | undefined {
+  let index: Map<string, number> | undefined;
+  return (email) => {
+    if (!index) {
+      index = new Map();
+      for (const list of lists) {
+        for (const row of list) {
+          if (isRow(row) && typeof row.email === 'string' && typeof row.user_id === 'number')
+            index.set(row.email.toLowerCase(), row.user_id);
+        }
+      }
+    }
+    return index.get(email.toLowerCase());
+  };
+}
+
+/**
+ * Fills every object of `list` in place with the changes (U1: only missing fields), recording
+ * what was added in `into`. `idOfEmail` resolves 2.1 bot owners; `own` marks the caller's row.
+ */
+export async function backfillList(
+  list: unknown[],
+  changes: readonly ProfileChange[],
+  into: Added,
+  context: { idOfEmail: (email: string) => number | undefined; own?: OwnRow | undefined },
+): Promise<void> {
+  if (changes.length === 0) return;
+  const other: Lookups = { subject: 'other', idOfEmail: context.idOfEmail };
+  const own: Lookups = { subject: 'own', idOfEmail: context.idOfEmail, deliveryEmail: context.own?.deliveryEmail };
+  for (let i = 0; i < list.length; i++) {
+    if (i > 0 && i % USERS_PER_TURN === 0) await nextTurn();
+    const row = list[i];
+    if (!isRow(row)) continue;
+    backfillInPlace(row, changes, context.own !== undefined && row.user_id === context.own.userId ? own : other, into);
+  }
+}
+
+/**
+ * JSON of an answer whose big lists (`keys`) are serialised USERS_PER_TURN items at a time,
+ * yielding between steps. Those keys come last; JSON objects have no order (R2: same meaning).
+ */
+export async function stringifyInSteps(body: Record<string, unknown>, keys: readonly string[]): Promise<Buffer> {
+  const rest: Record<string, unknown> = {};
+  const lists: Array<[string, unknown[]]> = [];
+  for (const [k, v] of Object.entries(body)) {
+    if (keys.includes(k) && Array.isArray(v)) lists.push([k, v]);
+    else rest[k] = v;
+  }
+  const head = JSON.stringify(rest);
+  if (lists.length === 0) return Buffer.from(head);
+  const parts: string[] = [head.slice(0, -1)];
+  let first = head === '{}';
+  for (const [key, list] of lists) {
+    parts.push(`${first ? '' : ','}${JSON.stringify(key)}:[`);
+    first = false;
+    for (let i = 0; i < list.length; i += USERS_PER_TURN) {
+      if (i > 0) {
+        parts.push(',');
+        await nextTurn();
+      }
+      // A hole or undefined in an array is `null` in JSON, as JSON.stringify of the whole would write.
+      parts.push(JSON.stringify(list.slice(i, i + USERS_PER_TURN)).slice(1, -1));
+    }
+    parts.push(']');
+  }
+  parts.push('}');
+  return Buffer.from(parts.join(''));
+}
+
+/** Characters of JSON scanned between two yields when locating a list. */
+const CHARS_PER_TURN = 64 * 1024;
+
+const QUOTE = 34;
+const BACKSLASH = 92;
+const OPEN_BRACE = 123;
+const CLOSE_BRACE = 125;
+const OPEN_BRACKET = 91;
+const CLOSE_BRACKET = 93;
+const COMMA = 44;
+
+/** Is the quote at `at` escaped (an odd run of backslashes before it)? */
+function escaped(text: string, at: number): boolean {
+  let n = 0;
+  for (let i = at - 1; i >= 0 && text.charCodeAt(i) === BACKSLASH; i--) n++;
+  return n % 2 === 1;
+}
+
+/**
+ * Where the top-level array `key` of a JSON object text is: its brackets and the commas
+ * between its items. Undefined when the text has no such array (or is not what it seems).
+ */
+async function locateList(text: string, key: string): Promise<{ open: number; close: number; commas: number[] } | undefined> {
+  let depth = 0;
+  let lastString: { text: string; end: number } | undefined;
+  let open = -1;
+  const commas: number[] = [];
+  let nextTurnAt = CHARS_PER_TURN;
+  for (let i = 0; i < text.length; i++) {
+    if (i >= nextTurnAt) {
+      nextTurnAt += CHARS_PER_TURN;
+      await nextTurn();
+    }
+    const c = text.charCodeAt(i);
+    if (c === QUOTE) {
+      let end = text.indexOf('"', i + 1);
+      while (end > 0 && escaped(text, end)) end = text.indexOf('"', end + 1);
+      if (end < 0) return undefined;
+      if (depth === 1 && open < 0) lastString = { text: text.slice(i + 1, end), end };
+      i = end;
+    } else if (c === OPEN_BRACE || c === OPEN_BRACKET) {
+      // The array right after `"key":` at the top level.
+      if (
+        c === OPEN_BRACKET &&
+        depth === 1 &&
+        open < 0 &&
+        lastString?.text === key &&
+        /^\s*:\s*$/.test(text.slice(lastString.end + 1, i))
+      ) {
+        open = i;
+      }
+      depth++;
+    } else if (c === CLOSE_BRACE || c === CLOSE_BRACKET) {
+      depth--;
+      if (open >= 0 && depth === 1) return { open, close: i, commas };
+    } else if (c === COMMA && open >= 0 && depth === 2) commas.push(i);
+  }
+  return undefined;
+}
+
+/**
+ * Parses a JSON object whose array `key` may be long (GET /users' `members`) without one
+ * long block (V4): the array's place is found in steps, then its items are parsed
+ * USERS_PER_TURN at a time. Anything unexpected falls back to one JSON.parse of the whole,
+ * which throws as it would have.
+ */
+export async function parseWithListInSteps(
+  body: Buffer,
+  key: string,
+  parseWhole: (body: Buffer) => Record<string, unknown>,
+): Promise<Record<string, unknown>> {
+  const text = body.toString('utf8');
+  const at = await locateList(text, key);
+  if (!at) return parseWhole(body);
+  let rest: unknown;
+  try {
+    rest = JSON.parse(`${text.slice(0, at.open)}[]${text.slice(at.close + 1)}`);
+  } catch {
+    return parseWhole(body);
+  }
+  if (!isRow(rest)) return parseWhole(body);
+  const list: unknown[] = [];
+  const bounds = [at.open, ...at.commas, at.close];
+  if (at.commas.length > 0 || text.slice(at.open + 1, at.close).trim() !== '') {
+    for (let k = 0; k < bounds.length - 1; k += USERS_PER_TURN) {
+      if (k > 0) await nextTurn();
+      const from = bounds[k]! + 1;
+      const to = bounds[Math.min(k + USERS_PER_TURN, bounds.length - 1)]!;
+      try {
+        for (const item of JSON.parse(`[${text.slice(from, to)}]`) as unknown[]) list.push(item);
+      } catch {
+        return parseWhole(body);
+      }
+    }
+  }
+  rest[key] = list;
+  return rest;
+}

@@ -1,0 +1,212 @@
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { facts, timedUpstream, type ShimContext } from '../context.js';
+import { sendEncoded } from '../http/compress.js';
+import { errorBody, sendJson } from '../http/errors.js';
+import { isSuccess, relay, relayBuffered, rewrittenHeaders } from '../http/relay.js';
+import type { Handler } from '../context.js';
+import { forwardedHeaders, parseJsonObject, readAll, type BufferedResponse } from '../upstream/client.js';
+import { realmOf, type Realm } from '../upstream/realm.js';
+import { COMPLETE_FROM_LEVEL, changesAbove, noneAdded, type Added } from './changes/index.js';
+import { BACKFILLED_HEADER, FALLBACK_HEADER } from './handler.js';
+import { emailIsPublic } from './changes/fl163-delivery-email.js';
+import { lookUp } from './lookups.js';
+import { backfillList, emailIndex, parseWithListInSteps, stringifyInSteps, type OwnRow } from './user-objects.js';
+
+/**
+ * V1–V4: `GET /users`, `GET /users/{user_id}` and `GET /users/{email}` (under /api/v1 and
+ * /json) answered with the modern user object. Where the upstream has the endpoint, its answer
+ * is filled by the version changes; where it does not (by id before feature level 1, by email
+ * before 39), the shim answers from the realm's user list as the caller sees it, read with the
+ * caller's own credentials, so the upstream checks them first (E1 for its refusal).
+ */
+
+/** Feature levels of the single-user endpoints (zulip-server.md §5.2). */
+export const USER_BY_ID_LEVEL = 1;
+export const USER_BY_EMAIL_LEVEL = 39;
+
+/** What a modern server answers for a user it does not have (or the caller cannot access). */
+export const NO_SUCH_USER = errorBody('BAD_REQUEST', 'No such user');
+
+/** The feature level, or 0 when unknown: every change then runs and adds only what is missing (U1). */
+function levelOf(ctx: ShimContext, realm: Realm): Promise<number> {
+  return ctx.featureLevels.featureLevel(realm).catch((e: unknown) => {
+    ctx.log.warn({ realm: realm.host, err: e }, 'user objects: feature level unknown, checking every field');
+    return 0;
+  });
+}
+
+/** U4, V4: the headers of an answer the shim filled. */
+function backfilledHeaders(r: BufferedResponse, into: Added): Record<string, string | string[]> {
+  const out = rewrittenHeaders(r.headers);
+  out[BACKFILLED_HEADER] = into.added.join(',');
+  const fallbacks = into.added.filter((k) => into.sources[k] === 'fallback');
+  if (fallbacks.length > 0) out[FALLBACK_HEADER] = fallbacks.join(',');
+  return out;
+}
+
+/** An upstream at a level with nothing to add: its answer streamed as it came, compressed if the client takes it (V4). */
+async function passOn(req: IncomingMessage, res: ServerResponse, ctx: ShimContext, realm: Realm, path: string): Promise<void> {
+  const headers = forwardedHeaders(req);
+  headers['accept-encoding'] = req.headers['accept-encoding'] ?? 'identity';
+  facts(req).kind = 'passthrough';
+  const r = await timedUpstream(req, () => ctx.client.request({ realm, method: 'GET', path, headers }));
+  await relay(res, r);
+}
+
+/**
+ * An upstream user list, read whole; one declared larger than upstream.maxResponseBytes is
+ * passed on untouched instead, with a log line saying the backfill was skipped (as R2 does
+ * for register), and undefined returned.
+ */
+async function readList(
+  req: IncomingMessage,
+  res: ServerResponse,
+  ctx: ShimContext,
+  realm: Realm,
+  path: string,
+): Promise<BufferedResponse | undefined> {
+  // X3: read whole, so the exchange has a total deadline (also when passed on as too large).
+  const deadlineMs = ctx.config.upstream.timeoutMs;
+  const r = await timedUpstream(req, () => ctx.client.request({ realm, method: 'GET', path, headers: forwardedHeaders(req), deadlineMs }));
+  const limit = ctx.client.maxResponseBytes;
+  const declared = Number(r.headers['content-length']);
+  if (isSuccess(r.status) && declared > limit) {
+    ctx.log.warn(
+      { realm: realm.host, limit, bytes: declared },
+      'user list larger than the buffer limit: passed on untouched, user backfill skipped',
+    );
+    facts(req).kind = 'passthrough-large';
+    await relay(res, r);
+    return undefined;
+  }
+  return { status: r.status, headers: r.headers, body: await timedUpstream(req, () => readAll(r.body, limit)) };
+}
+
+/** `/api/v1` or `/json`, as the client called it. */
+function prefixOf(url: string): string {
+  return url.startsWith('/json/') ? '/json' : '/api/v1';
+}
+
+function queryOf(url: string): string {
+  const q = url.indexOf('?');
+  return q < 0 ? '' : url.slice(q);
+}
+
+const isRow = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
+
+/** Would the delivery_email rule hide this object's address (V2)? Then it may be the caller's own. */
+const hidden = (row: unknown) => isRow(row) && !('delivery_email' in row) && !emailIsPublic(row);
+
+/**
+ * V2: the caller always sees its own real address, so its own row carries it. Asked only when
+ * some address in the answer is hidden: the caller's GET /users/me gives its id (and from 6.0
+ * its address); before, the cached register lookup does. Undefined when either fails (E4: the
+ * row then keeps the rule's `null`).
+ */
+async function ownRowOf(req: IncomingMessage, ctx: ShimContext, realm: Realm, url: string): Promise<OwnRow | undefined> {
+  const headers = forwardedHeaders(req);
+  try {
+    const r = await timedUpstream(req, () => ctx.client.fetch({ realm, method: 'GET', path: `${prefixOf(url)}/users/me`, headers }));
+    if (!isSuccess(r.status)) return undefined;
+    const me = parseJsonObject(r.body);
+    const userId = me.user_id;
+    if (typeof userId !== 'number' || !Number.isInteger(userId)) return undefined;
+    if (typeof me.delivery_email === 'string') return { userId, deliveryEmail: me.delivery_email };
+    const found = await timedUpstream(req, () => lookUp(ctx, new Set(['delivery_email']), realm, userId, headers));
+    return { userId, deliveryEmail: found.deliveryEmail };
+  } catch (e) {
+    ctx.log.warn({ realm: realm.host, err: e }, 'user objects: own row unknown, its delivery_email stays null');
+    return undefined;
+  }
+}
+
+/** GET /users: every member filled (V1, V2); the list's own rows resolve 2.1 bot owners. */
+export const usersHandler: Handler = async (req, res, ctx) => {
+  const url = req.url ?? '/api/v1/users';
+  const realm = realmOf(ctx.upstreamId, req.headers);
+  const f = facts(req);
+  f.realm = realm.host;
+  const featureLevel = await levelOf(ctx, realm);
+  f.featureLevel = featureLevel;
+  if (featureLevel >= COMPLETE_FROM_LEVEL) return passOn(req, res, ctx, realm, url);
+  f.kind = 'users';
+
+  const r = await readList(req, res, ctx, realm, url);
+  if (!r) return;
+  if (!isSuccess(r.status)) return relayBuffered(res, r); // E1
+  const body = await parseWithListInSteps(r.body, 'members', parseJsonObject);
+  const members = body.members;
+  if (!Array.isArray(members)) return relayBuffered(res, r);
+  const own = members.some(hidden) ? await ownRowOf(req, ctx, realm, url) : undefined;
+  const into = noneAdded();
+  await backfillList(members, changesAbove(featureLevel), into, { idOfEmail: emailIndex([members]), own });
+  if (into.added.length === 0) return relayBuffered(res, r); // V4: the upstream's bytes
+  const out = await stringifyInSteps(body, ['members']);
+  await sendEncoded(req, res, r.status, { raw: out }, backfilledHeaders(r, into));
+};
+
+/** The `{user_id}` or `{email}` of a single-user path. Pure. */
+export function userKeyOf(url: string): { userId: number } | { email: string } | undefined {
+  const path = url.split('?')[0] ?? '';
+  const segment = path.slice(path.lastIndexOf('/') + 1);
+  if (segment === '' || segment === 'me') return undefined;
+  // Zulip's router: digits are a user id, anything else an email.
+  if (/^[0-9]+$/.test(segment)) return { userId: Number(segment) };
+  try {
+    return { email: decodeURIComponent(segment) };
+  } catch {
+    return { email: segment };
+  }
+}
+
+/** GET /users/{user_id} and GET /users/{email}. */
+export const userHandler: Handler = async (req, res, ctx) => {
+  const url = req.url ?? '';
+  const key = userKeyOf(url);
+  const realm = realmOf(ctx.upstreamId, req.headers);
+  const f = facts(req);
+  f.realm = realm.host;
+  const featureLevel = await levelOf(ctx, realm);
+  f.featureLevel = featureLevel;
+  const native = key !== undefined && featureLevel >= ('userId' in key ? USER_BY_ID_LEVEL : USER_BY_EMAIL_LEVEL);
+  if (key === undefined || (native && featureLevel >= COMPLETE_FROM_LEVEL)) return passOn(req, res, ctx, realm, url);
+  f.kind = 'user';
+  const changes = changesAbove(featureLevel);
+
+  if (native) {
+    const r = await timedUpstream(req, () => ctx.client.fetch({ realm, method: 'GET', path: url, headers: forwardedHeaders(req) }));
+    if (!isSuccess(r.status)) return relayBuffered(res, r); // E1, also the upstream's own "No such user"
+    const body = parseJsonObject(r.body);
+    const user = body.user;
+    if (!user || typeof user !== 'object' || Array.isArray(user)) return relayBuffered(res, r);
+    const own = hidden(user) ? await ownRowOf(req, ctx, realm, url) : undefined;
+    const into = noneAdded();
+    await backfillList([user], changes, into, { idOfEmail: () => undefined, own });
+    if (into.added.length === 0) return relayBuffered(res, r); // V4
+    return sendJson(res, r.status, body, backfilledHeaders(r, into));
+  }
+
+  // The upstream lacks the endpoint: the realm's user list as the caller sees it, read with the
+  // caller's credentials and query (client_gravatar, include_custom_profile_fields).
+  const listPath = `${prefixOf(url)}/users${queryOf(url)}`;
+  const r = await timedUpstream(req, () => ctx.client.fetch({ realm, method: 'GET', path: listPath, headers: forwardedHeaders(req) }));
+  if (!isSuccess(r.status)) return relayBuffered(res, r); // E1: the caller's credentials refused
+  const members = parseJsonObject(r.body).members;
+  if (!Array.isArray(members)) return relayBuffered(res, r);
+  const wanted = 'userId' in key ? key.userId : key.email.toLowerCase();
+  const user = members.find(
+    (m): m is Record<string, unknown> =>
+      typeof m === 'object' &&
+      m !== null &&
+      (typeof wanted === 'number'
+        ? (m as Record<string, unknown>).user_id === wanted
+        : String((m as Record<string, unknown>).email).toLowerCase() === wanted),
+  );
+  if (!user) return sendJson(res, 400, NO_SUCH_USER);
+  const own = hidden(user) ? await ownRowOf(req, ctx, realm, url) : undefined;
+  const into = noneAdded();
+  await backfillList([user], changes, into, { idOfEmail: emailIndex([members]), own });
+  const headers = backfilledHeaders(r, into);
+  if (into.added.length === 0) delete headers[BACKFILLED_HEADER];
+  sendJson(res, 200, { result: 'success', msg: '', user }, headers);
+};

@@ -1,0 +1,355 @@
+import type { IncomingHttpHeaders } from 'node:http';
+import type { Duplex } from 'node:stream';
+import { Client, Pool, errors as undiciErrors, type Dispatcher } from 'undici';
+import { ShimError, UpstreamTimeoutError, upstreamBadResponse, upstreamUnavailable } from '../http/errors.js';
+import type { UpstreamObserver } from '../observability/upstream-metrics.js';
+
+/**
+ * The one way to the upstream: a composed undici dispatcher shared by the pass-through, the
+ * shim's own calls (presence, profile, register, lookups, version detection), and through them
+ * the recorder and replay. Each concern is one named interceptor, in the manner of
+ * `undici/lib/interceptor/*` (`dispatch => (opts, handler) => …`), applied from the outside in:
+ *
+ *   observeExchange   metrics: route, status class or why there was no answer, time to headers
+ *   translateErrors   every failure becomes the shim's own error type (E2)
+ *   totalDeadline     a buffered exchange ends within its deadline, however bytes drip (X3)
+ *   routeLongPolls    GET /events to a pool of its own, uncapped (T1)
+ *   retrySafely       an idempotent request cut before any answer byte: once more, on a fresh connection (X5)
+ */
+
+/** Extra dispatch options the interceptors read (undici ignores unknown keys). */
+export interface UpstreamDispatchOptions extends Dispatcher.DispatchOptions {
+  /** X3: the whole exchange, headers to last body byte, must end within this many ms. */
+  deadlineMs?: number;
+}
+
+export interface TransportOptions {
+  /** Where requests go: the upstream itself, or the recorder/replayer standing in for it. */
+  target: string;
+  /** Silence timeout for headers and between body bytes; a streamed long poll lives within it. */
+  timeoutMs: number;
+  /** Kept-alive connections for everything but long polls. */
+  maxSockets: number;
+  insecureTls: boolean;
+  /** Metrics hook: told of every exchange when its headers arrive or it fails. */
+  observe?: UpstreamObserver | undefined;
+}
+
+export interface Transport {
+  /** The composed dispatcher: `dispatch` for streaming, `request` for the promise API. */
+  readonly dispatcher: Dispatcher;
+  close(): Promise<void>;
+}
+
+/** Idle upstream connections are kept this long (below a typical upstream nginx's 75 s). */
+export const KEEP_ALIVE_MS = 30_000;
+
+/** Zulip's long poll: each connected client holds one, ~90 s at a time. The one pattern for it. */
+export const LONG_POLL_PATH = /^\/(?:api\/v1|json)\/events(?:\?|$)/;
+
+export const isLongPoll = (method: string, path: string): boolean => method === 'GET' && LONG_POLL_PATH.test(path);
+
+/** X5: only these may be sent twice (RFC 9110 §9.2.2 safe methods; nginx's non-idempotent rule). */
+const SAFE_METHODS: ReadonlySet<string> = new Set(['GET', 'HEAD', 'OPTIONS']);
+
+/** Failures that mean the connection broke under a request, not that the upstream refused or was slow. */
+const CONNECTION_BROKE: ReadonlySet<string> = new Set(['UND_ERR_SOCKET', 'ECONNRESET', 'EPIPE']);
+
+const codeOf = (e: unknown): string => {
+  const err = e as NodeJS.ErrnoException & { cause?: NodeJS.ErrnoException };
+  return err.code ?? err.cause?.code ?? 'error';
+};
+
+/** An upstream transport failure as the shim's own error (E2): timed out, unreachable, too large. */
+export function translate(e: unknown): Error {
+  if (e instanceof ShimError) return e;
+  if (e instanceof undiciErrors.HeadersTimeoutError || e instanceof undiciErrors.BodyTimeoutError) return new UpstreamTimeoutError();
+  if (e instanceof undiciErrors.ResponseExceededMaxSizeError) return upstreamBadResponse('body too large');
+  return upstreamUnavailable(codeOf(e));
+}
+
+/** Does this failure mean the request could not be sent as it came (the client's error, not the upstream's)? */
+export const isUnsendable = (e: unknown): boolean => e instanceof undiciErrors.InvalidArgumentError;
+
+/** Is this the abort of a request whose client went away (nothing to answer)? */
+export const isClientAbort = (e: unknown): boolean =>
+  e instanceof undiciErrors.RequestAbortedError || (e as Error | undefined)?.name === 'AbortError';
+
+type Handler = Dispatcher.DispatchHandler;
+type Controller = Dispatcher.DispatchController;
+type Interceptor = Dispatcher.DispatcherComposeInterceptor;
+
+/** Passes every callback on unchanged; the interceptors' handlers override what they need. */
+class Forward implements Handler {
+  constructor(protected readonly next: Handler) {}
+  onRequestStart(c: Controller, context: unknown) {
+    this.next.onRequestStart?.(c, context);
+  }
+  onRequestUpgrade(c: Controller, status: number, headers: IncomingHttpHeaders, socket: Duplex) {
+    this.next.onRequestUpgrade?.(c, status, headers, socket);
+  }
+  onResponseStart(c: Controller, status: number, headers: IncomingHttpHeaders, message?: string) {
+    this.next.onResponseStart?.(c, status, headers, message);
+  }
+  onResponseData(c: Controller, chunk: Buffer) {
+    this.next.onResponseData?.(c, chunk);
+  }
+  onResponseEnd(c: Controller, trailers: IncomingHttpHeaders) {
+    this.next.onResponseEnd?.(c, trailers);
+  }
+  onResponseError(c: Controller, err: Error) {
+    this.next.onResponseError?.(c, err);
+  }
+}
+
+// ---- observeExchange ------------------------------------------------------------------------
+
+class Observed extends Forward {
+  private readonly started = performance.now();
+  private told = false;
+  constructor(
+    next: Handler,
+    private readonly path: string,
+    private readonly observe: UpstreamObserver,
+  ) {
+    super(next);
+  }
+  private tell(outcome: number | 'error' | 'timeout') {
+    if (this.told) return;
+    this.told = true;
+    this.observe(this.path, outcome, (performance.now() - this.started) / 1000);
+  }
+  override onResponseStart(c: Controller, status: number, headers: IncomingHttpHeaders, message?: string) {
+    if (status >= 200) this.tell(status);
+    super.onResponseStart(c, status, headers, message);
+  }
+  override onResponseError(c: Controller, err: Error) {
+    // A client that went away is not an upstream outcome.
+    if (!isClientAbort(err)) this.tell(err instanceof UpstreamTimeoutError ? 'timeout' : 'error');
+    super.onResponseError(c, err);
+  }
+}
+
+/** Metrics: one observation per exchange, when its headers arrive or it fails. */
+export const observeExchange =
+  (observe: UpstreamObserver | undefined): Interceptor =>
+  (dispatch) =>
+    observe ? (opts, handler) => dispatch(opts, new Observed(handler, opts.path, observe)) : dispatch;
+
+// ---- translateErrors ------------------------------------------------------------------------
+
+class Translated extends Forward {
+  override onResponseError(c: Controller, err: Error) {
+    // Aborts asked for by the caller and arguments undici refuses stay as they are: the caller decides.
+    super.onResponseError(c, isClientAbort(err) || isUnsendable(err) ? err : translate(err));
+  }
+}
+
+/** E2: every upstream failure reaches callers as a ShimError subclass. */
+export const translateErrors = (): Interceptor => (dispatch) => (opts, handler) => dispatch(opts, new Translated(handler));
+
+// ---- totalDeadline --------------------------------------------------------------------------
+
+class Deadline extends Forward {
+  private controller: Controller | undefined;
+  private done = false;
+  private readonly timer: NodeJS.Timeout;
+  constructor(next: Handler, ms: number) {
+    super(next);
+    this.timer = setTimeout(() => this.expire(), ms);
+  }
+  private expire() {
+    if (this.done) return;
+    const err = new UpstreamTimeoutError();
+    if (this.controller) {
+      this.controller.abort(err); // the error comes back through onResponseError
+      return;
+    }
+    // Still queued for a connection: the caller is released now; the request is dropped when it starts.
+    this.done = true;
+    this.next.onResponseError?.(idle, err);
+  }
+  private finish() {
+    this.done = true;
+    clearTimeout(this.timer);
+  }
+  override onRequestStart(c: Controller, context: unknown) {
+    this.controller = c;
+    if (this.done) {
+      c.abort(new UpstreamTimeoutError());
+      return;
+    }
+    super.onRequestStart(c, context);
+  }
+  override onResponseStart(c: Controller, status: number, headers: IncomingHttpHeaders, message?: string) {
+    if (!this.done) super.onResponseStart(c, status, headers, message);
+  }
+  override onResponseData(c: Controller, chunk: Buffer) {
+    if (!this.done) super.onResponseData(c, chunk);
+  }
+  override onResponseEnd(c: Controller, trailers: IncomingHttpHeaders) {
+    if (this.done) return;
+    this.finish();
+    super.onResponseEnd(c, trailers);
+  }
+  override onResponseError(c: Controller, err: Error) {
+    if (this.done) return;
+    this.finish();
+    super.onResponseError(c, err);
+  }
+}
+
+/** A controller for a request that never started: nothing to pause or abort. */
+const idle: Controller = { aborted: false, paused: false, reason: null, abort() {}, pause() {}, resume() {} };
+
+/** X3: a request with `deadlineMs` ends within it, from dispatch to the last body byte. */
+export const totalDeadline = (): Interceptor => (dispatch) => (opts, handler) => {
+  const ms = (opts as UpstreamDispatchOptions).deadlineMs;
+  return dispatch(opts, ms === undefined ? handler : new Deadline(handler, ms));
+};
+
+// ---- routeLongPolls -------------------------------------------------------------------------
+
+/** T1: long polls go to their own dispatcher, so waiting clients never hold the rest back. */
+export const routeLongPolls =
+  (longPolls: Dispatcher): Interceptor =>
+  (dispatch) =>
+  (opts, handler) =>
+    isLongPoll(opts.method, opts.path) ? longPolls.dispatch(opts, handler) : dispatch(opts, handler);
+
+// ---- retrySafely ----------------------------------------------------------------------------
+
+/**
+ * The controller the handler above a SafeRetry sees: one for the whole request, acting on
+ * whichever attempt is under way (a class, not closures: it is made for every GET).
+ */
+class RetryController implements Controller {
+  current: Controller | undefined;
+  abortedWith: Error | undefined;
+  get aborted() {
+    return this.abortedWith !== undefined;
+  }
+  get paused() {
+    return this.current?.paused ?? false;
+  }
+  get reason() {
+    return this.abortedWith ?? null;
+  }
+  // The answer's header list as it came (names' case and order), for the recorder.
+  get rawHeaders() {
+    return this.current?.rawHeaders;
+  }
+  abort(reason: Error) {
+    this.abortedWith ??= reason;
+    this.current?.abort(reason);
+  }
+  pause() {
+    this.current?.pause();
+  }
+  resume() {
+    this.current?.resume();
+  }
+}
+
+/**
+ * One request that may be sent a second time: the handler above sees one controller and one
+ * start, whichever attempt answers.
+ */
+class SafeRetry implements Handler {
+  private started = false;
+  private answered = false;
+  private retried = false;
+  private fresh: Client | undefined;
+  private readonly outer = new RetryController();
+
+  constructor(
+    private readonly next: Handler,
+    private readonly opts: Dispatcher.DispatchOptions,
+    private readonly freshConnection: () => Client,
+  ) {}
+
+  onRequestStart(c: Controller, context: unknown) {
+    this.outer.current = c;
+    if (this.outer.abortedWith) c.abort(this.outer.abortedWith);
+    if (this.started) return;
+    this.started = true;
+    this.next.onRequestStart?.(this.outer, context);
+  }
+  onRequestUpgrade(_c: Controller, status: number, headers: IncomingHttpHeaders, socket: Duplex) {
+    this.next.onRequestUpgrade?.(this.outer, status, headers, socket);
+  }
+  onResponseStart(_c: Controller, status: number, headers: IncomingHttpHeaders, message?: string) {
+    this.answered = true;
+    this.next.onResponseStart?.(this.outer, status, headers, message);
+  }
+  onResponseData(_c: Controller, chunk: Buffer) {
+    this.next.onResponseData?.(this.outer, chunk);
+  }
+  onResponseEnd(_c: Controller, trailers: IncomingHttpHeaders) {
+    this.release();
+    this.next.onResponseEnd?.(this.outer, trailers);
+  }
+  onResponseError(_c: Controller, err: Error) {
+    if (!this.answered && !this.retried && !this.outer.abortedWith && CONNECTION_BROKE.has(codeOf(err))) {
+      // X5: the connection (a kept-alive one the upstream had just closed) broke before any
+      // answer byte: once more, on a connection of its own.
+      this.retried = true;
+      this.fresh = this.freshConnection();
+      this.fresh.dispatch(this.opts, this);
+      return;
+    }
+    this.release();
+    this.next.onResponseError?.(this.outer, err);
+  }
+  private release() {
+    if (this.fresh) void this.fresh.close().catch(() => {}); // closing a one-request client cannot lose anything
+    this.fresh = undefined;
+  }
+}
+
+/** A body that can be sent again as it is (a stream cannot). */
+const resendable = (body: Dispatcher.DispatchOptions['body']): boolean =>
+  body === undefined || body === null || typeof body === 'string' || body instanceof Uint8Array;
+
+/** X5: GET/HEAD/OPTIONS whose connection broke before any answer byte are sent once more; nothing else ever is. */
+export const retrySafely =
+  (freshConnection: () => Client): Interceptor =>
+  (dispatch) =>
+  (opts, handler) =>
+    SAFE_METHODS.has(opts.method) && resendable(opts.body) && !opts.upgrade
+      ? dispatch(opts, new SafeRetry(handler, opts, freshConnection))
+      : dispatch(opts, handler);
+
+// ---- the transport --------------------------------------------------------------------------
+
+export function createTransport(o: TransportOptions): Transport {
+  const poolOptions = {
+    headersTimeout: o.timeoutMs,
+    bodyTimeout: o.timeoutMs,
+    keepAliveTimeout: KEEP_ALIVE_MS,
+    connect: { rejectUnauthorized: !o.insecureTls },
+  };
+  const pool = new Pool(o.target, { ...poolOptions, connections: o.maxSockets });
+  // One connection per waiting client, as without the shim: more waiting clients than
+  // maxSockets must never hold the rest of the traffic back (T1).
+  const longPollPool = new Pool(o.target, { ...poolOptions, connections: null });
+  const freshConnection = () => new Client(o.target, { ...poolOptions, pipelining: 1 });
+  const retried = (d: Dispatcher) => d.compose(retrySafely(freshConnection));
+  const longPolls = retried(longPollPool);
+  // compose applies the last interceptor outermost.
+  const dispatcher = pool.compose(
+    retrySafely(freshConnection),
+    routeLongPolls(longPolls),
+    totalDeadline(),
+    translateErrors(),
+    observeExchange(o.observe),
+  );
+  let closing: Promise<void> | undefined;
+  return {
+    dispatcher,
+    close() {
+      closing ??= Promise.all([pool.destroy(), longPollPool.destroy()]).then(() => undefined);
+      return closing;
+    },
+  };
+}

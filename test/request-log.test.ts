@@ -1,0 +1,59 @@
+import net from 'node:net';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { loggablePath } from '../src/observability/logger.js';
+import { startFake, type FakeZulip } from './support/fake-zulip.js';
+import { startShim, type RunningShim } from './support/shim.js';
+
+/** P13 in the request log: no credential from a request target reaches a log line. */
+
+describe('loggablePath', () => {
+  it('keeps parameter names, drops values and the user:password of an absolute-form target', () => {
+    expect(loggablePath('/api/v1/messages?api_key=s3cret&anchor=newest')).toBe('/api/v1/messages?api_key&anchor');
+    expect(loggablePath('http://someone:pa55word@chat.example.com/api/v1/users?api_key=k')).toBe(
+      'http://chat.example.com/api/v1/users?api_key',
+    );
+    expect(loggablePath('https://token@chat.example.com:8443/x')).toBe('https://chat.example.com:8443/x');
+    expect(loggablePath('//u:p@host/x')).toBe('//host/x');
+    expect(loggablePath(undefined)).toBe('');
+  });
+});
+
+describe('request log at trace level', () => {
+  let fake: FakeZulip;
+  let shim: RunningShim;
+  const previous = process.env.TEST_LOG_LEVEL;
+
+  beforeAll(async () => {
+    fake = await startFake({ era: '2.1' });
+    process.env.TEST_LOG_LEVEL = 'trace';
+    shim = await startShim(fake.url);
+  });
+  afterAll(async () => {
+    if (previous === undefined) delete process.env.TEST_LOG_LEVEL;
+    else process.env.TEST_LOG_LEVEL = previous;
+    await shim.close();
+    await fake.stop();
+  });
+
+  it('never prints user:password from an absolute-form request target', async () => {
+    const { port } = new URL(shim.url);
+    const answer = await new Promise<string>((resolve) => {
+      const s = net.connect(Number(port), '127.0.0.1', () => {
+        s.write(
+          'GET http://someone:pa55word-abs@chat.example.com/api/v1/messages HTTP/1.1\r\nHost: chat.example.com\r\nConnection: close\r\n\r\n',
+        );
+      });
+      let text = '';
+      s.on('data', (d) => (text += d.toString()));
+      s.on('close', () => resolve(text));
+      s.on('error', () => resolve(text));
+    });
+    expect(answer).toMatch(/^HTTP\/1\.1 \d{3}/);
+    // The line is written when the answer is done.
+    for (let i = 0; i < 50 && !shim.logs.some((l) => l.includes('chat.example.com/api/v1/messages')); i++) {
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    expect(shim.logs.some((l) => l.includes('chat.example.com/api/v1/messages'))).toBe(true);
+    expect(shim.logs.filter((l) => l.includes('pa55word-abs'))).toEqual([]);
+  });
+});

@@ -1,0 +1,261 @@
+import { readFileSync } from 'node:fs';
+import { Ajv } from 'ajv';
+import request from 'supertest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type FakeZulip, startFake, type Era, type FakeUser } from './support/fake-zulip.js';
+import { startShim, type RunningShim } from './support/shim.js';
+
+/** V1–V4 through the fake upstream, era by era, for an administrator, a member and a guest. */
+
+// strictRequired off: the bot/human rules name properties inside `not`, where ajv cannot see them defined.
+const ajv = new Ajv({ allErrors: true, strict: true, strictRequired: false, allowUnionTypes: true });
+const validateUser = ajv.compile(JSON.parse(readFileSync(new URL('./support/user-base.schema.json', import.meta.url), 'utf8')) as object);
+
+function expectUserBase(o: unknown): void {
+  const ok = validateUser(o);
+  expect(ok ? [] : validateUser.errors).toEqual([]);
+}
+
+const ERAS: Era[] = ['2.1', '3.0', '4.0', '5.0', '6.0', '7.0', '8.0'];
+const ADMIN = 11;
+const MEMBER = 13;
+const GUEST = 14;
+const CALLERS = [ADMIN, MEMBER, GUEST];
+const BOT = 16;
+
+/** What a 9.x server answers for `u` to `viewer`, from the fake's own records (V1, V2). */
+function modernUser(fake: FakeZulip, u: FakeUser, viewer: FakeUser): Record<string, unknown> {
+  const fl = fake.featureLevel;
+  const isAdmin = u.role <= 200;
+  const isOwner = fl >= 8 && u.role === 100;
+  const isGuest = u.role === 600;
+  const seesAddress =
+    fl >= 163 || u.is_bot || u.user_id === viewer.user_id || (fake.emailAddressVisibility === 'admins' && viewer.role <= 200);
+  const o: Record<string, unknown> = {
+    email: u.email,
+    user_id: u.user_id,
+    avatar_url: `https://secure.gravatar.com/avatar/${u.user_id}?d=identicon&version=${u.avatar_version}`,
+    avatar_version: u.avatar_version,
+    is_admin: isAdmin,
+    is_owner: isOwner,
+    is_guest: isGuest,
+    is_billing_admin: fl >= 73 ? u.is_billing_admin : false,
+    is_bot: u.is_bot,
+    full_name: u.full_name,
+    timezone: u.timezone,
+    is_active: u.is_active,
+    date_joined: u.date_joined,
+    role: fl >= 59 ? u.role : isOwner ? 100 : isAdmin ? 200 : isGuest ? 600 : 400,
+    delivery_email: seesAddress ? u.delivery_email : null,
+  };
+  if (u.is_bot) Object.assign(o, { bot_type: u.bot_type, bot_owner_id: u.bot_owner_id });
+  if (u.is_bot && fl < 1) o.bot_owner = fake.user(u.bot_owner_id!).email; // U1: the legacy field stays
+  return o;
+}
+
+describe.each(ERAS)('user objects on a %s upstream (V1–V4)', (era) => {
+  let fake: FakeZulip;
+  let shim: RunningShim;
+
+  beforeAll(async () => {
+    fake = await startFake({ era });
+    shim = await startShim(fake.url);
+  });
+  afterAll(async () => {
+    await shim.close();
+    await fake.stop();
+  });
+
+  describe.each(CALLERS)('to user %i', (callerId) => {
+    it('GET /users: every member has every UserBase field with its true value, the upstream’s kept', async () => {
+      const caller = fake.user(callerId);
+      const upstream = await request(fake.url).get('/api/v1/users').set('Authorization', fake.auth(callerId));
+      const res = await request(shim.url).get('/api/v1/users').set('Authorization', fake.auth(callerId));
+      expect(res.status).toBe(200);
+      expect(res.body.members).toHaveLength(fake.users.length);
+      for (const [i, m] of (res.body.members as Record<string, unknown>[]).entries()) {
+        expectUserBase(m);
+        const u = fake.user(m.user_id as number);
+        expect(m).toEqual(modernUser(fake, u, caller));
+        expect(m).toMatchObject(upstream.body.members[i]); // U1
+      }
+      if (fake.featureLevel >= 163) {
+        // Nothing to add from 7.0: the upstream's bytes (V4).
+        expect(res.text).toBe(upstream.text);
+        expect(res.headers['x-zulip-compat-backfilled']).toBeUndefined();
+        return;
+      }
+      const added = res.headers['x-zulip-compat-backfilled']!.split(',');
+      expect(added).toContain('delivery_email');
+      if (fake.featureLevel < 8) expect(added).toContain('is_owner');
+      if (fake.featureLevel < 1) expect(added).toContain('bot_owner_id');
+      expect(res.headers['x-zulip-compat-fallback']).toBeUndefined();
+    });
+
+    it('GET /users/{user_id}, also where the upstream lacks it (2.1)', async () => {
+      const caller = fake.user(callerId);
+      for (const id of [MEMBER, BOT, callerId]) {
+        const res = await request(shim.url).get(`/api/v1/users/${id}`).set('Authorization', fake.auth(callerId));
+        expect(res.status).toBe(200);
+        expect(res.body.result).toBe('success');
+        expectUserBase(res.body.user);
+        expect(res.body.user).toEqual(modernUser(fake, fake.user(id), caller));
+      }
+    });
+
+    it('GET /users/{email}, also where the upstream lacks it (before 4.0)', async () => {
+      const caller = fake.user(callerId);
+      const u = fake.user(ADMIN);
+      const res = await request(shim.url)
+        .get(`/api/v1/users/${encodeURIComponent(u.email.toUpperCase())}`)
+        .set('Authorization', fake.auth(callerId));
+      expect(res.status).toBe(200);
+      expectUserBase(res.body.user);
+      expect(res.body.user).toEqual(modernUser(fake, u, caller));
+    });
+  });
+
+  it('answers an unknown user as a modern server does', async () => {
+    for (const path of ['/api/v1/users/999', '/api/v1/users/nobody%40example.com']) {
+      const res = await request(shim.url).get(path).set('Authorization', fake.auth(MEMBER));
+      expect(res.status).toBe(400);
+      expect(res.text).toBe('{"result":"error","msg":"No such user","code":"BAD_REQUEST"}');
+    }
+  });
+
+  it('has the upstream check the caller first: its refusal goes back untouched (E1)', async () => {
+    const auth = `Basic ${Buffer.from(`${fake.user(MEMBER).email}:wrong`).toString('base64')}`;
+    for (const path of ['/api/v1/users/12', '/api/v1/users/999', '/api/v1/users/user12%40zulip.example.com', '/api/v1/users']) {
+      const direct = await request(fake.url).get('/api/v1/users/me').set('Authorization', auth);
+      const res = await request(shim.url).get(path).set('Authorization', auth);
+      expect(res.status).toBe(401);
+      expect(res.text).toBe(direct.text);
+      expect(res.headers['x-zulip-compat-backfilled']).toBeUndefined();
+    }
+  });
+
+  it('serves the web app’s /json paths the same way (session cookie)', async () => {
+    const caller = fake.user(MEMBER);
+    const cookie = `sessionid=${caller.api_key}; csrftoken=tok`;
+    const me = await request(shim.url).get('/json/users/me').set('Cookie', cookie);
+    expect(me.status).toBe(200);
+    expect(me.body).toMatchObject({ user_id: MEMBER, delivery_email: caller.delivery_email, role: 400, is_owner: false });
+    const list = await request(shim.url).get('/json/users').set('Cookie', cookie);
+    expect(list.status).toBe(200);
+    for (const m of list.body.members as unknown[]) expectUserBase(m);
+    const one = await request(shim.url).get(`/json/users/${ADMIN}`).set('Cookie', cookie);
+    expect(one.status).toBe(200);
+    expect(one.body.user).toEqual(modernUser(fake, fake.user(ADMIN), caller));
+  });
+
+  it('register: realm_users and cross_realm_bots filled, user_settings built, own address kept (V1–V3)', async () => {
+    const caller = fake.user(MEMBER);
+    const res = await request(shim.url)
+      .post('/api/v1/register')
+      .set('Authorization', fake.auth(MEMBER))
+      .type('form')
+      .send({ fetch_event_types: '["realm_user","user_settings","update_display_settings","update_global_notifications"]' });
+    expect(res.status).toBe(200);
+    for (const m of res.body.realm_users as Record<string, unknown>[]) {
+      expectUserBase(m);
+      expect(m).toEqual(modernUser(fake, fake.user(m.user_id as number), caller));
+    }
+    const [bot] = res.body.cross_realm_bots as Record<string, unknown>[];
+    expectUserBase(bot);
+    expect(bot).toMatchObject({ is_system_bot: true, bot_owner_id: null, role: 400, delivery_email: 'notification-bot@zulip.com' });
+    expect(res.body.user_settings).toMatchObject({ twenty_four_hour_time: true, emojiset: 'google', presence_enabled: true });
+    expect(res.body.twenty_four_hour_time).toBe(true); // V3: the top-level keys stay
+    const added = (res.headers['x-zulip-compat-backfilled'] ?? '').split(',');
+    expect(added.includes('user_settings')).toBe(fake.featureLevel < 89);
+  });
+});
+
+describe('a realm that shows addresses to administrators (V2)', () => {
+  it.each(['3.0', '5.0'] as Era[])('%s: an administrator gets every real address, a member only its own', async (era) => {
+    const fake = await startFake({ era, emailAddressVisibility: 'admins' });
+    const shim = await startShim(fake.url);
+    try {
+      for (const callerId of [ADMIN, MEMBER]) {
+        const caller = fake.user(callerId);
+        const res = await request(shim.url).get('/api/v1/users').set('Authorization', fake.auth(callerId));
+        expect(res.status).toBe(200);
+        for (const m of res.body.members as Record<string, unknown>[]) {
+          expect(m).toEqual(modernUser(fake, fake.user(m.user_id as number), caller));
+        }
+        const addresses = (res.body.members as Record<string, unknown>[]).filter((m) => !m.is_bot).map((m) => m.delivery_email);
+        expect(addresses.filter((a) => a !== null)).toHaveLength(callerId === ADMIN ? fake.humans().length : 1);
+      }
+    } finally {
+      await shim.close();
+      await fake.stop();
+    }
+  });
+});
+
+describe('a 9.0 upstream lacks nothing: every user route passes byte for byte (V4)', () => {
+  let fake: FakeZulip;
+  let shim: RunningShim;
+  beforeAll(async () => {
+    fake = await startFake({ era: '9.0' });
+    shim = await startShim(fake.url);
+  });
+  afterAll(async () => {
+    await shim.close();
+    await fake.stop();
+  });
+
+  it.each(['/api/v1/users', `/api/v1/users/${MEMBER}`, '/api/v1/users/user12%40zulip.example.com', '/api/v1/users/999'])(
+    '%s',
+    async (path) => {
+      const direct = await request(fake.url).get(path).set('Authorization', fake.auth(GUEST));
+      const res = await request(shim.url).get(path).set('Authorization', fake.auth(GUEST));
+      expect(res.status).toBe(direct.status);
+      expect(res.text).toBe(direct.text);
+      expect(res.headers['x-zulip-compat-backfilled']).toBeUndefined();
+    },
+  );
+
+  it('register with realm_user', async () => {
+    const form = { fetch_event_types: '["realm_user","user_settings"]', event_types: '["message"]' };
+    const direct = await request(fake.url).post('/api/v1/register').set('Authorization', fake.auth(GUEST)).type('form').send(form);
+    const res = await request(shim.url).post('/api/v1/register').set('Authorization', fake.auth(GUEST)).type('form').send(form);
+    const strip = (t: string) => t.replace(/"queue_id":"[^"]+"/, '');
+    expect(strip(res.text)).toBe(strip(direct.text));
+    expect(res.headers['x-zulip-compat-backfilled']).toBeUndefined();
+  });
+});
+
+describe('limits', () => {
+  it('passes a user list over upstream.maxResponseBytes untouched, saying the backfill was skipped', async () => {
+    const fake = await startFake({ era: '2.1', users: 40 });
+    const shim = await startShim(fake.url, { upstream: { maxResponseBytes: 2048 } });
+    try {
+      const direct = await request(fake.url).get('/api/v1/users').set('Authorization', fake.auth(MEMBER));
+      const res = await request(shim.url).get('/api/v1/users').set('Authorization', fake.auth(MEMBER));
+      expect(res.status).toBe(200);
+      expect(res.text).toBe(direct.text);
+      expect(res.headers['x-zulip-compat-backfilled']).toBeUndefined();
+      expect(shim.logs.some((l) => l.includes('user backfill skipped'))).toBe(true);
+    } finally {
+      await shim.close();
+      await fake.stop();
+    }
+  });
+
+  it('passes a register answer over upstream.maxResponseBytes untouched, saying the backfill was skipped (R2)', async () => {
+    const fake = await startFake({ era: '2.1', users: 40 });
+    const shim = await startShim(fake.url, { upstream: { maxResponseBytes: 2048 } });
+    try {
+      const form = { fetch_event_types: '["realm_user"]', event_types: '["message"]' };
+      const direct = await request(fake.url).post('/api/v1/register').set('Authorization', fake.auth(MEMBER)).type('form').send(form);
+      const res = await request(shim.url).post('/api/v1/register').set('Authorization', fake.auth(MEMBER)).type('form').send(form);
+      expect(res.status).toBe(200);
+      const strip = (t: string) => t.replace(/"queue_id":"[^"]+"/, '');
+      expect(strip(res.text)).toBe(strip(direct.text));
+      expect(shim.logs.some((l) => l.includes('user backfill skipped'))).toBe(true);
+    } finally {
+      await shim.close();
+      await fake.stop();
+    }
+  });
+});

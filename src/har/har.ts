@@ -84,10 +84,6 @@ export interface HarLog {
   entries: HarEntry[];
 }
 
-export interface Har {
-  log: HarLog;
-}
-
 /** Mime types whose bodies are kept as text when they are valid UTF-8. */
 export function isTextual(mimeType: string): boolean {
   const m = mimeType.split(';')[0]!.trim().toLowerCase();

@@ -5,6 +5,12 @@ import { toModern } from '../src/presence/convert.js';
 import { startFake, type Era, type FakeZulip } from './support/fake-zulip.js';
 import { startShim, type RunningShim } from './support/shim.js';
 
+/**
+ * POST /register through the shim (R1, R2, P4, P12): presence in the format asked for with an id
+ * to continue from, the rest of the answer untouched, upstream errors passed on, large answers
+ * converted in full or passed on unbuffered.
+ */
+
 let fake: FakeZulip;
 let shim: RunningShim;
 afterEach(async () => {

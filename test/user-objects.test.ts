@@ -144,6 +144,12 @@ describe('for any user and era, the backfilled object is a modern UserBase that 
 });
 
 describe('serialising in steps (V4)', () => {
+  it('keeps an upstream key named __proto__', async () => {
+    const body = JSON.parse('{"__proto__":{"a":1},"msg":"","members":[{"user_id":1}]}') as Record<string, unknown>;
+    const out = await stringifyInSteps(body, ['members']);
+    expect(JSON.parse(out.toString())).toEqual(JSON.parse(JSON.stringify(body)));
+  });
+
   it('means the same JSON as one JSON.stringify', async () => {
     await fc.assert(
       fc.asyncProperty(

@@ -1,9 +1,10 @@
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { spawnChild, type Child } from './children.js';
+import { ROOT, spawnChild, type Child } from './children.js';
 import { findNginx, startNginx } from './nginx.js';
 import { formatProfile, summariseProfile } from './profile-summary.js';
 import { basicAuth, SMALL_PATH } from './synthetic-upstream.js';
@@ -14,12 +15,14 @@ import { basicAuth, SMALL_PATH } from './synthetic-upstream.js';
  * Node one would).
  *
  *   node --import tsx bench/passthrough.ts [--seconds 10] [--rounds 2] [--connections 50]
- *        [--profile DIR] [--before DIR] [--no-variants]
+ *        [--profile DIR] [--before DIR] [--no-variants] [--workers 2] [--redis URL]
  *
  * Targets: the upstream directly, nginx (`worker_processes auto`, upstream keepalive pool, an
  * access log), and the shim as shipped (log level info to a discarded stdout, metrics on);
  * with `--before DIR`, also the shim of another checkout (DIR, e.g. a worktree of an older
- * commit) in the same run. Each target runs in turn, `--rounds` times, best run kept.
+ * commit) in the same run; with `--workers N` (default 2; 0: none), also the shim started by its
+ * CLI with `--workers N --redis URL` (node:cluster, one process per core, as nginx's
+ * `worker_processes auto`). Each target runs in turn, `--rounds` times, best run kept.
  * Variants (unless --no-variants): a 1 MiB answer, a 1 MiB upload, and long polls (GET
  * /api/v1/events held 200 ms by the upstream, 200 connections), so a gain on the small GET is
  * not paid for on the streaming paths.
@@ -33,8 +36,11 @@ const { values } = parseArgs({
     profile: { type: 'string' },
     before: { type: 'string' },
     'no-variants': { type: 'boolean', default: false },
+    workers: { type: 'string', default: '2' },
+    redis: { type: 'string', default: process.env.REDIS_URL || 'redis://127.0.0.1:6379' },
   },
 });
+const workers = Number(values.workers);
 const seconds = Number(values.seconds);
 const rounds = Number(values.rounds);
 const connections = Number(values.connections);
@@ -74,6 +80,54 @@ function wrk(url: string, o: { connections: number; seconds: number; script?: st
 }
 
 const log = (s: string) => process.stderr.write(`${s}\n`);
+
+/**
+ * The shim as its CLI starts it with `--workers N --redis URL`: the URL once every worker logged
+ * its start-up line; the request log is read and dropped, as a discarded stdout would be.
+ */
+async function startClusterShim(
+  upstream: string,
+  n: number,
+  redis: string,
+  configDir: string,
+): Promise<{ url: string; stop(): Promise<void> }> {
+  // A key prefix of its own: the Redis may be shared.
+  const config = join(configDir, 'workers.json');
+  writeFileSync(config, JSON.stringify({ store: { keyPrefix: `zcs-bench:${randomBytes(4).toString('hex')}:` } }));
+  const args = ['--import', 'tsx', 'src/cli.ts', '--upstream', upstream, '--port', '0', '--log-level', 'info', '--coalesce-ms', '5000'];
+  const proc = spawn(process.execPath, [...args, '--workers', String(n), '--redis', redis, '--config', config], {
+    cwd: ROOT,
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  const exited = new Promise<void>((r) => proc.once('exit', () => r()));
+  const url = await new Promise<string>((resolve, reject) => {
+    let seen = 0;
+    let rest = '';
+    const onData = (d: Buffer) => {
+      const lines = (rest + d.toString()).split('\n');
+      rest = lines.pop()!;
+      for (const line of lines) {
+        if (!line.includes('"msg":"zulip-compat-shim listening"')) continue;
+        if (++seen === n) {
+          proc.stdout!.off('data', onData);
+          proc.stdout!.resume();
+          resolve(String((JSON.parse(line) as { listen: string }).listen));
+        }
+      }
+    };
+    proc.stdout!.on('data', onData);
+    void exited.then(() => reject(new Error('the shim with --workers exited before it was ready')));
+  });
+  return {
+    url,
+    async stop() {
+      proc.kill('SIGTERM');
+      const killer = setTimeout(() => proc.kill('SIGKILL'), 15_000);
+      await exited;
+      clearTimeout(killer);
+    },
+  };
+}
 const dir = mkdtempSync(join(tmpdir(), 'zcs-bench-pt-'));
 const uploadScript = join(dir, 'upload.lua');
 writeFileSync(
@@ -92,6 +146,8 @@ children.push(shim);
 const targets: Array<[string, string]> = [['direct', up.url]];
 if (ng) targets.push(['nginx (worker_processes auto)', ng.url]);
 targets.push(['shim', shim.url]);
+const clustered = workers > 0 ? await startClusterShim(up.url, workers, values.redis!, dir) : undefined;
+if (clustered) targets.push([`shim --workers ${workers}`, clustered.url]);
 if (values.before) {
   const before = await spawnChild(join(values.before, 'bench', 'shim-process.ts'), [up.url, '5000', 'info']);
   children.push(before);
@@ -135,6 +191,7 @@ try {
   }
 } finally {
   await ng?.stop();
+  await clustered?.stop();
   for (const c of children.reverse()) await c.stop();
   rmSync(dir, { recursive: true, force: true });
 }
@@ -146,7 +203,7 @@ out.push(
     .join(' / ')} (a shared 2-core machine: compare within a run)`,
 );
 out.push(
-  `- wrk -t2, ${rounds} round(s) alternating targets, best kept; nginx: ${ng ? `${nginx.bin !== undefined ? nginx.version : ''}, worker_processes auto, keepalive 64, access log` : 'not installed'}`,
+  `- wrk -t2, ${rounds} round(s) alternating targets, best kept; ${clustered ? `shim --workers ${workers} with --redis (node:cluster); ` : ''}nginx: ${ng ? `${nginx.bin !== undefined ? nginx.version : ''}, worker_processes auto, keepalive 64, access log` : 'not installed'}`,
 );
 out.push('');
 out.push('| variant | target | req/s | p50 ms | p99 ms | × nginx req/s | p99 / nginx p99 |');

@@ -20,6 +20,7 @@ interface JsonSchema {
   properties?: Record<string, JsonSchema>;
   items?: JsonSchema;
   enum?: unknown[];
+  const?: unknown;
   minimum?: number;
   maximum?: number;
   description?: string;
@@ -29,6 +30,7 @@ interface JsonSchema {
 /** A short type for the table: `integer ≥ 1`, `auto \| always \| never`, `list of strings`. */
 function typeOf(s: JsonSchema): string {
   if (s.enum) return s.enum.map((v) => `\`${String(v)}\``).join(' \\| ');
+  if (s.const !== undefined) return `\`${String(s.const)}\``;
   if (s.anyOf) return s.anyOf.map(typeOf).join(' or ');
   if (s.type === 'array') return `list of ${typeOf(s.items ?? {})}s`;
   if (s.type === 'integer') {

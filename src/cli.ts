@@ -2,7 +2,8 @@
 import { existsSync, readFileSync, renameSync, statSync } from 'node:fs';
 import http from 'node:http';
 import { basename, dirname, extname, join, resolve } from 'node:path';
-import { ConfigError, infoRequest, loadConfig, PROJECT_ROOT, USAGE, type Config } from './config.js';
+import { answerMetricsRequests, clusterMetricsText, exitWorker, isWorker, reportFailure, runPrimary } from './cluster.js';
+import { ConfigError, infoRequest, loadConfig, PROJECT_ROOT, USAGE, workerCount, type Config } from './config.js';
 import { createLogger, type Logger } from './observability/logger.js';
 import { logStartup } from './observability/startup.js';
 import { startRecorder } from './har/recorder.js';
@@ -127,8 +128,19 @@ function oneLine(text: string): string {
 }
 
 function configFailure(e: ConfigError): number {
-  process.stderr.write(`zulip-compat-shim: invalid configuration: ${oneLine(e.message)}\n`);
+  const line = `zulip-compat-shim: invalid configuration: ${oneLine(e.message)}`;
+  if (isWorker()) reportFailure(line);
+  else process.stderr.write(`${line}\n`);
   return 2;
+}
+
+/**
+ * `server.workers` above 1, in the first process: it becomes the cluster's primary, which
+ * forks the workers (each runs main() again, as a worker) and serves nothing itself.
+ */
+function startCluster(config: Config): Promise<number> {
+  const log = createLogger(config.log.level);
+  return runPrimary({ workers: workerCount(config.server.workers), log, shutdownGraceMs: config.server.shutdownGraceMs });
 }
 
 function demoAnnouncement(url: string): string {
@@ -232,6 +244,7 @@ async function main(argv: string[]): Promise<number> {
     throw e;
   }
   const { config, sources } = loaded;
+  if (workerCount(config.server.workers) > 1 && !isWorker()) return startCluster(config);
   const log = createLogger(config.log.level);
   // Until the shim is up there is nothing to close: exit at once.
   let onUncaught: () => void = () => process.exit(EXIT_UNCAUGHT);
@@ -245,7 +258,15 @@ async function main(argv: string[]): Promise<number> {
   }
   if (config.upstream.insecureTls) log.warn('upstream TLS certificates are NOT verified (--insecure-upstream-tls)');
 
-  const shim = createShim({ config, log, target: upstream.target, upstreamId: upstream.upstreamId });
+  const metricsText = isWorker() ? clusterMetricsText() : undefined;
+  const shim = createShim({
+    config,
+    log,
+    target: upstream.target,
+    upstreamId: upstream.upstreamId,
+    ...(metricsText ? { metricsText } : {}),
+  });
+  if (isWorker()) answerMetricsRequests(shim.context.metrics.registry);
   let url: string;
   try {
     ({ url } = await shim.listen());
@@ -292,7 +313,7 @@ async function main(argv: string[]): Promise<number> {
 }
 
 main(process.argv.slice(2)).then(
-  (code) => process.exit(code),
+  (code) => (isWorker() ? exitWorker(code) : process.exit(code)),
   (e) => {
     process.stderr.write(`zulip-compat-shim: ${(e as Error).stack ?? String(e)}\n`);
     process.exit(1);

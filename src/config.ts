@@ -1,4 +1,5 @@
 import { readFileSync } from 'node:fs';
+import { availableParallelism } from 'node:os';
 import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
@@ -94,6 +95,16 @@ export const configSchema = z
         .describe(
           "Peers (addresses or CIDR ranges) whose X-Forwarded-Host and X-Forwarded-Proto are kept; anyone else's are replaced by the shim's own view (X4). Empty: none.",
         ),
+      workers: z
+        .preprocess(
+          (v) => (typeof v === 'string' && /^\s*\d+\s*$/.test(v) ? Number(v) : v),
+          z.union([z.literal('auto'), z.number().int().min(1, 'must be 1 or more, or auto').max(256, 'must be 256 or fewer, or auto')], {
+            error: 'must be a number of processes, or auto',
+          }),
+        )
+        .describe(
+          'Processes serving the port (node:cluster), each a full shim; auto = one per CPU. Above 1 needs a Redis store (S1); not with record.har, replay.har or replay.demo.',
+        ),
     }),
     store: z.strictObject({
       redisUrl: z
@@ -164,9 +175,31 @@ export const configSchema = z
     if (c.store.redisSentinelName && !c.store.redisSentinels) {
       ctx.addIssue({ code: 'custom', path: ['store', 'redisSentinels'], message: 'required with --redis-sentinel-name' });
     }
+    // S1: worker processes are replicas of one another; ids and snapshots hold across them only through Redis.
+    if (workerCount(c.server.workers) > 1) {
+      const alone = [c.record.har && '--record', c.replay.har && '--replay', c.replay.demo && '--demo'].filter(Boolean);
+      if (alone.length) {
+        ctx.addIssue({
+          code: 'custom',
+          path: ['server', 'workers'],
+          message: `more than one worker cannot run with ${alone.join(' and ')} (one process records or replays)`,
+        });
+      } else if (redisGiven.length === 0) {
+        ctx.addIssue({
+          code: 'custom',
+          path: ['server', 'workers'],
+          message: 'more than one worker needs a shared store: give --redis, --redis-sentinels or --redis-cluster (S1)',
+        });
+      }
+    }
   });
 
 export type Config = z.infer<typeof configSchema>;
+
+/** `server.workers` as a number of processes: `auto` is one per CPU the process may use. */
+export function workerCount(workers: number | 'auto'): number {
+  return workers === 'auto' ? availableParallelism() : workers;
+}
 
 export class ConfigError extends Error {
   override name = 'ConfigError';
@@ -203,6 +236,7 @@ export const SETTINGS: Setting[] = [
   { flag: 'shutdown-grace-ms', env: 'SHUTDOWN_GRACE_MS', path: ['server', 'shutdownGraceMs'], kind: 'int' },
   { flag: 'realm-hosts', env: 'REALM_HOSTS', path: ['server', 'realmHosts'], kind: 'list' },
   { flag: 'trust-proxy', env: 'TRUST_PROXY', path: ['server', 'trustProxy'], kind: 'list' },
+  { flag: 'workers', env: 'WORKERS', path: ['server', 'workers'], kind: 'string' },
 ];
 
 /** Config keys holding file paths: in a config file they are relative to that file's directory. */
@@ -339,6 +373,7 @@ export const USAGE = `Usage: zulip-compat-shim [options]
   --shutdown-grace-ms N     drain deadline on SIGTERM/SIGINT/SIGHUP       [SHUTDOWN_GRACE_MS]
   --realm-hosts LIST        admit only these Host names (*. wildcards)    [REALM_HOSTS]
   --trust-proxy CIDRS       keep X-Forwarded-Host/Proto from these peers  [TRUST_PROXY]
+  --workers N|auto          processes serving the port (needs Redis)      [WORKERS]
   --healthcheck             ask GET /healthz of the shim so configured: exit 0 or 1
   -v, --version             print the version and exit
   -h, --help                print this help and exit

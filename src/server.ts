@@ -40,6 +40,8 @@ export interface ShimOptions {
   clusterSnapshots?: ClusterSnapshots;
   /** Extra readiness checks (store reachable, …); each throws when not ready. */
   readinessChecks?: Array<() => Promise<void>>;
+  /** The `/metrics` text; by default this process's registry (a cluster worker: every worker's). */
+  metricsText?: () => Promise<string>;
 }
 
 export interface Shim {
@@ -206,7 +208,7 @@ export function createShim(o: ShimOptions): Shim {
       sendJson(res, 200, { result: 'success', msg: '', status: 'ready' });
     },
     '/metrics': async (_req, res) => {
-      const text = await metrics.registry.metrics();
+      const text = await (o.metricsText ?? (() => metrics.registry.metrics()))();
       res.writeHead(200, { 'content-type': metrics.registry.contentType });
       res.end(text);
     },

@@ -1,4 +1,8 @@
+import cluster from 'node:cluster';
 import { pino, type Logger, type DestinationStream } from 'pino';
+
+/** Bytes a pipe writes atomically (POSIX minimum 512; Linux 4096). */
+const PIPE_BUF = 4096;
 
 /**
  * P13: credentials never reach a log line. Header names arrive lower-cased from Node; the
@@ -27,7 +31,10 @@ const FLUSH_EVERY_MS = 200;
  * line written synchronously cost the pass-through ~40% of its throughput (bench B4).
  */
 function bufferedStdout(): DestinationStream {
-  const dest = pino.destination({ dest: 1, sync: false, minLength: 8 * 1024 });
+  // Cluster workers share one stdout: writes of whole lines up to PIPE_BUF never interleave.
+  const dest = cluster.isWorker
+    ? pino.destination({ dest: 1, sync: false, minLength: 2 * 1024, maxWrite: PIPE_BUF })
+    : pino.destination({ dest: 1, sync: false, minLength: 8 * 1024 });
   setInterval(() => dest.flush(), FLUSH_EVERY_MS).unref();
   return dest;
 }

@@ -16,6 +16,8 @@ export function createMetrics() {
     help: 'Always 1; the labels say which shim version runs on which Node.js',
     labelNames: ['version', 'nodejs'] as const,
     registers: [registry],
+    // Cluster workers (server.workers) each report it: their sum would not be 1.
+    aggregator: 'first',
   });
   buildInfo.set({ version: VERSION, nodejs: process.version }, 1);
   return {

@@ -338,3 +338,52 @@ describe('ledger rules', () => {
     expect(legacyAnswerId(l, { merged: true, visible: [1], serverTimestamp: 10, empty: false })).toBe(l.users.get(1)!.changedAt);
   });
 });
+
+describe('ledger structure (B7): shared users, delta index', () => {
+  const obsArb = fc.record({
+    complete: fc.boolean(),
+    users: fc.array(fc.tuple(fc.nat(700), fc.nat(40), fc.nat(40)), { maxLength: 120 }),
+    fork: fc.boolean(),
+    reload: fc.boolean(),
+  });
+
+  const sameDeltas = (k: LedgerState, ts: number) => {
+    const everyone = [...k.users.keys()];
+    for (let id = k.epoch + 1; id <= k.lastId; id += Math.max(1, Math.floor((k.lastId - k.epoch) / 25))) {
+      const q = { lastUpdateId: id, serverTimestamp: ts };
+      expect(answer(k, q)).toEqual(answer(k, { ...q, visible: everyone }));
+    }
+  };
+
+  it('a delta by the change index is exactly a delta by scanning every user, and earlier states never change', () => {
+    fc.assert(
+      fc.property(fc.array(obsArb, { minLength: 1, maxLength: 40 }), (steps) => {
+        let state = createLedger(1_000_000);
+        let ts = 100;
+        const kept: Array<{ state: LedgerState; users: Array<[number, unknown]> }> = [];
+        for (const s of steps) {
+          const presences = new Map(s.users.map(([u, a, i]) => [u, { active_timestamp: a + ts, idle_timestamp: a + i + ts }] as const));
+          const next = merge(state, { serverTimestamp: ++ts, presences, complete: s.complete });
+          // A second state made from the same parent (a store's retry) must not disturb the first.
+          const shifted = new Map(
+            [...presences].map(
+              ([u, p]) => [u + 1, { active_timestamp: p.active_timestamp + 1, idle_timestamp: p.idle_timestamp + 1 }] as const,
+            ),
+          );
+          const fork = s.fork ? merge(state, { serverTimestamp: ts, presences: shifted, complete: !s.complete }) : undefined;
+          for (const made of [next, fork]) if (made) kept.push({ state: made, users: [...made.users].map(([u, e]) => [u, { ...e }]) });
+          // Either goes on; a state read back from a store has no index until a delta asks for one.
+          const chosen = fork && s.users.length % 2 === 1 ? fork : next;
+          state = s.reload ? { ...chosen } : chosen;
+          // Asked as it goes, so the index is built early and extended by the merges after.
+          sameDeltas(state, ts);
+        }
+        for (const { state: k, users } of kept) {
+          expect([...k.users].map(([u, e]) => [u, { ...e }])).toEqual(users);
+          sameDeltas(k, ts);
+        }
+      }),
+      { numRuns: 60 },
+    );
+  });
+});

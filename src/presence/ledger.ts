@@ -5,7 +5,12 @@
  * One ledger per realm. For each user it holds the newest observation of their presence, the id
  * at which it last changed, and whether the newest complete snapshot still showed them; for the
  * realm, the id counter and the epoch it started from. Pure: every function takes a state and
- * returns a new one or an answer; I/O and storage live elsewhere (store/).
+ * returns a new one or an answer; I/O and storage live elsewhere (store/). States are values
+ * that share structure (B7): a merge writes only the users it changes into a new table
+ * (user-table.ts) and leaves the old state as it was, so an answer built from a state while
+ * the next merge runs sees one consistent state (its lastId, epoch and users together), and a
+ * store that retries a merge on a newer copy loses nothing. Deltas walk a per-state index of
+ * the changes by id, kept beside the state (derived, never stored).
  *
  * Invariants (contract P3–P7, X1, checked by test/presence-ledger.property.test.ts and the X1
  * model in test/presence-x1.property.test.ts):

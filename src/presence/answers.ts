@@ -8,7 +8,6 @@ import {
   historyCutoff,
   legacyAnswerId,
   type AnswerRequest,
-  type LedgerEntry,
   type LedgerState,
   type ModernPresence,
 } from './ledger.js';
@@ -80,9 +79,12 @@ const ENTRIES_PER_TURN = 5_000;
  * between change nothing in what this answer holds.
  */
 async function modernBodyInSteps(ledger: LedgerState, q: AnswerRequest, request: PresenceRequest): Promise<Encodable> {
-  const byUser = new Map<number, LedgerEntry>();
-  for (const [userId, e] of answerEntries(ledger, q).entries) byUser.set(userId, e);
-  const ids = Float64Array.from(byUser.keys()).sort();
+  const chosen: number[] = [];
+  for (const [userId] of answerEntries(ledger, q).entries) {
+    chosen.push(userId);
+    if (chosen.length % (4 * ENTRIES_PER_TURN) === 0) await yieldTurn();
+  }
+  const ids = Float64Array.from(chosen).sort();
   const parts: Buffer[] = [];
   let largest = -1;
   for (let start = 0; start < ids.length; start += ENTRIES_PER_TURN) {
@@ -90,7 +92,7 @@ async function modernBodyInSteps(ledger: LedgerState, q: AnswerRequest, request:
     let text = '';
     for (let i = start; i < Math.min(ids.length, start + ENTRIES_PER_TURN); i++) {
       const userId = ids[i]!;
-      const e = byUser.get(userId)!;
+      const e = ledger.users.get(userId)!;
       // P2: both timestamps are integers, written as JSON.stringify would.
       text += `${text || start > 0 ? ',' : ''}"${userId}":{"active_timestamp":${JSON.stringify(e.active)},"idle_timestamp":${JSON.stringify(e.idle)}}`;
       if (e.changedAt > largest) largest = e.changedAt;

@@ -102,7 +102,10 @@ export function epochFor(nowMs: number): number {
  */
 export function createLedger(nowMs: number = Date.now(), floor = 0): LedgerState {
   const epoch = Math.max(epochFor(nowMs), floor);
-  return { epoch, lastId: epoch, users: UserTable.empty(), merges: [], completeAt: 0 };
+  const state: LedgerState = { epoch, lastId: epoch, users: UserTable.empty(), merges: [], completeAt: 0 };
+  // Indexed from the start, so every merge after extends it (B7: never a sort of the realm).
+  indexes.set(state, { ids: [], users: [], length: 0 });
+  return state;
 }
 
 /** I6: could an id have been issued by now? Ids come from a microsecond clock (I1). */
@@ -198,8 +201,10 @@ const indexes = new WeakMap<LedgerState, ChangeIndex>();
 function indexOf(state: LedgerState): ChangeIndex {
   let index = indexes.get(state);
   if (!index) {
-    const byId = [...state.users].sort((a, b) => a[1].changedAt - b[1].changedAt);
-    index = { ids: byId.map(([, e]) => e.changedAt), users: byId.map(([u]) => u), length: byId.length };
+    const users = [...state.users.keys()];
+    const changedAt = users.map((u) => state.users.get(u)!.changedAt);
+    const order = Array.from(users.keys()).sort((a, b) => changedAt[a]! - changedAt[b]!);
+    index = { ids: order.map((i) => changedAt[i]!), users: order.map((i) => users[i]!), length: order.length };
     indexes.set(state, index);
   }
   return index;
@@ -207,7 +212,7 @@ function indexOf(state: LedgerState): ChangeIndex {
 
 function extendIndex(parent: LedgerState, next: LedgerState, changed: number[]): void {
   const p = indexes.get(parent);
-  if (!p) return; // built when a delta first asks for it
+  if (!p) return; // a state read from a store: indexed when a delta first asks for it
   let { ids, users } = p;
   if (ids.length !== p.length) {
     // Another state was made from the same parent (a store's retry): this one gets its own copy.

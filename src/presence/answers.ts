@@ -78,7 +78,7 @@ const ENTRIES_PER_TURN = 5_000;
  * the presences object would write them. The state is a value (ledger.ts), so merges in
  * between change nothing in what this answer holds.
  */
-async function modernBodyInSteps(ledger: LedgerState, q: AnswerRequest, request: PresenceRequest): Promise<Encodable> {
+export async function modernBodyInSteps(ledger: LedgerState, q: AnswerRequest, request: PresenceRequest): Promise<Encodable> {
   const chosen: number[] = [];
   for (const [userId] of answerEntries(ledger, q).entries) {
     chosen.push(userId);

@@ -2,15 +2,18 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import {
   answer,
+  applyChange,
   createLedger,
   idAsOf,
   legacyAnswerId,
   merge,
+  mergeInSteps,
   raiseCounter,
   vouchesFor,
   type LedgerState,
   type ModernPresence,
 } from '../src/presence/ledger.js';
+import { plainLedger } from './support/ledgers.js';
 
 /**
  * P3–P7 as properties of the pure ledger. A model upstream changes users' presence (including
@@ -385,5 +388,31 @@ describe('ledger structure (B7): shared users, delta index', () => {
       }),
       { numRuns: 60 },
     );
+  });
+});
+
+describe('merges in steps (B7)', () => {
+  const snapshot = (ts: number, users: number, shift: number) => ({
+    serverTimestamp: ts,
+    complete: true,
+    presences: new Map<number, ModernPresence>(
+      Array.from({ length: users }, (_, i) => [i + 1, { active_timestamp: 100 + ((i * shift) % 7), idle_timestamp: 200 + i }] as const),
+    ),
+  });
+
+  it('gives exactly the merge, pausing on a large realm; a store takes it only on the state it was made on (I7)', async () => {
+    const base = merge(createLedger(1_000_000), snapshot(10, 25_000, 1));
+    const obs = snapshot(11, 24_000, 2); // changes some users, leaves 1,000 out
+    let pauses = 0;
+    const next = await mergeInSteps(base, obs, async () => pauses++);
+    expect(pauses).toBeGreaterThanOrEqual(4);
+    expect(plainLedger(next)).toEqual(plainLedger(merge(base, obs)));
+    const prepared = { base, next };
+    expect(applyChange(base, { kind: 'observation', observation: obs, prepared }, 0)).toBe(next);
+    // Another change came in between: merged again on that state, never the stale result.
+    const other = merge(base, snapshot(10.5, 10, 3));
+    const again = applyChange(other, { kind: 'observation', observation: obs, prepared }, 0);
+    expect(again).not.toBe(next);
+    expect(plainLedger(again)).toEqual(plainLedger(merge(other, obs)));
   });
 });

@@ -122,15 +122,24 @@ export function raiseCounter(state: LedgerState, atLeast: number, nowMs: number)
   return { ...state, lastId: atLeast };
 }
 
+/** A merge computed ahead (`mergeInSteps`): `next` is `merge(base, observation)`. */
+export interface PreparedMerge {
+  base: LedgerState;
+  next: LedgerState;
+}
+
 /** I7: what a store applies to a realm's ledger, atomically. */
 export type LedgerChange =
-  | { kind: 'observation'; observation: Observation }
+  | { kind: 'observation'; observation: Observation; prepared?: PreparedMerge | undefined }
   /** Raise the counter to at least this id (I6); `0` only makes sure the ledger exists. */
   | { kind: 'counter'; atLeast: number };
 
 /** Applies one change; the same state object when nothing changed. `nowMs`: the epoch clock. */
 export function applyChange(state: LedgerState, change: LedgerChange, nowMs: number): LedgerState {
-  return change.kind === 'observation' ? merge(state, change.observation) : raiseCounter(state, change.atLeast, nowMs);
+  if (change.kind === 'counter') return raiseCounter(state, change.atLeast, nowMs);
+  // A merge prepared on this very state is this merge's result (states are values); on any
+  // other state (a change came in between) it is made again here.
+  return change.prepared?.base === state ? change.prepared.next : merge(state, change.observation);
 }
 
 /** I2. */
@@ -146,6 +155,32 @@ const samePresence = (e: LedgerEntry, p: ModernPresence) => e.active === p.activ
  * old one (B7: user-table.ts), and the old one stays as it was: states are values.
  */
 export function merge(state: LedgerState, obs: Observation): LedgerState {
+  const steps = mergeSteps(state, obs);
+  for (;;) {
+    const r = steps.next();
+    if (r.done) return r.value;
+  }
+}
+
+/** Users looked at between two pauses of `mergeInSteps`. */
+const MERGE_STEP = 10_000;
+
+/**
+ * B7: `merge`, with `pause` awaited every MERGE_STEP users (a 100k-user merge is then no
+ * single block). The result is `merge(state, obs)` exactly; a store takes it as prepared when
+ * the realm's ledger is still `state` (I7, `applyChange`).
+ */
+export async function mergeInSteps(state: LedgerState, obs: Observation, pause: () => Promise<unknown>): Promise<LedgerState> {
+  const steps = mergeSteps(state, obs);
+  for (;;) {
+    const r = steps.next();
+    if (r.done) return r.value;
+    await pause();
+  }
+}
+
+function* mergeSteps(state: LedgerState, obs: Observation): Generator<void, LedgerState> {
+  let looked = 0;
   const ts = obs.serverTimestamp;
   let lastId = state.lastId;
   let users: UserTableEdit<LedgerEntry> | undefined;
@@ -157,6 +192,7 @@ export function merge(state: LedgerState, obs: Observation): LedgerState {
   };
 
   for (const [userId, p] of obs.presences) {
+    if (++looked % MERGE_STEP === 0) yield;
     const prev = state.users.get(userId);
     if (prev && ts <= prev.seenAt) continue; // I3: older or the same snapshot again
     if (!prev && ts < state.completeAt) continue; // I3: a newer complete snapshot left them out
@@ -168,6 +204,7 @@ export function merge(state: LedgerState, obs: Observation): LedgerState {
   }
   if (obs.complete) {
     for (const [userId, prev] of state.users) {
+      if (++looked % MERGE_STEP === 0) yield;
       if (prev.present && ts > prev.seenAt && !obs.presences.has(userId)) {
         write(userId, { ...prev, seenAt: ts, present: false });
       }

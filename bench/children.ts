@@ -1,5 +1,6 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { dirname, resolve } from 'node:path';
+import { existsSync } from 'node:fs';
+import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 /**
@@ -42,8 +43,17 @@ export interface SpawnOptions {
   readyTimeoutMs?: number;
 }
 
+/**
+ * How node runs a bench script: its bundle when ZCS_BUILT_DIR holds one (the test suite builds
+ * them once, test/support/build.ts), else the source through tsx.
+ */
+export function scriptArgs(script: string): string[] {
+  const built = process.env.ZCS_BUILT_DIR && join(process.env.ZCS_BUILT_DIR, 'bench', script.replace(/\.ts$/, '.js'));
+  return built && existsSync(built) ? [built] : ['--import', 'tsx', resolve(BENCH_DIR, script)];
+}
+
 export function spawnChild(script: string, args: string[], o: SpawnOptions = {}): Promise<Child> {
-  const proc = spawn(process.execPath, [...(o.nodeArgs ?? []), '--import', 'tsx', resolve(BENCH_DIR, script), ...args], {
+  const proc = spawn(process.execPath, [...(o.nodeArgs ?? []), ...scriptArgs(script), ...args], {
     cwd: ROOT,
     env: { ...process.env, ...o.env },
     // stdout (the shim's request log) is discarded; stderr shows crashes.

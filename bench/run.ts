@@ -5,7 +5,7 @@ import { join, relative, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { gzipSync } from 'node:zlib';
 import { Pool } from 'undici';
-import { BENCH_DIR, ROOT, spawnChild, type Child } from './children.js';
+import { BENCH_DIR, ROOT, scriptArgs, spawnChild, type Child } from './children.js';
 import { cannon, closedLoop, lastUpdateIdOf, pacedClients, percentile, send, type CannonResult, type Req, type Sample } from './load.js';
 import { findNginx, startNginx, type NginxFound } from './nginx.js';
 import { formatProfile, summariseProfile } from './profile-summary.js';
@@ -167,7 +167,7 @@ try {
   // a user seen on this machine under load) with the moment `merge` got optimised.
   const ledgerRun = spawnSync(
     process.execPath,
-    ['--expose-gc', '--single-threaded', '--import', 'tsx', join(BENCH_DIR, 'ledger-memory.ts'), String(opts.users)],
+    ['--expose-gc', '--single-threaded', ...scriptArgs('ledger-memory.ts'), String(opts.users)],
     {
       cwd: ROOT,
       encoding: 'utf8',

@@ -34,6 +34,8 @@ const httpUrl = z
 
 const port = z.number().int().min(0, 'must be a port number, 0 to 65535').max(65535, 'must be a port number, 0 to 65535');
 const ms = z.number().int().min(0);
+/** A byte budget (X2): at least 1 KiB. */
+const bytes = z.number().int().min(1024);
 
 /** `host:port,host:port`: Sentinels or Cluster nodes. */
 const redisNodes = z.string().superRefine((s, ctx) => {
@@ -125,23 +127,15 @@ export const configSchema = z
     }),
     memory: z
       .strictObject({
-        featureLevelsBytes: z.number().int().min(1024).describe("X2: bytes for realms' server_settings results, failures included."),
-        userDirectoriesBytes: z.number().int().min(1024).describe("X2: bytes for realms' user lists (compact email → id directories)."),
-        snapshotsBytes: z.number().int().min(1024).describe('X2: bytes for shared presence snapshots.'),
-        answersBytes: z
-          .number()
-          .int()
-          .min(1024)
-          .describe('X2: bytes for presence answers built from snapshots and reused by callers at the same id.'),
-        ledgersBytes: z.number().int().min(1024).describe('X2: bytes for presence ledgers of the in-memory store.'),
-        lookupsBytes: z.number().int().min(1024).describe('X2: bytes for per-user lookups (delivery emails).'),
-        largeAnswerBytes: z
-          .number()
-          .int()
-          .min(1024)
-          .describe(
-            'B7: largest full presence answer or user list read (35 MB at 100k users on 2.1); other intercepted answers keep upstream.maxResponseBytes.',
-          ),
+        featureLevelsBytes: bytes.describe("X2: bytes for realms' server_settings results, failures included."),
+        userDirectoriesBytes: bytes.describe("X2: bytes for realms' user lists (compact email → id directories)."),
+        snapshotsBytes: bytes.describe('X2: bytes for shared presence snapshots.'),
+        answersBytes: bytes.describe('X2: bytes for presence answers built from snapshots and reused by callers at the same id.'),
+        ledgersBytes: bytes.describe('X2: bytes for presence ledgers of the in-memory store.'),
+        lookupsBytes: bytes.describe('X2: bytes for per-user lookups (delivery emails).'),
+        largeAnswerBytes: bytes.describe(
+          'B7: largest full presence answer or user list read (35 MB at 100k users on 2.1); other intercepted answers keep upstream.maxResponseBytes.',
+        ),
       })
       .describe(
         'X2: byte budgets, each evicting least recently used entries within it; sizes are estimated from the upstream bytes each structure was built from.',

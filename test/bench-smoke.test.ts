@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, describe, expect, it } from 'vitest';
+import { nodeArgsFor, ROOT } from './support/build.js';
 import { basicAuth, PRESENCE_PATH, SMALL_PATH, SyntheticZulip } from '../bench/synthetic-upstream.js';
 
 /**
@@ -33,9 +34,9 @@ describe('npm run bench, tiny', () => {
   it('runs end to end and writes results.json and RESULTS.md', { timeout: 240_000 }, async () => {
     await run(
       process.execPath,
-      ['--import', 'tsx', 'bench/run.ts', '--quick', '--users', '200', '--clients', '50', '--no-nginx', '--out', out],
+      [...nodeArgsFor('bench/run.ts'), '--quick', '--users', '200', '--clients', '50', '--no-nginx', '--out', out],
       {
-        cwd: join(import.meta.dirname, '..'),
+        cwd: ROOT,
         timeout: 230_000,
         maxBuffer: 16 * 1024 * 1024,
       },

@@ -5,6 +5,7 @@ import type { LedgerState } from '../src/presence/ledger.js';
 import { realmOf } from '../src/upstream/realm.js';
 import { startFake, type Era, type FakeZulip } from './support/fake-zulip.js';
 import { jsonOf, send, type Answer, type Outgoing } from './support/http-client.js';
+import { until } from './support/cli-run.js';
 import { startShim, type RunningShim } from './support/shim.js';
 
 /**
@@ -128,12 +129,23 @@ const FAULTS: Record<FaultName, (req: IncomingMessage, res: ServerResponse) => v
   },
 };
 
+/** Stalls not yet over (their timers count among the process's resources). */
+let stalling = 0;
+
 /** Holds an answer back longer than the shim waits; gives up when the shim hangs up. */
 function stall(res: ServerResponse, then: () => void): void {
+  stalling++;
+  let done = false;
+  const over = () => {
+    clearTimeout(t);
+    if (!done) stalling--;
+    done = true;
+  };
   const t = setTimeout(() => {
+    over();
     if (!res.destroyed) then();
   }, STALL_MS);
-  res.on('close', () => clearTimeout(t));
+  res.on('close', over);
 }
 
 function htmlPage(res: ServerResponse, status: number): void {
@@ -400,25 +412,24 @@ describe.each<Era>(['2.1', '7.0'])('upstream faults, Zulip %s upstream', (era) =
       };
       try {
         await round(); // warm-up: pools fill to what sequential traffic needs
-        await pause(STALL_MS + 200); // the fake's own stalls end
+        await until('the fake to end its stalls', () => (stalling === 0 ? true : undefined));
         const before = resources();
         const fakeBefore = await fake.connections();
         const listenersBefore = listeners();
         for (let i = 0; i < 3; i++) await round();
-        // Let destroyed sockets close and the fake's stalls end.
+        // Let the fake's stalls end and destroyed sockets close.
+        await until('the fake to end its stalls', () => (stalling === 0 ? true : undefined));
         let after = resources();
         let fakeAfter = await fake.connections();
         const settled = () =>
           (after.get('TCPSocketWrap') ?? 0) <= (before.get('TCPSocketWrap') ?? 0) + 4 &&
-          (after.get('Timeout') ?? 0) <= (before.get('Timeout') ?? 0) + 2;
+          (after.get('Timeout') ?? 0) <= (before.get('Timeout') ?? 0) + 2 &&
+          fakeAfter <= fakeBefore + 4;
         for (let i = 0; i < 60 && !settled(); i++) {
           await pause(100);
           after = resources();
           fakeAfter = await fake.connections();
         }
-        await pause(STALL_MS + 200);
-        after = resources();
-        fakeAfter = await fake.connections();
         const summary = (m: Map<string, number>) => ({ sockets: m.get('TCPSocketWrap') ?? 0, timers: m.get('Timeout') ?? 0 });
         // Kept-alive pool sockets may stay (a few, for sequential traffic); nothing grows per fault.
         expect(summary(after).sockets, JSON.stringify({ before: summary(before), after: summary(after) })).toBeLessThanOrEqual(

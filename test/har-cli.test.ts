@@ -1,13 +1,14 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { nodeArgsFor } from './support/build.js';
+import { cleanEnv, ROOT } from './support/cli-run.js';
 import { startFake, type FakeZulip } from './support/fake-zulip.js';
 
 /** --replay, --replay-strict, --record and the bundled demo, as a user runs them (H1, H2). */
 
-const ROOT = resolve(import.meta.dirname, '..');
 const DEVTOOLS = 'test/fixtures/devtools.har';
 
 interface Run {
@@ -18,9 +19,7 @@ interface Run {
 }
 
 function cli(args: string[]): Run {
-  const settings = /^(UPSTREAM_URL|REPLAY_HAR|RECORD_HAR|PORT|HOST|CONFIG_FILE|REDIS_URL|PRESENCE_.*|LOG_LEVEL|UPSTREAM_.*|REPLAY_STRICT)$/;
-  const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !settings.test(k)));
-  const child = spawn(process.execPath, ['--import', 'tsx', 'src/cli.ts', ...args], { cwd: ROOT, env });
+  const child = spawn(process.execPath, [...nodeArgsFor('src/cli.ts'), ...args], { cwd: ROOT, env: cleanEnv() });
   let out = '';
   let err = '';
   child.stdout.on('data', (d: Buffer) => (out += d.toString()));

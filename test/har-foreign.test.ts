@@ -1,11 +1,13 @@
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { Writable } from 'node:stream';
 import { deflateSync } from 'node:zlib';
 import request from 'supertest';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startReplay, type Replay } from '../src/har/replay.js';
 import { createLogger } from '../src/observability/logger.js';
+import { until } from './support/cli-run.js';
 import { startShim, type RunningShim } from './support/shim.js';
 
 /** H2: HAR files made by other tools replay too. */
@@ -183,21 +185,36 @@ describe('a long poll answered again from its last recording', () => {
         },
       }),
     );
-    const replay = await startReplay({ file, strict: false, log });
+    // The replay's debug lines say when a request was matched, and whether as a repeat.
+    const lines: string[] = [];
+    const sink = new Writable({
+      write(chunk, _enc, cb) {
+        lines.push(String(chunk));
+        cb();
+      },
+    });
+    const repeats = () => lines.filter((l) => l.includes('"msg":"replayed"') && l.includes('"repeat":true')).length;
+    const replay = await startReplay({ file, strict: false, log: createLogger('debug', sink) });
     try {
       const path = '/api/v1/events?queue_id=q1&last_event_id=-1';
       const first = await request(replay.url).get(path);
       expect(first.body.events[0].type).toBe('heartbeat');
       const again = new AbortController();
+      let answered = false;
       const pending = fetch(`${replay.url}${path}`, { signal: again.signal }).then(
-        () => 'answered',
-        () => 'still waiting',
+        () => (answered = true),
+        () => undefined,
       );
-      await new Promise((r) => setTimeout(r, 300));
+      await until('the repeat to be matched', () => (repeats() === 1 ? true : undefined));
+      // A whole exchange on another connection after it: an answer at once would be here by now.
+      expect((await request(replay.url).get('/api/v1/nothing')).status).toBe(502);
+      expect(answered).toBe(false);
       again.abort();
-      expect(await pending).toBe('still waiting');
+      await pending;
+      expect(answered).toBe(false);
+      // close() with a long poll held does not wait for it.
       void fetch(`${replay.url}${path}`).catch(() => undefined);
-      await new Promise((r) => setTimeout(r, 50));
+      await until('the second repeat to be held', () => (repeats() === 2 ? true : undefined));
     } finally {
       await replay.close();
       rmSync(dir, { recursive: true, force: true });

@@ -2,6 +2,12 @@ import { describe, expect, it } from 'vitest';
 import { matchOf } from '../src/har/match.js';
 import { Redactor } from '../src/har/redact.js';
 
+/**
+ * What a HAR file may keep (H1, P13): the Redactor removes every credential spelling from
+ * requests, answers and bodies; replay matching (H2) finds a recorded answer for the request a
+ * client sends again.
+ */
+
 const KEY = 'aB3dE5gH7jK9mN1pQ3sT5vX7zA9cE1gI';
 const basic = (email: string, key: string) => `Basic ${Buffer.from(`${email}:${key}`).toString('base64')}`;
 

@@ -1,7 +1,7 @@
 import { execFile } from 'node:child_process';
-import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { describe, expect, it } from 'vitest';
+import { nodeArgsFor, ROOT } from './support/build.js';
 
 /**
  * X2: a flood of distinct Host values, each with its own credentials, against one realm of a
@@ -15,11 +15,11 @@ const MiB = 1024 * 1024;
 
 describe('memory under a flood of hosts and credentials (X2)', () => {
   it('stays within the configured budgets', { timeout: 120_000 }, async () => {
-    const { stdout } = await run(
-      process.execPath,
-      ['--expose-gc', '--import', 'tsx', join(import.meta.dirname, 'support', 'memory-flood.ts'), '300', '200', 'small'],
-      { cwd: join(import.meta.dirname, '..'), timeout: 110_000, maxBuffer: 1 << 20 },
-    );
+    const { stdout } = await run(process.execPath, ['--expose-gc', ...nodeArgsFor('test/support/memory-flood.ts'), '300', '200', 'small'], {
+      cwd: ROOT,
+      timeout: 110_000,
+      maxBuffer: 1 << 20,
+    });
     const r = JSON.parse(stdout.trim().split('\n').pop()!) as { heapGrowth: number; budgetBytes: number; hosts: number };
     expect(r.hosts).toBe(200);
     expect(r.heapGrowth).toBeLessThan(r.budgetBytes + 8 * MiB);

@@ -10,6 +10,12 @@ import { startFake, type FakeZulip } from './support/fake-zulip.js';
 import { parsePrometheusText, sampleValue, type Exposition } from './support/prometheus-text.js';
 import { startShim, type RunningShim } from './support/shim.js';
 
+/**
+ * What the shim exposes at /metrics (issue 15): its own metrics only, upstream calls and client
+ * requests counted by route class and status class (aborts and errors included), realm labels
+ * bounded, the fast histogram rendering as prom-client's, and the metric names the docs use.
+ */
+
 const P = 'zulip_compat_shim_';
 
 async function scrape(url: string): Promise<Exposition> {

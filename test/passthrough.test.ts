@@ -7,6 +7,12 @@ import { startShim, type RunningShim } from './support/shim.js';
 import { loadConfig } from '../src/config.js';
 import { TrustedProxies } from '../src/http/forwarded.js';
 
+/**
+ * The pass-through (T1, E1, E2): everything the shim does not intercept goes to the upstream and
+ * back unchanged, streamed, without leaking sockets; an unreachable upstream is a Zulip-shaped
+ * 502; X-Forwarded-* are trusted only from --trust-proxy peers (X4).
+ */
+
 describe('pass-through (T1, E1, E2)', () => {
   let fake: FakeZulip;
   let shim: RunningShim;

@@ -12,6 +12,11 @@ import { historyCutoff } from '../src/presence/ledger.js';
 import { Params } from '../src/http/body.js';
 import { ShimError } from '../src/http/errors.js';
 
+/**
+ * The pure presence conversions (P2): each era's upstream entry to the modern one, and the
+ * presence parameters read as a modern server reads them (E3, P1, P11).
+ */
+
 describe('presence conversion per era (P2)', () => {
   it('maps feature levels to eras', () => {
     expect([0, 24, 25, 65, 156, 177, 178, 185, 237].map(presenceEra)).toEqual([

@@ -98,10 +98,8 @@ function askerFor(store: PresenceStore): Asker {
 
 function pollOf(asker: Asker, lastUpdateId: number | undefined): Poll {
   const request: PresenceRequest = {
-    status: 'active',
     pingOnly: false,
     slimPresence: false,
-    newUserInput: undefined,
     lastUpdateId,
     historyLimitDays: undefined,
     invalidBefore30: false,

@@ -7,6 +7,11 @@ import { RedisSnapshots } from '../src/store/redis-snapshots.js';
 import { adminRedis, deleteKeysUnder, describeRedis, REDIS_URL, testKeyPrefix } from './support/redis.js';
 import { redisKey } from '../src/store/redis-keys.js';
 
+/**
+ * Cross-replica snapshot sharing on Redis (P9, S1): one upstream fetch per shared scope per window
+ * whichever replica is asked, the others reading what it published.
+ */
+
 const data = (serverTimestamp: number): SnapshotData => ({
   serverTimestamp,
   modernError: undefined,

@@ -4,6 +4,11 @@ import { VERSION } from '../src/version.js';
 import { ERAS, startFake, type FakeZulip } from './support/fake-zulip.js';
 import { startShim, type RunningShim } from './support/shim.js';
 
+/**
+ * GET /server_settings per era (T2): the upstream's answer with one field added and its feature
+ * level unchanged, its errors passed on (E1); /healthz and /readyz beside it.
+ */
+
 let fake: FakeZulip | undefined;
 let shim: RunningShim | undefined;
 afterEach(async () => {

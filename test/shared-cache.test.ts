@@ -6,6 +6,11 @@ import { SharedCache, type CacheBackend } from '../src/store/shared-cache.js';
 import { adminRedis, deleteKeysUnder, describeRedis, REDIS_URL, testKeyPrefix } from './support/redis.js';
 import { redisKey } from '../src/store/redis-keys.js';
 
+/**
+ * SharedCache (S1): a key loaded once for concurrent callers, failures not kept, in one process
+ * or through Redis, where a value one replica loaded or changed reaches the others.
+ */
+
 interface Profile {
   id: number;
   name: string;

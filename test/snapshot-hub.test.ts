@@ -1,6 +1,11 @@
 import { describe, expect, it } from 'vitest';
 import { SnapshotHub, type Snapshot } from '../src/presence/snapshots.js';
 
+/**
+ * SnapshotHub (P9, S2): one upstream fetch per scope in flight, its snapshot serving the rest of
+ * its window and never replaced by an older one; a per-caller scope keeps nothing once answered.
+ */
+
 const snapshot = (serverTimestamp: number, fetchedAt: number): Snapshot => ({
   serverTimestamp,
   fetchedAt,

@@ -110,6 +110,30 @@ describe('X3: a buffered exchange ends within upstream.timeoutMs, however slowly
     expect504(a);
   });
 
+  it('register with realm_user only (its users backfilled, V1): 504', async () => {
+    drips = new Set();
+    drip('/api/v1/register');
+    const a = await send(
+      shim.url,
+      {
+        method: 'POST',
+        path: '/api/v1/register',
+        headers: { authorization: fake.auth(10), 'content-type': FORM },
+        body: form({ event_types: '["realm_user"]' }),
+      },
+      { timeoutMs: 10_000 },
+    );
+    expect504(a);
+  });
+
+  it('the user list (GET /users, backfilled): 504', async () => {
+    drips = new Set();
+    drip('/api/v1/users');
+    expect504(
+      await send(shim.url, { method: 'GET', path: '/api/v1/users', headers: { authorization: fake.auth(10) } }, { timeoutMs: 10_000 }),
+    );
+  });
+
   it('the transport rejects a dripping fetch at its deadline with UpstreamTimeoutError', async () => {
     drips = new Set();
     drip('/api/v1/server_settings');

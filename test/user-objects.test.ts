@@ -11,6 +11,12 @@ import { registerNeedsUsers, userSettingsOf } from '../src/register/users.js';
 import { emulatedFeatures } from '../src/server-settings.js';
 import { ERA_FEATURE_LEVEL, ERAS, FakeZulip, type FakeUser } from './support/fake-zulip.js';
 
+/**
+ * The modern user object (V1–V4, U1): the change bundle checks itself at load, delivery_email
+ * follows the caller's rights, every backfilled object is a valid modern UserBase that agrees with
+ * the upstream, in register and on the single-user paths.
+ */
+
 const ajv = new Ajv({ allErrors: true, strict: true, strictRequired: false, allowUnionTypes: true });
 const validateUser = ajv.compile(JSON.parse(readFileSync(new URL('./support/user-base.schema.json', import.meta.url), 'utf8')) as object);
 
@@ -138,6 +144,12 @@ describe('for any user and era, the backfilled object is a modern UserBase that 
 });
 
 describe('serialising in steps (V4)', () => {
+  it('keeps an upstream key named __proto__', async () => {
+    const body = JSON.parse('{"__proto__":{"a":1},"msg":"","members":[{"user_id":1}]}') as Record<string, unknown>;
+    const out = await stringifyInSteps(body, ['members']);
+    expect(JSON.parse(out.toString())).toEqual(JSON.parse(JSON.stringify(body)));
+  });
+
   it('means the same JSON as one JSON.stringify', async () => {
     await fc.assert(
       fc.asyncProperty(

@@ -77,17 +77,6 @@ export interface HarEntry {
   comment?: string;
 }
 
-export interface HarLog {
-  version: '1.2';
-  creator: { name: string; version: string };
-  comment?: string;
-  entries: HarEntry[];
-}
-
-export interface Har {
-  log: HarLog;
-}
-
 /** Mime types whose bodies are kept as text when they are valid UTF-8. */
 export function isTextual(mimeType: string): boolean {
   const m = mimeType.split(';')[0]!.trim().toLowerCase();

@@ -44,7 +44,7 @@ function canonical(v: unknown, key = ''): unknown {
   if (typeof v === 'string' && v && isSecretName(key)) return BLANK;
   if (Array.isArray(v)) return v.map((x) => canonical(x));
   if (!v || typeof v !== 'object') return v;
-  const out: Record<string, unknown> = {};
+  const out: Record<string, unknown> = Object.create(null); // a key `__proto__` stays a key
   for (const k of Object.keys(v as object).sort()) out[k] = canonical((v as Record<string, unknown>)[k], k);
   return out;
 }

@@ -234,7 +234,7 @@ export class Redactor {
     if (!v || typeof v !== 'object') return v;
     const o = v as Record<string, unknown>;
     const base64 = o.encoding === 'base64' || o._encoding === 'base64';
-    const out: Record<string, unknown> = {};
+    const out: Record<string, unknown> = Object.create(null); // a key `__proto__` stays a key
     for (const [k, x] of Object.entries(o)) {
       if (k === 'text' && base64 && typeof x === 'string') out[k] = this.scrubBase64(x);
       // A request URL stays a valid RFC 3986 URL: placeholders in it are percent-encoded.
@@ -255,7 +255,7 @@ export class Redactor {
 function walkSecrets(v: unknown, replace: (key: string, value: string) => string): unknown {
   if (Array.isArray(v)) return v.map((x) => walkSecrets(x, replace));
   if (!v || typeof v !== 'object') return v;
-  const out: Record<string, unknown> = {};
+  const out: Record<string, unknown> = Object.create(null); // a key `__proto__` stays a key
   for (const [k, x] of Object.entries(v as Record<string, unknown>)) {
     out[k] = typeof x === 'string' && x && isSecretName(k) ? replace(k, x) : walkSecrets(x, replace);
   }

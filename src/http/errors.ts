@@ -75,7 +75,6 @@ export class ReplayMissError extends ShimError {
 }
 
 export const upstreamUnavailable = (detail: string) => new UpstreamUnavailableError(detail);
-export const upstreamTimeout = () => new UpstreamTimeoutError();
 export const upstreamBadResponse = (detail: string) => new UpstreamBadResponseError(detail);
 export const badRequest = (msg: string) => new BadRequestError(msg);
 export const bodyTooLarge = (limit: number) => new BadRequestError(`Request body too large (limit ${limit} bytes)`, 413);

@@ -110,7 +110,7 @@ export function toModern(era: PresenceEra, presences: Record<string, unknown>, u
  * than `cutoff` (ledger.ts `historyCutoff`: Infinity drops everyone).
  */
 export function limitLegacyHistory(presences: Record<string, unknown>, cutoff: number): Record<string, unknown> {
-  const out: Record<string, unknown> = {};
+  const out: Record<string, unknown> = Object.create(null); // a key `__proto__` stays a key
   if (cutoff === Infinity) return out;
   for (const [email, entry] of Object.entries(presences)) {
     const m = legacyUserToModern(entry, undefined);

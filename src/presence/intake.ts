@@ -63,19 +63,6 @@ export async function readPresenceAnswer(a: Asker, format: Format, bytes: Buffer
   return a.ctx.users.parser.presenceAnswer(bytes, era, users?.emailTable());
 }
 
-/**
- * A legacy answer kept for callers who get it re-serialised (P12's limit, P11's list, replicas):
- * its top-level fields, and its presences parsed from the bytes only when one of them asks (B7:
- * the common legacy answer is the upstream's bytes; a parsed copy would take five times those).
- */
-export function legacyBodyOf(top: Record<string, unknown>, bytes: Buffer): Record<string, unknown> {
-  // Not kept once parsed (X2): what is built from it is cached, within the answers budget.
-  return Object.defineProperty({ ...top }, 'presences', {
-    enumerable: true,
-    get: () => (JSON.parse(bytes.toString('utf8')) as Record<string, unknown>).presences,
-  });
-}
-
 const tooLargeLogged = new WeakSet<ShimContext>();
 
 /** B7: a full presence fetch, bounded by memory.largeAnswerBytes; the limit is logged once. */

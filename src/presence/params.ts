@@ -13,11 +13,8 @@ import { FL } from '../upstream/feature-level.js';
 export const PRESENCE_PARAMS = new Set(['status', 'ping_only', 'new_user_input', 'slim_presence', 'last_update_id', 'history_limit_days']);
 
 export interface PresenceRequest {
-  /** As sent; validated by the upstream. */
-  status: string | undefined;
   pingOnly: boolean;
   slimPresence: boolean;
-  newUserInput: string | undefined;
   lastUpdateId: number | undefined;
   /** The client's `last_update_id` as it wrote it (trimmed): echoed exactly where a double cannot hold it (X1). */
   lastUpdateIdText?: string | undefined;
@@ -75,10 +72,8 @@ export function parsePresenceRequest(params: Params): PresenceRequest {
     if (v !== undefined) raw.set(name, v);
   }
   return {
-    status,
     pingOnly: pingOnly === true,
     slimPresence: slim === true,
-    newUserInput: params.get('new_user_input'),
     lastUpdateId,
     lastUpdateIdText: params.get('last_update_id')?.trim(),
     historyLimitDays,

@@ -66,7 +66,8 @@ export async function backfillList(
  * yielding between steps. Those keys come last; JSON objects have no order (R2: same meaning).
  */
 export async function stringifyInSteps(body: Record<string, unknown>, keys: readonly string[]): Promise<Buffer> {
-  const rest: Record<string, unknown> = {};
+  // No prototype: an upstream key `__proto__` (JSON.parse makes it an own key) stays a key.
+  const rest: Record<string, unknown> = Object.create(null);
   const lists: Array<[string, unknown[]]> = [];
   for (const [k, v] of Object.entries(body)) {
     if (keys.includes(k) && Array.isArray(v)) lists.push([k, v]);

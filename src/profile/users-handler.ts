@@ -65,7 +65,9 @@ async function readList(
   realm: Realm,
   path: string,
 ): Promise<BufferedResponse | undefined> {
-  const r = await timedUpstream(req, () => ctx.client.request({ realm, method: 'GET', path, headers: forwardedHeaders(req) }));
+  // X3: read whole, so the exchange has a total deadline (also when passed on as too large).
+  const deadlineMs = ctx.config.upstream.timeoutMs;
+  const r = await timedUpstream(req, () => ctx.client.request({ realm, method: 'GET', path, headers: forwardedHeaders(req), deadlineMs }));
   const limit = ctx.client.maxResponseBytes;
   const declared = Number(r.headers['content-length']);
   if (isSuccess(r.status) && declared > limit) {

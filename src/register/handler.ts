@@ -72,7 +72,7 @@ export const registerHandler: Handler = async (req, res, ctx) => {
       headers,
       body: raw,
       // X3: an answer the shim buffers ends within the deadline; one passed on streams.
-      ...(withPresence ? { deadlineMs: ctx.config.upstream.timeoutMs } : {}),
+      ...(withPresence || withUsers ? { deadlineMs: ctx.config.upstream.timeoutMs } : {}),
     }),
   );
   if ((!withPresence && !withUsers) || !isSuccess(r.status)) {

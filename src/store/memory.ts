@@ -82,11 +82,6 @@ export class MemoryStore implements PresenceStore {
     return next;
   }
 
-  /** Forgets a realm, as an eviction or a restart would. */
-  evict(realm: string): void {
-    this.ledgers.delete(realm);
-  }
-
   async ping(): Promise<void> {}
 
   async close(): Promise<void> {

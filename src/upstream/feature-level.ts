@@ -27,9 +27,6 @@ export function featureLevelOf(settings: Record<string, unknown>): number {
 
 export interface ServerInfo {
   featureLevel: number;
-  zulipVersion: string | undefined;
-  /** When the upstream last answered server_settings (for /readyz). */
-  fetchedAt: number;
 }
 
 export interface FeatureLevelOptions {
@@ -60,7 +57,6 @@ const entryBytes = (key: string) => 256 + 2 * key.length;
 export class FeatureLevels {
   private readonly cache: LRUCache<string, ServerInfo, Realm>;
   private readonly failures: LRUCache<string, Error>;
-  private lastSuccess = 0;
 
   constructor(
     private readonly client: UpstreamClient,
@@ -109,18 +105,8 @@ export class FeatureLevels {
     this.cache.set(realm.key, this.infoOf(settings));
   }
 
-  /** Time of the last successful server_settings answer from any realm, for /readyz. */
-  lastAnswerAt(): number {
-    return this.lastSuccess;
-  }
-
   private infoOf(settings: Record<string, unknown>): ServerInfo {
-    this.lastSuccess = Date.now();
-    return {
-      featureLevel: featureLevelOf(settings),
-      zulipVersion: typeof settings.zulip_version === 'string' ? settings.zulip_version : undefined,
-      fetchedAt: this.lastSuccess,
-    };
+    return { featureLevel: featureLevelOf(settings) };
   }
 
   private async load(realm: Realm): Promise<ServerInfo> {

@@ -1,9 +1,9 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { resolve } from 'node:path';
+import { nodeArgsFor, ROOT } from './build.js';
 
-/** Runs the CLI (src/cli.ts through tsx) as a child process and collects its output lines. */
+/** Runs the CLI (src/cli.ts, bundled once per test run) as a child process and collects its output lines. */
 
-export const ROOT = resolve(import.meta.dirname, '..', '..');
+export { ROOT };
 
 export interface CliRun {
   child: ChildProcess;
@@ -19,10 +19,9 @@ export function cleanEnv(extra: NodeJS.ProcessEnv = {}): NodeJS.ProcessEnv {
   return { ...Object.fromEntries(Object.entries(process.env).filter(([k]) => !settings.test(k))), ...extra };
 }
 
-/** `preload`: modules loaded with --import before the CLI (paths relative to the project). */
+/** `preload`: modules loaded with --import before the CLI (paths relative to the project, listed in build.ts). */
 export function runCli(args: string[], o: { env?: NodeJS.ProcessEnv; preload?: string[] } = {}): CliRun {
-  const imports = ['tsx', ...(o.preload ?? []).map((p) => `./${p}`)].flatMap((m) => ['--import', m]);
-  const child = spawn(process.execPath, [...imports, 'src/cli.ts', ...args], { cwd: ROOT, env: cleanEnv(o.env) });
+  const child = spawn(process.execPath, [...nodeArgsFor('src/cli.ts', o.preload), ...args], { cwd: ROOT, env: cleanEnv(o.env) });
   const stdout: string[] = [];
   const stderr: string[] = [];
   let out = '';

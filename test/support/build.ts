@@ -1,0 +1,84 @@
+import { existsSync, readFileSync } from 'node:fs';
+import { dirname, join, resolve } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { build, type Plugin } from 'esbuild';
+
+/**
+ * The scripts tests run as child processes (the CLI, its preloads, the memory flood, the bench),
+ * compiled once per test run into plain JavaScript: starting one through tsx compiles every
+ * module again in each child, which takes many seconds on a busy machine. esbuild comes with tsx.
+ */
+
+export const ROOT = resolve(import.meta.dirname, '..', '..');
+
+/** Every script a test starts as a child process, relative to the project. */
+export const CHILD_SCRIPTS = [
+  'src/cli.ts',
+  'test/support/inject-escape.ts',
+  'test/support/memory-flood.ts',
+  'bench/run.ts',
+  'bench/upstream-process.ts',
+  'bench/shim-process.ts',
+  'bench/ledger-memory.ts',
+] as const;
+
+/** The bundled file for `script` under `dir`. */
+export function builtPath(dir: string, script: string): string {
+  return join(dir, script.replace(/\.ts$/, '.js'));
+}
+
+/**
+ * Each module keeps its own `import.meta.url` (and dirname, filename): the source file's, as
+ * under tsx, so paths found beside the source (config/default.json, the package version, the
+ * parse worker, bench's children) are the same wherever the bundle lies.
+ */
+const keepImportMeta: Plugin = {
+  name: 'keep-import-meta',
+  setup(b) {
+    b.onLoad({ filter: /\.ts$/ }, (args) => {
+      const source = readFileSync(args.path, 'utf8');
+      const contents = source
+        .replaceAll('import.meta.url', JSON.stringify(pathToFileURL(args.path).href))
+        .replaceAll('import.meta.dirname', JSON.stringify(dirname(args.path)))
+        .replaceAll('import.meta.filename', JSON.stringify(args.path));
+      return { contents, loader: 'ts' };
+    });
+  },
+};
+
+/** Bundles CHILD_SCRIPTS into `dir` (packages stay imports from node_modules). */
+export async function buildChildScripts(dir: string): Promise<void> {
+  await build({
+    absWorkingDir: ROOT,
+    entryPoints: CHILD_SCRIPTS.map((s) => ({ in: s, out: s.replace(/\.ts$/, '') })),
+    outdir: dir,
+    bundle: true,
+    platform: 'node',
+    format: 'esm',
+    target: 'node20',
+    packages: 'external',
+    sourcemap: 'inline',
+    logLevel: 'error',
+    plugins: [keepImportMeta],
+  });
+}
+
+/**
+ * Where the bundles are: set by the global setup (test/support/global-setup.ts) for the test
+ * processes and their children; bench/children.ts reads it too.
+ */
+export const BUILD_DIR_ENV = 'ZCS_BUILT_DIR';
+
+/**
+ * The node arguments that run `script`: its bundle when the global setup built one, else the
+ * source through tsx (a test file run outside this project's vitest config).
+ */
+export function nodeArgsFor(script: string, preload: string[] = []): string[] {
+  const dir = process.env[BUILD_DIR_ENV];
+  const built = (s: string) => (dir && existsSync(builtPath(dir, s)) ? builtPath(dir, s) : undefined);
+  const all = [...preload, script];
+  if (all.every((s) => built(s) !== undefined)) {
+    return [...preload.flatMap((p) => ['--import', pathToFileURL(built(p)!).href]), built(script)!];
+  }
+  return ['--import', 'tsx', ...preload.flatMap((p) => ['--import', `./${p}`]), script];
+}

@@ -2,15 +2,18 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import {
   answer,
+  applyChange,
   createLedger,
   idAsOf,
   legacyAnswerId,
   merge,
+  mergeInSteps,
   raiseCounter,
   vouchesFor,
   type LedgerState,
   type ModernPresence,
 } from '../src/presence/ledger.js';
+import { plainLedger } from './support/ledgers.js';
 
 /**
  * P3–P7 as properties of the pure ledger. A model upstream changes users' presence (including
@@ -336,5 +339,80 @@ describe('ledger rules', () => {
     l = merge(l, obs(10, [[1, p(1, 2)]]));
     expect(legacyAnswerId(l, { merged: false, serverTimestamp: 12, empty: false })).toBe(l.lastId);
     expect(legacyAnswerId(l, { merged: true, visible: [1], serverTimestamp: 10, empty: false })).toBe(l.users.get(1)!.changedAt);
+  });
+});
+
+describe('ledger structure (B7): shared users, delta index', () => {
+  const obsArb = fc.record({
+    complete: fc.boolean(),
+    users: fc.array(fc.tuple(fc.nat(700), fc.nat(40), fc.nat(40)), { maxLength: 120 }),
+    fork: fc.boolean(),
+    reload: fc.boolean(),
+  });
+
+  const sameDeltas = (k: LedgerState, ts: number) => {
+    const everyone = [...k.users.keys()];
+    for (let id = k.epoch + 1; id <= k.lastId; id += Math.max(1, Math.floor((k.lastId - k.epoch) / 25))) {
+      const q = { lastUpdateId: id, serverTimestamp: ts };
+      expect(answer(k, q)).toEqual(answer(k, { ...q, visible: everyone }));
+    }
+  };
+
+  it('a delta by the change index is exactly a delta by scanning every user, and earlier states never change', () => {
+    fc.assert(
+      fc.property(fc.array(obsArb, { minLength: 1, maxLength: 40 }), (steps) => {
+        let state = createLedger(1_000_000);
+        let ts = 100;
+        const kept: Array<{ state: LedgerState; users: Array<[number, unknown]> }> = [];
+        for (const s of steps) {
+          const presences = new Map(s.users.map(([u, a, i]) => [u, { active_timestamp: a + ts, idle_timestamp: a + i + ts }] as const));
+          const next = merge(state, { serverTimestamp: ++ts, presences, complete: s.complete });
+          // A second state made from the same parent (a store's retry) must not disturb the first.
+          const shifted = new Map(
+            [...presences].map(
+              ([u, p]) => [u + 1, { active_timestamp: p.active_timestamp + 1, idle_timestamp: p.idle_timestamp + 1 }] as const,
+            ),
+          );
+          const fork = s.fork ? merge(state, { serverTimestamp: ts, presences: shifted, complete: !s.complete }) : undefined;
+          for (const made of [next, fork]) if (made) kept.push({ state: made, users: [...made.users].map(([u, e]) => [u, { ...e }]) });
+          // Either goes on; a state read back from a store has no index until a delta asks for one.
+          const chosen = fork && s.users.length % 2 === 1 ? fork : next;
+          state = s.reload ? { ...chosen } : chosen;
+          // Asked as it goes, so the index is built early and extended by the merges after.
+          sameDeltas(state, ts);
+        }
+        for (const { state: k, users } of kept) {
+          expect([...k.users].map(([u, e]) => [u, { ...e }])).toEqual(users);
+          sameDeltas(k, ts);
+        }
+      }),
+      { numRuns: 60 },
+    );
+  });
+});
+
+describe('merges in steps (B7)', () => {
+  const snapshot = (ts: number, users: number, shift: number) => ({
+    serverTimestamp: ts,
+    complete: true,
+    presences: new Map<number, ModernPresence>(
+      Array.from({ length: users }, (_, i) => [i + 1, { active_timestamp: 100 + ((i * shift) % 7), idle_timestamp: 200 + i }] as const),
+    ),
+  });
+
+  it('gives exactly the merge, pausing on a large realm; a store takes it only on the state it was made on (I7)', async () => {
+    const base = merge(createLedger(1_000_000), snapshot(10, 25_000, 1));
+    const obs = snapshot(11, 24_000, 2); // changes some users, leaves 1,000 out
+    let pauses = 0;
+    const next = await mergeInSteps(base, obs, async () => pauses++);
+    expect(pauses).toBeGreaterThanOrEqual(4);
+    expect(plainLedger(next)).toEqual(plainLedger(merge(base, obs)));
+    const prepared = { base, next };
+    expect(applyChange(base, { kind: 'observation', observation: obs, prepared }, 0)).toBe(next);
+    // Another change came in between: merged again on that state, never the stale result.
+    const other = merge(base, snapshot(10.5, 10, 3));
+    const again = applyChange(other, { kind: 'observation', observation: obs, prepared }, 0);
+    expect(again).not.toBe(next);
+    expect(plainLedger(again)).toEqual(plainLedger(merge(other, obs)));
   });
 });

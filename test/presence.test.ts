@@ -1,4 +1,4 @@
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import request from 'supertest';
 import { ERAS, startFake, type Era, type FakeZulip } from './support/fake-zulip.js';
 import { startShim, type RunningShim } from './support/shim.js';
@@ -307,6 +307,48 @@ describe('shared snapshots (P9)', () => {
     expect(fake.stats.presenceFull).toBe(1);
     expect(fake.stats.presencePing).toBe(users.length - 1);
   });
+
+  it.each(['2.1', '4.0'] as const)(
+    'on %s, delta polls are answered at once while a slow refresh is pending, and the next poll after it gets its changes (B7, X1, P6)',
+    async (era) => {
+      await setup(era, { presence: { coalesceMs: 1 } });
+      const first = await poll(10, { status: 'active', last_update_id: '-1' });
+      let id = first.body.presence_last_update_id as number;
+      expect(id).toBeGreaterThan(0);
+      // A slow upstream: the next full fetch is held until released, with user 11's change in it.
+      let release!: () => void;
+      fake.fullPresenceHeld = new Promise<void>((r) => {
+        release = r;
+      });
+      fake.advance(30);
+      fake.report(11, 'active');
+      const fullBefore = fake.stats.presenceFull;
+      let refreshed = false;
+      const refresh = poll(12, { status: 'active', last_update_id: '-1' }).then((r) => {
+        refreshed = true;
+        return r;
+      });
+      await vi.waitFor(() => expect(fake.stats.presenceFull).toBe(fullBefore + 1));
+      for (let i = 0; i < 3; i++) {
+        const pingsBefore = fake.stats.presencePing;
+        const d = await poll(10, { status: 'active', last_update_id: String(id) });
+        expect(d.status).toBe(200);
+        expect(refreshed).toBe(false); // answered before the fetch completed
+        expect(fake.stats.presencePing).toBe(pingsBefore + 1); // its own report still went upstream (P9)
+        expect(d.body.presence_last_update_id).toBeGreaterThanOrEqual(id); // X1
+        id = d.body.presence_last_update_id;
+      }
+      // P9: still the one fetch in flight, however long it takes.
+      expect(fake.stats.presenceFull).toBe(fullBefore + 1);
+      release();
+      fake.fullPresenceHeld = undefined;
+      const full = await refresh;
+      expect(full.body.presences['11'].active_timestamp).toBe(Math.floor(fake.now));
+      const next = await poll(10, { status: 'active', last_update_id: String(id) });
+      expect(next.body.presence_last_update_id).toBeGreaterThan(id);
+      expect(next.body.presences['11']).toEqual(full.body.presences['11']);
+    },
+  );
 
   it('a caller the upstream rejects never sees shared data', async () => {
     await setup('2.1', { presence: { coalesceMs: 5000 } });

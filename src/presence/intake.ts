@@ -8,7 +8,7 @@ import type { Realm } from '../upstream/realm.js';
 import type { Directory } from '../upstream/user-directory.js';
 import { modernFromColumns, type PresenceColumns } from '../upstream/large-answers.js';
 import { toModern, type Converted, type PresenceEra, type UserLookup } from './convert.js';
-import { answersWithDelta, type LedgerState, type ModernPresence, type Observation } from './ledger.js';
+import { answersWithDelta, mergeInSteps, type LedgerState, type ModernPresence, type Observation } from './ledger.js';
 
 /**
  * The one path by which upstream presence reaches the realm's ledger, for presence polls and
@@ -125,7 +125,11 @@ export async function toModernPresences(
 /** Records an observation; undefined when the store is down (answers then carry no ids of their own, P5). */
 export async function recordInLedger(asker: Asker, obs: Observation): Promise<LedgerState | undefined> {
   try {
-    const ledger = await asker.ctx.store.merge(asker.realm.key, obs);
+    // B7: merged in steps on the ledger this process holds; the store takes that result when
+    // the realm's ledger is still the same one, and merges again otherwise (I7).
+    const base = asker.ctx.store.peek(asker.realm.key);
+    const prepared = base && { base, next: await mergeInSteps(base, obs, () => setImmediate()) };
+    const ledger = await asker.ctx.store.merge(asker.realm.key, obs, prepared);
     asker.ctx.metrics.ledgerUsers.set({ realm: asker.realm.host }, ledger.users.size);
     return ledger;
   } catch (e) {

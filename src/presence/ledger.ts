@@ -5,7 +5,12 @@
  * One ledger per realm. For each user it holds the newest observation of their presence, the id
  * at which it last changed, and whether the newest complete snapshot still showed them; for the
  * realm, the id counter and the epoch it started from. Pure: every function takes a state and
- * returns a new one or an answer; I/O and storage live elsewhere (store/).
+ * returns a new one or an answer; I/O and storage live elsewhere (store/). States are values
+ * that share structure (B7): a merge writes only the users it changes into a new table
+ * (user-table.ts) and leaves the old state as it was, so an answer built from a state while
+ * the next merge runs sees one consistent state (its lastId, epoch and users together), and a
+ * store that retries a merge on a newer copy loses nothing. Deltas walk a per-state index of
+ * the changes by id, kept beside the state (derived, never stored).
  *
  * Invariants (contract P3–P7, X1, checked by test/presence-ledger.property.test.ts and the X1
  * model in test/presence-x1.property.test.ts):
@@ -36,6 +41,8 @@
  * - I7 every change to a ledger is a `LedgerChange` applied by one writer at a time (the store),
  *   so every replica sees one history of ids (S1).
  */
+
+import { UserTable, type UserTableEdit } from './user-table.js';
 
 /** Modern presence entry (P2): both timestamps, integers, idle_timestamp >= active_timestamp. */
 export interface ModernPresence {
@@ -95,7 +102,10 @@ export function epochFor(nowMs: number): number {
  */
 export function createLedger(nowMs: number = Date.now(), floor = 0): LedgerState {
   const epoch = Math.max(epochFor(nowMs), floor);
-  return { epoch, lastId: epoch, users: new Map(), merges: [], completeAt: 0 };
+  const state: LedgerState = { epoch, lastId: epoch, users: UserTable.empty(), merges: [], completeAt: 0 };
+  // Indexed from the start, so every merge after extends it (B7: never a sort of the realm).
+  indexes.set(state, { ids: [], users: [], length: 0 });
+  return state;
 }
 
 /** I6: could an id have been issued by now? Ids come from a microsecond clock (I1). */
@@ -112,15 +122,24 @@ export function raiseCounter(state: LedgerState, atLeast: number, nowMs: number)
   return { ...state, lastId: atLeast };
 }
 
+/** A merge computed ahead (`mergeInSteps`): `next` is `merge(base, observation)`. */
+export interface PreparedMerge {
+  base: LedgerState;
+  next: LedgerState;
+}
+
 /** I7: what a store applies to a realm's ledger, atomically. */
 export type LedgerChange =
-  | { kind: 'observation'; observation: Observation }
+  | { kind: 'observation'; observation: Observation; prepared?: PreparedMerge | undefined }
   /** Raise the counter to at least this id (I6); `0` only makes sure the ledger exists. */
   | { kind: 'counter'; atLeast: number };
 
 /** Applies one change; the same state object when nothing changed. `nowMs`: the epoch clock. */
 export function applyChange(state: LedgerState, change: LedgerChange, nowMs: number): LedgerState {
-  return change.kind === 'observation' ? merge(state, change.observation) : raiseCounter(state, change.atLeast, nowMs);
+  if (change.kind === 'counter') return raiseCounter(state, change.atLeast, nowMs);
+  // A merge prepared on this very state is this merge's result (states are values); on any
+  // other state (a change came in between) it is made again here.
+  return change.prepared?.base === state ? change.prepared.next : merge(state, change.observation);
 }
 
 /** I2. */
@@ -132,18 +151,48 @@ const samePresence = (e: LedgerEntry, p: ModernPresence) => e.active === p.activ
 
 /**
  * Merges an observation (I3, I4). Returns the same state object when nothing changed, so a
- * caller can skip writing it back.
+ * caller can skip writing it back. The new state shares every user it did not change with the
+ * old one (B7: user-table.ts), and the old one stays as it was: states are values.
  */
 export function merge(state: LedgerState, obs: Observation): LedgerState {
+  const steps = mergeSteps(state, obs);
+  for (;;) {
+    const r = steps.next();
+    if (r.done) return r.value;
+  }
+}
+
+/** Users looked at between two pauses of `mergeInSteps`. */
+const MERGE_STEP = 10_000;
+
+/**
+ * B7: `merge`, with `pause` awaited every MERGE_STEP users (a 100k-user merge is then no
+ * single block). The result is `merge(state, obs)` exactly; a store takes it as prepared when
+ * the realm's ledger is still `state` (I7, `applyChange`).
+ */
+export async function mergeInSteps(state: LedgerState, obs: Observation, pause: () => Promise<unknown>): Promise<LedgerState> {
+  const steps = mergeSteps(state, obs);
+  for (;;) {
+    const r = steps.next();
+    if (r.done) return r.value;
+    await pause();
+  }
+}
+
+function* mergeSteps(state: LedgerState, obs: Observation): Generator<void, LedgerState> {
+  let looked = 0;
   const ts = obs.serverTimestamp;
   let lastId = state.lastId;
-  let users: Map<number, LedgerEntry> | undefined;
+  let users: UserTableEdit<LedgerEntry> | undefined;
+  /** Users whose changedAt moved, in id order (the delta index's new tail). */
+  const changed: number[] = [];
   const write = (id: number, e: LedgerEntry) => {
-    users ??= new Map(state.users);
+    users ??= UserTable.from(state.users).edit();
     users.set(id, e);
   };
 
   for (const [userId, p] of obs.presences) {
+    if (++looked % MERGE_STEP === 0) yield;
     const prev = state.users.get(userId);
     if (prev && ts <= prev.seenAt) continue; // I3: older or the same snapshot again
     if (!prev && ts < state.completeAt) continue; // I3: a newer complete snapshot left them out
@@ -151,9 +200,11 @@ export function merge(state: LedgerState, obs: Observation): LedgerState {
     // this data or newer, so seenAt needs to move only when something changes.
     if (prev?.present && samePresence(prev, p)) continue;
     write(userId, { active: p.active_timestamp, idle: p.idle_timestamp, seenAt: ts, changedAt: ++lastId, present: true });
+    changed.push(userId);
   }
   if (obs.complete) {
     for (const [userId, prev] of state.users) {
+      if (++looked % MERGE_STEP === 0) yield;
       if (prev.present && ts > prev.seenAt && !obs.presences.has(userId)) {
         write(userId, { ...prev, seenAt: ts, present: false });
       }
@@ -163,7 +214,76 @@ export function merge(state: LedgerState, obs: Observation): LedgerState {
   const lastMerge = state.merges[state.merges.length - 1];
   if (!users && lastMerge && lastMerge[0] >= ts && completeAt === state.completeAt) return state;
   const merges = [...state.merges, [ts, lastId] as const].sort((a, b) => a[0] - b[0]).slice(-MERGE_HISTORY);
-  return { epoch: state.epoch, lastId, users: users ?? state.users, merges, completeAt };
+  const next: LedgerState = { epoch: state.epoch, lastId, users: users?.done() ?? state.users, merges, completeAt };
+  extendIndex(state, next, changed);
+  return next;
+}
+
+/**
+ * B7, P3: the delta index of a state, users in the order of their `changedAt`, so a delta
+ * touches only the changes after the client's id, never every user. Derived from the state
+ * (kept beside it, not in it: a stored or decoded state has none until a delta asks), and
+ * shared between states: a merge appends to its parent's arrays where nobody else did.
+ * An entry whose user changed again later is stale and skipped (their newer one follows).
+ */
+interface ChangeIndex {
+  /** changedAt, ascending; only the first `length` entries belong to this state. */
+  readonly ids: number[];
+  readonly users: number[];
+  readonly length: number;
+}
+
+const indexes = new WeakMap<LedgerState, ChangeIndex>();
+
+function indexOf(state: LedgerState): ChangeIndex {
+  let index = indexes.get(state);
+  if (!index) {
+    const users = [...state.users.keys()];
+    const changedAt = users.map((u) => state.users.get(u)!.changedAt);
+    const order = Array.from(users.keys()).sort((a, b) => changedAt[a]! - changedAt[b]!);
+    index = { ids: order.map((i) => changedAt[i]!), users: order.map((i) => users[i]!), length: order.length };
+    indexes.set(state, index);
+  }
+  return index;
+}
+
+function extendIndex(parent: LedgerState, next: LedgerState, changed: number[]): void {
+  const p = indexes.get(parent);
+  if (!p) return; // a state read from a store: indexed when a delta first asks for it
+  let { ids, users } = p;
+  if (ids.length !== p.length) {
+    // Another state was made from the same parent (a store's retry): this one gets its own copy.
+    ids = ids.slice(0, p.length);
+    users = users.slice(0, p.length);
+  }
+  for (const userId of changed) {
+    ids.push(next.users.get(userId)!.changedAt);
+    users.push(userId);
+  }
+  let index: ChangeIndex = { ids, users, length: ids.length };
+  // Stale entries outnumber live ones: dropped, once in a while (linear, no sort).
+  if (index.length > 2 * next.users.size + 1024) {
+    const live = (i: number) => next.users.get(users[i]!)?.changedAt === ids[i];
+    const keep = Array.from({ length: index.length }, (_, i) => i).filter(live);
+    index = { ids: keep.map((i) => ids[i]!), users: keep.map((i) => users[i]!), length: keep.length };
+  }
+  indexes.set(next, index);
+}
+
+/** The users that changed after `afterId` in this state (I4), each once, by the delta index. */
+function* changedSince(state: LedgerState, afterId: number): Generator<number> {
+  const { ids, users, length } = indexOf(state);
+  let lo = 0;
+  let hi = length;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if (ids[mid]! <= afterId) lo = mid + 1;
+    else hi = mid;
+  }
+  for (let i = lo; i < length; i++) {
+    const userId = users[i]!;
+    if (state.users.get(userId)?.changedAt === ids[i]) yield userId;
+  }
 }
 
 /**
@@ -229,30 +349,43 @@ export interface Answer {
   full: boolean;
 }
 
-function presentUsers(state: LedgerState): Iterable<number> {
-  const out: number[] = [];
-  for (const [userId, e] of state.users) if (e.present) out.push(userId);
-  return out;
+function* presentUsers(state: LedgerState): Generator<number> {
+  for (const [userId, e] of state.users) if (e.present) yield userId;
+}
+
+/**
+ * P3, P12, I5: the users an answer holds and their entries, one at a time (B7: a caller can
+ * build a 100k-user answer in steps), with whether it is a delta. Pure, like `answer`.
+ */
+export function answerEntries(state: LedgerState, q: AnswerRequest): { delta: boolean; entries: Iterable<[number, LedgerEntry]> } {
+  const lastUpdateId = q.lastUpdateId;
+  const delta = (q.delta ?? answersWithDelta(state, lastUpdateId)) && lastUpdateId !== undefined && vouchesFor(state, lastUpdateId);
+  const cutoff = delta ? undefined : historyCutoff(q.historyLimitDays, q.serverTimestamp);
+  function* entries(): Generator<[number, LedgerEntry]> {
+    if (cutoff === Infinity) return;
+    // A delta for the users every caller sees walks the changes only (the delta index).
+    const candidates = q.visible ?? (delta ? changedSince(state, lastUpdateId!) : presentUsers(state));
+    for (const userId of candidates) {
+      const e = state.users.get(userId);
+      if (!e?.present) continue;
+      if (delta && e.changedAt <= lastUpdateId!) continue;
+      if (cutoff !== undefined && e.idle < cutoff) continue;
+      yield [userId, e];
+    }
+  }
+  return { delta, entries: entries() };
 }
 
 /** P3, P4, P12, I5, I6: what a client gets for a poll. */
 export function answer(state: LedgerState, q: AnswerRequest): Answer {
-  const lastUpdateId = q.lastUpdateId;
-  const delta = (q.delta ?? answersWithDelta(state, lastUpdateId)) && lastUpdateId !== undefined && vouchesFor(state, lastUpdateId);
-  const cutoff = delta ? undefined : historyCutoff(q.historyLimitDays, q.serverTimestamp);
+  const { delta, entries } = answerEntries(state, q);
   const presences: Record<string, ModernPresence> = {};
   let largest = -1;
-  if (cutoff !== Infinity) {
-    for (const userId of q.visible ?? presentUsers(state)) {
-      const e = state.users.get(userId);
-      if (!e?.present) continue;
-      if (delta && e.changedAt <= lastUpdateId) continue;
-      if (cutoff !== undefined && e.idle < cutoff) continue;
-      presences[String(userId)] = { active_timestamp: e.active, idle_timestamp: e.idle };
-      if (e.changedAt > largest) largest = e.changedAt;
-    }
+  for (const [userId, e] of entries) {
+    presences[String(userId)] = { active_timestamp: e.active, idle_timestamp: e.idle };
+    if (e.changedAt > largest) largest = e.changedAt;
   }
-  return { presences, presenceLastUpdateId: answerId(largest, lastUpdateId), full: !delta };
+  return { presences, presenceLastUpdateId: answerId(largest, q.lastUpdateId), full: !delta };
 }
 
 export interface LegacyIdRequest {
@@ -276,13 +409,16 @@ export interface LegacyIdRequest {
 export function legacyAnswerId(state: LedgerState, q: LegacyIdRequest): number {
   if (q.empty) return -1;
   if (q.merged) {
-    const a = answer(state, {
+    const { entries } = answerEntries(state, {
       visible: q.visible,
       lastUpdateId: undefined,
       historyLimitDays: q.historyLimitDays,
       serverTimestamp: q.serverTimestamp,
     });
-    if (a.presenceLastUpdateId >= 0) return a.presenceLastUpdateId;
+    // The largest id among the users shown, without building their answer (B7).
+    let largest = -1;
+    for (const [, e] of entries) if (e.changedAt > largest) largest = e.changedAt;
+    if (largest >= 0) return largest;
   }
   const asOf = idAsOf(state, q.serverTimestamp);
   return asOf >= 0 ? asOf : state.epoch;

@@ -1,7 +1,9 @@
 import { isSuccess } from '../http/relay.js';
 import type { BufferedResponse } from '../upstream/client.js';
 import { callerKey } from '../upstream/realm.js';
+import { answersWithDelta } from './ledger.js';
 import { loadLedger, readPresenceAnswer, takeInAnswer, upstreamTime, type Format } from './intake.js';
+import { wantsModern } from './params.js';
 import { report, UpstreamRefused, type Poll } from './report.js';
 import { everyCallerSeesTheSameUsers, fromData, toData, type ClusterSnapshots, type Snapshot } from './snapshots.js';
 
@@ -39,8 +41,13 @@ export async function obtainSnapshot(poll: Poll, format: Format): Promise<Obtain
   let own: BufferedResponse | undefined;
   if (fresh || pending) {
     own = await acceptedPing(poll);
+    const now = fresh ?? (shared ? answerableDuringRefresh(poll) : undefined);
+    if (now) {
+      ctx.metrics.presenceSnapshots.inc({ source: 'shared' });
+      return { snapshot: now, own };
+    }
     // A failed fetch is its leader's to report; this caller then fetches for itself below.
-    const snapshot = fresh ?? (await pending!.catch(() => undefined));
+    const snapshot = await pending!.catch(() => undefined);
     if (snapshot) {
       ctx.metrics.presenceSnapshots.inc({ source: 'shared' });
       return { snapshot, own };
@@ -57,6 +64,28 @@ export async function obtainSnapshot(poll: Poll, format: Format): Promise<Obtain
     shared,
   );
   return { snapshot, own: leaderAnswer ?? own };
+}
+
+/**
+ * B7: the snapshot a poll is answered from at once while its scope's refresh is pending, or
+ * undefined when it must wait for the refresh. Only a delta poll (P3) on a shared scope whose
+ * `last_update_id` the newest ledger copy this process holds vouches for (I2), after its own report
+ * succeeded (P9): its answer holds every change after its id that the ledger has, so nothing
+ * it gets is older than what it holds (X1, P6), and what the refresh brings has larger ids, so
+ * its next poll gets it (P6). The users in view are the ledger's, as of its newest complete
+ * snapshot (I5): the view any caller in that snapshot's window got, not older, as P7 allows
+ * for a shared snapshot. A full poll (no id, or one not vouched for) waits: it replaces the
+ * client's whole map (P3), and its snapshot's window is over (otherwise there would be no
+ * refresh), so only the refresh is the view "at that moment" P7 asks for, and P9's single
+ * flight makes the others wait for it.
+ */
+function answerableDuringRefresh(poll: Poll): Snapshot | undefined {
+  const { ctx, realm, request } = poll;
+  const ledger = ctx.store.peek(realm.key);
+  const id = request.lastUpdateId;
+  if (!ledger || ledger.completeAt <= 0 || id === undefined || !wantsModern(request) || !answersWithDelta(ledger, id)) return undefined;
+  // P10: the upstream's time of the newest complete snapshot the ledger holds.
+  return { serverTimestamp: ledger.completeAt, fetchedAt: 0, complete: true, modern: undefined, ledger, bodies: ctx.snapshots.bodies() };
 }
 
 /** P9: the caller's own report as a ping; throws UpstreamRefused unless the upstream accepted it. */

@@ -179,26 +179,32 @@ export class SnapshotHub {
    */
   lead(scope: string, fetch: () => Promise<Snapshot>, keep = true): Promise<Snapshot> {
     const slot: Slot = this.slots.get(scope) ?? {};
+    // Back under the window's expiry once the fetch settled; dropped when it holds nothing.
+    const settle = () => {
+      if (slot.pending === p) slot.pending = undefined;
+      if (this.slots.peek(scope) !== slot) return;
+      this.slots.delete(scope);
+      // Sized again, now with its snapshot (X2); lru-cache sizes a value once per set.
+      if (keep && slot.snapshot && this.coalesceMs > 0) this.slots.set(scope, slot);
+    };
     const p = fetch().then(
       (snapshot) => {
-        if (slot.pending === p) slot.pending = undefined;
-        if (!keep) this.slots.delete(scope);
-        else if (this.coalesceMs > 0 && (!slot.snapshot || slot.snapshot.serverTimestamp <= snapshot.serverTimestamp)) {
+        if (keep && this.coalesceMs > 0 && (!slot.snapshot || slot.snapshot.serverTimestamp <= snapshot.serverTimestamp)) {
           slot.snapshot = snapshot;
-          // Sized again, now with its snapshot (X2); lru-cache sizes a value once per set.
-          this.slots.delete(scope);
-          this.slots.set(scope, slot);
         }
+        settle();
         return snapshot;
       },
       (e: unknown) => {
-        if (slot.pending === p) slot.pending = undefined;
+        settle();
         throw e;
       },
     );
     if (this.coalesceMs > 0) {
       slot.pending = p;
-      this.slots.set(scope, slot);
+      // P9: a fetch in flight stays the single flight however long it takes (the upstream
+      // deadline bounds it, X3): expiring with the window would start a second one.
+      this.slots.set(scope, slot, { ttl: 0 });
     }
     return p;
   }

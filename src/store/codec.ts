@@ -1,4 +1,5 @@
 import type { LedgerEntry, LedgerState } from '../presence/ledger.js';
+import { UserTable } from '../presence/user-table.js';
 
 /**
  * A realm ledger as bytes, for the shared store (S2: one value per realm, ~10 bytes per user).
@@ -180,7 +181,7 @@ export function decodeLedger(buf: Buffer): LedgerState {
   const completeAt = r.f64();
   const merges: Array<readonly [number, number]> = [];
   for (let n = r.uint(); n > 0; n--) merges.push([r.f64(), r.f64()] as const);
-  const users = new Map<number, LedgerEntry>();
+  const users = UserTable.empty<LedgerEntry>().edit();
   if (format === PACKED) {
     const seen: number[] = [];
     for (let n = r.uint(); n > 0; n--) seen.push(r.f64());
@@ -202,5 +203,5 @@ export function decodeLedger(buf: Buffer): LedgerState {
     }
   }
   r.end();
-  return { epoch, lastId, users, merges, completeAt };
+  return { epoch, lastId, users: users.done(), merges, completeAt };
 }

@@ -1,5 +1,12 @@
 import { LRUCache } from 'lru-cache';
-import { applyChange, createLedger, type LedgerChange, type LedgerState, type Observation } from '../presence/ledger.js';
+import {
+  applyChange,
+  createLedger,
+  type LedgerChange,
+  type LedgerState,
+  type Observation,
+  type PreparedMerge,
+} from '../presence/ledger.js';
 import type { PresenceStore } from './types.js';
 
 /**
@@ -49,8 +56,8 @@ export class MemoryStore implements PresenceStore {
     return this.ledgers.get(realm);
   }
 
-  async merge(realm: string, observation: Observation): Promise<LedgerState> {
-    return this.apply(realm, { kind: 'observation', observation });
+  async merge(realm: string, observation: Observation, prepared?: PreparedMerge): Promise<LedgerState> {
+    return this.apply(realm, { kind: 'observation', observation, prepared });
   }
 
   async raiseCounter(realm: string, atLeast: number): Promise<LedgerState> {

@@ -1,7 +1,14 @@
 import { randomBytes } from 'node:crypto';
 import { LRUCache } from 'lru-cache';
 import type { Logger } from '../observability/logger.js';
-import { applyChange, createLedger, type LedgerChange, type LedgerState, type Observation } from '../presence/ledger.js';
+import {
+  applyChange,
+  createLedger,
+  type LedgerChange,
+  type LedgerState,
+  type Observation,
+  type PreparedMerge,
+} from '../presence/ledger.js';
 import { CodecError, decodeLedger, encodeLedger } from './codec.js';
 import { RedisCacheBackend } from './redis-cache.js';
 import { RedisConnection, type RedisTarget } from './redis-connection.js';
@@ -172,8 +179,8 @@ export class RedisStore implements PresenceStore {
     return this.known.get(realm)?.state;
   }
 
-  merge(realm: string, observation: Observation): Promise<LedgerState> {
-    return this.apply(realm, { kind: 'observation', observation });
+  merge(realm: string, observation: Observation, prepared?: PreparedMerge): Promise<LedgerState> {
+    return this.apply(realm, { kind: 'observation', observation, prepared });
   }
 
   raiseCounter(realm: string, atLeast: number): Promise<LedgerState> {

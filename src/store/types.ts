@@ -1,4 +1,4 @@
-import type { LedgerState, Observation } from '../presence/ledger.js';
+import type { LedgerState, Observation, PreparedMerge } from '../presence/ledger.js';
 import type { CacheBackend } from './shared-cache.js';
 
 /**
@@ -18,8 +18,10 @@ export interface PresenceStore {
    * Atomically merges an observation into the realm's ledger (creating a ledger with a fresh
    * epoch when there is none) and returns the ledger after the merge. One writer per realm at
    * a time, so ids stay strictly increasing whichever replica writes (P5, ledger.ts I7).
+   * `prepared`: the merge computed ahead on the ledger this process last held (B7), taken
+   * when the realm's ledger is still that one.
    */
-  merge(realm: string, observation: Observation): Promise<LedgerState>;
+  merge(realm: string, observation: Observation, prepared?: PreparedMerge): Promise<LedgerState>;
   /**
    * Atomically raises the realm's counter to `atLeast` where ledger.ts `raiseCounter` allows it
    * (a plausible id by the store's epoch clock, X1), creating the ledger when there is none;

@@ -101,6 +101,8 @@ export class FakeZulip {
   openQueues = new Set<string>();
   /** Headers of every request received, newest last (for pass-through assertions). */
   seen: Array<{ method: string; url: string; headers: http.IncomingHttpHeaders; body: Buffer }> = [];
+  /** While set, full presence answers (made when asked) are sent only once it settles: a slow upstream. */
+  fullPresenceHeld?: Promise<void> | undefined;
   /** A hook to answer a request differently (faults); return true when handled. */
   override?: (req: IncomingMessage, res: ServerResponse, body: Buffer) => boolean | Promise<boolean>;
   private server?: http.Server;
@@ -541,6 +543,7 @@ export class FakeZulip {
       out.presences = this.legacyPresence();
       if (this.featureLevel >= 263) out.presence_last_update_id = this.slimPresence().maxId;
     }
+    if (this.fullPresenceHeld) await this.fullPresenceHeld;
     this.json(res, 200, { ...out, ...extra });
   }
 

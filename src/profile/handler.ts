@@ -3,13 +3,22 @@ import { sendJson } from '../http/errors.js';
 import { isSuccess, relayBuffered, rewrittenHeaders } from '../http/relay.js';
 import { forwardedHeaders, parseJsonObject } from '../upstream/client.js';
 import { realmOf } from '../upstream/realm.js';
-import { applyChanges, needsOf, pendingChanges } from './changes/index.js';
+import { applyChanges, needsOf, pendingChanges, type Added } from './changes/index.js';
 import { lookUp } from './lookups.js';
 
 /** U4: the fields the shim added, so an operator can see what came from where. */
 export const BACKFILLED_HEADER = 'x-zulip-compat-backfilled';
 /** Added fields whose lookup failed, so a documented rule stands in for the true value (U2). */
 export const FALLBACK_HEADER = 'x-zulip-compat-fallback';
+
+/** U4: the headers naming what was added to an answer and which of it is a fallback; none when nothing was. Pure. */
+export function addedHeaders(into: Added | undefined): Record<string, string> {
+  if (!into || into.added.length === 0) return {};
+  const out: Record<string, string> = { [BACKFILLED_HEADER]: into.added.join(',') };
+  const fallbacks = into.added.filter((k) => into.sources[k] === 'fallback');
+  if (fallbacks.length > 0) out[FALLBACK_HEADER] = fallbacks.join(',');
+  return out;
+}
 
 /** U5: GET /users/me takes no parameters, so every query parameter sent is listed, sorted. Pure. */
 export function ignoredParameters(url: string | undefined): string[] {
@@ -55,12 +64,7 @@ export const ownProfileHandler: Handler = async (req, res, ctx) => {
   }
   if (added.length === 0) return relayBuffered(res, r); // nothing to add: the upstream's bytes (U1)
 
-  const out = rewrittenHeaders(r.headers);
-  out[BACKFILLED_HEADER] = added.join(',');
-  const fallbacks = added.filter((k) => sources[k] === 'fallback');
-  if (fallbacks.length > 0) {
-    out[FALLBACK_HEADER] = fallbacks.join(',');
-    ctx.log.debug({ realm: realm.host, fields: fallbacks }, 'own profile: documented fallbacks used');
-  }
-  sendJson(res, r.status, user, out);
+  const out = addedHeaders({ added, sources });
+  if (out[FALLBACK_HEADER]) ctx.log.debug({ realm: realm.host, fields: out[FALLBACK_HEADER] }, 'own profile: documented fallbacks used');
+  sendJson(res, r.status, user, { ...rewrittenHeaders(r.headers), ...out });
 };

@@ -14,7 +14,7 @@ export const USERS_PER_TURN = 500;
 
 type Row = Record<string, unknown>;
 
-const isRow = (v: unknown): v is Row => typeof v === 'object' && v !== null && !Array.isArray(v);
+export const isRow = (v: unknown): v is Row => typeof v === 'object' && v !== null && !Array.isArray(v);
 
 /** The caller's own object in a list, when the shim knows which one it is (register). */
 export interface OwnRow {

@@ -7,10 +7,10 @@ import type { Handler } from '../context.js';
 import { forwardedHeaders, parseJsonObject, readAll, type BufferedResponse } from '../upstream/client.js';
 import { realmOf, type Realm } from '../upstream/realm.js';
 import { COMPLETE_FROM_LEVEL, changesAbove, noneAdded, type Added } from './changes/index.js';
-import { BACKFILLED_HEADER, FALLBACK_HEADER } from './handler.js';
+import { addedHeaders } from './handler.js';
 import { emailIsPublic } from './changes/fl163-delivery-email.js';
 import { lookUp } from './lookups.js';
-import { backfillList, emailIndex, parseWithListInSteps, stringifyInSteps, type OwnRow } from './user-objects.js';
+import { backfillList, emailIndex, isRow, parseWithListInSteps, stringifyInSteps, type OwnRow } from './user-objects.js';
 
 /**
  * V1–V4: `GET /users`, `GET /users/{user_id}` and `GET /users/{email}` (under /api/v1 and
@@ -37,11 +37,7 @@ function levelOf(ctx: ShimContext, realm: Realm): Promise<number> {
 
 /** U4, V4: the headers of an answer the shim filled. */
 function backfilledHeaders(r: BufferedResponse, into: Added): Record<string, string | string[]> {
-  const out = rewrittenHeaders(r.headers);
-  out[BACKFILLED_HEADER] = into.added.join(',');
-  const fallbacks = into.added.filter((k) => into.sources[k] === 'fallback');
-  if (fallbacks.length > 0) out[FALLBACK_HEADER] = fallbacks.join(',');
-  return out;
+  return { ...rewrittenHeaders(r.headers), ...addedHeaders(into) };
 }
 
 /** An upstream at a level with nothing to add: its answer streamed as it came, compressed if the client takes it (V4). */
@@ -91,8 +87,6 @@ function queryOf(url: string): string {
   const q = url.indexOf('?');
   return q < 0 ? '' : url.slice(q);
 }
-
-const isRow = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 
 /** Would the delivery_email rule hide this object's address (V2)? Then it may be the caller's own. */
 const hidden = (row: unknown) => isRow(row) && !('delivery_email' in row) && !emailIsPublic(row);
@@ -196,17 +190,11 @@ export const userHandler: Handler = async (req, res, ctx) => {
   const wanted = 'userId' in key ? key.userId : key.email.toLowerCase();
   const user = members.find(
     (m): m is Record<string, unknown> =>
-      typeof m === 'object' &&
-      m !== null &&
-      (typeof wanted === 'number'
-        ? (m as Record<string, unknown>).user_id === wanted
-        : String((m as Record<string, unknown>).email).toLowerCase() === wanted),
+      isRow(m) && (typeof wanted === 'number' ? m.user_id === wanted : String(m.email).toLowerCase() === wanted),
   );
   if (!user) return sendJson(res, 400, NO_SUCH_USER);
   const own = hidden(user) ? await ownRowOf(req, ctx, realm, url) : undefined;
   const into = noneAdded();
   await backfillList([user], changes, into, { idOfEmail: emailIndex([members]), own });
-  const headers = backfilledHeaders(r, into);
-  if (into.added.length === 0) delete headers[BACKFILLED_HEADER];
-  sendJson(res, 200, { result: 'success', msg: '', user }, headers);
+  sendJson(res, 200, { result: 'success', msg: '', user }, backfilledHeaders(r, into));
 };

@@ -1,8 +1,8 @@
-import { facts, timedUpstream, type Handler } from '../context.js';
+import { facts, timedUpstream, type Handler, type ShimContext } from '../context.js';
 import { sendJson } from '../http/errors.js';
 import { isSuccess, relayBuffered, rewrittenHeaders } from '../http/relay.js';
 import { forwardedHeaders, parseJsonObject } from '../upstream/client.js';
-import { realmOf } from '../upstream/realm.js';
+import { realmOf, type Realm } from '../upstream/realm.js';
 import { applyChanges, needsOf, pendingChanges, type Added } from './changes/index.js';
 import { lookUp } from './lookups.js';
 
@@ -28,6 +28,17 @@ export function ignoredParameters(url: string | undefined): string[] {
 }
 
 /**
+ * The realm's feature level for a user-object answer, or 0 when unknown: every change then
+ * runs, and each adds only what is missing (U1).
+ */
+export function levelOrZero(ctx: ShimContext, realm: Realm): Promise<number> {
+  return ctx.featureLevels.featureLevel(realm).catch((e: unknown) => {
+    ctx.log.warn({ realm: realm.host, err: e }, 'user objects: feature level unknown, checking every field');
+    return 0;
+  });
+}
+
+/**
  * `GET /api/v1/users/me` answered like a modern server (U1–U5): the upstream's answer, plus
  * the fields its feature level lacks, each from the version change that introduced it.
  */
@@ -38,10 +49,7 @@ export const ownProfileHandler: Handler = async (req, res, ctx) => {
   f.realm = realm.host;
   f.kind = 'own_profile';
   // server_settings needs no credentials, so it is asked alongside the caller's own call.
-  const level = ctx.featureLevels.featureLevel(realm).catch((e: unknown) => {
-    ctx.log.warn({ realm: realm.host, err: { message: (e as Error).message } }, 'own profile: feature level unknown, checking every field');
-    return 0; // every change then runs, and each adds only what is missing (U1)
-  });
+  const level = levelOrZero(ctx, realm);
   const r = await timedUpstream(req, () => ctx.client.fetch({ realm, method: 'GET', path: req.url ?? '/api/v1/users/me', headers }));
   if (!isSuccess(r.status)) return relayBuffered(res, r); // E1
   const upstream = parseJsonObject(r.body);

@@ -7,7 +7,7 @@ import type { Handler } from '../context.js';
 import { forwardedHeaders, parseJsonObject, readAll, type BufferedResponse } from '../upstream/client.js';
 import { realmOf, type Realm } from '../upstream/realm.js';
 import { COMPLETE_FROM_LEVEL, changesAbove, noneAdded, type Added } from './changes/index.js';
-import { addedHeaders } from './handler.js';
+import { addedHeaders, levelOrZero } from './handler.js';
 import { emailIsPublic } from './changes/fl163-delivery-email.js';
 import { lookUp } from './lookups.js';
 import { backfillList, emailIndex, isRow, parseWithListInSteps, stringifyInSteps, type OwnRow } from './user-objects.js';
@@ -26,14 +26,6 @@ export const USER_BY_EMAIL_LEVEL = 39;
 
 /** What a modern server answers for a user it does not have (or the caller cannot access). */
 export const NO_SUCH_USER = errorBody('BAD_REQUEST', 'No such user');
-
-/** The feature level, or 0 when unknown: every change then runs and adds only what is missing (U1). */
-function levelOf(ctx: ShimContext, realm: Realm): Promise<number> {
-  return ctx.featureLevels.featureLevel(realm).catch((e: unknown) => {
-    ctx.log.warn({ realm: realm.host, err: e }, 'user objects: feature level unknown, checking every field');
-    return 0;
-  });
-}
 
 /** U4, V4: the headers of an answer the shim filled. */
 function backfilledHeaders(r: BufferedResponse, into: Added): Record<string, string | string[]> {
@@ -120,7 +112,7 @@ export const usersHandler: Handler = async (req, res, ctx) => {
   const realm = realmOf(ctx.upstreamId, req.headers);
   const f = facts(req);
   f.realm = realm.host;
-  const featureLevel = await levelOf(ctx, realm);
+  const featureLevel = await levelOrZero(ctx, realm);
   f.featureLevel = featureLevel;
   if (featureLevel >= COMPLETE_FROM_LEVEL) return passOn(req, res, ctx, realm, url);
   f.kind = 'users';
@@ -160,7 +152,7 @@ export const userHandler: Handler = async (req, res, ctx) => {
   const realm = realmOf(ctx.upstreamId, req.headers);
   const f = facts(req);
   f.realm = realm.host;
-  const featureLevel = await levelOf(ctx, realm);
+  const featureLevel = await levelOrZero(ctx, realm);
   f.featureLevel = featureLevel;
   const native = key !== undefined && featureLevel >= ('userId' in key ? USER_BY_ID_LEVEL : USER_BY_EMAIL_LEVEL);
   if (key === undefined || (native && featureLevel >= COMPLETE_FROM_LEVEL)) return passOn(req, res, ctx, realm, url);

@@ -464,11 +464,16 @@ function describeIssue(issue: z.core.$ZodIssue, sources: ReadonlyMap<string, str
   if (issue.code === 'unrecognized_keys') {
     const key = [...at, issue.keys[0]!].join('.');
     const hint = closest(issue.keys[0]!, Object.keys(shapeAt(at)));
-    return `${key} (${sources.get(key) ?? 'config file'}): unknown key${hint ? ` (did you mean ${[...at, hint].join('.')}?)` : ''}`;
+    return `${namedKey(key, sources, 'config file')}: unknown key${hint ? ` (did you mean ${[...at, hint].join('.')}?)` : ''}`;
   }
   const key = at.join('.');
   const source = sourceOf(at, sources);
   return `${key || 'config'}${source ? ` (${source})` : ''}: ${issue.message}`;
+}
+
+/** `key (where its value came from)`, the way every configuration error names a key. */
+export function namedKey(key: string, sources: ReadonlyMap<string, string>, otherwise: string): string {
+  return `${key} (${sources.get(key) ?? otherwise})`;
 }
 
 /** Where a key's value came from; a missing key or an array element is blamed on its parent's. */

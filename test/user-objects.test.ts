@@ -263,3 +263,19 @@ describe('the U4 headers, one writer for the own profile, GET /users and registe
     ).toEqual({ [BACKFILLED_HEADER]: 'is_owner,delivery_email,bot_owner_id', [FALLBACK_HEADER]: 'delivery_email,bot_owner_id' });
   });
 });
+
+describe('a 2.1 bot owner named by an email several rows share (X10)', () => {
+  const rows = (activeOfSecond: boolean | undefined) => [
+    { user_id: 21, email: 'Owner@example.com', is_active: true },
+    { user_id: 22, email: 'owner@example.com', ...(activeOfSecond === undefined ? {} : { is_active: activeOfSecond }) },
+  ];
+  it('maps to the one active user, never to a deactivated one listed later', () => {
+    expect(emailIndex([rows(false)])('owner@EXAMPLE.com')).toBe(21);
+    expect(emailIndex([[rows(false)[1]!], [rows(false)[0]!]])('owner@example.com')).toBe(21);
+  });
+  it('maps to nobody when two are active (or carry no is_active), and a single row whatever its state', () => {
+    expect(emailIndex([rows(true)])('owner@example.com')).toBeUndefined();
+    expect(emailIndex([rows(undefined)])('owner@example.com')).toBeUndefined();
+    expect(emailIndex([[rows(false)[1]!]])('owner@example.com')).toBe(22);
+  });
+});

@@ -177,7 +177,7 @@ export const userHandler: Handler = async (req, res, ctx) => {
   const listPath = `${prefixOf(url)}/users${queryOf(url)}`;
   const r = await timedUpstream(req, () => ctx.client.fetch({ realm, method: 'GET', path: listPath, headers: forwardedHeaders(req) }));
   if (!isSuccess(r.status)) return relayBuffered(res, r); // E1: the caller's credentials refused
-  const members = parseJsonObject(r.body).members;
+  const members = (await parseWithListInSteps(r.body, 'members', parseJsonObject)).members; // V4
   if (!Array.isArray(members)) return relayBuffered(res, r);
   const wanted = 'userId' in key ? key.userId : key.email.toLowerCase();
   const user = members.find(

@@ -3,7 +3,7 @@ import { existsSync, readFileSync, renameSync, statSync } from 'node:fs';
 import http from 'node:http';
 import { basename, dirname, extname, join, resolve } from 'node:path';
 import { answerMetricsRequests, clusterMetricsText, exitWorker, isWorker, reportFailure, runPrimary } from './cluster.js';
-import { ConfigError, infoRequest, loadConfig, PROJECT_ROOT, USAGE, workerCount, type Config } from './config.js';
+import { ConfigError, infoRequest, loadConfig, namedKey, PROJECT_ROOT, USAGE, workerCount, type Config } from './config.js';
 import { createLogger, type Logger } from './observability/logger.js';
 import { logStartup } from './observability/startup.js';
 import { startRecorder } from './har/recorder.js';
@@ -33,8 +33,8 @@ interface UpstreamTarget {
  * code path: `target` is the recorder or the replayer, `upstreamId` the upstream they stand for.
  */
 async function openUpstream(config: Config, log: Logger, sources: ReadonlyMap<string, string>): Promise<UpstreamTarget> {
-  const recordKey = `record.har (${sources.get('record.har') ?? '--record'})`;
-  const replayKey = `replay.har (${sources.get('replay.har') ?? '--replay'})`;
+  const recordKey = namedKey('record.har', sources, '--record');
+  const replayKey = namedKey('replay.har', sources, '--replay');
   const record = config.record.har;
   if (record && !config.upstream.url) {
     const with_ = config.replay.har ? ', not with --replay' : '';
@@ -100,8 +100,8 @@ export function setAsideRecording(file: string, now = new Date()): string | unde
 function listenFailure(e: unknown, config: Config, sources: ReadonlyMap<string, string>): ConfigError | undefined {
   const code = (e as NodeJS.ErrnoException).code;
   const { port, host } = config.server;
-  const portKey = `server.port (${sources.get('server.port') ?? 'default'})`;
-  const hostKey = `server.host (${sources.get('server.host') ?? 'default'})`;
+  const portKey = namedKey('server.port', sources, 'default');
+  const hostKey = namedKey('server.host', sources, 'default');
   switch (code) {
     case 'EADDRINUSE':
       return new ConfigError(`${portKey}: port ${port} on ${host} is already in use`);

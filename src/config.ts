@@ -347,8 +347,6 @@ export interface CliResult {
   config: Config;
   /** Where each key's value came from (`--port`, `PORT`, `config file …`, `config/default.json`). */
   sources: ReadonlyMap<string, string>;
-  help: boolean;
-  version: boolean;
 }
 
 export const USAGE = `Usage: zulip-compat-shim [options]
@@ -446,8 +444,8 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv = process.env,
     throw new ConfigError(describeIssue(issues.find((i) => i.code === 'unrecognized_keys') ?? issues[0]!, sources));
   }
   const config = parsed.data;
-  const needsUpstream = o.needsUpstream ?? (values.help !== true && values.version !== true);
-  if (needsUpstream && !config.upstream.url && !config.replay.har && !config.replay.demo) {
+  // --help and --version are answered before any configuration is read (infoRequest).
+  if ((o.needsUpstream ?? true) && !config.upstream.url && !config.replay.har && !config.replay.demo) {
     // A near miss in the environment (UPSTREAM=, UPSTREAM_URI=) is the usual cause: name it.
     const known = new Set(SETTINGS.map((s) => s.env));
     const nearMiss = Object.keys(env).find((k) => /^UPSTREAM/i.test(k) && !known.has(k) && env[k]);
@@ -457,7 +455,7 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv = process.env,
       }`,
     );
   }
-  return { config, sources, help: values.help === true, version: values.version === true };
+  return { config, sources };
 }
 
 /** One line for the first schema problem, naming the key and where its value came from. */
@@ -466,11 +464,16 @@ function describeIssue(issue: z.core.$ZodIssue, sources: ReadonlyMap<string, str
   if (issue.code === 'unrecognized_keys') {
     const key = [...at, issue.keys[0]!].join('.');
     const hint = closest(issue.keys[0]!, Object.keys(shapeAt(at)));
-    return `${key} (${sources.get(key) ?? 'config file'}): unknown key${hint ? ` (did you mean ${[...at, hint].join('.')}?)` : ''}`;
+    return `${namedKey(key, sources, 'config file')}: unknown key${hint ? ` (did you mean ${[...at, hint].join('.')}?)` : ''}`;
   }
   const key = at.join('.');
   const source = sourceOf(at, sources);
   return `${key || 'config'}${source ? ` (${source})` : ''}: ${issue.message}`;
+}
+
+/** `key (where its value came from)`, the way every configuration error names a key. */
+export function namedKey(key: string, sources: ReadonlyMap<string, string>, otherwise: string): string {
+  return `${key} (${sources.get(key) ?? otherwise})`;
 }
 
 /** Where a key's value came from; a missing key or an array element is blamed on its parent's. */

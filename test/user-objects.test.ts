@@ -7,6 +7,7 @@ import { CHANGES, changesAbove, checkedBundle, emulatedUserFeatures, noneAdded, 
 import { emailIsPublic } from '../src/profile/changes/fl163-delivery-email.js';
 import { backfillList, emailIndex, parseWithListInSteps, stringifyInSteps, USERS_PER_TURN } from '../src/profile/user-objects.js';
 import { userKeyOf } from '../src/profile/users-handler.js';
+import { addedHeaders, BACKFILLED_HEADER, FALLBACK_HEADER } from '../src/profile/handler.js';
 import { registerNeedsUsers, userSettingsOf } from '../src/register/users.js';
 import { emulatedFeatures } from '../src/server-settings.js';
 import { ERA_FEATURE_LEVEL, ERAS, FakeZulip, type FakeUser } from './support/fake-zulip.js';
@@ -244,5 +245,37 @@ describe('parsing a long list in steps (V4)', () => {
   it('fails as JSON.parse does on a body that is not JSON', async () => {
     await expect(parseWithListInSteps(Buffer.from('{"members":[1,}'), 'members', whole)).rejects.toThrow(SyntaxError);
     await expect(parseWithListInSteps(Buffer.from('<html>'), 'members', whole)).rejects.toThrow(SyntaxError);
+  });
+});
+
+describe('the U4 headers, one writer for the own profile, GET /users and register', () => {
+  it('names every added field, the fallbacks apart, and nothing when nothing was added', () => {
+    expect(addedHeaders(undefined)).toEqual({});
+    expect(addedHeaders(noneAdded())).toEqual({});
+    expect(addedHeaders({ added: ['is_owner', 'bot_owner_id'], sources: { is_owner: 'rule', bot_owner_id: 'lookup' } })).toEqual({
+      [BACKFILLED_HEADER]: 'is_owner,bot_owner_id',
+    });
+    expect(
+      addedHeaders({
+        added: ['is_owner', 'delivery_email', 'bot_owner_id'],
+        sources: { is_owner: 'rule', delivery_email: 'fallback', bot_owner_id: 'fallback' },
+      }),
+    ).toEqual({ [BACKFILLED_HEADER]: 'is_owner,delivery_email,bot_owner_id', [FALLBACK_HEADER]: 'delivery_email,bot_owner_id' });
+  });
+});
+
+describe('a 2.1 bot owner named by an email several rows share (X10)', () => {
+  const rows = (activeOfSecond: boolean | undefined) => [
+    { user_id: 21, email: 'Owner@example.com', is_active: true },
+    { user_id: 22, email: 'owner@example.com', ...(activeOfSecond === undefined ? {} : { is_active: activeOfSecond }) },
+  ];
+  it('maps to the one active user, never to a deactivated one listed later', () => {
+    expect(emailIndex([rows(false)])('owner@EXAMPLE.com')).toBe(21);
+    expect(emailIndex([[rows(false)[1]!], [rows(false)[0]!]])('owner@example.com')).toBe(21);
+  });
+  it('maps to nobody when two are active (or carry no is_active), and a single row whatever its state', () => {
+    expect(emailIndex([rows(true)])('owner@example.com')).toBeUndefined();
+    expect(emailIndex([rows(undefined)])('owner@example.com')).toBeUndefined();
+    expect(emailIndex([[rows(false)[1]!]])('owner@example.com')).toBe(22);
   });
 });

@@ -1,9 +1,9 @@
-import { facts, timedUpstream, type Handler } from '../context.js';
+import { facts, timedUpstream, type Handler, type ShimContext } from '../context.js';
 import { sendJson } from '../http/errors.js';
 import { isSuccess, relayBuffered, rewrittenHeaders } from '../http/relay.js';
 import { forwardedHeaders, parseJsonObject } from '../upstream/client.js';
-import { realmOf } from '../upstream/realm.js';
-import { applyChanges, needsOf, pendingChanges } from './changes/index.js';
+import { realmOf, type Realm } from '../upstream/realm.js';
+import { applyChanges, needsOf, pendingChanges, type Added } from './changes/index.js';
 import { lookUp } from './lookups.js';
 
 /** U4: the fields the shim added, so an operator can see what came from where. */
@@ -11,11 +11,31 @@ export const BACKFILLED_HEADER = 'x-zulip-compat-backfilled';
 /** Added fields whose lookup failed, so a documented rule stands in for the true value (U2). */
 export const FALLBACK_HEADER = 'x-zulip-compat-fallback';
 
+/** U4: the headers naming what was added to an answer and which of it is a fallback; none when nothing was. Pure. */
+export function addedHeaders(into: Added | undefined): Record<string, string> {
+  if (!into || into.added.length === 0) return {};
+  const out: Record<string, string> = { [BACKFILLED_HEADER]: into.added.join(',') };
+  const fallbacks = into.added.filter((k) => into.sources[k] === 'fallback');
+  if (fallbacks.length > 0) out[FALLBACK_HEADER] = fallbacks.join(',');
+  return out;
+}
+
 /** U5: GET /users/me takes no parameters, so every query parameter sent is listed, sorted. Pure. */
 export function ignoredParameters(url: string | undefined): string[] {
   const q = url?.indexOf('?') ?? -1;
   if (!url || q < 0) return [];
   return [...new Set(new URLSearchParams(url.slice(q + 1)).keys())].sort();
+}
+
+/**
+ * The realm's feature level for a user-object answer, or 0 when unknown: every change then
+ * runs, and each adds only what is missing (U1).
+ */
+export function levelOrZero(ctx: ShimContext, realm: Realm): Promise<number> {
+  return ctx.featureLevels.featureLevel(realm).catch((e: unknown) => {
+    ctx.log.warn({ realm: realm.host, err: e }, 'user objects: feature level unknown, checking every field');
+    return 0;
+  });
 }
 
 /**
@@ -29,10 +49,7 @@ export const ownProfileHandler: Handler = async (req, res, ctx) => {
   f.realm = realm.host;
   f.kind = 'own_profile';
   // server_settings needs no credentials, so it is asked alongside the caller's own call.
-  const level = ctx.featureLevels.featureLevel(realm).catch((e: unknown) => {
-    ctx.log.warn({ realm: realm.host, err: { message: (e as Error).message } }, 'own profile: feature level unknown, checking every field');
-    return 0; // every change then runs, and each adds only what is missing (U1)
-  });
+  const level = levelOrZero(ctx, realm);
   const r = await timedUpstream(req, () => ctx.client.fetch({ realm, method: 'GET', path: req.url ?? '/api/v1/users/me', headers }));
   if (!isSuccess(r.status)) return relayBuffered(res, r); // E1
   const upstream = parseJsonObject(r.body);
@@ -55,12 +72,7 @@ export const ownProfileHandler: Handler = async (req, res, ctx) => {
   }
   if (added.length === 0) return relayBuffered(res, r); // nothing to add: the upstream's bytes (U1)
 
-  const out = rewrittenHeaders(r.headers);
-  out[BACKFILLED_HEADER] = added.join(',');
-  const fallbacks = added.filter((k) => sources[k] === 'fallback');
-  if (fallbacks.length > 0) {
-    out[FALLBACK_HEADER] = fallbacks.join(',');
-    ctx.log.debug({ realm: realm.host, fields: fallbacks }, 'own profile: documented fallbacks used');
-  }
-  sendJson(res, r.status, user, out);
+  const out = addedHeaders({ added, sources });
+  if (out[FALLBACK_HEADER]) ctx.log.debug({ realm: realm.host, fields: out[FALLBACK_HEADER] }, 'own profile: documented fallbacks used');
+  sendJson(res, r.status, user, { ...rewrittenHeaders(r.headers), ...out });
 };

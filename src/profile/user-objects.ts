@@ -1,4 +1,5 @@
 import { setImmediate as nextTurn } from 'node:timers/promises';
+import { emailPicks } from '../upstream/user-directory.js';
 import { backfillInPlace, type Added, type Lookups, type ProfileChange } from './changes/index.js';
 
 /**
@@ -14,7 +15,7 @@ export const USERS_PER_TURN = 500;
 
 type Row = Record<string, unknown>;
 
-const isRow = (v: unknown): v is Row => typeof v === 'object' && v !== null && !Array.isArray(v);
+export const isRow = (v: unknown): v is Row => typeof v === 'object' && v !== null && !Array.isArray(v);
 
 /** The caller's own object in a list, when the shim knows which one it is (register). */
 export interface OwnRow {
@@ -23,17 +24,35 @@ export interface OwnRow {
   deliveryEmail?: string | undefined;
 }
 
-/** An email → user id lookup over the given lists, built on first use (2.1 bot owners). Pure. */
+/**
+ * An email → user id lookup over the given lists, built on first use (2.1 bot owners). An email
+ * several rows share maps by X10's one rule (emailPicks: the one active user, else none); a row
+ * without `is_active` counts as active, as in the user directory. Pure.
+ */
 export function emailIndex(lists: ReadonlyArray<readonly unknown[]>): (email: string) => number | undefined {
   let index: Map<string, number> | undefined;
   return (email) => {
     if (!index) {
-      index = new Map();
+      const rowsOf = new Map<string, Row[]>();
       for (const list of lists) {
         for (const row of list) {
-          if (isRow(row) && typeof row.email === 'string' && typeof row.user_id === 'number')
-            index.set(row.email.toLowerCase(), row.user_id);
+          if (!isRow(row) || typeof row.email !== 'string' || typeof row.user_id !== 'number') continue;
+          const key = row.email.toLowerCase();
+          const rows = rowsOf.get(key);
+          if (rows) rows.push(row);
+          else rowsOf.set(key, [row]);
         }
+      }
+      index = new Map();
+      for (const [key, rows] of rowsOf) {
+        const at =
+          rows.length === 1
+            ? 0
+            : emailPicks(
+                { active: Uint8Array.from(rows, (r) => (r.is_active === false ? 0 : 1)) },
+                rows.map((_, i) => i),
+              );
+        if (at >= 0) index.set(key, rows[at]!.user_id as number);
       }
     }
     return index.get(email.toLowerCase());

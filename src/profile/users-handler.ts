@@ -7,10 +7,10 @@ import type { Handler } from '../context.js';
 import { forwardedHeaders, parseJsonObject, readAll, type BufferedResponse } from '../upstream/client.js';
 import { realmOf, type Realm } from '../upstream/realm.js';
 import { COMPLETE_FROM_LEVEL, changesAbove, noneAdded, type Added } from './changes/index.js';
-import { BACKFILLED_HEADER, FALLBACK_HEADER } from './handler.js';
+import { addedHeaders, levelOrZero } from './handler.js';
 import { emailIsPublic } from './changes/fl163-delivery-email.js';
 import { lookUp } from './lookups.js';
-import { backfillList, emailIndex, parseWithListInSteps, stringifyInSteps, type OwnRow } from './user-objects.js';
+import { backfillList, emailIndex, isRow, parseWithListInSteps, stringifyInSteps, type OwnRow } from './user-objects.js';
 
 /**
  * V1–V4: `GET /users`, `GET /users/{user_id}` and `GET /users/{email}` (under /api/v1 and
@@ -27,21 +27,9 @@ export const USER_BY_EMAIL_LEVEL = 39;
 /** What a modern server answers for a user it does not have (or the caller cannot access). */
 export const NO_SUCH_USER = errorBody('BAD_REQUEST', 'No such user');
 
-/** The feature level, or 0 when unknown: every change then runs and adds only what is missing (U1). */
-function levelOf(ctx: ShimContext, realm: Realm): Promise<number> {
-  return ctx.featureLevels.featureLevel(realm).catch((e: unknown) => {
-    ctx.log.warn({ realm: realm.host, err: e }, 'user objects: feature level unknown, checking every field');
-    return 0;
-  });
-}
-
 /** U4, V4: the headers of an answer the shim filled. */
 function backfilledHeaders(r: BufferedResponse, into: Added): Record<string, string | string[]> {
-  const out = rewrittenHeaders(r.headers);
-  out[BACKFILLED_HEADER] = into.added.join(',');
-  const fallbacks = into.added.filter((k) => into.sources[k] === 'fallback');
-  if (fallbacks.length > 0) out[FALLBACK_HEADER] = fallbacks.join(',');
-  return out;
+  return { ...rewrittenHeaders(r.headers), ...addedHeaders(into) };
 }
 
 /** An upstream at a level with nothing to add: its answer streamed as it came, compressed if the client takes it (V4). */
@@ -92,8 +80,6 @@ function queryOf(url: string): string {
   return q < 0 ? '' : url.slice(q);
 }
 
-const isRow = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
-
 /** Would the delivery_email rule hide this object's address (V2)? Then it may be the caller's own. */
 const hidden = (row: unknown) => isRow(row) && !('delivery_email' in row) && !emailIsPublic(row);
 
@@ -126,7 +112,7 @@ export const usersHandler: Handler = async (req, res, ctx) => {
   const realm = realmOf(ctx.upstreamId, req.headers);
   const f = facts(req);
   f.realm = realm.host;
-  const featureLevel = await levelOf(ctx, realm);
+  const featureLevel = await levelOrZero(ctx, realm);
   f.featureLevel = featureLevel;
   if (featureLevel >= COMPLETE_FROM_LEVEL) return passOn(req, res, ctx, realm, url);
   f.kind = 'users';
@@ -166,7 +152,7 @@ export const userHandler: Handler = async (req, res, ctx) => {
   const realm = realmOf(ctx.upstreamId, req.headers);
   const f = facts(req);
   f.realm = realm.host;
-  const featureLevel = await levelOf(ctx, realm);
+  const featureLevel = await levelOrZero(ctx, realm);
   f.featureLevel = featureLevel;
   const native = key !== undefined && featureLevel >= ('userId' in key ? USER_BY_ID_LEVEL : USER_BY_EMAIL_LEVEL);
   if (key === undefined || (native && featureLevel >= COMPLETE_FROM_LEVEL)) return passOn(req, res, ctx, realm, url);
@@ -191,22 +177,16 @@ export const userHandler: Handler = async (req, res, ctx) => {
   const listPath = `${prefixOf(url)}/users${queryOf(url)}`;
   const r = await timedUpstream(req, () => ctx.client.fetch({ realm, method: 'GET', path: listPath, headers: forwardedHeaders(req) }));
   if (!isSuccess(r.status)) return relayBuffered(res, r); // E1: the caller's credentials refused
-  const members = parseJsonObject(r.body).members;
+  const members = (await parseWithListInSteps(r.body, 'members', parseJsonObject)).members; // V4
   if (!Array.isArray(members)) return relayBuffered(res, r);
   const wanted = 'userId' in key ? key.userId : key.email.toLowerCase();
   const user = members.find(
     (m): m is Record<string, unknown> =>
-      typeof m === 'object' &&
-      m !== null &&
-      (typeof wanted === 'number'
-        ? (m as Record<string, unknown>).user_id === wanted
-        : String((m as Record<string, unknown>).email).toLowerCase() === wanted),
+      isRow(m) && (typeof wanted === 'number' ? m.user_id === wanted : String(m.email).toLowerCase() === wanted),
   );
   if (!user) return sendJson(res, 400, NO_SUCH_USER);
   const own = hidden(user) ? await ownRowOf(req, ctx, realm, url) : undefined;
   const into = noneAdded();
   await backfillList([user], changes, into, { idOfEmail: emailIndex([members]), own });
-  const headers = backfilledHeaders(r, into);
-  if (into.added.length === 0) delete headers[BACKFILLED_HEADER];
-  sendJson(res, 200, { result: 'success', msg: '', user }, headers);
+  sendJson(res, 200, { result: 'success', msg: '', user }, backfilledHeaders(r, into));
 };

@@ -15,7 +15,8 @@ import { historyCutoff } from '../presence/ledger.js';
 import { takeInAnswer, upstreamTime, type Asker, type Format } from '../presence/intake.js';
 import { parseJsonInt, readJsonBool } from '../presence/params.js';
 import { everyCallerSeesTheSameUsers } from '../presence/snapshots.js';
-import { backfillRegisterUsers, parseRegisterAnswer, registerNeedsUsers, serializeRegister, usersAddedHeaders } from './users.js';
+import { backfillRegisterUsers, parseRegisterAnswer, registerNeedsUsers, serializeRegister } from './users.js';
+import { addedHeaders } from '../profile/handler.js';
 
 /**
  * POST /api/v1/register and /json/register (R1, R2): when the answer carries presence, its
@@ -103,7 +104,7 @@ export const registerHandler: Handler = async (req, res, ctx) => {
     if (!users || users.added.length === 0) return passOn(res, r, bounded);
     f.kind = 'register';
     const raw = await serializeRegister(body);
-    await sendEncoded(req, res, r.status, { raw }, { ...rewrittenHeaders(r.headers), ...usersAddedHeaders(users) });
+    await sendEncoded(req, res, r.status, { raw }, { ...rewrittenHeaders(r.headers), ...addedHeaders(users) });
     return;
   }
 
@@ -133,5 +134,5 @@ export const registerHandler: Handler = async (req, res, ctx) => {
   const out = Buffer.from(JSON.stringify(body));
   f.kind = 'register';
   ctx.log.debug({ bytes: out.length, ms: Math.round(performance.now() - started) }, 'register presence rewritten');
-  await sendEncoded(req, res, r.status, { raw: out }, { ...rewrittenHeaders(r.headers), ...usersAddedHeaders(users) });
+  await sendEncoded(req, res, r.status, { raw: out }, { ...rewrittenHeaders(r.headers), ...addedHeaders(users) });
 };

@@ -1,6 +1,5 @@
 import type { Params } from '../http/body.js';
-import { BACKFILLED_HEADER, FALLBACK_HEADER } from '../profile/handler.js';
-import { COMPLETE_FROM_LEVEL, changesAbove, type Added } from '../profile/changes/index.js';
+import { COMPLETE_FROM_LEVEL, changesAbove, noneAdded, type Added } from '../profile/changes/index.js';
 import { parseJsonObject } from '../upstream/client.js';
 import { backfillList, emailIndex, parseWithListInSteps, stringifyInSteps } from '../profile/user-objects.js';
 
@@ -115,7 +114,7 @@ export function userSettingsOf(body: Readonly<Record<string, unknown>>, featureL
  * (U4). The caller's own row gets its real address from the answer's top-level `delivery_email`.
  */
 export async function backfillRegisterUsers(body: Record<string, unknown>, featureLevel: number, params: Params): Promise<Added> {
-  const into: Added = { added: [], sources: {} };
+  const into = noneAdded();
   const changes = changesAbove(featureLevel);
   const lists = USER_LISTS.map((k) => body[k]).filter((v): v is unknown[] => Array.isArray(v));
   if (changes.length > 0 && lists.length > 0) {
@@ -145,13 +144,4 @@ export function parseRegisterAnswer(body: Buffer): Promise<Record<string, unknow
 /** The answer's JSON, its user lists serialised in steps (V4). */
 export function serializeRegister(body: Record<string, unknown>): Promise<Buffer> {
   return stringifyInSteps(body, USER_LISTS);
-}
-
-/** U4: the header naming what was added; none when nothing was. */
-export function usersAddedHeaders(users: Added | undefined): Record<string, string> {
-  if (!users || users.added.length === 0) return {};
-  const out: Record<string, string> = { [BACKFILLED_HEADER]: users.added.join(',') };
-  const fallbacks = users.added.filter((k) => users.sources[k] === 'fallback');
-  if (fallbacks.length > 0) out[FALLBACK_HEADER] = fallbacks.join(',');
-  return out;
 }

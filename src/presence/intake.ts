@@ -84,7 +84,7 @@ export function fetchFullPresence(a: Asker, call: UpstreamCall): Promise<Buffere
  * faithfully (a 7.0–8.x legacy answer, whose per-user status is lossy: it is passed on as made
  * and not merged).
  */
-export async function toModernPresences(
+async function toModernPresences(
   asker: Asker,
   format: Format,
   presences: UpstreamPresences,
@@ -148,7 +148,7 @@ export async function loadLedger(asker: Asker): Promise<LedgerState | undefined>
 }
 
 /** The newer of two copies of a realm's ledger (ids only grow, also across epochs: I1). */
-export function newerLedger(one: LedgerState | undefined, other: LedgerState | undefined): LedgerState | undefined {
+function newerLedger(one: LedgerState | undefined, other: LedgerState | undefined): LedgerState | undefined {
   if (!one) return other;
   if (!other) return one;
   return other.lastId > one.lastId ? other : one;

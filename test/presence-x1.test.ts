@@ -1,9 +1,8 @@
-import type { Redis } from 'ioredis';
 import request from 'supertest';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it } from 'vitest';
 import { MemoryStore } from '../src/store/memory.js';
 import { ERAS, startFake, type Era, type FakeZulip } from './support/fake-zulip.js';
-import { adminRedis, deleteKeysUnder, describeRedis, REDIS_URL, testKeyPrefix } from './support/redis.js';
+import { describeRedis, REDIS_URL, suiteKeyPrefix } from './support/redis.js';
 import { startShim, type RunningShim } from './support/shim.js';
 
 /**
@@ -156,15 +155,7 @@ describe('a plausible id the shim cannot vouch for (X1)', () => {
 });
 
 describeRedis('two replicas on one Redis (X1, S1)', () => {
-  const prefix = testKeyPrefix();
-  let admin: Redis;
-  beforeAll(() => {
-    admin = adminRedis();
-  });
-  afterAll(async () => {
-    await deleteKeysUnder(admin, prefix);
-    admin.disconnect();
-  });
+  const prefix = suiteKeyPrefix();
 
   async function replicas(era: Era, coalesceMs: number): Promise<[RunningShim, RunningShim]> {
     await upstream(era);

@@ -2,6 +2,7 @@ import { afterEach, describe, expect, it, vi } from 'vitest';
 import request from 'supertest';
 import { ERAS, startFake, type Era, type FakeZulip } from './support/fake-zulip.js';
 import { startShim, type RunningShim } from './support/shim.js';
+import { StoreUnavailableError, type PresenceStore } from '../src/store/types.js';
 
 const OLD_ERAS = ERAS.filter((e) => e !== '9.0');
 
@@ -183,6 +184,30 @@ describe('presence details', () => {
     const none = await poll(10, { status: 'active', history_limit_days: '0', slim_presence: 'true' });
     expect(none.body.presences).toEqual({});
     expect(none.body.presence_last_update_id).toBe(-1);
+  });
+
+  it('applies history_limit_days to the full answer made without a ledger while the store is down (P5, P12)', async () => {
+    const down = () => Promise.reject(new StoreUnavailableError('test: store down', 'unreachable'));
+    const store: PresenceStore = {
+      kind: 'redis',
+      load: down,
+      peek: () => undefined,
+      merge: down,
+      raiseCounter: down,
+      ping: down,
+      close: () => Promise.resolve(),
+    };
+    fake = await startFake({ era: '7.0' });
+    for (const u of fake.humans()) fake.report(u.user_id, 'active');
+    fake.advance(5 * 86_400);
+    fake.report(10, 'active');
+    shim = await startShim(fake.url, { presence: { coalesceMs: 0 } }, { store });
+    const recent = await poll(10, { status: 'active', last_update_id: '-1', history_limit_days: '2' });
+    expect(recent.status).toBe(200);
+    expect(Object.keys(recent.body.presences)).toEqual(['10']);
+    expect(recent.body.presence_last_update_id).toBe(-1);
+    const all = await poll(10, { status: 'active', last_update_id: '-1' });
+    expect(Object.keys(all.body.presences).length).toBe(fake.humans().length);
   });
 
   it('shows an invisible user backdated to smaller timestamps in the next delta (P6)', async () => {

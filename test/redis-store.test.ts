@@ -8,7 +8,7 @@ import { encodeLedger } from '../src/store/codec.js';
 import { RedisStore, type RedisStoreOptions } from '../src/store/redis.js';
 import { StoreUnavailableError } from '../src/store/types.js';
 import { plainLedger, realisticLedger } from './support/ledgers.js';
-import { adminRedis, deleteKeysUnder, describeRedis, keysUnder, REDIS_URL, testKeyPrefix } from './support/redis.js';
+import { adminRedis, deleteKeysUnder, describeRedis, keysUnder, REDIS_URL, suiteKeyPrefix, testKeyPrefix } from './support/redis.js';
 import { redisKey } from '../src/store/redis-keys.js';
 
 const obs = (serverTimestamp: number, users: Record<number, [number, number]>, complete = true): Observation => ({
@@ -184,15 +184,7 @@ class Relay {
 }
 
 describeRedis('RedisStore when Redis goes away and comes back (S1)', () => {
-  const prefix = testKeyPrefix();
-  let admin: Redis;
-  beforeAll(() => {
-    admin = adminRedis();
-  });
-  afterAll(async () => {
-    await deleteKeysUnder(admin, prefix);
-    admin.disconnect();
-  });
+  const prefix = suiteKeyPrefix();
 
   it('fails fast with StoreUnavailableError, counts every failure, logs once, and recovers by itself', async () => {
     const relay = new Relay();

@@ -159,14 +159,24 @@ export async function modernAnswer(poll: Poll, snapshot: Snapshot): Promise<Buil
   };
 }
 
+/** Store down (P5): an answer's own modern presences as a full answer, cut by P12. */
+function presencesWithin(
+  modern: ReadonlyMap<number, ModernPresence>,
+  historyLimitDays: number | undefined,
+  serverTimestamp: number,
+): Record<string, ModernPresence> {
+  const cutoff = historyCutoff(historyLimitDays, serverTimestamp) ?? -Infinity;
+  const presences: Record<string, ModernPresence> = {};
+  for (const [userId, p] of modern) if (p.idle_timestamp >= cutoff) presences[String(userId)] = p;
+  return presences;
+}
+
 /** Store down: full data from the snapshot itself, the client's id echoed or none (P5, I6). */
 function answerWithoutLedger(poll: Poll, snapshot: Snapshot): Built {
   const { request } = poll;
   const modern = snapshot.modern;
   if (!modern) throw new Error('presence snapshot without data or ledger');
-  const cutoff = historyCutoff(request.historyLimitDays, snapshot.serverTimestamp) ?? -Infinity;
-  const presences: Record<string, ModernPresence> = {};
-  for (const [userId, p] of modern) if (p.idle_timestamp >= cutoff) presences[String(userId)] = p;
+  const presences = presencesWithin(modern, request.historyLimitDays, snapshot.serverTimestamp);
   const lastUpdateId = request.lastUpdateId;
   const id = lastUpdateId !== undefined && lastUpdateId > 0 ? lastUpdateId : -1;
   const body = { raw: modernBody(snapshot.serverTimestamp, presences, idText(id, request), request.ignored) };
@@ -278,8 +288,5 @@ export async function registerPresences(
     const visible = complete ? undefined : modern.keys();
     return answer(ledger, { visible, lastUpdateId: undefined, historyLimitDays, serverTimestamp });
   }
-  const cutoff = historyCutoff(historyLimitDays, serverTimestamp) ?? -Infinity;
-  const presences: Record<string, ModernPresence> = {};
-  for (const [userId, p] of modern) if (p.idle_timestamp >= cutoff) presences[String(userId)] = p;
-  return { presences, presenceLastUpdateId: -1 };
+  return { presences: presencesWithin(modern, historyLimitDays, serverTimestamp), presenceLastUpdateId: -1 };
 }

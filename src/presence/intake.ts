@@ -8,7 +8,7 @@ import type { Realm } from '../upstream/realm.js';
 import type { Directory } from '../upstream/user-directory.js';
 import { modernFromColumns, type PresenceColumns } from '../upstream/large-answers.js';
 import { toModern, type Converted, type PresenceEra, type UserLookup } from './convert.js';
-import { answersWithDelta, mergeInSteps, type LedgerState, type ModernPresence, type Observation } from './ledger.js';
+import { mergeInSteps, type LedgerState, type ModernPresence, type Observation } from './ledger.js';
 
 /**
  * The one path by which upstream presence reaches the realm's ledger, for presence polls and
@@ -84,7 +84,7 @@ export function fetchFullPresence(a: Asker, call: UpstreamCall): Promise<Buffere
  * faithfully (a 7.0–8.x legacy answer, whose per-user status is lossy: it is passed on as made
  * and not merged).
  */
-export async function toModernPresences(
+async function toModernPresences(
   asker: Asker,
   format: Format,
   presences: UpstreamPresences,
@@ -148,7 +148,7 @@ export async function loadLedger(asker: Asker): Promise<LedgerState | undefined>
 }
 
 /** The newer of two copies of a realm's ledger (ids only grow, also across epochs: I1). */
-export function newerLedger(one: LedgerState | undefined, other: LedgerState | undefined): LedgerState | undefined {
+function newerLedger(one: LedgerState | undefined, other: LedgerState | undefined): LedgerState | undefined {
   if (!one) return other;
   if (!other) return one;
   return other.lastId > one.lastId ? other : one;
@@ -176,7 +176,8 @@ export async function ledgerToAnswerFrom(
  * with the full answer is then vouched for and the next delta is exact.
  */
 export async function raisedForUnvouchedId(asker: Asker, ledger: LedgerState, lastUpdateId: number | undefined): Promise<LedgerState> {
-  if (lastUpdateId === undefined || lastUpdateId <= ledger.lastId || answersWithDelta(ledger, lastUpdateId)) return ledger;
+  // At or below the counter there is nothing to raise (an id the ledger vouches for is, too: I2).
+  if (lastUpdateId === undefined || lastUpdateId <= ledger.lastId) return ledger;
   try {
     return await asker.ctx.store.raiseCounter(asker.realm.key, lastUpdateId);
   } catch (e) {

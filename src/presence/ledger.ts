@@ -92,7 +92,7 @@ export interface Observation {
 const MERGE_HISTORY = 32;
 
 /** I1: a new ledger's epoch, from the clock (milliseconds, with a fraction when the clock has it). */
-export function epochFor(nowMs: number): number {
+function epochFor(nowMs: number): number {
   return Math.floor(nowMs * 1000);
 }
 
@@ -109,7 +109,7 @@ export function createLedger(nowMs: number = Date.now(), floor = 0): LedgerState
 }
 
 /** I6: could an id have been issued by now? Ids come from a microsecond clock (I1). */
-export function isPlausibleId(id: number, nowMs: number): boolean {
+function isPlausibleId(id: number, nowMs: number): boolean {
   return Number.isSafeInteger(id) && id > 0 && id <= epochFor(nowMs);
 }
 
@@ -306,7 +306,7 @@ export function answersWithDelta(state: LedgerState, lastUpdateId: number | unde
 }
 
 /** P12: a full answer leaves out users idle for longer than this before its server_timestamp. */
-export const SECONDS_PER_DAY = 86_400;
+const SECONDS_PER_DAY = 86_400;
 
 /**
  * P12: the oldest `idle_timestamp` a full answer keeps (Infinity for 0 days: no users);

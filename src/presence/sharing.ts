@@ -1,7 +1,7 @@
 import { isSuccess } from '../http/relay.js';
 import type { BufferedResponse } from '../upstream/client.js';
 import { callerKey } from '../upstream/realm.js';
-import { answersWithDelta } from './ledger.js';
+import { answersWithDelta, type LedgerState } from './ledger.js';
 import { loadLedger, readPresenceAnswer, takeInAnswer, upstreamTime, type Format } from './intake.js';
 import { wantsModern } from './params.js';
 import { report, UpstreamRefused, type Poll } from './report.js';
@@ -84,9 +84,27 @@ function answerableDuringRefresh(poll: Poll): Snapshot | undefined {
   const ledger = ctx.store.peek(realm.key);
   const id = request.lastUpdateId;
   if (!ledger || ledger.completeAt <= 0 || id === undefined || !wantsModern(request) || !answersWithDelta(ledger, id)) return undefined;
-  // P10: the upstream's time of the newest complete snapshot the ledger holds.
-  return { serverTimestamp: ledger.completeAt, fetchedAt: 0, complete: true, modern: undefined, ledger, bodies: ctx.snapshots.bodies() };
+  let snapshot = snapshotsOfLedgers.get(ledger);
+  if (!snapshot) {
+    // P10: the upstream's time of the newest complete snapshot the ledger holds.
+    snapshot = {
+      serverTimestamp: ledger.completeAt,
+      fetchedAt: 0,
+      complete: true,
+      modern: undefined,
+      ledger,
+      bodies: ctx.snapshots.bodies(),
+    };
+    snapshotsOfLedgers.set(ledger, snapshot);
+  }
+  return snapshot;
 }
+
+/**
+ * The snapshot `answerableDuringRefresh` makes of a ledger state: derived from the state alone,
+ * so every poll answered from it during a refresh shares one (and one empty body cache).
+ */
+const snapshotsOfLedgers = new WeakMap<LedgerState, Snapshot>();
 
 /** P9: the caller's own report as a ping; throws UpstreamRefused unless the upstream accepted it. */
 async function acceptedPing(poll: Poll): Promise<BufferedResponse> {

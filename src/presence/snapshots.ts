@@ -124,7 +124,7 @@ interface Slot {
  * X2: what a slot costs, from the upstream bytes its snapshot holds and its user count (the
  * modern map), not by walking it. The answers built from it count against their own budget.
  */
-export function slotBytes(slot: Slot): number {
+function slotBytes(slot: Slot): number {
   const s = slot.snapshot;
   return 1024 + (s ? (s.legacyBytes?.length ?? 0) + 120 * (s.modern?.size ?? 0) : 0);
 }

@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { Redis } from 'ioredis';
-import { beforeAll, describe } from 'vitest';
+import { afterAll, beforeAll, describe } from 'vitest';
 import { describeRedisUrl } from '../../src/store/redis-connection.js';
 
 /**
@@ -54,6 +54,24 @@ export function describeRedis(name: string, fn: () => void): void {
 /** A key prefix no other test run uses. */
 export function testKeyPrefix(): string {
   return `zcs-test:${randomBytes(6).toString('hex')}:`;
+}
+
+/**
+ * A key prefix of the calling describe's own, for a suite that needs no admin connection of
+ * its own: every key under it is deleted after the describe.
+ */
+export function suiteKeyPrefix(): string {
+  const prefix = testKeyPrefix();
+  let admin: Redis | undefined;
+  beforeAll(() => {
+    admin = adminRedis();
+  });
+  afterAll(async () => {
+    if (!admin) return;
+    await deleteKeysUnder(admin, prefix);
+    admin.disconnect();
+  });
+  return prefix;
 }
 
 /** A plain connection for checks and clean-up (not the one under test). */

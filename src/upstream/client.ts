@@ -3,7 +3,7 @@ import type { Readable } from 'node:stream';
 import { readUpTo } from '../http/body.js';
 import { upstreamBadResponse, UpstreamAnswerTooLargeError } from '../http/errors.js';
 import type { UpstreamObserver } from '../observability/upstream-metrics.js';
-import { xForwardedHeaders } from '../http/forwarded.js';
+import { setXForwarded } from '../http/forwarded.js';
 import { endToEnd } from '../http/headers.js';
 import type { Realm } from './realm.js';
 import { createTransport, translate, type Transport, type UpstreamDispatchOptions } from './transport.js';
@@ -138,7 +138,7 @@ const OWN_CALL_DROPS: ReadonlySet<string> = new Set(['host', 'content-length', '
 export function forwardedHeaders(req: IncomingMessage): Record<string, string> {
   const out: Record<string, string> = {};
   for (const [k, v] of Object.entries(endToEnd(req.headers, OWN_CALL_DROPS))) out[k] = Array.isArray(v) ? v.join(', ') : v;
-  Object.assign(out, xForwardedHeaders(req));
+  setXForwarded(req, out);
   out['accept-encoding'] = 'identity';
   return out;
 }

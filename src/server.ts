@@ -313,9 +313,9 @@ export function createShim(o: ShimOptions): Shim {
             if (res.headersSent) res.destroy();
             else sendShimError(res, shuttingDown(), { connection: 'close', 'retry-after': '1' });
           }
-          // Upstream calls still open are dropped now: their answers have nowhere to go.
+          // WebSocket tunnels are dropped now. (The shared transport is closed after the server,
+          // below: client.destroy() would be a no-op here, the client does not own it.)
           void passThrough.close();
-          void client.destroy();
           setTimeout(() => server.closeAllConnections(), FINAL_CLOSE_MS).unref();
         }, config.server.shutdownGraceMs);
         deadline.unref();

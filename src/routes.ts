@@ -74,14 +74,24 @@ export function routeOf(method: string | undefined, target: string | undefined):
   if (OWN.has(path)) return { kind: 'own', path: path as OwnPath };
   const exact = compiled.exact.get(`${method} ${path}`);
   if (exact) return { kind: 'intercepted', path, handler: exact };
-  const segments = path.slice(1).split('/');
+  // Split only for a method some pattern has: most pass-through requests never need it.
+  let segments: string[] | undefined;
   for (const p of compiled.patterns) {
-    if (p.method !== method || p.segments.length !== segments.length) continue;
-    if (p.segments.every((s, i) => (s === undefined ? segments[i] !== '' : s === segments[i]))) {
-      return { kind: 'intercepted', path, handler: p.handler };
-    }
+    if (p.method !== method) continue;
+    segments ??= path.slice(1).split('/');
+    if (matches(p.segments, segments)) return { kind: 'intercepted', path, handler: p.handler };
   }
   return { kind: 'upstream', path };
+}
+
+/** Does a path's segments fit a pattern's (undefined: any one non-empty segment)? */
+function matches(pattern: ReadonlyArray<string | undefined>, segments: readonly string[]): boolean {
+  if (pattern.length !== segments.length) return false;
+  for (let i = 0; i < pattern.length; i++) {
+    const want = pattern[i];
+    if (want === undefined ? segments[i] === '' : want !== segments[i]) return false;
+  }
+  return true;
 }
 
 /**

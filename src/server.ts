@@ -2,7 +2,16 @@ import http, { STATUS_CODES, type IncomingMessage, type ServerResponse } from 'n
 import type { Duplex } from 'node:stream';
 import type { Config } from './config.js';
 import type { Handler, ShimContext } from './context.js';
-import { badRequest, errorBody, sendJson, sendShimError, toShimError, ShimError } from './http/errors.js';
+import {
+  BadRequestError,
+  badRequest,
+  endSocketWithShimError,
+  errorBody,
+  sendJson,
+  sendShimError,
+  toShimError,
+  ShimError,
+} from './http/errors.js';
 import type { Logger } from './observability/logger.js';
 import { createMetrics } from './observability/metrics.js';
 import { requestLogger } from './observability/request-log.js';
@@ -113,20 +122,6 @@ const CLIENT_ERROR_STATUS: Readonly<Record<string, number>> = {
   ERR_HTTP_REQUEST_TIMEOUT: 408,
 };
 
-/** A complete HTTP answer with a shim error in Zulip's shape, for a socket without a response (E2). */
-function rawShimError(status: number, msg = `Malformed HTTP request: ${STATUS_CODES[status] ?? 'Bad Request'}`): string {
-  const reason = STATUS_CODES[status] ?? 'Bad Request';
-  const body = errorBody('BAD_REQUEST', msg);
-  return [
-    `HTTP/1.1 ${status} ${reason}`,
-    'Content-Type: application/json',
-    `Content-Length: ${Buffer.byteLength(body)}`,
-    'Connection: close',
-    '',
-    body,
-  ].join('\r\n');
-}
-
 export function createShim(o: ShimOptions): Shim {
   const { config, log } = o;
   const metrics = createMetrics();
@@ -180,8 +175,7 @@ export function createShim(o: ShimOptions): Shim {
 
   const passThrough: PassThrough = createPassThrough({ target: o.target, transport, insecureTls: config.upstream.insecureTls, log });
 
-  const isOwn = (path: string) => routeOf('GET', path).kind === 'own';
-  const logRequest = requestLogger(log, isOwn, metrics);
+  const logRequest = requestLogger(log, metrics);
   const admitted = realmHostMatcher(config.server.realmHosts);
   // /readyz asks the upstream as a client of an admitted realm would (X2: no call for another).
   const readyHost = config.server.realmHosts.find((h) => !h.startsWith('*.'));
@@ -244,7 +238,7 @@ export function createShim(o: ShimOptions): Shim {
       inFlight.add(res);
       res.once('close', () => inFlight.delete(res));
       const route = routeOf(req.method, req.url);
-      logRequest(req, res, route.path);
+      logRequest(req, res, route.path, route.kind === 'own');
       if (route.kind === 'own') {
         void serveOwn(route.path, req, res);
         return;
@@ -279,7 +273,7 @@ export function createShim(o: ShimOptions): Shim {
     const refused = !req.headers.host ? missingHost() : !admitted(req.headers.host) ? unknownRealm() : undefined;
     if (refused) {
       socket.on('error', () => socket.destroy());
-      socket.end(rawShimError(refused.status, refused.message));
+      endSocketWithShimError(socket, refused);
       return;
     }
     passThrough.ws(req, socket, head);
@@ -288,15 +282,16 @@ export function createShim(o: ShimOptions): Shim {
     const code = (err as NodeJS.ErrnoException).code;
     // Node's own rule: answer only where no answer to an earlier request is being written.
     const inFlight = (socket as Duplex & { _httpMessage?: { headersSent?: boolean } })._httpMessage;
-    if (code !== 'ECONNRESET' && socket.writable && !inFlight?.headersSent)
-      socket.end(rawShimError(CLIENT_ERROR_STATUS[code ?? ''] ?? 400));
-    else socket.destroy();
+    if (code !== 'ECONNRESET' && socket.writable && !inFlight?.headersSent) {
+      const status = CLIENT_ERROR_STATUS[code ?? ''] ?? 400;
+      endSocketWithShimError(socket, new BadRequestError(`Malformed HTTP request: ${STATUS_CODES[status]}`, status));
+    } else socket.destroy();
     log.debug({ err: { code } }, 'client error');
   });
   // No tunnels through the shim (E4: an answer all the same, not a dropped connection).
   server.on('connect', (_req: IncomingMessage, socket: Duplex) => {
     socket.on('error', () => socket.destroy());
-    socket.end(rawShimError(405, 'CONNECT is not supported'));
+    endSocketWithShimError(socket, new BadRequestError('CONNECT is not supported', 405));
   });
   // Long polls (GET /events, ~90 s) must never be cut by the shim's own server timeouts.
   allowLongPolls(server);
@@ -318,9 +313,9 @@ export function createShim(o: ShimOptions): Shim {
             if (res.headersSent) res.destroy();
             else sendShimError(res, shuttingDown(), { connection: 'close', 'retry-after': '1' });
           }
-          // Upstream calls still open are dropped now: their answers have nowhere to go.
+          // WebSocket tunnels are dropped now. (The shared transport is closed after the server,
+          // below: client.destroy() would be a no-op here, the client does not own it.)
           void passThrough.close();
-          void client.destroy();
           setTimeout(() => server.closeAllConnections(), FINAL_CLOSE_MS).unref();
         }, config.server.shutdownGraceMs);
         deadline.unref();

@@ -30,7 +30,8 @@ async function scrape(url: string): Promise<Exposition> {
 const requests = (e: Exposition, route: string, status: string) => sampleValue(e, `${P}upstream_requests_total`, { route, status });
 const answered = (e: Exposition, route: string) => sampleValue(e, `${P}upstream_request_duration_seconds_count`, { route });
 
-describe('GET /metrics', () => {
+// One shim over a 2.1 upstream for the /metrics and request-metrics cases: each reads deltas.
+describe('a shim over a 2.1 upstream', () => {
   let fake: FakeZulip;
   let shim: RunningShim;
 
@@ -43,126 +44,121 @@ describe('GET /metrics', () => {
     await fake.stop();
   });
 
-  it('is Prometheus text whose every metric is the shim’s, with process metrics and build info', async () => {
-    const e = await scrape(shim.url);
-    for (const name of e.types.keys()) expect(name.startsWith(P)).toBe(true);
-    for (const [name, type] of e.types) if (type === 'counter') expect(name).toMatch(/_total$/);
-    expect(e.types.get(`${P}process_cpu_user_seconds_total`)).toBe('counter');
-    expect(e.types.get(`${P}nodejs_heap_size_used_bytes`)).toBe('gauge');
-    expect(e.types.get(`${P}upstream_requests_total`)).toBe('counter');
-    expect(e.types.get(`${P}upstream_request_duration_seconds`)).toBe('histogram');
-    expect(sampleValue(e, `${P}build_info`, { version: VERSION, nodejs: process.version })).toBe(1);
-  });
-
-  it('counts pass-through requests by route and status class, and times the answered ones', async () => {
-    const before = await scrape(shim.url);
-    for (let i = 0; i < 3; i++) expect((await request(shim.url).get('/test/echo')).status).toBe(200);
-    expect((await request(shim.url).get('/test/echo?status=503')).status).toBe(503);
-    expect((await request(shim.url).get('/api/v1/messages/12345').set('Authorization', fake.auth(10))).status).toBe(404);
-    expect((await request(shim.url).get('/api/v1/events?delay_ms=1').set('Authorization', fake.auth(10))).status).toBe(200);
-    const after = await scrape(shim.url);
-
-    expect(requests(after, 'other', '2xx') - requests(before, 'other', '2xx')).toBe(3);
-    expect(requests(after, 'other', '5xx') - requests(before, 'other', '5xx')).toBe(1);
-    expect(requests(after, 'messages', '4xx') - requests(before, 'messages', '4xx')).toBe(1);
-    expect(requests(after, 'events', '2xx') - requests(before, 'events', '2xx')).toBe(1);
-    expect(answered(after, 'other') - answered(before, 'other')).toBe(4);
-    expect(answered(after, 'events') - answered(before, 'events')).toBe(1);
-    // Label values are from the fixed set: the id in the path never becomes one.
-    for (const s of after.samples) for (const v of Object.values(s.labels)) expect(v).not.toContain('12345');
-  });
-
-  it('counts the shim’s own upstream calls (intercepted server_settings)', async () => {
-    const before = await scrape(shim.url);
-    const res = await request(shim.url).get('/api/v1/server_settings');
-    expect(res.status).toBe(200);
-    expect(res.body.zulip_compat_shim).toBeTruthy();
-    const after = await scrape(shim.url);
-    expect(requests(after, 'server_settings', '2xx') - requests(before, 'server_settings', '2xx')).toBe(1);
-    expect(answered(after, 'server_settings') - answered(before, 'server_settings')).toBe(1);
-  });
-
-  it('counts a silent upstream as a timeout, without a latency observation', async () => {
-    const before = await scrape(shim.url);
-    expect((await request(shim.url).get('/test/slow?ms=3000')).status).toBe(504);
-    const after = await scrape(shim.url);
-    expect(requests(after, 'other', 'timeout') - requests(before, 'other', 'timeout')).toBe(1);
-    expect(answered(after, 'other') - answered(before, 'other')).toBe(0);
-  });
-
-  it('does not count its own paths as upstream requests', async () => {
-    const before = await scrape(shim.url);
-    await request(shim.url).get('/healthz');
-    const after = await scrape(shim.url);
-    const total = (e: Exposition) => e.samples.filter((s) => s.name === `${P}upstream_requests_total`).reduce((a, s) => a + s.value, 0);
-    expect(total(after)).toBe(total(before));
-  });
-});
-
-describe('client-facing request metrics (issue 15)', () => {
-  let fake: FakeZulip;
-  let shim: RunningShim;
-  const clientRequests = (e: Exposition, route: string, method: string, status: string) =>
-    sampleValue(e, `${P}requests_total`, { route, method, status });
-  const timed = (e: Exposition, route: string, method: string) => sampleValue(e, `${P}request_duration_seconds_count`, { route, method });
-
-  beforeAll(async () => {
-    fake = await startFake({ era: '2.1' });
-    shim = await startShim(fake.url, { upstream: { timeoutMs: 1000 } });
-  });
-  afterAll(async () => {
-    await shim.close();
-    await fake.stop();
-  });
-
-  it("counts every client request by route class, method and status class, the shim's own errors included", async () => {
-    const before = await scrape(shim.url);
-    const auth = fake.auth(10);
-    expect((await request(shim.url).get('/api/v1/messages/42').set('Authorization', auth)).status).toBe(404);
-    expect((await request(shim.url).get('/api/v1/users/me').set('Authorization', auth)).status).toBe(200);
-    // E3: the shim's own 400, before any upstream call; invisible in the upstream metrics.
-    const bad = await request(shim.url)
-      .post('/api/v1/users/me/presence')
-      .set('Authorization', auth)
-      .type('form')
-      .send({ status: 'active', last_update_id: 'abc' });
-    expect(bad.status).toBe(400);
-    expect((await request(shim.url).get('/test/slow?ms=3000')).status).toBe(504);
-    expect((await request(shim.url).propfind('/test/echo')).status).toBe(200);
-    const after = await scrape(shim.url);
-    const delta = (route: string, method: string, status: string) =>
-      clientRequests(after, route, method, status) - clientRequests(before, route, method, status);
-    expect(delta('messages', 'GET', '4xx')).toBe(1);
-    expect(delta('users_me', 'GET', '2xx')).toBe(1);
-    expect(delta('presence', 'POST', '4xx')).toBe(1);
-    expect(delta('other', 'GET', '5xx')).toBe(1);
-    // Methods outside the fixed set share one label value: the series stay bounded.
-    expect(delta('other', 'other', '2xx')).toBe(1);
-    expect(timed(after, 'presence', 'POST') - timed(before, 'presence', 'POST')).toBe(1);
-    // The shim's own paths (probes, scrapes) are not client traffic.
-    for (const s of after.samples) if (s.name === `${P}requests_total`) expect(s.labels.route).not.toBe('healthz');
-  });
-
-  it('counts a request whose client left before the answer as aborted, without a latency observation', async () => {
-    const before = await scrape(shim.url);
-    const { port } = new URL(shim.url);
-    const path = '/test/slow?ms=2000&aborted=1';
-    const req = http.get({ host: '127.0.0.1', port, path, agent: false });
-    const closed = new Promise<void>((resolve) => {
-      req.on('error', () => resolve());
-      req.on('close', () => resolve());
+  describe('GET /metrics', () => {
+    it('is Prometheus text whose every metric is the shim’s, with process metrics and build info', async () => {
+      const e = await scrape(shim.url);
+      for (const name of e.types.keys()) expect(name.startsWith(P)).toBe(true);
+      for (const [name, type] of e.types) if (type === 'counter') expect(name).toMatch(/_total$/);
+      expect(e.types.get(`${P}process_cpu_user_seconds_total`)).toBe('counter');
+      expect(e.types.get(`${P}nodejs_heap_size_used_bytes`)).toBe('gauge');
+      expect(e.types.get(`${P}upstream_requests_total`)).toBe('counter');
+      expect(e.types.get(`${P}upstream_request_duration_seconds`)).toBe('histogram');
+      expect(sampleValue(e, `${P}build_info`, { version: VERSION, nodejs: process.version })).toBe(1);
     });
-    // The client leaves once its request has reached the upstream, before the answer.
-    for (let i = 0; i < 100 && !fake.seen.some((r) => r.url === path); i++) await new Promise((r) => setTimeout(r, 10));
-    req.destroy();
-    await closed;
-    let after = await scrape(shim.url);
-    for (let i = 0; i < 50 && clientRequests(after, 'other', 'GET', 'aborted') === clientRequests(before, 'other', 'GET', 'aborted'); i++) {
-      await new Promise((r) => setTimeout(r, 20));
-      after = await scrape(shim.url);
-    }
-    expect(clientRequests(after, 'other', 'GET', 'aborted') - clientRequests(before, 'other', 'GET', 'aborted')).toBe(1);
-    expect(timed(after, 'other', 'GET') - timed(before, 'other', 'GET')).toBe(0);
+
+    it('counts pass-through requests by route and status class, and times the answered ones', async () => {
+      const before = await scrape(shim.url);
+      for (let i = 0; i < 3; i++) expect((await request(shim.url).get('/test/echo')).status).toBe(200);
+      expect((await request(shim.url).get('/test/echo?status=503')).status).toBe(503);
+      expect((await request(shim.url).get('/api/v1/messages/12345').set('Authorization', fake.auth(10))).status).toBe(404);
+      expect((await request(shim.url).get('/api/v1/events?delay_ms=1').set('Authorization', fake.auth(10))).status).toBe(200);
+      const after = await scrape(shim.url);
+
+      expect(requests(after, 'other', '2xx') - requests(before, 'other', '2xx')).toBe(3);
+      expect(requests(after, 'other', '5xx') - requests(before, 'other', '5xx')).toBe(1);
+      expect(requests(after, 'messages', '4xx') - requests(before, 'messages', '4xx')).toBe(1);
+      expect(requests(after, 'events', '2xx') - requests(before, 'events', '2xx')).toBe(1);
+      expect(answered(after, 'other') - answered(before, 'other')).toBe(4);
+      expect(answered(after, 'events') - answered(before, 'events')).toBe(1);
+      // Label values are from the fixed set: the id in the path never becomes one.
+      for (const s of after.samples) for (const v of Object.values(s.labels)) expect(v).not.toContain('12345');
+    });
+
+    it('counts the shim’s own upstream calls (intercepted server_settings)', async () => {
+      const before = await scrape(shim.url);
+      const res = await request(shim.url).get('/api/v1/server_settings');
+      expect(res.status).toBe(200);
+      expect(res.body.zulip_compat_shim).toBeTruthy();
+      const after = await scrape(shim.url);
+      expect(requests(after, 'server_settings', '2xx') - requests(before, 'server_settings', '2xx')).toBe(1);
+      expect(answered(after, 'server_settings') - answered(before, 'server_settings')).toBe(1);
+    });
+
+    it('counts a silent upstream as a timeout, without a latency observation', async () => {
+      const before = await scrape(shim.url);
+      expect((await request(shim.url).get('/test/slow?ms=3000')).status).toBe(504);
+      const after = await scrape(shim.url);
+      expect(requests(after, 'other', 'timeout') - requests(before, 'other', 'timeout')).toBe(1);
+      expect(answered(after, 'other') - answered(before, 'other')).toBe(0);
+    });
+
+    it('does not count its own paths as upstream requests', async () => {
+      const before = await scrape(shim.url);
+      await request(shim.url).get('/healthz');
+      const after = await scrape(shim.url);
+      const total = (e: Exposition) => e.samples.filter((s) => s.name === `${P}upstream_requests_total`).reduce((a, s) => a + s.value, 0);
+      expect(total(after)).toBe(total(before));
+    });
+  });
+
+  describe('client-facing request metrics (issue 15)', () => {
+    const clientRequests = (e: Exposition, route: string, method: string, status: string) =>
+      sampleValue(e, `${P}requests_total`, { route, method, status });
+    const timed = (e: Exposition, route: string, method: string) => sampleValue(e, `${P}request_duration_seconds_count`, { route, method });
+
+    it("counts every client request by route class, method and status class, the shim's own errors included", async () => {
+      const before = await scrape(shim.url);
+      const auth = fake.auth(10);
+      expect((await request(shim.url).get('/api/v1/messages/42').set('Authorization', auth)).status).toBe(404);
+      expect((await request(shim.url).get('/api/v1/users/me').set('Authorization', auth)).status).toBe(200);
+      // E3: the shim's own 400, before any upstream call; invisible in the upstream metrics.
+      const bad = await request(shim.url)
+        .post('/api/v1/users/me/presence')
+        .set('Authorization', auth)
+        .type('form')
+        .send({ status: 'active', last_update_id: 'abc' });
+      expect(bad.status).toBe(400);
+      expect((await request(shim.url).get('/test/slow?ms=3000')).status).toBe(504);
+      expect((await request(shim.url).propfind('/test/echo')).status).toBe(200);
+      const after = await scrape(shim.url);
+      const delta = (route: string, method: string, status: string) =>
+        clientRequests(after, route, method, status) - clientRequests(before, route, method, status);
+      expect(delta('messages', 'GET', '4xx')).toBe(1);
+      expect(delta('users_me', 'GET', '2xx')).toBe(1);
+      expect(delta('presence', 'POST', '4xx')).toBe(1);
+      expect(delta('other', 'GET', '5xx')).toBe(1);
+      // Methods outside the fixed set share one label value: the series stay bounded.
+      expect(delta('other', 'other', '2xx')).toBe(1);
+      expect(timed(after, 'presence', 'POST') - timed(before, 'presence', 'POST')).toBe(1);
+      // The shim's own paths (probes, scrapes) are not client traffic.
+      for (const s of after.samples) if (s.name === `${P}requests_total`) expect(s.labels.route).not.toBe('healthz');
+    });
+
+    it('counts a request whose client left before the answer as aborted, without a latency observation', async () => {
+      const before = await scrape(shim.url);
+      const { port } = new URL(shim.url);
+      const path = '/test/slow?ms=2000&aborted=1';
+      const req = http.get({ host: '127.0.0.1', port, path, agent: false });
+      const closed = new Promise<void>((resolve) => {
+        req.on('error', () => resolve());
+        req.on('close', () => resolve());
+      });
+      // The client leaves once its request has reached the upstream, before the answer.
+      for (let i = 0; i < 100 && !fake.seen.some((r) => r.url === path); i++) await new Promise((r) => setTimeout(r, 10));
+      req.destroy();
+      await closed;
+      let after = await scrape(shim.url);
+      for (
+        let i = 0;
+        i < 50 && clientRequests(after, 'other', 'GET', 'aborted') === clientRequests(before, 'other', 'GET', 'aborted');
+        i++
+      ) {
+        await new Promise((r) => setTimeout(r, 20));
+        after = await scrape(shim.url);
+      }
+      expect(clientRequests(after, 'other', 'GET', 'aborted') - clientRequests(before, 'other', 'GET', 'aborted')).toBe(1);
+      expect(timed(after, 'other', 'GET') - timed(before, 'other', 'GET')).toBe(0);
+    });
   });
 });
 

@@ -243,6 +243,18 @@ describe('--realm-hosts (X2): other hosts get a 400 with no upstream call', () =
     expect(upstreamCalls(fake)).toBe(before);
   });
 
+  it.each([
+    ['a request Node cannot parse', 'GET / HTTP/1.1\r\nHost chat.example.com\r\n\r\n', 400],
+    ['a header block past the limit', `GET / HTTP/1.1\r\nHost: chat.example.com\r\nX-Big: ${'a'.repeat(20_000)}\r\n\r\n`, 431],
+    ['CONNECT', 'CONNECT chat.example.com:443 HTTP/1.1\r\nHost: chat.example.com:443\r\n\r\n', 405],
+  ])("%s: answered in Zulip's shape on the socket (E2), no upstream call", async (_what, raw, status) => {
+    const before = upstreamCalls(fake);
+    const a = await sendRaw(shim.url, Buffer.from(raw), 5_000);
+    expect(a.status).toBe(status);
+    expect(JSON.parse(a.body.toString())).toMatchObject({ result: 'error', code: 'BAD_REQUEST' });
+    expect(upstreamCalls(fake)).toBe(before);
+  });
+
   it("listed hosts go through; the shim's own paths answer any host", async () => {
     // /readyz asks the upstream as the first listed realm, not as the prober's host.
     const ready = await get(shim.url, '/readyz', { host: '10.0.0.7:9991' });

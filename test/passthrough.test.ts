@@ -170,6 +170,10 @@ describe('pass-through (T1, E1, E2)', () => {
       setTimeout(() => s.destroy(), 1000);
     });
     expect(answer).toMatch(/^HTTP\/1\.1 200/);
+    // X4 on upgrades too: the echoed request carries the shim's X-Forwarded-*.
+    expect(answer).toContain('"x-forwarded-host":"x"');
+    expect(answer).toContain('"x-forwarded-proto":"http"');
+    expect(answer).toMatch(/"x-forwarded-for":"[^"]*127\.0\.0\.1"/);
   });
 });
 

@@ -44,7 +44,7 @@ export function parseCidr(text: string): { address: string; prefix: number; fami
  * X4 at the door, before anything reads them: a client's own X-Forwarded-Host and
  * X-Forwarded-Proto are dropped unless its peer address is a trusted proxy, so the shim's view
  * (`Host`, its listener's scheme) is what goes upstream. X-Forwarded-For is kept and appended
- * to (xForwardedHeaders), as nginx's `$proxy_add_x_forwarded_for` does.
+ * to (setXForwarded), as nginx's `$proxy_add_x_forwarded_for` does.
  */
 export function distrustForwarded(req: IncomingMessage, trusted: TrustedProxies): void {
   const h = req.headers;
@@ -57,23 +57,20 @@ export function distrustForwarded(req: IncomingMessage, trusted: TrustedProxies)
 const first = (v: string | string[] | undefined) => (Array.isArray(v) ? v[0] : v);
 
 /**
- * X-Forwarded-For/Proto/Host for requests the shim sends upstream (T1), one rule for the
- * pass-through and the shim's own calls: the client's address is appended to
- * X-Forwarded-For; Proto and Host keep what a trusted proxy in front of the shim said (a TLS
- * terminator's `https`; see distrustForwarded), else the shim's own view. Appending to Proto
- * (`https,http`) would break Zulip releases whose Django compares the whole value with `https`.
+ * X-Forwarded-For/Proto/Host for a request the shim sends upstream (T1), written into its
+ * outgoing headers (`into`, which may be `req.headers` itself: all three are read first); one
+ * rule for the pass-through (HTTP and WebSocket) and the shim's own calls. The client's address
+ * is appended to X-Forwarded-For; Proto and Host keep what a trusted proxy in front of the shim
+ * said (a TLS terminator's `https`; see distrustForwarded), else the shim's own view. Appending
+ * to Proto (`https,http`) would break Zulip releases whose Django compares the whole value with
+ * `https`.
  */
-export function xForwardedHeaders(req: IncomingMessage): {
-  'x-forwarded-for': string;
-  'x-forwarded-proto': string;
-  'x-forwarded-host': string;
-} {
+export function setXForwarded(req: IncomingMessage, into: Record<string, string | string[] | undefined>): void {
   const remote = req.socket.remoteAddress ?? '';
   const prior = first(req.headers['x-forwarded-for']);
   const proto = first(req.headers['x-forwarded-proto']) || ((req.socket as { encrypted?: boolean }).encrypted ? 'https' : 'http');
-  return {
-    'x-forwarded-for': prior ? `${prior}, ${remote}` : remote,
-    'x-forwarded-proto': proto,
-    'x-forwarded-host': first(req.headers['x-forwarded-host']) || (req.headers.host ?? ''),
-  };
+  const host = first(req.headers['x-forwarded-host']) || (req.headers.host ?? '');
+  into['x-forwarded-for'] = prior ? `${prior}, ${remote}` : remote;
+  into['x-forwarded-proto'] = proto;
+  into['x-forwarded-host'] = host;
 }

@@ -42,19 +42,20 @@ function isoNow(): string {
  * serialisers, no redaction pass: it carries no header and no query value), the time string
  * is made once per millisecond, and metric label children are looked up once.
  */
-export function requestLogger(log: Logger, quiet: (path: string) => boolean, metrics?: Pick<Metrics, 'requests' | 'requestDuration'>) {
+export function requestLogger(log: Logger, metrics?: Pick<Metrics, 'requests' | 'requestDuration'>) {
   const dest = (log as unknown as Record<symbol, { write(line: string): unknown }>)[pino.symbols.streamSym]!;
   const name = JSON.stringify((log.bindings() as { name?: string }).name ?? 'zulip-compat-shim');
   const count = metrics ? deferredCounter(metrics.requests) : undefined;
   const durations = metrics ? new LabelChildren((route, method) => metrics.requestDuration.labels(route, method)) : undefined;
 
-  return (req: IncomingMessage, res: ServerResponse, path: string): void => {
+  /** `quiet`: the shim's own paths get a request id but no line and no metrics. */
+  return (req: IncomingMessage, res: ServerResponse, path: string, quiet = false): void => {
     const started = performance.now();
     const given = req.headers['x-request-id'];
     const id = typeof given === 'string' && REQUEST_ID.test(given) ? given : randomUUID();
     req.headers['x-request-id'] = id;
     res.setHeader('x-request-id', id);
-    if (quiet(path)) return;
+    if (quiet) return;
     res.once('close', () => {
       const elapsed = performance.now() - started;
       const aborted = !res.writableFinished;

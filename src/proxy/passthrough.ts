@@ -4,7 +4,7 @@ import type { Duplex } from 'node:stream';
 import { createProxyServer } from 'http-proxy-3';
 import type { Dispatcher } from 'undici';
 import { badRequest, sendShimError, ShimError, upstreamUnavailable } from '../http/errors.js';
-import { xForwardedHeaders } from '../http/forwarded.js';
+import { setXForwarded } from '../http/forwarded.js';
 import { copyEndToEnd } from '../http/headers.js';
 import { loggablePath, type Logger } from '../observability/logger.js';
 import { isClientAbort, isUnsendable, type Transport } from '../upstream/transport.js';
@@ -89,10 +89,7 @@ export const dropHopByHop: IncomingPass = (x) => {
 
 /** T1, X4: X-Forwarded-For appended to; Proto and Host as the shim (or a trusted proxy) knows them. */
 export const addForwarded: IncomingPass = (x) => {
-  const f = xForwardedHeaders(x.req);
-  x.headers['x-forwarded-for'] = f['x-forwarded-for'];
-  x.headers['x-forwarded-proto'] = f['x-forwarded-proto'];
-  x.headers['x-forwarded-host'] = f['x-forwarded-host'];
+  setXForwarded(x.req, x.headers);
 };
 
 /** The client's body, streamed as it comes (none when it declares none). */
@@ -183,7 +180,7 @@ export function createPassThrough(o: PassThroughOptions): PassThrough {
     },
     ws(req, socket, head) {
       socket.on('error', () => socket.destroy());
-      Object.assign(req.headers, xForwardedHeaders(req));
+      setXForwarded(req, req.headers);
       wsProxy.ws(req, socket, head);
     },
     async close() {

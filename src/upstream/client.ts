@@ -3,8 +3,8 @@ import type { Readable } from 'node:stream';
 import { readUpTo } from '../http/body.js';
 import { upstreamBadResponse, UpstreamAnswerTooLargeError } from '../http/errors.js';
 import type { UpstreamObserver } from '../observability/upstream-metrics.js';
-import { xForwardedHeaders } from '../http/forwarded.js';
-import { endToEnd } from '../http/headers.js';
+import { setXForwarded } from '../http/forwarded.js';
+import { copyEndToEnd } from '../http/headers.js';
 import type { Realm } from './realm.js';
 import { createTransport, translate, type Transport, type UpstreamDispatchOptions } from './transport.js';
 
@@ -136,9 +136,12 @@ const OWN_CALL_DROPS: ReadonlySet<string> = new Set(['host', 'content-length', '
  * shim, so content headers are left out; `identity` keeps bodies parseable.
  */
 export function forwardedHeaders(req: IncomingMessage): Record<string, string> {
-  const out: Record<string, string> = {};
-  for (const [k, v] of Object.entries(endToEnd(req.headers, OWN_CALL_DROPS))) out[k] = Array.isArray(v) ? v.join(', ') : v;
-  Object.assign(out, xForwardedHeaders(req));
+  const out = copyEndToEnd(req.headers, {}, OWN_CALL_DROPS);
+  for (const k in out) {
+    const v = out[k];
+    if (Array.isArray(v)) out[k] = v.join(', ');
+  }
+  setXForwarded(req, out);
   out['accept-encoding'] = 'identity';
-  return out;
+  return out as Record<string, string>;
 }

@@ -2,6 +2,8 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import {
   answer,
+  answerId,
+  answerIdWithoutLedger,
   applyChange,
   createLedger,
   idAsOf,
@@ -339,6 +341,22 @@ describe('ledger rules', () => {
     l = merge(l, obs(10, [[1, p(1, 2)]]));
     expect(legacyAnswerId(l, { merged: false, serverTimestamp: 12, empty: false })).toBe(l.lastId);
     expect(legacyAnswerId(l, { merged: true, visible: [1], serverTimestamp: 10, empty: false })).toBe(l.users.get(1)!.changedAt);
+  });
+
+  // P4, P5, I6 with and without a ledger (store down: full data, no user's id known).
+  it.each([
+    // lastUpdateId, largest id returned (ledger), with a ledger, without one
+    [undefined, -1, -1, -1],
+    [undefined, 7, 7, -1],
+    [-1, -1, -1, -1],
+    [0, -1, 0, -1],
+    [0, 7, 7, -1],
+    [5, -1, 5, 5],
+    [5, 7, 7, 5],
+    [9, 7, 9, 9],
+  ] as const)('P4: last_update_id %s, largest returned %s: %s with a ledger, %s without', (lastUpdateId, largest, withLedger, without) => {
+    expect(answerId(largest, lastUpdateId)).toBe(withLedger);
+    expect(answerIdWithoutLedger(lastUpdateId)).toBe(without);
   });
 });
 

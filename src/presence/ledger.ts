@@ -325,6 +325,14 @@ export function answerId(largestReturned: number, lastUpdateId: number | undefin
   return lastUpdateId !== undefined && lastUpdateId > id ? lastUpdateId : id;
 }
 
+/**
+ * P4, P5, I6 for an answer made without a ledger (the store is down): it holds full data and no
+ * user's id is known, so it carries the client's own positive id echoed (never below it), else -1.
+ */
+export function answerIdWithoutLedger(lastUpdateId: number | undefined): number {
+  return lastUpdateId !== undefined && lastUpdateId > 0 ? lastUpdateId : -1;
+}
+
 export interface AnswerRequest {
   /** The users in view (I5): a per-caller snapshot's; undefined: the ledger's own `present` users. */
   visible?: Iterable<number> | undefined;

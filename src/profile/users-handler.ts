@@ -125,7 +125,9 @@ export const usersHandler: Handler = async (req, res, ctx) => {
   if (!Array.isArray(members)) return relayBuffered(res, r);
   const own = members.some(hidden) ? await ownRowOf(req, ctx, realm, url) : undefined;
   const into = noneAdded();
-  await backfillList(members, changesAbove(featureLevel), into, { idOfEmail: emailIndex([members]), own });
+  const sharedOwners = new Map<string, number | undefined>();
+  await backfillList(members, changesAbove(featureLevel), into, { idOfEmail: emailIndex([members], sharedOwners), own });
+  ctx.users.logAmbiguousBotOwners(realm, sharedOwners); // X10
   if (into.added.length === 0) return relayBuffered(res, r); // V4: the upstream's bytes
   const out = await stringifyInSteps(body, ['members']);
   await sendEncoded(req, res, r.status, { raw: out }, backfilledHeaders(r, into));
@@ -187,6 +189,8 @@ export const userHandler: Handler = async (req, res, ctx) => {
   if (!user) return sendJson(res, 400, NO_SUCH_USER);
   const own = hidden(user) ? await ownRowOf(req, ctx, realm, url) : undefined;
   const into = noneAdded();
-  await backfillList([user], changes, into, { idOfEmail: emailIndex([members]), own });
+  const sharedOwners = new Map<string, number | undefined>();
+  await backfillList([user], changes, into, { idOfEmail: emailIndex([members], sharedOwners), own });
+  ctx.users.logAmbiguousBotOwners(realm, sharedOwners); // X10
   sendJson(res, 200, { result: 'success', msg: '', user }, backfilledHeaders(r, into));
 };

@@ -97,7 +97,9 @@ export const registerHandler: Handler = async (req, res, ctx) => {
   const started = performance.now();
   const body = await parseRegisterAnswer(bounded.body);
   await setImmediate(); // a large register answer: let other requests run after parsing it
-  const users = withUsers ? await backfillRegisterUsers(body, featureLevel, params) : undefined;
+  const sharedOwners = new Map<string, number | undefined>();
+  const users = withUsers ? await backfillRegisterUsers(body, featureLevel, params, sharedOwners) : undefined;
+  ctx.users.logAmbiguousBotOwners(realm, sharedOwners); // X10
   const presences = body.presences;
   if (!withPresence || !presences || typeof presences !== 'object' || Array.isArray(presences)) {
     // No presence in it (a spectator, an upstream that left it out): as it came unless users were filled (V4).

@@ -112,8 +112,14 @@ export function userSettingsOf(body: Readonly<Record<string, unknown>>, featureL
 /**
  * Fills the answer's user lists and adds `user_settings`, in place; returns what was added
  * (U4). The caller's own row gets its real address from the answer's top-level `delivery_email`.
+ * 2.1 bot owners named by an email several users share are recorded in `sharedOwners` (X10).
  */
-export async function backfillRegisterUsers(body: Record<string, unknown>, featureLevel: number, params: Params): Promise<Added> {
+export async function backfillRegisterUsers(
+  body: Record<string, unknown>,
+  featureLevel: number,
+  params: Params,
+  sharedOwners?: Map<string, number | undefined>,
+): Promise<Added> {
   const into = noneAdded();
   const changes = changesAbove(featureLevel);
   const lists = USER_LISTS.map((k) => body[k]).filter((v): v is unknown[] => Array.isArray(v));
@@ -122,7 +128,7 @@ export async function backfillRegisterUsers(body: Record<string, unknown>, featu
       typeof body.user_id === 'number'
         ? { userId: body.user_id, deliveryEmail: typeof body.delivery_email === 'string' ? body.delivery_email : undefined }
         : undefined;
-    const idOfEmail = emailIndex(lists);
+    const idOfEmail = emailIndex(lists, sharedOwners);
     for (const list of lists) await backfillList(list, changes, into, { idOfEmail, own });
   }
   if (featureLevel < USER_SETTINGS_LEVEL && !('user_settings' in body) && asksForSettings(params)) {

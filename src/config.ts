@@ -144,6 +144,9 @@ export const configSchema = z
         answersBytes: bytes.describe('X2: bytes for presence answers built from snapshots and reused by callers at the same id.'),
         ledgersBytes: bytes.describe('X2: bytes for presence ledgers of the in-memory store.'),
         lookupsBytes: bytes.describe('X2: bytes for per-user lookups (delivery emails).'),
+        callersBytes: bytes.describe(
+          "X2: bytes for callers' own user ids (GET /users/me, asked before 6.0 by GET /users when addresses are hidden), kept per caller for lookups.ttlMs.",
+        ),
         largeAnswerBytes: bytes.describe(
           'B7: largest full presence answer or user list read (35 MB at 100k users on 2.1); other intercepted answers keep upstream.maxResponseBytes.',
         ),

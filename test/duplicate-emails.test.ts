@@ -64,3 +64,66 @@ describe('an email several users share (X10)', () => {
     expect(fake.stats.usersList).toBe(1);
   });
 });
+
+describe("a 2.1 bot whose owner's email several users share (X10)", () => {
+  let fake: FakeZulip;
+  let shim: RunningShim;
+  afterEach(async () => {
+    await shim?.close();
+    await fake?.stop();
+  });
+
+  it('gets bot_owner_id null, named as a fallback, and the ambiguity is logged once for the realm', async () => {
+    fake = await startFake({ era: '2.1' });
+    const bot = fake.users.find((u) => u.is_bot)!;
+    // A second active account with the email of the bot's owner (user 10): the owner is ambiguous.
+    fake.users.push({ ...fake.user(bot.bot_owner_id!), user_id: 98, api_key: 'other' });
+    shim = await startShim(fake.url);
+    for (const path of ['/api/v1/users', '/api/v1/users', `/api/v1/users/${bot.user_id}`]) {
+      const r = await request(shim.url).get(path).set('Authorization', fake.auth(11));
+      expect(r.status).toBe(200);
+      const row = r.body.user ?? r.body.members.find((m: { user_id: number }) => m.user_id === bot.user_id);
+      expect(row).toMatchObject({ user_id: bot.user_id, bot_owner_id: null });
+      expect(r.headers['x-zulip-compat-fallback']).toContain('bot_owner_id');
+    }
+    const logged = shim.logs.filter((l) => l.includes("bot's owner"));
+    expect(logged).toHaveLength(1);
+    expect(JSON.parse(logged[0]!)).toMatchObject({ level: 40, shared: 1, unmapped: 1, userIds: [null] });
+  });
+
+  it('in a register answer too', async () => {
+    fake = await startFake({ era: '2.1' });
+    const row = (user_id: number, email: string, extra: Record<string, unknown> = {}) => ({
+      user_id,
+      email,
+      full_name: `User ${user_id}`,
+      is_admin: false,
+      is_active: true,
+      is_bot: false,
+      ...extra,
+    });
+    // The fake leaves bots out of realm_users; this answer has one, owned by a shared email.
+    fake.override = (req, res) => {
+      if (req.url !== '/api/v1/register') return false;
+      const realm_users = [
+        row(10, 'owner@x'),
+        row(98, 'owner@x'),
+        row(16, 'bot16-bot@x', { is_bot: true, bot_type: 1, bot_owner: 'owner@x' }),
+      ];
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ result: 'success', msg: '', queue_id: 'q', last_event_id: -1, realm_users, user_id: 11 }));
+      return true;
+    };
+    shim = await startShim(fake.url);
+    for (let i = 0; i < 2; i++) {
+      const r = await request(shim.url)
+        .post('/api/v1/register')
+        .set('Authorization', fake.auth(11))
+        .type('form')
+        .send({ fetch_event_types: '["realm_user"]' });
+      expect(r.status).toBe(200);
+      expect(r.body.realm_users.find((m: { user_id: number }) => m.user_id === 16)).toMatchObject({ bot_owner_id: null });
+    }
+    expect(shim.logs.filter((l) => l.includes("bot's owner"))).toHaveLength(1);
+  });
+});

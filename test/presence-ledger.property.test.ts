@@ -2,6 +2,8 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import {
   answer,
+  answerId,
+  answerIdWithoutLedger,
   applyChange,
   createLedger,
   idAsOf,
@@ -189,6 +191,36 @@ describe('ledger rules', () => {
     expect(again).toBe(l);
   });
 
+  // A register before 5.0 is timed by its Date header, to the second: two of them in one second
+  // carry the same server_timestamp. The newer data must win whichever arrives first (P6, I3).
+  it.each([
+    ['in upstream order', false],
+    ['in reverse order', true],
+  ])('two snapshots at the same server_timestamp, arriving %s: the newer data wins', (_order, reversed) => {
+    const earlier = obs(100, [[1, p(90, 95)]]);
+    const later = obs(100, [[1, p(99, 99)]]);
+    let l = createLedger(5_000);
+    l = merge(l, obs(50, [[1, p(40, 45)]]));
+    const [first, second] = reversed ? [later, earlier] : [earlier, later];
+    const once = merge(l, first);
+    const both = merge(once, second);
+    expect(both.users.get(1)).toMatchObject({ active: 99, idle: 99, present: true });
+    // A client that got the first one's id gets the newer data in its delta, if there is any.
+    const delta = answer(both, { visible: [1], lastUpdateId: once.lastId, serverTimestamp: 100 });
+    expect(delta.presences).toEqual(reversed ? {} : { '1': { active_timestamp: 99, idle_timestamp: 99 } });
+  });
+
+  it('snapshots at one server_timestamp leave the same data whatever order they arrive in', () => {
+    const presence = fc.record({ active: fc.nat(100), extra: fc.nat(10) }).map(({ active, extra }) => p(active, active + extra));
+    fc.assert(
+      fc.property(fc.array(fc.array(fc.tuple(fc.nat(4), presence), { maxLength: 5 }), { minLength: 2, maxLength: 4 }), (snaps) => {
+        const merged = (order: typeof snaps) => order.reduce((l, entries) => merge(l, obs(100, entries, false)), createLedger(5_000));
+        const data = (l: LedgerState) => new Map([...l.users].map(([id, e]) => [id, [e.active, e.idle]]));
+        expect(data(merged([...snaps].reverse()))).toEqual(data(merged(snaps)));
+      }),
+    );
+  });
+
   it('the same snapshot merged twice issues no new id', () => {
     let l = createLedger(5_000);
     l = merge(l, obs(20, [[1, p(900, 950)]]));
@@ -339,6 +371,22 @@ describe('ledger rules', () => {
     l = merge(l, obs(10, [[1, p(1, 2)]]));
     expect(legacyAnswerId(l, { merged: false, serverTimestamp: 12, empty: false })).toBe(l.lastId);
     expect(legacyAnswerId(l, { merged: true, visible: [1], serverTimestamp: 10, empty: false })).toBe(l.users.get(1)!.changedAt);
+  });
+
+  // P4, P5, I6 with and without a ledger (store down: full data, no user's id known).
+  it.each([
+    // lastUpdateId, largest id returned (ledger), with a ledger, without one
+    [undefined, -1, -1, -1],
+    [undefined, 7, 7, -1],
+    [-1, -1, -1, -1],
+    [0, -1, 0, -1],
+    [0, 7, 7, -1],
+    [5, -1, 5, 5],
+    [5, 7, 7, 5],
+    [9, 7, 9, 9],
+  ] as const)('P4: last_update_id %s, largest returned %s: %s with a ledger, %s without', (lastUpdateId, largest, withLedger, without) => {
+    expect(answerId(largest, lastUpdateId)).toBe(withLedger);
+    expect(answerIdWithoutLedger(lastUpdateId)).toBe(without);
   });
 });
 

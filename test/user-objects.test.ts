@@ -8,7 +8,7 @@ import { emailIsPublic } from '../src/profile/changes/fl163-delivery-email.js';
 import { backfillList, emailIndex, parseWithListInSteps, stringifyInSteps, USERS_PER_TURN } from '../src/profile/user-objects.js';
 import { userKeyOf } from '../src/profile/users-handler.js';
 import { addedHeaders, BACKFILLED_HEADER, FALLBACK_HEADER } from '../src/profile/handler.js';
-import { registerNeedsUsers, userSettingsOf } from '../src/register/users.js';
+import { eventTypesOf, registerNeedsUsers, userSettingsOf } from '../src/register/users.js';
 import { emulatedFeatures } from '../src/server-settings.js';
 import { ERA_FEATURE_LEVEL, ERAS, FakeZulip, type FakeUser } from './support/fake-zulip.js';
 
@@ -184,7 +184,7 @@ describe('register (V3)', () => {
     [0, { event_types: '["realm_user"]' }, true],
     [0, { fetch_event_types: 'nonsense' }, false],
   ])('feature level %i with %j reads the answer: %s', async (level, form, expected) => {
-    expect(registerNeedsUsers(level, await params(form))).toBe(expected);
+    expect(registerNeedsUsers(level, eventTypesOf(await params(form)))).toBe(expected);
   });
 
   it('builds user_settings from the legacy keys, presence_enabled true on 2.1 only', () => {

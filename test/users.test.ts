@@ -259,3 +259,26 @@ describe('limits', () => {
     }
   });
 });
+
+describe("the caller's own user id, before 6.0 with hidden addresses (V2)", () => {
+  it.each(['2.1', '5.0'] as Era[])('%s: is asked of GET /users/me once per caller, not once per GET /users', async (era) => {
+    const fake = await startFake({ era });
+    const shim = await startShim(fake.url);
+    try {
+      const usersMe = () => fake.stats.requests.get('GET /api/v1/users/me') ?? 0;
+      for (const callerId of [MEMBER, MEMBER, MEMBER, ADMIN, ADMIN]) {
+        const res = await request(shim.url).get('/api/v1/users').set('Authorization', fake.auth(callerId));
+        expect(res.status).toBe(200);
+        const own = (res.body.members as Record<string, unknown>[]).find((m) => m.user_id === callerId);
+        // Its own row carries its real address each time; the others' stay hidden.
+        expect(own?.delivery_email).toBe(fake.user(callerId).delivery_email);
+        expect(res.body.members.find((m: { user_id: number }) => m.user_id === GUEST).delivery_email).toBeNull();
+      }
+      // One per caller: the cache is keyed per caller, never shared between them.
+      expect(usersMe()).toBe(2);
+    } finally {
+      await shim.close();
+      await fake.stop();
+    }
+  });
+});

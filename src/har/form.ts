@@ -13,7 +13,7 @@ export interface FormPart {
   digest?: string;
 }
 
-export type MimeKind = 'none' | 'form' | 'multipart' | 'json' | 'other';
+type MimeKind = 'none' | 'form' | 'multipart' | 'json' | 'other';
 
 export function mimeKind(contentType: string | undefined): MimeKind {
   const m = (contentType ?? '').split(';')[0]!.trim().toLowerCase();

@@ -23,7 +23,7 @@ export interface HarPostData {
   _encoding?: 'base64';
 }
 
-export interface HarRequest {
+interface HarRequest {
   method: string;
   url: string;
   httpVersion: string;
@@ -45,7 +45,7 @@ export interface HarContent {
   comment?: string;
 }
 
-export interface HarResponse {
+interface HarResponse {
   status: number;
   statusText: string;
   httpVersion: string;
@@ -57,7 +57,7 @@ export interface HarResponse {
   bodySize: number;
 }
 
-export interface HarTimings {
+interface HarTimings {
   blocked?: number;
   dns?: number;
   connect?: number;
@@ -78,7 +78,7 @@ export interface HarEntry {
 }
 
 /** Mime types whose bodies are kept as text when they are valid UTF-8. */
-export function isTextual(mimeType: string): boolean {
+function isTextual(mimeType: string): boolean {
   const m = mimeType.split(';')[0]!.trim().toLowerCase();
   return (
     m === '' ||

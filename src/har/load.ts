@@ -21,7 +21,7 @@ export interface Recorded {
   time: number;
 }
 
-export interface LoadedHar {
+interface LoadedHar {
   entries: Recorded[];
   skipped: number;
 }
@@ -43,7 +43,7 @@ const NOT_REPLAYED = new Set([
   'trailer',
 ]);
 
-export class HarFormatError extends Error {
+class HarFormatError extends Error {
   override name = 'HarFormatError';
 }
 

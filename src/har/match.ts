@@ -11,7 +11,7 @@ import { isSecretName } from './redact.js';
  * they hold: the recording has placeholders where the live request has secrets (H1).
  */
 
-export interface RequestLike {
+interface RequestLike {
   method: string;
   /** Absolute, or path and query. */
   url: string;

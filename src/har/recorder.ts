@@ -22,7 +22,7 @@ import { allowLongPolls, listen } from '../http/listen.js';
  * WebSocket upgrades are passed on but not recorded (HAR cannot replay them).
  */
 
-export interface RecorderOptions {
+interface RecorderOptions {
   /** The real upstream URL (as in `--upstream`). */
   upstream: string;
   file: string;
@@ -36,7 +36,7 @@ export interface RecorderOptions {
   maxBodyBytes?: number;
 }
 
-export interface Recorder {
+interface Recorder {
   /** Where the shim should send upstream traffic. */
   url: string;
   /** Exchanges recorded so far. */

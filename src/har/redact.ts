@@ -14,7 +14,7 @@
  *   applies to them.
  */
 
-export const LONG_SECRET = 8;
+const LONG_SECRET = 8;
 
 /** A JSON text that may hold a secret key (isSecretName), possibly escaped: cheap pre-check. */
 const SECRET_KEY_HINT = /api_key|token|password|\\u/i;
@@ -26,7 +26,7 @@ export function isSecretName(name: string): boolean {
 }
 
 /** Decodes one form-urlencoded component; a malformed escape is kept as written. */
-export function decodeFormComponent(s: string): string {
+function decodeFormComponent(s: string): string {
   const spaced = s.replace(/\+/g, ' ');
   try {
     return decodeURIComponent(spaced);

@@ -16,7 +16,7 @@ import { allowLongPolls, listen } from '../http/listen.js';
  * answer gets 502 REPLAY_MISS naming it, and is remembered for strict mode.
  */
 
-export interface ReplayOptions {
+interface ReplayOptions {
   file: string;
   /** Strict mode: the caller fails the process at shutdown when misses() is not empty. */
   strict: boolean;

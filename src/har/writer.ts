@@ -21,7 +21,7 @@ import type { Redactor } from './redact.js';
  * JSON string per line, so a line-by-line scrub sees every value whole).
  */
 
-export interface HarWriterOptions {
+interface HarWriterOptions {
   file: string;
   redactor: Redactor;
   log: Logger;
@@ -50,7 +50,7 @@ const indent = (json: string, pad: string) => json.replace(/^/gm, pad);
  * The one place a recording file is opened (created or truncated here). Whether an existing
  * recording may be replaced is decided by the caller before this.
  */
-export function openRecording(file: string): Promise<FileHandle> {
+function openRecording(file: string): Promise<FileHandle> {
   return open(file, 'w');
 }
 

@@ -4,6 +4,7 @@ import {
   answer,
   answerEntries,
   answerId,
+  answerIdWithoutLedger,
   answersWithDelta,
   historyCutoff,
   legacyAnswerId,
@@ -177,8 +178,7 @@ function answerWithoutLedger(poll: Poll, snapshot: Snapshot): Built {
   const modern = snapshot.modern;
   if (!modern) throw new Error('presence snapshot without data or ledger');
   const presences = presencesWithin(modern, request.historyLimitDays, snapshot.serverTimestamp);
-  const lastUpdateId = request.lastUpdateId;
-  const id = lastUpdateId !== undefined && lastUpdateId > 0 ? lastUpdateId : -1;
+  const id = answerIdWithoutLedger(request.lastUpdateId);
   const body = { raw: modernBody(snapshot.serverTimestamp, presences, idText(id, request), request.ignored) };
   return { body, kind: 'modern_full', fullEquivalentBytes: () => body.raw.length };
 }
@@ -266,7 +266,8 @@ export async function idForLegacyPresences(
 ): Promise<number> {
   const merged = taken.ledger !== undefined && taken.modern !== undefined;
   const ledger = merged ? taken.ledger : await ledgerOrNew(asker, await ledgerToAnswerFrom(asker, undefined, undefined));
-  if (!ledger) return -1;
+  // A legacy answer is asked for without last_update_id (P1).
+  if (!ledger) return answerIdWithoutLedger(undefined);
   return legacyAnswerId(ledger, { merged, visible: merged ? taken.modern?.keys() : undefined, serverTimestamp, historyLimitDays, empty });
 }
 
@@ -288,5 +289,5 @@ export async function registerPresences(
     const visible = complete ? undefined : modern.keys();
     return answer(ledger, { visible, lastUpdateId: undefined, historyLimitDays, serverTimestamp });
   }
-  return { presences: presencesWithin(modern, historyLimitDays, serverTimestamp), presenceLastUpdateId: -1 };
+  return { presences: presencesWithin(modern, historyLimitDays, serverTimestamp), presenceLastUpdateId: answerIdWithoutLedger(undefined) };
 }

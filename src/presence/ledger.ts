@@ -24,7 +24,7 @@
  * - I3 per user, observations are ordered by the upstream's `server_timestamp`, never by
  *   arrival and never by the shim's clock: an older snapshot arriving late changes nothing (nor
  *   brings back a user a newer complete snapshot left out), and a newer one wins even when its
- *   timestamps are smaller (invisible mode, P6).
+ *   timestamps are smaller (invisible mode, P6). At one `server_timestamp`, by their data.
  * - I4 a user's `changedAt` moves whenever what a client holds for them would differ: new data,
  *   or coming back into view after a complete snapshot left them out (P6, P7).
  * - I5 answers cover only users in view (P7): of the snapshot a per-caller answer is built for,
@@ -150,6 +150,15 @@ export function vouchesFor(state: LedgerState, id: number): boolean {
 const samePresence = (e: LedgerEntry, p: ModernPresence) => e.active === p.active_timestamp && e.idle === p.idle_timestamp;
 
 /**
+ * I3 at one server_timestamp: observations the upstream's clock cannot order (a register before
+ * 5.0 is timed by its `Date` header, to the second) are ordered by their data, whichever arrived
+ * first: a user's timestamps only move forward (but for invisible mode's backdating, which one
+ * second cannot show), so the later `idle_timestamp`, then `active_timestamp`, is the newer.
+ */
+const newerAtSameTime = (p: ModernPresence, e: LedgerEntry) =>
+  p.idle_timestamp !== e.idle ? p.idle_timestamp > e.idle : p.active_timestamp > e.active;
+
+/**
  * Merges an observation (I3, I4). Returns the same state object when nothing changed, so a
  * caller can skip writing it back. The new state shares every user it did not change with the
  * old one (B7: user-table.ts), and the old one stays as it was: states are values.
@@ -194,7 +203,8 @@ function* mergeSteps(state: LedgerState, obs: Observation): Generator<void, Ledg
   for (const [userId, p] of obs.presences) {
     if (++looked % MERGE_STEP === 0) yield;
     const prev = state.users.get(userId);
-    if (prev && ts <= prev.seenAt) continue; // I3: older or the same snapshot again
+    if (prev && ts < prev.seenAt) continue; // I3: an older snapshot
+    if (prev && ts === prev.seenAt && !newerAtSameTime(p, prev)) continue; // I3: the same time, not newer data
     if (!prev && ts < state.completeAt) continue; // I3: a newer complete snapshot left them out
     // Same data, still in view: nothing to write. A snapshot at least this new can only carry
     // this data or newer, so seenAt needs to move only when something changes.
@@ -323,6 +333,14 @@ export function answerId(largestReturned: number, lastUpdateId: number | undefin
   const id = largestReturned >= 0 ? largestReturned : (lastUpdateId ?? -1);
   // I6: never below the client's id (the counter was raised to it when that was plausible).
   return lastUpdateId !== undefined && lastUpdateId > id ? lastUpdateId : id;
+}
+
+/**
+ * P4, P5, I6 for an answer made without a ledger (the store is down): it holds full data and no
+ * user's id is known, so it carries the client's own positive id echoed (never below it), else -1.
+ */
+export function answerIdWithoutLedger(lastUpdateId: number | undefined): number {
+  return lastUpdateId !== undefined && lastUpdateId > 0 ? lastUpdateId : -1;
 }
 
 export interface AnswerRequest {

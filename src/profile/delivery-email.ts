@@ -17,7 +17,7 @@ import type { Realm } from '../upstream/realm.js';
  * replicas through the store when there is one (S1).
  */
 
-export interface DeliveryEmailOptions {
+interface DeliveryEmailOptions {
   ttlMs: number;
   /** Users kept in this process at most. */
   maxEntries: number;
@@ -41,7 +41,7 @@ const REGISTER_BODY = encodeForm([
 ]);
 
 /** A web-app caller (session cookie, no Basic auth) is served only under /json. */
-export function apiPrefixFor(headers: Record<string, string>): '/api/v1' | '/json' {
+function apiPrefixFor(headers: Record<string, string>): '/api/v1' | '/json' {
   return headers.authorization ? '/api/v1' : '/json';
 }
 
@@ -49,7 +49,7 @@ export function apiPrefixFor(headers: Record<string, string>): '/api/v1' | '/jso
  * A session-authenticated POST under /json needs Django's CSRF token, which the web app keeps
  * in its `csrftoken` cookie and echoes in `X-CSRFToken`: the shim echoes it the same way. Pure.
  */
-export function csrfFor(headers: Record<string, string>): Record<string, string> {
+function csrfFor(headers: Record<string, string>): Record<string, string> {
   if (headers.authorization || headers['x-csrftoken']) return {};
   const token = /(?:^|;\s*)csrftoken=([^;]+)/.exec(headers.cookie ?? '')?.[1];
   return token ? { 'x-csrftoken': token } : {};

@@ -1,6 +1,7 @@
 import type { ShimContext } from '../context.js';
 import type { Realm } from '../upstream/realm.js';
 import type { Lookups, Need } from './changes/index.js';
+import { Callers } from './callers.js';
 import { DeliveryEmails } from './delivery-email.js';
 
 /**
@@ -23,6 +24,18 @@ function deliveryEmails(ctx: ShimContext): DeliveryEmails {
     deliveryEmailCaches.set(ctx, d);
   }
   return d;
+}
+
+const callerCaches = new WeakMap<ShimContext, Callers>();
+
+/** One caller cache per shim, made on first use. */
+export function callers(ctx: ShimContext): Callers {
+  let c = callerCaches.get(ctx);
+  if (!c) {
+    c = new Callers(ctx.client, ctx.metrics, { ...ctx.config.lookups, maxBytes: ctx.config.memory.callersBytes });
+    callerCaches.set(ctx, c);
+  }
+  return c;
 }
 
 async function member(ctx: ShimContext, realm: Realm, userId: number, headers: Record<string, string>) {

@@ -27,11 +27,17 @@ export interface OwnRow {
 /**
  * An email → user id lookup over the given lists, built on first use (2.1 bot owners). An email
  * several rows share maps by X10's one rule (emailPicks: the one active user, else none); a row
- * without `is_active` counts as active, as in the user directory. Pure.
+ * without `is_active` counts as active, as in the user directory. Such an email, when looked up,
+ * is recorded in `shared` with the id it stood for (X10: the caller logs it).
  */
-export function emailIndex(lists: ReadonlyArray<readonly unknown[]>): (email: string) => number | undefined {
+export function emailIndex(
+  lists: ReadonlyArray<readonly unknown[]>,
+  shared?: Map<string, number | undefined>,
+): (email: string) => number | undefined {
   let index: Map<string, number> | undefined;
+  const sharedKeys = new Set<string>();
   return (email) => {
+    const wanted = email.toLowerCase();
     if (!index) {
       const rowsOf = new Map<string, Row[]>();
       for (const list of lists) {
@@ -45,6 +51,7 @@ export function emailIndex(lists: ReadonlyArray<readonly unknown[]>): (email: st
       }
       index = new Map();
       for (const [key, rows] of rowsOf) {
+        if (rows.length > 1) sharedKeys.add(key);
         const at =
           rows.length === 1
             ? 0
@@ -55,7 +62,9 @@ export function emailIndex(lists: ReadonlyArray<readonly unknown[]>): (email: st
         if (at >= 0) index.set(key, rows[at]!.user_id as number);
       }
     }
-    return index.get(email.toLowerCase());
+    const id = index.get(wanted);
+    if (sharedKeys.has(wanted)) shared?.set(wanted, id);
+    return id;
   };
 }
 

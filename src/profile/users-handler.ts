@@ -9,7 +9,7 @@ import { realmOf, type Realm } from '../upstream/realm.js';
 import { COMPLETE_FROM_LEVEL, changesAbove, noneAdded, type Added } from './changes/index.js';
 import { addedHeaders, levelOrZero } from './handler.js';
 import { emailIsPublic } from './changes/fl163-delivery-email.js';
-import { lookUp } from './lookups.js';
+import { callers, lookUp } from './lookups.js';
 import { backfillList, emailIndex, isRow, parseWithListInSteps, stringifyInSteps, type OwnRow } from './user-objects.js';
 
 /**
@@ -85,19 +85,17 @@ const hidden = (row: unknown) => isRow(row) && !('delivery_email' in row) && !em
 
 /**
  * V2: the caller always sees its own real address, so its own row carries it. Asked only when
- * some address in the answer is hidden: the caller's GET /users/me gives its id (and from 6.0
- * its address); before, the cached register lookup does. Undefined when either fails (E4: the
- * row then keeps the rule's `null`).
+ * some address in the answer is hidden (so only before 6.0), after the upstream has accepted the
+ * caller's credentials for the answer: the caller's GET /users/me, cached per caller
+ * (callers.ts), gives its id (and, where it shows it, its address); else the cached register
+ * lookup does. Undefined when either fails (E4: the row then keeps the rule's `null`).
  */
 async function ownRowOf(req: IncomingMessage, ctx: ShimContext, realm: Realm, url: string): Promise<OwnRow | undefined> {
   const headers = forwardedHeaders(req);
   try {
-    const r = await timedUpstream(req, () => ctx.client.fetch({ realm, method: 'GET', path: `${prefixOf(url)}/users/me`, headers }));
-    if (!isSuccess(r.status)) return undefined;
-    const me = parseJsonObject(r.body);
-    const userId = me.user_id;
-    if (typeof userId !== 'number' || !Number.isInteger(userId)) return undefined;
-    if (typeof me.delivery_email === 'string') return { userId, deliveryEmail: me.delivery_email };
+    const me = `${prefixOf(url)}/users/me`;
+    const { userId, deliveryEmail } = await timedUpstream(req, () => callers(ctx).get(realm, req.headers, me, headers));
+    if (deliveryEmail !== undefined) return { userId, deliveryEmail };
     const found = await timedUpstream(req, () => lookUp(ctx, new Set(['delivery_email']), realm, userId, headers));
     return { userId, deliveryEmail: found.deliveryEmail };
   } catch (e) {
@@ -125,7 +123,9 @@ export const usersHandler: Handler = async (req, res, ctx) => {
   if (!Array.isArray(members)) return relayBuffered(res, r);
   const own = members.some(hidden) ? await ownRowOf(req, ctx, realm, url) : undefined;
   const into = noneAdded();
-  await backfillList(members, changesAbove(featureLevel), into, { idOfEmail: emailIndex([members]), own });
+  const sharedOwners = new Map<string, number | undefined>();
+  await backfillList(members, changesAbove(featureLevel), into, { idOfEmail: emailIndex([members], sharedOwners), own });
+  ctx.users.logAmbiguousBotOwners(realm, sharedOwners); // X10
   if (into.added.length === 0) return relayBuffered(res, r); // V4: the upstream's bytes
   const out = await stringifyInSteps(body, ['members']);
   await sendEncoded(req, res, r.status, { raw: out }, backfilledHeaders(r, into));
@@ -187,6 +187,8 @@ export const userHandler: Handler = async (req, res, ctx) => {
   if (!user) return sendJson(res, 400, NO_SUCH_USER);
   const own = hidden(user) ? await ownRowOf(req, ctx, realm, url) : undefined;
   const into = noneAdded();
-  await backfillList([user], changes, into, { idOfEmail: emailIndex([members]), own });
+  const sharedOwners = new Map<string, number | undefined>();
+  await backfillList([user], changes, into, { idOfEmail: emailIndex([members], sharedOwners), own });
+  ctx.users.logAmbiguousBotOwners(realm, sharedOwners); // X10
   sendJson(res, 200, { result: 'success', msg: '', user }, backfilledHeaders(r, into));
 };

@@ -38,6 +38,8 @@ export class Exchange implements Dispatcher.DispatchHandler {
   readonly options: Dispatcher.DispatchOptions;
   controller: Dispatcher.DispatchController | undefined;
   clientGone = false;
+  /** The upstream exchange has ended (answered or failed): nothing is left to abort. */
+  settled = false;
 
   constructor(
     readonly req: IncomingMessage,
@@ -63,9 +65,11 @@ export class Exchange implements Dispatcher.DispatchHandler {
     for (const pass of WEB_OUTGOING) pass.onData?.(this, c, chunk);
   }
   onResponseEnd(): void {
+    this.settled = true;
     this.res.end();
   }
   onResponseError(_c: Dispatcher.DispatchController, err: Error): void {
+    this.settled = true;
     if (!this.clientGone) fail(this, err);
   }
 }
@@ -99,10 +103,13 @@ export const pipeBody: IncomingPass = (x) => {
   if (hasBody) x.options.body = x.req;
 };
 
-/** A client that goes away ends the upstream request too: no socket is left behind. */
+/**
+ * A client that goes away, or an answer the shim ends itself (the drain deadline's 503, X9),
+ * ends the upstream request too: nothing is left behind upstream.
+ */
 export const abortWithClient: IncomingPass = (x) => {
   x.res.on('close', () => {
-    if (x.res.writableFinished) return;
+    if (x.settled) return;
     x.clientGone = true;
     x.controller?.abort(new ClientGone());
   });
@@ -146,7 +153,8 @@ export const WEB_OUTGOING: readonly OutgoingPass[] = [writeHeaders, streamBody];
 
 function fail(x: Exchange, err: Error): void {
   const { res } = x;
-  if (res.destroyed || isClientAbort(err)) return; // the client left
+  // The client left, or the shim already answered (X9 drain): nothing more to write.
+  if (res.destroyed || res.writableEnded || isClientAbort(err)) return;
   if (isUnsendable(err)) {
     // A request that cannot be sent on as it came (`OPTIONS *`, say) is the client's error,
     // not the upstream's: 400, not 502 (E2).

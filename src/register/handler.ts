@@ -2,7 +2,7 @@ import { setImmediate } from 'node:timers/promises';
 import type { ServerResponse } from 'node:http';
 import { pipeline } from 'node:stream/promises';
 import { facts, timedUpstream, type Handler } from '../context.js';
-import { type Bounded, type Params, parseParams, readBody, readUpTo } from '../http/body.js';
+import { type Bounded, parseParams, readBody, readUpTo } from '../http/body.js';
 import { sendEncoded } from '../http/compress.js';
 import { endToEnd } from '../http/headers.js';
 import { isSuccess, relay, relayBuffered, rewrittenHeaders } from '../http/relay.js';
@@ -15,7 +15,15 @@ import { historyCutoff } from '../presence/ledger.js';
 import { takeInAnswer, upstreamTime, type Asker, type Format } from '../presence/intake.js';
 import { parseJsonInt, readJsonBool } from '../presence/params.js';
 import { everyCallerSeesTheSameUsers } from '../presence/snapshots.js';
-import { backfillRegisterUsers, parseRegisterAnswer, registerNeedsUsers, serializeRegister } from './users.js';
+import {
+  backfillRegisterUsers,
+  eventTypesOf,
+  fetchesType,
+  parseRegisterAnswer,
+  registerNeedsUsers,
+  serializeRegister,
+  type EventTypes,
+} from './users.js';
 import { addedHeaders } from '../profile/handler.js';
 
 /**
@@ -26,16 +34,10 @@ import { addedHeaders } from '../profile/handler.js';
  * its meaning; a register without presence is passed on byte for byte.
  */
 
-/** Do the event types fetched at register include presence? (fetch_event_types defaults to event_types, which defaults to all.) */
-export function fetchesPresence(params: Params): boolean {
-  const raw = params.get('fetch_event_types') ?? params.get('event_types');
-  if (raw === undefined) return true;
-  try {
-    const v: unknown = JSON.parse(raw);
-    return !Array.isArray(v) || v.includes('presence');
-  } catch {
-    return true; // the upstream will reject it; the answer then passes unchanged (E1)
-  }
+/** Do the event types fetched at register include presence? */
+export function fetchesPresence(types: EventTypes): boolean {
+  // Unreadable: the upstream will reject it; the answer then passes unchanged (E1).
+  return types.unreadable || fetchesType(types, 'presence');
 }
 
 /** The upstream's answer as it came: buffered when it was read whole, else what was read and the rest streamed. */
@@ -58,8 +60,9 @@ export const registerHandler: Handler = async (req, res, ctx) => {
   // The client's request goes upstream as it came (R2); only the answer may change.
   const headers: Record<string, string> = { ...forwardedHeaders(req) };
   if (req.headers['content-type']) headers['content-type'] = req.headers['content-type'];
-  const withPresence = featureLevel < FL.LAST_UPDATE_ID && fetchesPresence(params);
-  const withUsers = registerNeedsUsers(featureLevel, params); // V1, V3: register/users.ts
+  const types = eventTypesOf(params); // parsed once, for every question below
+  const withPresence = featureLevel < FL.LAST_UPDATE_ID && fetchesPresence(types);
+  const withUsers = registerNeedsUsers(featureLevel, types); // V1, V3: register/users.ts
   // P12 in register (feature level 288), which old servers do not know: E3 before the call.
   const historyLimitDays = withPresence
     ? parseJsonInt('presence_history_limit_days', params.get('presence_history_limit_days'))
@@ -97,7 +100,9 @@ export const registerHandler: Handler = async (req, res, ctx) => {
   const started = performance.now();
   const body = await parseRegisterAnswer(bounded.body);
   await setImmediate(); // a large register answer: let other requests run after parsing it
-  const users = withUsers ? await backfillRegisterUsers(body, featureLevel, params) : undefined;
+  const sharedOwners = new Map<string, number | undefined>();
+  const users = withUsers ? await backfillRegisterUsers(body, featureLevel, types, sharedOwners) : undefined;
+  ctx.users.logAmbiguousBotOwners(realm, sharedOwners); // X10
   const presences = body.presences;
   if (!withPresence || !presences || typeof presences !== 'object' || Array.isArray(presences)) {
     // No presence in it (a spectator, an upstream that left it out): as it came unless users were filled (V4).

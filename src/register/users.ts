@@ -73,25 +73,40 @@ const RENAMED_SETTINGS: ReadonlyArray<readonly [legacy: string, modern: string]>
 /** Feature level 3 (Zulip 3.0): the `presence_enabled` setting; 2.1 has no invisible mode. */
 const PRESENCE_ENABLED_LEVEL = 3;
 
-/** Does the register fetch this event type? (fetch_event_types defaults to event_types, which defaults to all.) */
-export function fetchesType(params: Params, type: string): boolean {
+/**
+ * The event types a register fetches, read once per request: `fetch_event_types`, which
+ * defaults to `event_types`, which defaults to all.
+ */
+export interface EventTypes {
+  /** The types listed; undefined: every type (none given, or JSON that is not a list). */
+  readonly listed: readonly unknown[] | undefined;
+  /** Not JSON: the upstream will reject the register; its answer then passes unchanged (E1). */
+  readonly unreadable: boolean;
+}
+
+export function eventTypesOf(params: Params): EventTypes {
   const raw = params.get('fetch_event_types') ?? params.get('event_types');
-  if (raw === undefined) return true;
+  if (raw === undefined) return { listed: undefined, unreadable: false };
   try {
     const v: unknown = JSON.parse(raw);
-    return !Array.isArray(v) || v.includes(type);
+    return { listed: Array.isArray(v) ? v : undefined, unreadable: false };
   } catch {
-    return false; // the upstream will reject it; its answer then passes unchanged (E1)
+    return { listed: undefined, unreadable: true };
   }
 }
 
-const asksForSettings = (params: Params) => fetchesType(params, 'realm_user') || fetchesType(params, 'user_settings');
+/** Does the register fetch this event type? Nothing, as far as the shim goes, when unreadable. */
+export function fetchesType(types: EventTypes, type: string): boolean {
+  return !types.unreadable && (types.listed === undefined || types.listed.includes(type));
+}
+
+const asksForSettings = (types: EventTypes) => fetchesType(types, 'realm_user') || fetchesType(types, 'user_settings');
 
 /** Must the answer be read for its users (V1) or its user_settings (V3)? */
-export function registerNeedsUsers(featureLevel: number, params: Params): boolean {
+export function registerNeedsUsers(featureLevel: number, types: EventTypes): boolean {
   return (
-    (featureLevel < COMPLETE_FROM_LEVEL && fetchesType(params, 'realm_user')) ||
-    (featureLevel < USER_SETTINGS_LEVEL && asksForSettings(params))
+    (featureLevel < COMPLETE_FROM_LEVEL && fetchesType(types, 'realm_user')) ||
+    (featureLevel < USER_SETTINGS_LEVEL && asksForSettings(types))
   );
 }
 
@@ -112,8 +127,14 @@ export function userSettingsOf(body: Readonly<Record<string, unknown>>, featureL
 /**
  * Fills the answer's user lists and adds `user_settings`, in place; returns what was added
  * (U4). The caller's own row gets its real address from the answer's top-level `delivery_email`.
+ * 2.1 bot owners named by an email several users share are recorded in `sharedOwners` (X10).
  */
-export async function backfillRegisterUsers(body: Record<string, unknown>, featureLevel: number, params: Params): Promise<Added> {
+export async function backfillRegisterUsers(
+  body: Record<string, unknown>,
+  featureLevel: number,
+  types: EventTypes,
+  sharedOwners?: Map<string, number | undefined>,
+): Promise<Added> {
   const into = noneAdded();
   const changes = changesAbove(featureLevel);
   const lists = USER_LISTS.map((k) => body[k]).filter((v): v is unknown[] => Array.isArray(v));
@@ -122,10 +143,10 @@ export async function backfillRegisterUsers(body: Record<string, unknown>, featu
       typeof body.user_id === 'number'
         ? { userId: body.user_id, deliveryEmail: typeof body.delivery_email === 'string' ? body.delivery_email : undefined }
         : undefined;
-    const idOfEmail = emailIndex(lists);
+    const idOfEmail = emailIndex(lists, sharedOwners);
     for (const list of lists) await backfillList(list, changes, into, { idOfEmail, own });
   }
-  if (featureLevel < USER_SETTINGS_LEVEL && !('user_settings' in body) && asksForSettings(params)) {
+  if (featureLevel < USER_SETTINGS_LEVEL && !('user_settings' in body) && asksForSettings(types)) {
     const settings = userSettingsOf(body, featureLevel);
     if (settings) {
       body.user_settings = settings;

@@ -155,7 +155,7 @@ function columnsOf(members: Member[]): UserColumns {
 }
 
 /** Members of a parsed `GET /users` answer (`{"members": [...]}`); rows that cannot be read are left out. */
-export function membersOf(answer: Record<string, unknown>): Member[] {
+function membersOf(answer: Record<string, unknown>): Member[] {
   if (!Array.isArray(answer.members)) throw new BadAnswer('GET /users has no members list');
   const out: Member[] = [];
   for (const row of answer.members) {
@@ -176,7 +176,7 @@ export function userColumnsFromRows(rows: string): UserColumns {
   return columnsOf(rows === '' ? [] : rows.split('\n').map(unpackMember));
 }
 
-export function parseObject(bytes: Uint8Array): Record<string, unknown> {
+function parseObject(bytes: Uint8Array): Record<string, unknown> {
   let v: unknown;
   try {
     v = JSON.parse(Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString('utf8'));

@@ -179,6 +179,14 @@ export async function directoryOf(answer: Record<string, unknown>, fetchedAt: nu
   return Directory.of(columns, fetchedAt);
 }
 
+/** Whether a once-per-realm log line is due for this realm, marking it logged (bounded, X2). */
+function firstFor(logged: Set<string>, realm: Realm): boolean {
+  if (logged.has(realm.key)) return false;
+  if (logged.size >= 1_000) logged.clear();
+  logged.add(realm.key);
+  return true;
+}
+
 export class UserDirectory {
   private readonly cache: SharedCache<Directory, LoadContext>;
   private readonly minRefreshMs: number;
@@ -189,6 +197,8 @@ export class UserDirectory {
   private tooLargeLogged = false;
   /** Realms whose shared emails were logged already (X10: once). */
   private readonly ambiguityLogged = new Set<string>();
+  /** Realms whose bot owners named by a shared email were logged already (X10: once). */
+  private readonly ownerAmbiguityLogged = new Set<string>();
 
   constructor(
     private readonly client: UpstreamClient,
@@ -272,14 +282,26 @@ export class UserDirectory {
   }
 
   private logAmbiguity(realm: Realm, dir: Directory): void {
-    if (this.ambiguityLogged.has(realm.key)) return;
-    if (this.ambiguityLogged.size >= 1_000) this.ambiguityLogged.clear();
-    this.ambiguityLogged.add(realm.key);
+    if (!firstFor(this.ambiguityLogged, realm)) return;
     const emails = [...dir.ambiguousEmails].slice(0, 10);
     const userIds = emails.map((e) => dir.idOf(e) ?? null);
     this.log.warn(
       { realm: realm.host, shared: dir.ambiguousEmails.size, unmapped: userIds.filter((id) => id === null).length, userIds },
       'user list: several users share an email; presence goes to the one active user, or to nobody when that is not one',
+    );
+  }
+
+  /**
+   * X10: 2.1 bots whose owner is named by an email several users of a list share (the user id
+   * each such email stood for, by emailPicks; undefined for none), logged once per realm.
+   */
+  logAmbiguousBotOwners(realm: Realm, owners: ReadonlyMap<string, number | undefined>): void {
+    if (owners.size === 0 || !firstFor(this.ownerAmbiguityLogged, realm)) return;
+    const userIds = [...owners.values()].slice(0, 10).map((id) => id ?? null);
+    const unmapped = [...owners.values()].filter((id) => id === undefined).length;
+    this.log.warn(
+      { realm: realm.host, shared: owners.size, unmapped, userIds },
+      "user list: a bot's owner is named by an email several users share; bot_owner_id is the one active user, or null when that is not one",
     );
   }
 

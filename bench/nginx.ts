@@ -14,9 +14,7 @@ export type NginxFound = { bin: string; version: string } | { bin?: undefined; r
 
 function locate(): string | undefined {
   for (const p of ['/usr/sbin/nginx', '/usr/bin/nginx', '/usr/local/sbin/nginx', '/usr/local/bin/nginx']) if (existsSync(p)) return p;
-  const which = spawnSync('sh', ['-c', 'command -v nginx'], { encoding: 'utf8' });
-  const p = which.stdout.trim();
-  return which.status === 0 && p ? p : undefined;
+  return onPath('nginx');
 }
 
 function versionOf(bin: string): string {
@@ -24,22 +22,41 @@ function versionOf(bin: string): string {
   return (r.stderr || r.stdout).trim().replace(/^nginx version:\s*/, '');
 }
 
-/** Finds nginx; when missing, installs Debian's package with apt-get if this is possible. */
-export function findNginx(allowInstall: boolean): NginxFound {
-  let bin = locate();
-  if (bin) return { bin, version: versionOf(bin) };
-  if (!allowInstall) return { reason: 'nginx not installed (installation not allowed in this run)' };
-  if (process.platform !== 'linux' || process.getuid?.() !== 0) return { reason: 'nginx not installed, and apt-get needs root' };
-  if (spawnSync('sh', ['-c', 'command -v apt-get'], { encoding: 'utf8' }).status !== 0)
-    return { reason: 'nginx not installed, and no apt-get' };
+/**
+ * Finds a program of the benches (nginx, wrk): on PATH, or installed from Debian's package with
+ * apt-get when that is allowed and possible (root on Linux).
+ */
+export function findProgram(
+  name: string,
+  allowInstall: boolean,
+  locateIt: () => string | undefined = () => onPath(name),
+): string | { reason: string } {
+  let bin = locateIt();
+  if (bin) return bin;
+  const how = `apt-get install -y ${name}`;
+  if (!allowInstall) return { reason: `${name} not installed (installation not allowed in this run; \`${how}\` as root installs it)` };
+  if (process.platform !== 'linux' || process.getuid?.() !== 0) return { reason: `${name} not installed, and \`${how}\` needs root` };
+  if (!onPath('apt-get')) return { reason: `${name} not installed, and no apt-get` };
   const env = { ...process.env, DEBIAN_FRONTEND: 'noninteractive' };
-  const install = () => spawnSync('apt-get', ['install', '-y', 'nginx'], { stdio: 'inherit', env, timeout: 300_000 }).status === 0;
+  const install = () => spawnSync('apt-get', ['install', '-y', name], { stdio: 'inherit', env, timeout: 300_000 }).status === 0;
   if (!install()) {
     spawnSync('apt-get', ['update'], { stdio: 'inherit', env, timeout: 300_000 });
-    if (!install()) return { reason: 'apt-get install -y nginx failed' };
+    if (!install()) return { reason: `${how} failed` };
   }
-  bin = locate();
-  return bin ? { bin, version: versionOf(bin) } : { reason: 'nginx installed but not found on PATH' };
+  bin = locateIt();
+  return bin ?? { reason: `${name} installed but not found on PATH` };
+}
+
+function onPath(name: string): string | undefined {
+  const which = spawnSync('sh', ['-c', `command -v ${name}`], { encoding: 'utf8' });
+  const p = which.stdout.trim();
+  return which.status === 0 && p ? p : undefined;
+}
+
+/** Finds nginx; when missing, installs Debian's package with apt-get if this is possible. */
+export function findNginx(allowInstall: boolean): NginxFound {
+  const bin = findProgram('nginx', allowInstall, locate);
+  return typeof bin === 'string' ? { bin, version: versionOf(bin) } : bin;
 }
 
 async function freePort(): Promise<number> {

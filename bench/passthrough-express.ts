@@ -4,7 +4,7 @@
  *   direct          the upstream itself
  *   raw → proxy     a raw http server handing every request to the pass-through (src/proxy/passthrough.ts)
  *   … + metrics     the same with the upstream metrics hook (route label, counter, histogram)
- *   express → proxy the same pass-through behind `express()` + `app.use((req, res) => proxy.web(req, res))`
+ *   express → proxy the same pass-through behind `express()` + `app.use((req, res) => proxy.web(req, res, UNLOGGED))`
  *   shim            the shim as built (createShim: raw server, request log, metrics, pass-through)
  *   shim, info log  the same with a request log line per request (to /dev/null)
  *
@@ -20,6 +20,9 @@ import { createRequire } from 'node:module';
 import { cpus, loadavg } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
+
+/** The pass-through alone, without the request log: a fixed id and label. */
+const UNLOGGED = { requestId: 'bench', route: 'other' as const };
 
 type Role = 'upstream' | 'raw' | 'raw-metrics' | 'express' | 'shim';
 
@@ -62,10 +65,10 @@ async function serve(role: Role, upstream: string, logLevel: string): Promise<nu
     observe: role === 'raw-metrics' ? upstreamObserver(createMetrics()) : undefined,
   });
   const proxy = createPassThrough({ target: upstream, transport, insecureTls: false, log });
-  if (role === 'raw' || role === 'raw-metrics') return listen(http.createServer((req, res) => proxy.web(req, res)));
+  if (role === 'raw' || role === 'raw-metrics') return listen(http.createServer((req, res) => proxy.web(req, res, UNLOGGED)));
   const { default: express } = await import('express');
   const app = express();
-  app.use((req, res) => proxy.web(req, res));
+  app.use((req, res) => proxy.web(req, res, UNLOGGED));
   return listen(http.createServer(app));
 }
 

@@ -7,6 +7,9 @@ import { cannon } from './load.js';
 import { findNginx, startNginx } from './nginx.js';
 import { basicAuth, SMALL_PATH } from './synthetic-upstream.js';
 
+/** The pass-through alone, without the request log: a fixed id and label. */
+const UNLOGGED = { requestId: 'bench', route: 'other' as const };
+
 /**
  * Where B4's pass-through time goes: the same small JSON answer through
  *   direct                  the synthetic upstream itself
@@ -37,7 +40,7 @@ async function serve(role: string, upstream: string): Promise<void> {
     const { createTransport } = await import('../src/upstream/transport.js');
     const transport = createTransport({ target: upstream, timeoutMs: 120_000, maxSockets: 256, insecureTls: false });
     const pt = createPassThrough({ target: upstream, transport, insecureTls: false, log: createLogger('warn') });
-    handler = (req, res) => pt.web(req, res);
+    handler = (req, res) => pt.web(req, res, UNLOGGED);
     close = async () => {
       await pt.close();
       await transport.close();

@@ -45,6 +45,13 @@ export function facts(req: IncomingMessage): RequestFacts {
   return r[FACTS];
 }
 
+/** The request's facts so far, without adding any (the log line reads them). */
+export function factsOf(req: IncomingMessage): RequestFacts {
+  return (req as IncomingMessage & { [FACTS]?: RequestFacts })[FACTS] ?? NO_FACTS;
+}
+
+const NO_FACTS: RequestFacts = Object.freeze({});
+
 /** Times an upstream call and adds it to the request's upstream time. */
 export async function timedUpstream<T>(req: IncomingMessage, call: () => Promise<T>): Promise<T> {
   const start = performance.now();

@@ -40,27 +40,40 @@ export type Route =
   | { kind: 'upstream'; path: string };
 
 interface Pattern {
-  method: string;
+  /** The literal text before the first `{name}` segment: a path that lacks it cannot match. */
+  prefix: string;
   /** Segments after the leading `/`; undefined stands for a `{name}` segment. */
   segments: Array<string | undefined>;
   handler: Handler;
 }
 
-function compile(table: ReadonlyMap<string, Handler>): { exact: Map<string, Handler>; patterns: Pattern[] } {
-  const exact = new Map<string, Handler>();
-  const patterns: Pattern[] = [];
+interface Compiled {
+  /** By method, then exact path. */
+  exact: Map<string, Map<string, Handler>>;
+  /** By method. */
+  patterns: Map<string, Pattern[]>;
+}
+
+function compile(table: ReadonlyMap<string, Handler>): Compiled {
+  const exact = new Map<string, Map<string, Handler>>();
+  const patterns = new Map<string, Pattern[]>();
   for (const [key, handler] of table) {
     const [method, path] = key.split(' ') as [string, string];
-    if (!path.includes('{')) exact.set(key, handler);
-    else
-      patterns.push({
-        method,
-        segments: path
-          .slice(1)
-          .split('/')
-          .map((s) => (/^\{\w+\}$/.test(s) ? undefined : s)),
-        handler,
-      });
+    const brace = path.indexOf('{');
+    if (brace < 0) {
+      if (!exact.has(method)) exact.set(method, new Map());
+      exact.get(method)!.set(path, handler);
+      continue;
+    }
+    if (!patterns.has(method)) patterns.set(method, []);
+    patterns.get(method)!.push({
+      prefix: path.slice(0, brace),
+      segments: path
+        .slice(1)
+        .split('/')
+        .map((s) => (/^\{\w+\}$/.test(s) ? undefined : s)),
+      handler,
+    });
   }
   return { exact, patterns };
 }
@@ -68,16 +81,18 @@ function compile(table: ReadonlyMap<string, Handler>): { exact: Map<string, Hand
 const compiled = compile(INTERCEPTED);
 const OWN: ReadonlySet<string> = new Set(OWN_PATHS);
 
-/** The route of a request: its method and its request target as sent. */
+/**
+ * The route of a request: its method and its request target as sent. Runs on every request, so
+ * it allocates nothing for a pass-through path that no pattern's literal prefix fits.
+ */
 export function routeOf(method: string | undefined, target: string | undefined): Route {
   const path = routingPath(target ?? '/');
   if (OWN.has(path)) return { kind: 'own', path: path as OwnPath };
-  const exact = compiled.exact.get(`${method} ${path}`);
+  const exact = compiled.exact.get(method ?? '')?.get(path);
   if (exact) return { kind: 'intercepted', path, handler: exact };
-  // Split only for a method some pattern has: most pass-through requests never need it.
   let segments: string[] | undefined;
-  for (const p of compiled.patterns) {
-    if (p.method !== method) continue;
+  for (const p of compiled.patterns.get(method ?? '') ?? []) {
+    if (!path.startsWith(p.prefix)) continue;
     segments ??= path.slice(1).split('/');
     if (matches(p.segments, segments)) return { kind: 'intercepted', path, handler: p.handler };
   }
@@ -105,8 +120,10 @@ export function routingPath(target: string): string {
   let path = target;
   const scheme = path.startsWith('/') ? null : /^[a-z][a-z0-9+.-]*:\/\/[^/?#]*/i.exec(path);
   if (scheme) path = path.slice(scheme[0].length);
-  const end = path.search(/[?#]/);
-  if (end >= 0) path = path.slice(0, end);
+  const query = path.indexOf('?');
+  if (query >= 0) path = path.slice(0, query);
+  const fragment = path.indexOf('#');
+  if (fragment >= 0) path = path.slice(0, fragment);
   // Most paths need none of the steps below: each runs only where its character is present.
   if (path.includes('%')) path = path.replace(/%([0-9a-f]{2})/gi, (_, hex: string) => String.fromCharCode(Number.parseInt(hex, 16)));
   if (!path.startsWith('/')) path = `/${path}`;

@@ -230,27 +230,37 @@ export function createShim(o: ShimOptions): Shim {
     }
   };
 
+  /**
+   * Why a request for the upstream is answered here instead (undefined: it may go on). X6: Zulip
+   * picks the realm by Host, so without one there is nothing to ask it for; X2: a host outside
+   * --realm-hosts costs no upstream call.
+   */
+  const refusal = (req: IncomingMessage): ShimError | undefined =>
+    !req.headers.host ? missingHost() : !admitted(req.headers.host) ? unknownRealm() : undefined;
+
   /** Responses not yet finished, for the drain deadline (X9). */
   const inFlight = new Set<ServerResponse>();
   const server = http.createServer({ requireHostHeader: false }, (req, res) => {
     try {
       distrustForwarded(req, trustedProxies); // X4, before anything reads them
       inFlight.add(res);
-      res.once('close', () => inFlight.delete(res));
+      res.on('close', () => inFlight.delete(res));
       const route = routeOf(req.method, req.url);
-      logRequest(req, res, route.path, route.kind === 'own');
+      const logged = logRequest(req, res, route.path, route.kind === 'own');
+      const gate = route.kind === 'own' ? undefined : refusal(req);
+      if (route.kind === 'upstream' && !gate) {
+        // The pass-through writes the request id into its one answer head.
+        passThrough.web(req, res, logged);
+        return;
+      }
+      // Every answer the shim writes itself carries the request id.
+      res.setHeader('x-request-id', logged.requestId);
       if (route.kind === 'own') {
         void serveOwn(route.path, req, res);
         return;
       }
-      // X6: Zulip picks the realm by Host; without one there is nothing to ask it for.
-      if (!req.headers.host) {
-        sendShimError(res, missingHost(), { connection: 'close' });
-        return;
-      }
-      // X2: a host outside --realm-hosts is answered here, with no upstream call.
-      if (!admitted(req.headers.host)) {
-        sendShimError(res, unknownRealm());
+      if (gate) {
+        sendShimError(res, gate, req.headers.host ? {} : { connection: 'close' });
         return;
       }
       if (route.kind === 'intercepted') {
@@ -258,8 +268,6 @@ export function createShim(o: ShimOptions): Shim {
         const q = req.url?.indexOf('?') ?? -1;
         req.url = encodePath(route.path) + (q >= 0 ? req.url!.slice(q) : '');
         void intercept(route.handler, req, res);
-      } else {
-        passThrough.web(req, res);
       }
     } catch (e) {
       // E4: a fault on the way in costs this request a 500, never the process.
@@ -269,8 +277,8 @@ export function createShim(o: ShimOptions): Shim {
   });
   server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
     distrustForwarded(req, trustedProxies); // X4
-    // The same gate as for every other request (X2, X6), before the upstream hears of it.
-    const refused = !req.headers.host ? missingHost() : !admitted(req.headers.host) ? unknownRealm() : undefined;
+    // The same gate as for every other request, before the upstream hears of it.
+    const refused = refusal(req);
     if (refused) {
       socket.on('error', () => socket.destroy());
       endSocketWithShimError(socket, refused);

@@ -4,6 +4,7 @@ import { resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import request from 'supertest';
 import { createMetrics } from '../src/observability/metrics.js';
+import { routeLabel } from '../src/observability/route-label.js';
 import { upstreamObserver } from '../src/observability/upstream-metrics.js';
 import { VERSION } from '../src/version.js';
 import { startFake, type FakeZulip } from './support/fake-zulip.js';
@@ -178,12 +179,12 @@ describe('upstream unreachable', () => {
 });
 
 describe('upstreamObserver', () => {
-  it('maps paths to route labels and outcomes to status labels', async () => {
+  it('counts by route label and maps outcomes to status labels', async () => {
     const m = createMetrics();
     const observe = upstreamObserver(m);
-    observe('/api/v1/users/me/presence', 200, 0.02);
-    observe('/json/users/me/presence', 200, 0.03);
-    observe('/api/v1/users/me', 'error', 0.001);
+    observe(routeLabel('/api/v1/users/me/presence'), 200, 0.02);
+    observe(routeLabel('/json/users/me/presence'), 200, 0.03);
+    observe(routeLabel('/api/v1/users/me'), 'error', 0.001);
     const e = parsePrometheusText(await m.registry.metrics());
     expect(e.errors).toEqual([]);
     expect(requests(e, 'presence', '2xx')).toBe(2);

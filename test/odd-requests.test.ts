@@ -1,7 +1,8 @@
 import http from 'node:http';
 import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { removeDotSegments, routeOf, routingPath } from '../src/routes.js';
+import fc from 'fast-check';
+import { INTERCEPTED, removeDotSegments, routeOf, routingPath } from '../src/routes.js';
 import { realmHostMatcher } from '../src/realm-hosts.js';
 import { startFake, type FakeZulip } from './support/fake-zulip.js';
 import { sendRaw } from './support/http-client.js';
@@ -90,6 +91,45 @@ describe('routing path (X6): what the upstream router sees', () => {
     expect(routeOf('GET', '/api/v1/users/me/subscriptions').kind).toBe('upstream');
     expect(routeOf('POST', '/healthz').kind).toBe('own');
     expect(routeOf('GET', '/x/../metrics?a')).toEqual({ kind: 'own', path: '/metrics' });
+  });
+
+  it('the compiled table routes as a plain reading of INTERCEPTED would, for any path', () => {
+    // The reference: an exact entry first, else the first `{name}` entry whose segments fit (one non-empty segment each).
+    const reference = (method: string, path: string) => {
+      const exact = INTERCEPTED.get(`${method} ${path}`);
+      if (exact) return exact;
+      for (const [key, handler] of INTERCEPTED) {
+        const [m, p] = key.split(' ') as [string, string];
+        const want = p.split('/');
+        const got = path.split('/');
+        if (m === method && want.length === got.length && want.every((w, i) => (w.startsWith('{') ? got[i] !== '' : w === got[i])))
+          return handler;
+      }
+      return undefined;
+    };
+    // Paths near the table's own: one of its paths with `{name}` filled, then maybe one segment changed, added or dropped.
+    const templates = [...INTERCEPTED.keys()].map((k) => k.split(' ')[1]!.slice(1).split('/'));
+    const segment = fc.constantFrom('api', 'v1', 'json', 'users', 'me', 'presence', 'register', '12', 'a@b.c', '', '..', 'x');
+    const nearPath = fc
+      .tuple(fc.constantFrom(...templates), segment, fc.nat(6), segment, fc.constantFrom('keep', 'change', 'add', 'drop'))
+      .map(([template, fill, at, other, how]) => {
+        const segments = template.map((s) => (s.startsWith('{') ? fill : s));
+        const i = at % (segments.length + 1);
+        if (how === 'change') segments[i] = other;
+        else if (how === 'add') segments.splice(i, 0, other);
+        else if (how === 'drop') segments.splice(i, 1);
+        return segments;
+      });
+    fc.assert(
+      fc.property(fc.constantFrom('GET', 'POST', 'HEAD', 'PATCH'), nearPath, (method, segments) => {
+        const path = routingPath(`/${segments.join('/')}`);
+        const route = routeOf(method, path);
+        const want = reference(method, path);
+        if (route.kind === 'own') return;
+        expect(route.kind === 'intercepted' ? route.handler : undefined).toBe(want);
+      }),
+      { numRuns: 2000 },
+    );
   });
 });
 

@@ -51,6 +51,25 @@ describe('pass-through (T1, E1, E2)', () => {
     expect(echo.headers['x-request-id']).toBeTruthy();
   });
 
+  it('puts the request id on every answer: the one sent upstream, the client’s own when sane', async () => {
+    const made = await request(shim.url).get('/test/echo').set('Host', 'chat.example.com');
+    const sent = (made.body as { headers: Record<string, string> }).headers['x-request-id'];
+    expect(sent).toMatch(/^[0-9a-f-]{36}$/);
+    expect(made.headers['x-request-id']).toBe(sent);
+    const given = await request(shim.url).get('/test/echo').set('Host', 'chat.example.com').set('X-Request-Id', 'trace-42');
+    expect((given.body as { headers: Record<string, string> }).headers['x-request-id']).toBe('trace-42');
+    expect(given.headers['x-request-id']).toBe('trace-42');
+    const insane = await request(shim.url).get('/test/echo').set('Host', 'chat.example.com').set('X-Request-Id', 'a b\u00e9');
+    expect(insane.headers['x-request-id']).toMatch(/^[0-9a-f-]{36}$/);
+    // Answers the shim writes itself: its own paths, a refused Host, an intercepted endpoint.
+    for (const r of [
+      await request(shim.url).get('/healthz'),
+      await request(shim.url).get('/test/echo').set('Host', ''),
+      await request(shim.url).get('/api/v1/users/me').set('Host', 'chat.example.com'),
+    ])
+      expect(r.headers['x-request-id']).toMatch(/^[0-9a-f-]{36}$/);
+  });
+
   it("replaces a client's X-Forwarded-Host/Proto by its own view and appends to X-Forwarded-For (X4)", async () => {
     const res = await request(shim.url)
       .get('/test/echo')

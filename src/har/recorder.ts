@@ -220,7 +220,7 @@ export async function startRecorder(o: RecorderOptions): Promise<Recorder> {
     const x = new RecordedExchange(req, res, context);
     for (const pass of RECORDER_INCOMING) pass(x);
     x.tapRequest();
-    transport.dispatcher.dispatch(x.options, x);
+    transport.dispatch(x.options, x);
   });
   server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
     socket.on('error', () => socket.destroy());

@@ -49,3 +49,21 @@ export function copyEndToEnd(
 export function endToEnd(headers: IncomingHttpHeaders, drop?: ReadonlySet<string>): Record<string, string | string[]> {
   return copyEndToEnd(headers, {}, drop);
 }
+
+/**
+ * The end-to-end headers of a message as a flat name/value list (Node's `rawHeaders` form, which
+ * `writeHead` takes without building a header map), followed by the pairs in `extra` whose
+ * names the message does not carry itself (the message's own value wins).
+ */
+export function endToEndList(from: IncomingHttpHeaders, extra: readonly string[] = []): string[] {
+  const named = connectionNamed(from.connection);
+  const out: string[] = [];
+  for (const k in from) {
+    const v = from[k];
+    if (v === undefined || HOP_BY_HOP.has(k) || named?.has(k)) continue;
+    if (typeof v === 'string') out.push(k, v);
+    else for (const one of v) out.push(k, one);
+  }
+  for (let i = 0; i < extra.length; i += 2) if (from[extra[i]!] === undefined) out.push(extra[i]!, extra[i + 1]!);
+  return out;
+}

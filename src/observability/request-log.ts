@@ -1,10 +1,10 @@
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { pino } from 'pino';
-import { facts } from '../context.js';
+import { factsOf } from '../context.js';
 import { loggablePath, type Logger } from './logger.js';
 import type { Metrics } from './metrics.js';
-import { routeLabel } from './route-label.js';
+import { routeLabel, type RouteLabel } from './route-label.js';
 import { deferredCounter, LabelChildren } from './upstream-metrics.js';
 
 const REQUEST_ID = /^[\w.:-]{1,128}$/;
@@ -42,40 +42,51 @@ function isoNow(): string {
  * serialisers, no redaction pass: it carries no header and no query value), the time string
  * is made once per millisecond, and metric label children are looked up once.
  */
+/** What the request log knows of a request as it starts: its id and its metrics route label. */
+export interface LoggedRequest {
+  /** X-Request-Id: the client's when sane, else a fresh UUID; sent upstream and on the answer. */
+  requestId: string;
+  route: RouteLabel;
+}
+
 export function requestLogger(log: Logger, metrics?: Pick<Metrics, 'requests' | 'requestDuration'>) {
   const dest = (log as unknown as Record<symbol, { write(line: string): unknown }>)[pino.symbols.streamSym]!;
   const name = JSON.stringify((log.bindings() as { name?: string }).name ?? 'zulip-compat-shim');
   const count = metrics ? deferredCounter(metrics.requests) : undefined;
   const durations = metrics ? new LabelChildren((route, method) => metrics.requestDuration.labels(route, method)) : undefined;
 
-  /** `quiet`: the shim's own paths get a request id but no line and no metrics. */
-  return (req: IncomingMessage, res: ServerResponse, path: string, quiet = false): void => {
+  /**
+   * Starts a request's record and returns its id and route label. The id is put on the request
+   * (it goes upstream); the caller puts it on the answer. `quiet`: the shim's own paths get an
+   * id but no line and no metrics.
+   */
+  return (req: IncomingMessage, res: ServerResponse, path: string, quiet = false): LoggedRequest => {
     const started = performance.now();
     const given = req.headers['x-request-id'];
     const id = typeof given === 'string' && REQUEST_ID.test(given) ? given : randomUUID();
     req.headers['x-request-id'] = id;
-    res.setHeader('x-request-id', id);
-    if (quiet) return;
-    res.once('close', () => {
-      const elapsed = performance.now() - started;
-      const aborted = !res.writableFinished;
-      const status = res.statusCode;
-      if (count && durations) {
-        const route = routeLabel(path);
-        const method = METHOD_LABELS.has(req.method ?? '') ? req.method! : 'other';
-        count(route, method, aborted ? 'aborted' : (STATUS_CLASS[Math.floor(status / 100)] ?? 'other')).n++;
-        if (!aborted) durations.get(route, method).observe(elapsed / 1000);
-      }
-      const level = aborted || status >= 500 ? WARN : INFO;
-      if (log.levelVal > level) return;
-      const f = facts(req);
-      let line = `{"level":${level},"time":"${isoNow()}","name":${name},"reqId":"${id}","req":{"method":${JSON.stringify(req.method)},"path":${JSON.stringify(loggablePath(req.url))}},"res":{"status":${status}},"responseTime":${Math.round(elapsed)}`;
-      if (aborted) line += ',"aborted":true';
-      if (f.upstreamMs !== undefined) line += `,"upstreamMs":${f.upstreamMs}`;
-      if (f.realm !== undefined) line += `,"realm":${JSON.stringify(f.realm)}`;
-      if (f.featureLevel !== undefined) line += `,"featureLevel":${f.featureLevel}`;
-      if (f.kind !== undefined) line += `,"kind":${JSON.stringify(f.kind)}`;
-      dest.write(`${line},"msg":"${aborted ? 'request aborted' : 'request completed'}"}\n`);
-    });
+    const route = routeLabel(path);
+    if (!quiet) res.on('close', () => written(req, res, id, route, performance.now() - started));
+    return { requestId: id, route };
   };
+
+  function written(req: IncomingMessage, res: ServerResponse, id: string, route: RouteLabel, elapsed: number): void {
+    const aborted = !res.writableFinished;
+    const status = res.statusCode;
+    if (count && durations) {
+      const method = METHOD_LABELS.has(req.method ?? '') ? req.method! : 'other';
+      count(route, method, aborted ? 'aborted' : (STATUS_CLASS[Math.floor(status / 100)] ?? 'other')).n++;
+      if (!aborted) durations.get(route, method).observe(elapsed / 1000);
+    }
+    const level = aborted || status >= 500 ? WARN : INFO;
+    if (log.levelVal > level) return;
+    const f = factsOf(req);
+    let line = `{"level":${level},"time":"${isoNow()}","name":${name},"reqId":"${id}","req":{"method":${JSON.stringify(req.method)},"path":${JSON.stringify(loggablePath(req.url))}},"res":{"status":${status}},"responseTime":${Math.round(elapsed)}`;
+    if (aborted) line += ',"aborted":true';
+    if (f.upstreamMs !== undefined) line += `,"upstreamMs":${f.upstreamMs}`;
+    if (f.realm !== undefined) line += `,"realm":${JSON.stringify(f.realm)}`;
+    if (f.featureLevel !== undefined) line += `,"featureLevel":${f.featureLevel}`;
+    if (f.kind !== undefined) line += `,"kind":${JSON.stringify(f.kind)}`;
+    dest.write(`${line},"msg":"${aborted ? 'request aborted' : 'request completed'}"}\n`);
+  }
 }

@@ -1,13 +1,13 @@
 import type { Counter } from 'prom-client';
 import type { Metrics } from './metrics.js';
-import { routeLabel, statusLabel, type RouteLabel } from './route-label.js';
+import { statusLabel, type RouteLabel } from './route-label.js';
 
 /**
  * The metrics hook of both upstream paths (the pass-through and the shim's own calls): one call
  * per upstream exchange, when its response headers arrive or when it fails without an answer.
  */
 export type UpstreamOutcome = number | 'error' | 'timeout';
-export type UpstreamObserver = (path: string, outcome: UpstreamOutcome, seconds: number) => void;
+export type UpstreamObserver = (route: RouteLabel, outcome: UpstreamOutcome, seconds: number) => void;
 
 /**
  * prom-client label children looked up once per combination of (up to three) label values,
@@ -74,8 +74,7 @@ export function deferredCounter(counter: Counter<string>): (a: string, b?: strin
 export function upstreamObserver(m: Pick<Metrics, 'upstreamRequests' | 'upstreamDuration'>): UpstreamObserver {
   const count = deferredCounter(m.upstreamRequests);
   const durations = new LabelChildren((route) => m.upstreamDuration.labels(route as RouteLabel));
-  return (path, outcome, seconds) => {
-    const route = routeLabel(path);
+  return (route, outcome, seconds) => {
     count(route, statusLabel(outcome)).n++;
     // Only answered requests: a timeout would put the timeout itself into the latency buckets.
     if (typeof outcome === 'number') durations.get(route).observe(seconds);

@@ -1,13 +1,14 @@
-import http, { type IncomingHttpHeaders, type IncomingMessage, type OutgoingHttpHeaders, type ServerResponse } from 'node:http';
+import http, { type IncomingHttpHeaders, type IncomingMessage, type ServerResponse } from 'node:http';
 import https from 'node:https';
 import type { Duplex } from 'node:stream';
 import { createProxyServer } from 'http-proxy-3';
 import type { Dispatcher } from 'undici';
 import { badRequest, sendShimError, ShimError, upstreamUnavailable } from '../http/errors.js';
 import { setXForwarded } from '../http/forwarded.js';
-import { copyEndToEnd } from '../http/headers.js';
+import { copyEndToEnd, endToEndList } from '../http/headers.js';
 import { loggablePath, type Logger } from '../observability/logger.js';
-import { isClientAbort, isUnsendable, type Transport } from '../upstream/transport.js';
+import type { LoggedRequest } from '../observability/request-log.js';
+import { isClientAbort, isUnsendable, type Transport, type UpstreamDispatchOptions } from '../upstream/transport.js';
 
 /**
  * T1: everything the shim does not handle itself is streamed to the upstream and back,
@@ -28,14 +29,17 @@ export interface PassThroughOptions {
 }
 
 export interface PassThrough {
-  web(req: IncomingMessage, res: ServerResponse): void;
+  /** `logged`: the request id goes on the answer, the route label into the upstream metrics. */
+  web(req: IncomingMessage, res: ServerResponse, logged: LoggedRequest): void;
   ws(req: IncomingMessage, socket: Duplex, head: Buffer): void;
   close(): Promise<void>;
 }
 
 /** One request on its way through: what the passes build, then the undici handler of its answer. */
 export class Exchange implements Dispatcher.DispatchHandler {
-  readonly options: Dispatcher.DispatchOptions;
+  readonly options: UpstreamDispatchOptions;
+  /** Headers the answer carries besides the upstream's, as a name/value list (the request id). */
+  readonly answerHeaders: string[] = [];
   controller: Dispatcher.DispatchController | undefined;
   clientGone = false;
   /** The upstream exchange has ended (answered or failed): nothing is left to abort. */
@@ -72,6 +76,16 @@ export class Exchange implements Dispatcher.DispatchHandler {
     this.settled = true;
     if (!this.clientGone) fail(this, err);
   }
+
+  /**
+   * The answer closed: a client that went away, or an answer the shim ended itself (the drain
+   * deadline's 503, X9), ends the upstream request too, so nothing is left behind upstream.
+   */
+  closed(): void {
+    if (this.settled) return;
+    this.clientGone = true;
+    this.controller?.abort(new ClientGone());
+  }
 }
 
 class ClientGone extends Error {
@@ -103,16 +117,9 @@ export const pipeBody: IncomingPass = (x) => {
   if (hasBody) x.options.body = x.req;
 };
 
-/**
- * A client that goes away, or an answer the shim ends itself (the drain deadline's 503, X9),
- * ends the upstream request too: nothing is left behind upstream.
- */
+/** The upstream request ends with the answer (Exchange.closed). */
 export const abortWithClient: IncomingPass = (x) => {
-  x.res.on('close', () => {
-    if (x.settled) return;
-    x.clientGone = true;
-    x.controller?.abort(new ClientGone());
-  });
+  x.res.on('close', () => x.closed());
 };
 
 /**
@@ -128,12 +135,13 @@ export interface OutgoingPass {
   onData?(x: Exchange, c: Dispatcher.DispatchController, chunk: Buffer): void;
 }
 
-/** The upstream's status and end-to-end headers, as they came (E1). */
+/**
+ * The upstream's status and end-to-end headers, as they came (E1), and the shim's own: the
+ * whole head in one call, as a flat list (Node's quickest way to write one).
+ */
 export const writeHeaders: OutgoingPass = {
   onHeaders(x, statusCode, headers) {
-    const out: OutgoingHttpHeaders = {};
-    copyEndToEnd(headers, out as Record<string, string | string[]>);
-    x.res.writeHead(statusCode, out);
+    x.res.writeHead(statusCode, endToEndList(headers, x.answerHeaders));
   },
 };
 
@@ -169,7 +177,7 @@ function fail(x: Exchange, err: Error): void {
 // ---- the pass-through -----------------------------------------------------------------------
 
 export function createPassThrough(o: PassThroughOptions): PassThrough {
-  const dispatcher = o.transport.dispatcher;
+  const dispatch = o.transport.dispatch;
   const secure = o.target.startsWith('https:');
   const agent = secure ? new https.Agent({ keepAlive: true, rejectUnauthorized: !o.insecureTls }) : new http.Agent({ keepAlive: true });
   const wsProxy = createProxyServer({ target: o.target, agent, ws: true, xfwd: false, changeOrigin: false, secure: !o.insecureTls });
@@ -181,10 +189,12 @@ export function createPassThrough(o: PassThroughOptions): PassThrough {
   wsProxy.on('econnreset', () => {});
 
   return {
-    web(req, res) {
+    web(req, res, logged) {
       const x = new Exchange(req, res, o.log);
+      x.options.route = logged.route;
+      x.answerHeaders.push('x-request-id', logged.requestId);
       for (const pass of WEB_INCOMING) pass(x);
-      dispatcher.dispatch(x.options, x);
+      dispatch(x.options, x);
     },
     ws(req, socket, head) {
       socket.on('error', () => socket.destroy());

@@ -2,6 +2,7 @@ import type { IncomingHttpHeaders } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { Client, Pool, errors as undiciErrors, type Dispatcher } from 'undici';
 import { ShimError, UpstreamTimeoutError, upstreamBadResponse, upstreamUnavailable } from '../http/errors.js';
+import { routeLabel, type RouteLabel } from '../observability/route-label.js';
 import type { UpstreamObserver } from '../observability/upstream-metrics.js';
 
 /**
@@ -15,12 +16,20 @@ import type { UpstreamObserver } from '../observability/upstream-metrics.js';
  *   totalDeadline     a buffered exchange ends within its deadline, however bytes drip (X3)
  *   routeLongPolls    GET /events to a pool of its own, uncapped (T1)
  *   retrySafely       an idempotent request cut before any answer byte: once more, on a fresh connection (X5)
+ *
+ * The same chain is offered twice: `dispatch`, composed here by plain function application,
+ * for handlers that speak undici's current handler API (the pass-through, the recorder), and
+ * `dispatcher`, undici's `compose` of it, for its promise API (`request`), whose handler speaks
+ * the older one and needs the adapter `compose` puts at every layer. The pass-through runs on
+ * every proxied request, so it skips that adapter and the Proxy `compose` returns (bench B4).
  */
 
 /** Extra dispatch options the interceptors read (undici ignores unknown keys). */
 export interface UpstreamDispatchOptions extends Dispatcher.DispatchOptions {
   /** X3: the whole exchange, headers to last body byte, must end within this many ms. */
   deadlineMs?: number;
+  /** The metrics route label, when the caller already knows it (else it is derived from the path). */
+  route?: RouteLabel;
 }
 
 export interface TransportOptions {
@@ -35,8 +44,12 @@ export interface TransportOptions {
   observe?: UpstreamObserver | undefined;
 }
 
+export type Dispatch = (opts: UpstreamDispatchOptions, handler: Dispatcher.DispatchHandler) => boolean;
+
 export interface Transport {
-  /** The composed dispatcher: `dispatch` for streaming, `request` for the promise API. */
+  /** The chain for a handler of undici's current API (onRequestStart, onResponseStart, …). */
+  readonly dispatch: Dispatch;
+  /** The same chain as a Dispatcher, for undici's promise API (`request`). */
   readonly dispatcher: Dispatcher;
   close(): Promise<void>;
 }
@@ -109,7 +122,7 @@ class Observed extends Forward {
   private told = false;
   constructor(
     next: Handler,
-    private readonly path: string,
+    private readonly route: RouteLabel,
     private readonly observe: UpstreamObserver,
   ) {
     super(next);
@@ -117,7 +130,7 @@ class Observed extends Forward {
   private tell(outcome: number | 'error' | 'timeout') {
     if (this.told) return;
     this.told = true;
-    this.observe(this.path, outcome, (performance.now() - this.started) / 1000);
+    this.observe(this.route, outcome, (performance.now() - this.started) / 1000);
   }
   override onResponseStart(c: Controller, status: number, headers: IncomingHttpHeaders, message?: string) {
     if (status >= 200) this.tell(status);
@@ -134,7 +147,9 @@ class Observed extends Forward {
 export const observeExchange =
   (observe: UpstreamObserver | undefined): Interceptor =>
   (dispatch) =>
-    observe ? (opts, handler) => dispatch(opts, new Observed(handler, opts.path, observe)) : dispatch;
+    observe
+      ? (opts, handler) => dispatch(opts, new Observed(handler, (opts as UpstreamDispatchOptions).route ?? routeLabel(opts.path), observe))
+      : dispatch;
 
 // ---- translateErrors ------------------------------------------------------------------------
 
@@ -212,10 +227,10 @@ export const totalDeadline = (): Interceptor => (dispatch) => (opts, handler) =>
 
 /** T1: long polls go to their own dispatcher, so waiting clients never hold the rest back. */
 export const routeLongPolls =
-  (longPolls: Dispatcher): Interceptor =>
+  (longPolls: Dispatch): Interceptor =>
   (dispatch) =>
   (opts, handler) =>
-    isLongPoll(opts.method, opts.path) ? longPolls.dispatch(opts, handler) : dispatch(opts, handler);
+    isLongPoll(opts.method, opts.path) ? longPolls(opts, handler) : dispatch(opts, handler);
 
 // ---- retrySafely ----------------------------------------------------------------------------
 
@@ -322,6 +337,13 @@ export const retrySafely =
 
 // ---- the transport --------------------------------------------------------------------------
 
+/** Interceptors applied to a dispatcher's own dispatch, innermost first (what `compose` does, minus its adapters). */
+function applied(base: Dispatcher, interceptors: readonly Interceptor[]): Dispatch {
+  let dispatch = base.dispatch.bind(base) as Dispatch;
+  for (const interceptor of interceptors) dispatch = interceptor(dispatch) as Dispatch;
+  return dispatch;
+}
+
 export function createTransport(o: TransportOptions): Transport {
   const poolOptions = {
     headersTimeout: o.timeoutMs,
@@ -334,19 +356,19 @@ export function createTransport(o: TransportOptions): Transport {
   // maxSockets must never hold the rest of the traffic back (T1).
   const longPollPool = new Pool(o.target, { ...poolOptions, connections: null });
   const freshConnection = () => new Client(o.target, { ...poolOptions, pipelining: 1 });
-  const retried = (d: Dispatcher) => d.compose(retrySafely(freshConnection));
-  const longPolls = retried(longPollPool);
-  // compose applies the last interceptor outermost.
-  const dispatcher = pool.compose(
+  const longPolls = applied(longPollPool, [retrySafely(freshConnection)]);
+  // Innermost first: the last one applied sees the request first.
+  const dispatch = applied(pool, [
     retrySafely(freshConnection),
     routeLongPolls(longPolls),
     totalDeadline(),
     translateErrors(),
     observeExchange(o.observe),
-  );
+  ]);
   let closing: Promise<void> | undefined;
   return {
-    dispatcher,
+    dispatch,
+    dispatcher: pool.compose(() => dispatch),
     close() {
       closing ??= Promise.all([pool.destroy(), longPollPool.destroy()]).then(() => undefined);
       return closing;

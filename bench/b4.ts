@@ -1,0 +1,274 @@
+import { spawn, spawnSync } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { loadavg, tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { ROOT, spawnChild, type Child } from './children.js';
+import { findNginx, findProgram, startNginx, type NginxFound } from './nginx.js';
+import { formatProfile, summariseProfile } from './profile-summary.js';
+import { cannon } from './load.js';
+import { basicAuth, SMALL_PATH } from './synthetic-upstream.js';
+
+/**
+ * B4 (issue 19 §1): the pass-through against nginx in the same run, side by side, with wrk as
+ * the load generator (a C program: it takes less of the shared cores than a Node one would).
+ * Used by `npm run bench` and, on its own, by bench/passthrough.ts.
+ *
+ * Targets: the upstream directly, nginx (`worker_processes auto`, upstream keepalive pool, an
+ * access log), and the shim as shipped (log level info to a discarded stdout, metrics on); with
+ * `workers` > 0 and a Redis, also the shim started by its CLI with `--workers N --redis URL`
+ * (node:cluster, one process per core, as nginx's `worker_processes auto`); with `before`, the
+ * shim of another checkout in the same run. Each target runs in turn, `rounds` times, best run
+ * kept. Variants (unless `variants` is false): a 1 MiB answer, a 1 MiB upload, and long polls
+ * (GET /api/v1/events held 200 ms by the upstream, 200 connections), so a gain on the small GET
+ * is not paid for on the streaming paths.
+ *
+ * Target: the shim ≥ 0.6× nginx's req/s on the small GET, p99 ≤ 2× nginx's.
+ */
+
+export interface B4Options {
+  seconds: number;
+  rounds: number;
+  connections: number;
+  /** Cluster workers for the `--workers` target; 0: no such target. */
+  workers: number;
+  redis?: string | undefined;
+  variants: boolean;
+  /** Where the shim's CPU profile of the first small-GET round goes. */
+  profileDir?: string | undefined;
+  /** A checkout of an older commit, measured in the same run. */
+  before?: string | undefined;
+  /** Run nginx as the reference (else only the upstream directly)? */
+  nginx: boolean;
+  /** May nginx and wrk be installed with apt-get when missing? */
+  allowInstall: boolean;
+  log: (line: string) => void;
+}
+
+export interface WrkResult {
+  rps: number;
+  p50: number;
+  p99: number;
+  errors: number;
+  non2xx: number;
+}
+
+const ms = (text: string): number => {
+  const m = /^([\d.]+)(us|ms|s)$/.exec(text.trim());
+  if (!m) return Number.NaN;
+  const v = Number(m[1]);
+  return m[2] === 'us' ? v / 1000 : m[2] === 's' ? v * 1000 : v;
+};
+
+function wrk(
+  bin: string,
+  url: string,
+  o: { connections: number; seconds: number; script?: string; headers?: Record<string, string> },
+): WrkResult {
+  const args = ['-t2', `-c${o.connections}`, `-d${o.seconds}s`, '--latency', '--timeout', '10s'];
+  for (const [k, v] of Object.entries(o.headers ?? {})) args.push('-H', `${k}: ${v}`);
+  if (o.script) args.push('-s', o.script);
+  args.push(url);
+  const r = spawnSync(bin, args, { encoding: 'utf8' });
+  if (r.status !== 0) throw new Error(`wrk failed: ${r.stderr || r.stdout}`);
+  const out = r.stdout;
+  const line = (re: RegExp) => re.exec(out)?.[1] ?? '';
+  const errors = /Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)/.exec(out);
+  return {
+    rps: Number(line(/Requests\/sec:\s+([\d.]+)/)),
+    p50: ms(line(/\n\s+50%\s+(\S+)/)),
+    p99: ms(line(/\n\s+99%\s+(\S+)/)),
+    errors: errors ? errors.slice(1).reduce((a, b) => a + Number(b), 0) : 0,
+    non2xx: Number(line(/Non-2xx or 3xx responses:\s+(\d+)/) || 0),
+  };
+}
+
+/**
+ * The shim as its CLI starts it with `--workers N --redis URL`: the URL once every worker logged
+ * its start-up line; the request log is read and dropped, as a discarded stdout would be.
+ */
+async function startClusterShim(
+  upstream: string,
+  n: number,
+  redis: string,
+  configDir: string,
+): Promise<{ url: string; stop(): Promise<void> }> {
+  // A key prefix of its own: the Redis may be shared.
+  const config = join(configDir, 'workers.json');
+  writeFileSync(config, JSON.stringify({ store: { keyPrefix: `zcs-bench:${randomBytes(4).toString('hex')}:` } }));
+  const args = ['--import', 'tsx', 'src/cli.ts', '--upstream', upstream, '--port', '0', '--log-level', 'info', '--coalesce-ms', '5000'];
+  const proc = spawn(process.execPath, [...args, '--workers', String(n), '--redis', redis, '--config', config], {
+    cwd: ROOT,
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  const exited = new Promise<void>((r) => proc.once('exit', () => r()));
+  const url = await new Promise<string>((resolve, reject) => {
+    let seen = 0;
+    let rest = '';
+    const onData = (d: Buffer) => {
+      const lines = (rest + d.toString()).split('\n');
+      rest = lines.pop()!;
+      for (const line of lines) {
+        if (!line.includes('"msg":"zulip-compat-shim listening"')) continue;
+        if (++seen === n) {
+          proc.stdout!.off('data', onData);
+          proc.stdout!.resume();
+          resolve(String((JSON.parse(line) as { listen: string }).listen));
+        }
+      }
+    };
+    proc.stdout!.on('data', onData);
+    void exited.then(() => reject(new Error('the shim with --workers exited before it was ready')));
+  });
+  return {
+    url,
+    async stop() {
+      proc.kill('SIGTERM');
+      const killer = setTimeout(() => proc.kill('SIGKILL'), 15_000);
+      await exited;
+      clearTimeout(killer);
+    },
+  };
+}
+export type Row = { variant: string; target: string } & WrkResult;
+
+export const NGINX_TARGET = 'nginx (worker_processes auto)';
+
+export interface B4Result {
+  rows: Row[];
+  /** The best run of each target on the small GET. */
+  small: Record<string, Row | undefined>;
+  nginx: string | null;
+  /** Why nginx did not run, if it did not. */
+  nginxSkipped: string | null;
+  /** The load generator. */
+  generator: string;
+  workers: number;
+  /** The report: how it was run, and a table. */
+  text: string;
+}
+
+export async function measureB4(o: B4Options): Promise<B4Result> {
+  // wrk where it is installed (or can be); else autocannon in this process, small GET only.
+  const wrkBin = findProgram('wrk', o.allowInstall);
+  const load = async (
+    url: string,
+    v: { connections: number; seconds: number; script?: string; headers: Record<string, string> },
+  ): Promise<WrkResult> => {
+    if (typeof wrkBin === 'string') return wrk(wrkBin, url, v);
+    const r = await cannon(url, v.connections, v.seconds, v.headers);
+    return { rps: r.rps, p50: r.p50, p99: r.p99, errors: r.errors, non2xx: r.non2xx };
+  };
+  const generator = typeof wrkBin === 'string' ? 'wrk -t2' : `autocannon in this process (${wrkBin.reason})`;
+  const variantsToo = o.variants && typeof wrkBin === 'string';
+  const dir = mkdtempSync(join(tmpdir(), 'zcs-bench-pt-'));
+  const uploadScript = join(dir, 'upload.lua');
+  writeFileSync(
+    uploadScript,
+    'wrk.method = "POST"\nwrk.body = string.rep("x", 1048576)\nwrk.headers["Content-Type"] = "application/octet-stream"\n',
+  );
+  const children: Child[] = [];
+  const loadAtStart = loadavg();
+  const up = await spawnChild('passthrough-upstream.ts', []);
+  children.push(up);
+  const nginx: NginxFound = o.nginx ? findNginx(o.allowInstall) : { reason: 'disabled for this run (--no-nginx)' };
+  const ng = nginx.bin !== undefined ? await startNginx(nginx.bin, up.url, 'auto') : undefined;
+  const shim = await spawnChild('shim-process.ts', [up.url, '5000', 'info']);
+  children.push(shim);
+  const targets: Array<[string, string]> = [['direct', up.url]];
+  if (ng) targets.push([NGINX_TARGET, ng.url]);
+  targets.push(['shim', shim.url]);
+  const clustered = o.workers > 0 && o.redis ? await startClusterShim(up.url, o.workers, o.redis, dir) : undefined;
+  if (clustered) targets.push([`shim --workers ${o.workers}`, clustered.url]);
+  if (o.before) {
+    const before = await spawnChild(join(o.before, 'bench', 'shim-process.ts'), [up.url, '5000', 'info']);
+    children.push(before);
+    targets.push(['shim before', before.url]);
+  }
+
+  const rows: Row[] = [];
+  const best = (variant: string, target: string) =>
+    rows
+      .filter((r) => r.variant === variant && r.target === target)
+      .reduce<Row | undefined>((a, b) => (!a || b.rps > a.rps ? b : a), undefined);
+  const smallName = `small GET ${SMALL_PATH}`;
+  try {
+    const auth = { authorization: basicAuth(0) };
+    const variants: Array<{ name: string; path: string; connections: number; script?: string; seconds: number }> = [
+      { name: smallName, path: SMALL_PATH, connections: o.connections, seconds: o.seconds },
+    ];
+    if (variantsToo) {
+      variants.push(
+        { name: '1 MiB answer', path: '/bench/1mib', connections: 10, seconds: Math.max(3, o.seconds / 2) },
+        { name: '1 MiB upload', path: '/bench/upload', connections: 10, script: uploadScript, seconds: Math.max(3, o.seconds / 2) },
+        {
+          name: 'long poll, 200 ms, 200 connections',
+          path: '/api/v1/events?ms=200',
+          connections: 200,
+          seconds: Math.max(3, o.seconds / 2),
+        },
+      );
+    }
+    for (const v of variants) {
+      o.log(`${v.name}: warm-up …`);
+      for (const [, url] of targets) await load(`${url}${v.path}`, { ...v, seconds: 1, headers: auth });
+      for (let r = 0; r < o.rounds; r++) {
+        for (const [name, url] of targets) {
+          const profiling = o.profileDir && name === 'shim' && r === 0 && v.path === SMALL_PATH;
+          if (profiling) await shim.call('profile-start');
+          const res = await load(`${url}${v.path}`, { ...v, headers: auth });
+          if (profiling) await shim.call('profile-stop', { file: join(o.profileDir!, 'b4-shim.cpuprofile') });
+          rows.push({ variant: v.name, target: name, ...res });
+          o.log(
+            `  ${name}: ${res.rps.toFixed(0)} req/s, p50 ${res.p50} ms, p99 ${res.p99} ms${res.errors || res.non2xx ? `, ${res.errors} errors, ${res.non2xx} non-2xx` : ''}`,
+          );
+        }
+      }
+    }
+  } finally {
+    await ng?.stop();
+    await clustered?.stop();
+    for (const c of children.reverse()) await c.stop();
+    rmSync(dir, { recursive: true, force: true });
+  }
+
+  const out: string[] = [];
+  out.push(
+    `- Date: ${new Date().toISOString()}; load average at start ${loadAtStart.map((l) => l.toFixed(2)).join(' / ')}, at end ${loadavg()
+      .map((l) => l.toFixed(2))
+      .join(' / ')}`,
+  );
+  out.push(
+    `- ${generator}, ${o.rounds} round(s) alternating targets, best kept; ${clustered ? `shim --workers ${o.workers} with --redis (node:cluster); ` : o.workers > 0 ? 'no --workers target (no Redis given); ' : ''}nginx: ${ng ? `${nginx.bin !== undefined ? nginx.version : ''}, worker_processes auto, keepalive 64, access log` : `not run (${nginx.bin === undefined ? nginx.reason : ''})`}`,
+  );
+  out.push('');
+  out.push('| variant | target | req/s | p50 ms | p99 ms | × nginx req/s | p99 / nginx p99 |');
+  out.push('| --- | --- | ---: | ---: | ---: | ---: | ---: |');
+  for (const variant of [...new Set(rows.map((r) => r.variant))]) {
+    const ref = best(variant, NGINX_TARGET);
+    for (const [name] of targets) {
+      const b = best(variant, name);
+      if (!b) continue;
+      const ratio = ref ? (b.rps / ref.rps).toFixed(2) : '–';
+      const p99 = ref ? (b.p99 / ref.p99).toFixed(2) : '–';
+      out.push(`| ${variant} | ${name} | ${b.rps.toFixed(0)} | ${b.p50} | ${b.p99} | ${ratio} | ${p99} |`);
+    }
+  }
+  if (o.profileDir) {
+    out.push('');
+    out.push('Shim CPU profile, small GET (first round):');
+    out.push('```');
+    out.push(formatProfile(summariseProfile(join(o.profileDir, 'b4-shim.cpuprofile'), 15)));
+    out.push('```');
+  }
+  const small = Object.fromEntries(targets.map(([name]) => [name, best(smallName, name)]));
+  return {
+    rows,
+    small,
+    nginx: ng && nginx.bin !== undefined ? nginx.version : null,
+    nginxSkipped: nginx.bin === undefined ? nginx.reason : null,
+    generator,
+    workers: clustered ? o.workers : 0,
+    text: out.join('\n'),
+  };
+}

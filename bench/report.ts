@@ -229,7 +229,7 @@ Latest \`npm run bench\` on this repository's machine. Reproduce with \`${comman
 ${renderTable(r)}
 
 ${renderCosts(r)}
-
+${(r.details.b4 as { table?: string } | undefined)?.table ? `\n### B4, every target side by side\n\n${(r.details.b4 as { table: string }).table}\n` : ''}
 ## Reading the figures
 
 ${renderNotes(r)}

@@ -1,5 +1,5 @@
 import { execFileSync, spawnSync } from 'node:child_process';
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import { join, relative, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -105,6 +105,16 @@ async function once(url: string, r: Req) {
   } finally {
     await pool.close();
   }
+}
+
+/**
+ * RESULTS.md: this run's part replaces the part before GENERATED_END; the longer studies after
+ * it (each with its own command and date) are kept.
+ */
+const GENERATED_END = '<!-- End of the part npm run bench writes; the sections below are kept as they are. -->';
+function writeResults(file: string, generated: string): void {
+  const kept = existsSync(file) ? readFileSync(file, 'utf8').split(GENERATED_END)[1] : undefined;
+  writeFileSync(file, `${generated}\n${GENERATED_END}${kept ?? '\n'}`);
 }
 
 /** The Redis at `url` when it answers PING within a second, else undefined. */
@@ -535,7 +545,7 @@ try {
     : opts.users === 10_000
       ? 'npm run bench'
       : `npm run bench -- --users ${opts.users}`;
-  writeFileSync(join(opts.out, 'RESULTS.md'), renderMarkdown(results, command));
+  writeResults(join(opts.out, 'RESULTS.md'), renderMarkdown(results, command));
   log(`\nwrote ${relative(ROOT, join(opts.out, 'results.json'))} and RESULTS.md in ${round((performance.now() - started) / 1000, 1)} s`);
 } finally {
   await up.stop();

@@ -63,6 +63,20 @@ export class UserTable<V> implements ReadonlyMap<number, V> {
     return 'UserTable';
   }
 
+  /**
+   * The entries of this table that are not those of `older` (a different value object, or an
+   * id `older` lacks), in no particular order. Shards the two share are skipped, so a
+   * table made from `older` by a few changes is compared in what was copied, not in full.
+   */
+  *changedSince(older: UserTable<V>): Generator<[number, V]> {
+    const sameShape = older.shards.length === this.shards.length;
+    for (let i = 0; i < this.shards.length; i++) {
+      const shard = this.shards[i]!;
+      if (sameShape && shard === older.shards[i]) continue;
+      for (const [id, v] of shard) if (older.get(id) !== v) yield [id, v];
+    }
+  }
+
   /** Changes to make a new table from this one; this one stays as it is. */
   edit(): UserTableEdit<V> {
     return new UserTableEdit(this.shards, this.size);

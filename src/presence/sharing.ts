@@ -33,6 +33,11 @@ function scopeOf(poll: Poll, format: Format): { scope: string; shared: boolean }
 
 /** Throws UpstreamRefused when the upstream did not accept the caller's report (E1). */
 export async function obtainSnapshot(poll: Poll, format: Format): Promise<Obtained> {
+  const obtained = await sharedOrFetched(poll, format);
+  return wantsModern(poll.request) ? obtained : withLegacyBytes(poll, format, obtained);
+}
+
+async function sharedOrFetched(poll: Poll, format: Format): Promise<Obtained> {
   const { ctx } = poll;
   const { scope, shared } = scopeOf(poll, format);
   const hub = ctx.snapshots;
@@ -105,6 +110,36 @@ function answerableDuringRefresh(poll: Poll): Snapshot | undefined {
  * so every poll answered from it during a refresh shares one (and one empty body cache).
  */
 const snapshotsOfLedgers = new WeakMap<LedgerState, Snapshot>();
+
+/**
+ * A legacy poll answered from a snapshot another replica published: its upstream bytes, read
+ * once per snapshot (a replica whose callers all poll in the modern format never reads them).
+ * When they are gone (the store failed, or the poll came after they expired) the caller
+ * fetches for itself, as every caller does while the store is down.
+ */
+async function withLegacyBytes(poll: Poll, format: Format, obtained: Obtained): Promise<Obtained> {
+  const { snapshot } = obtained;
+  if (snapshot.legacyBytes || !snapshot.readLegacyBytes) return obtained;
+  let reading = legacyReads.get(snapshot);
+  if (!reading) {
+    reading = snapshot
+      .readLegacyBytes()
+      .catch(() => undefined) // counted by the store
+      .then((bytes) => {
+        if (!bytes) return undefined;
+        snapshot.legacyBytes = bytes;
+        snapshot.readLegacyBytes = undefined;
+        poll.ctx.snapshots.resized(scopeOf(poll, format).scope);
+        return bytes;
+      });
+    legacyReads.set(snapshot, reading);
+  }
+  if (await reading) return obtained;
+  legacyReads.delete(snapshot); // the next legacy poll tries again
+  return fetchFromUpstream(poll, format, true);
+}
+
+const legacyReads = new WeakMap<Snapshot, Promise<Buffer | undefined>>();
 
 /** P9: the caller's own report as a ping; throws UpstreamRefused unless the upstream accepted it. */
 async function acceptedPing(poll: Poll): Promise<BufferedResponse> {

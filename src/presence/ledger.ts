@@ -226,7 +226,8 @@ function* mergeSteps(state: LedgerState, obs: Observation): Generator<void, Ledg
  */
 export function changesFrom(base: LedgerState, next: LedgerState): LedgerState {
   const users = new Map<number, LedgerEntry>();
-  for (const [id, e] of UserTable.from(next.users).changedSince(UserTable.from(base.users))) users.set(id, e);
+  // A ledger never drops a user: every difference is a user `next` holds.
+  for (const [id, e] of UserTable.from(next.users).differences(UserTable.from(base.users))) if (e) users.set(id, e);
   return { epoch: next.epoch, lastId: next.lastId, users, merges: next.merges, completeAt: next.completeAt };
 }
 

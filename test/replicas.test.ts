@@ -1,7 +1,7 @@
 import type { Redis } from 'ioredis';
 import request from 'supertest';
 import net from 'node:net';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { startFake, type FakeZulip } from './support/fake-zulip.js';
 import { adminRedis, deleteKeysUnder, describeRedis, REDIS_URL, testKeyPrefix } from './support/redis.js';
 import { pollThrough, replicaSuite } from './support/replica-suite.js';
@@ -91,6 +91,59 @@ describeRedis('the legacy answer between replicas (2.1: one legacy snapshot feed
     expect(Object.keys(follower.body.presences as object)).toHaveLength(users.length);
     expect(follower.body.presence_last_update_id).toBeGreaterThan(0);
     expect(fake.stats.presenceFull).toBe(2);
+  });
+});
+
+describeRedis('a client whose polls alternate between replicas, during a refresh (S1, X1)', () => {
+  let admin: Redis;
+  const prefix = testKeyPrefix();
+  const running: Array<{ close(): Promise<unknown> }> = [];
+  beforeAll(() => {
+    admin = adminRedis();
+  });
+  afterAll(async () => {
+    for (const r of running.reverse()) await r.close();
+    await deleteKeysUnder(admin, prefix);
+    admin.disconnect();
+  });
+
+  it('is answered at once from the store when its id is newer than the replica copy, not held up by the refresh', async () => {
+    const fake = await startFake({ era: '4.0', users: 6 });
+    running.push({ close: () => fake.stop() });
+    for (const u of fake.humans()) fake.report(u.user_id, 'active');
+    const r0 = await startShim(fake.url, { store: { redisUrl: REDIS_URL, keyPrefix: prefix }, presence: { coalesceMs: 1 } });
+    running.push(r0);
+    const other = await startShim(fake.url, { store: { redisUrl: REDIS_URL, keyPrefix: prefix }, presence: { coalesceMs: 1 } });
+    running.push(other);
+    const users = fake.humans().map((u) => u.user_id);
+    const first = await pollThrough(r0, fake, users[0]!, -1);
+    expect((await pollThrough(other, fake, users[1]!, -1)).status).toBe(200); // the second replica's copy: this ledger
+    // A change only the first replica fetches: the client's id is then above the second's copy.
+    fake.advance(30);
+    fake.report(users[2]!, 'idle');
+    const newer = await pollThrough(r0, fake, users[0]!, first.body.presence_last_update_id as number);
+    const id = newer.body.presence_last_update_id as number;
+    expect(id).toBeGreaterThan(first.body.presence_last_update_id as number);
+    // The second replica's next refresh is slow.
+    let release!: () => void;
+    fake.fullPresenceHeld = new Promise<void>((r) => {
+      release = r;
+    });
+    const fullBefore = fake.stats.presenceFull;
+    let refreshed = false;
+    const refresh = pollThrough(other, fake, users[3]!, -1).then((r) => {
+      refreshed = true;
+      return r;
+    });
+    await vi.waitFor(() => expect(fake.stats.presenceFull).toBe(fullBefore + 1));
+    const bounced = await pollThrough(other, fake, users[0]!, id);
+    expect(bounced.status).toBe(200);
+    expect(refreshed).toBe(false); // answered before the refresh completed
+    expect(bounced.body.presence_last_update_id).toBeGreaterThanOrEqual(id); // X1
+    expect(bounced.body.presences).toEqual({}); // nothing changed after its id
+    release();
+    fake.fullPresenceHeld = undefined;
+    expect((await refresh).status).toBe(200);
   });
 });
 

@@ -46,7 +46,7 @@ async function sharedOrFetched(poll: Poll, format: Format): Promise<Obtained> {
   let own: BufferedResponse | undefined;
   if (fresh || pending) {
     own = await acceptedPing(poll);
-    const now = fresh ?? (shared ? answerableDuringRefresh(poll) : undefined);
+    const now = fresh ?? (shared ? await answerableDuringRefresh(poll) : undefined);
     if (now) {
       ctx.metrics.presenceSnapshots.inc({ source: 'shared' });
       return { snapshot: now, own };
@@ -83,12 +83,17 @@ async function sharedOrFetched(poll: Poll, format: Format): Promise<Obtained> {
  * client's whole map (P3), and its snapshot's window is over (otherwise there would be no
  * refresh), so only the refresh is the view "at that moment" P7 asks for, and P9's single
  * flight makes the others wait for it.
+ * S1: an id above this process's copy (issued by another replica since it last read) is
+ * looked up in the store first, one small read of the changes since: a client whose polls
+ * alternate between replicas is then not held up by every refresh.
  */
-function answerableDuringRefresh(poll: Poll): Snapshot | undefined {
+async function answerableDuringRefresh(poll: Poll): Promise<Snapshot | undefined> {
   const { ctx, realm, request } = poll;
-  const ledger = ctx.store.peek(realm.key);
   const id = request.lastUpdateId;
-  if (!ledger || ledger.completeAt <= 0 || id === undefined || !wantsModern(request) || !answersWithDelta(ledger, id)) return undefined;
+  if (id === undefined || id <= 0 || !wantsModern(request)) return undefined;
+  let ledger = ctx.store.peek(realm.key);
+  if (ledger && id > ledger.lastId && ctx.store.kind === 'redis') ledger = (await loadLedger(poll)) ?? ledger;
+  if (!ledger || ledger.completeAt <= 0 || !answersWithDelta(ledger, id)) return undefined;
   let snapshot = snapshotsOfLedgers.get(ledger);
   if (!snapshot) {
     // P10: the upstream's time of the newest complete snapshot the ledger holds.

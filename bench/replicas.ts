@@ -1,9 +1,11 @@
 import { randomBytes } from 'node:crypto';
+import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { Redis } from 'ioredis';
 import { Pool } from 'undici';
 import { spawnChild, type Child } from './children.js';
 import { lastUpdateIdOf, percentile, send, type Req } from './load.js';
+import { formatProfile, summariseProfile } from './profile-summary.js';
 import { basicAuth, PRESENCE_PATH, type UpstreamStats } from './synthetic-upstream.js';
 
 /**
@@ -12,7 +14,9 @@ import { basicAuth, PRESENCE_PATH, type UpstreamStats } from './synthetic-upstre
  * `--compress`×) against one replica and against two replicas on one Redis, each client's
  * polls alternating between the replicas. Reports the replicas' CPU in total, poll latency
  * p50/p99, full upstream fetches, and answers whose id was below the one the client sent (X1).
- * `node --import tsx bench/replicas.ts [--users 10000] [--clients 1000] [--minutes 4]`
+ * `node --import tsx bench/replicas.ts [--users 10000] [--clients 1000] [--minutes 4] [--profile DIR]`
+ * With `--profile DIR`, each replica's measured minutes are CPU-profiled into
+ * DIR/replicas-<n>-<i>.cpuprofile, and each profile's summary is printed.
  */
 
 const { values: flags } = parseArgs({
@@ -22,6 +26,7 @@ const { values: flags } = parseArgs({
     minutes: { type: 'string' },
     compress: { type: 'string' },
     replicas: { type: 'string' },
+    profile: { type: 'string' },
   },
   strict: true,
 });
@@ -81,6 +86,7 @@ async function phase(up: Child, n: number): Promise<Outcome> {
         if (minute === 1 && client === 0) {
           before = await up.call<UpstreamStats>('stats');
           await Promise.all([up.call('cpu'), ...shims.map((s) => s.call('cpu'))]);
+          if (flags.profile) await Promise.all(shims.map((s) => s.call('profile-start')));
         }
         if (busy[client]) continue;
         busy[client] = 1;
@@ -107,6 +113,12 @@ async function phase(up: Child, n: number): Promise<Outcome> {
       await new Promise((r) => setTimeout(r, 2));
     }
     await Promise.all(inflight);
+    if (flags.profile) {
+      const files = await Promise.all(
+        shims.map((s, i) => s.call<string>('profile-stop', { file: join(flags.profile!, `replicas-${n}-${i}.cpuprofile`) })),
+      );
+      for (const file of files) process.stderr.write(`${file}\n${formatProfile(summariseProfile(file, 15))}\n`);
+    }
     const [after, upstreamCpuMs, ...shimCpu] = await Promise.all([
       up.call<UpstreamStats>('stats'),
       up.call<number>('cpu'),

@@ -22,7 +22,9 @@ function keySlot(key: string): number {
 function keysOfRealm(prefix: string, realm: string, caller: string): string[] {
   return [
     redisKey(prefix, 'presence', realm),
+    redisKey(prefix, 'presence-changes', realm),
     redisKey(prefix, 'snap', `${realm}|slim`),
+    redisKey(prefix, 'snap-legacy', `${realm}|legacy`, 'Yq3x_0aZ'),
     redisKey(prefix, 'snap-lock', `${realm}|slim`),
     redisKey(prefix, 'snap', `${realm}|legacy|${caller}`),
     redisKey(prefix, 'snap-lock', `${realm}|legacy|${caller}`),

@@ -146,6 +146,62 @@ describeRedis('RedisStore (S1, P5)', () => {
     expect(plainLedger(await store.load('r-batch'))).toEqual(plainLedger(states.at(-1)));
   });
 
+  it("reads another replica's writes as their changes, applied to its copy (the whole value is not read)", async () => {
+    const a = open();
+    const b = open();
+    await a.merge('r-changes', obs(10, { 1: [10, 10], 2: [9, 10], 3: [5, 8] }));
+    await b.load('r-changes'); // b's copy: a cold start reads the whole value
+    await a.merge('r-changes', obs(20, { 1: [20, 20], 2: [9, 10], 3: [5, 8] }));
+    const written = await a.merge('r-changes', obs(30, { 1: [20, 20], 2: [30, 30] }));
+    // The ledger part of the value spoiled (its head kept): only the changes can give b the state.
+    const key = redisKey(prefix, 'presence', 'r-changes');
+    await admin.setrange(key, 48, 'not a ledger');
+    const read = await b.load('r-changes');
+    expect(plainLedger(read)).toEqual(plainLedger(written));
+    expect(answer(read!, { lastUpdateId: written.epoch + 3, serverTimestamp: 30 })).toEqual(
+      answer(written, { lastUpdateId: written.epoch + 3, serverTimestamp: 30 }),
+    );
+  });
+
+  it.each([
+    [
+      'more writes than the changes kept',
+      async (a: RedisStore) => {
+        // The first write's change (user 7) is in none of the changes kept when b reads.
+        await a.merge('r-missed', obs(100, { 7: [100, 100] }, false));
+        for (let i = 1; i < 12; i++) await a.merge('r-missed', obs(100 + i, { 1: [100 + i, 100 + i] }, false));
+      },
+    ],
+    [
+      'the changes gone (evicted)',
+      async (a: RedisStore) => {
+        await a.merge('r-missed', obs(200, { 9: [200, 200] }));
+        await admin.del(redisKey(prefix, 'presence-changes', 'r-missed'));
+      },
+    ],
+    [
+      'a new epoch in between (flush)',
+      async (a: RedisStore) => {
+        await admin.del(redisKey(prefix, 'presence', 'r-missed'));
+        await a.merge('r-missed', obs(300, { 9: [300, 300] }));
+        await a.merge('r-missed', obs(301, { 9: [301, 301] }));
+      },
+    ],
+  ])('falls back to reading the whole value after a missed version: %s', async (_name, writes) => {
+    await deleteKeysUnder(admin, prefix);
+    const a = open();
+    const b = open();
+    await a.merge('r-missed', obs(10, { 1: [10, 10], 2: [9, 10] }));
+    await b.load('r-missed');
+    await writes(a);
+    const written = a.peek('r-missed')!;
+    expect(plainLedger(await b.load('r-missed'))).toEqual(plainLedger(written));
+    // And b, writing next, continues that one history.
+    const next = await b.merge('r-missed', obs(1_000, { 5: [1_000, 1_000] }));
+    expect(next.users.get(5)!.changedAt).toBe(written.lastId + 1);
+    expect(plainLedger(await a.load('r-missed'))).toEqual(plainLedger(next));
+  });
+
   it('measures Redis memory for a 10,000-user realm (MEMORY USAGE)', async () => {
     const key = redisKey(prefix, 'presence', 'r-size');
     const value = Buffer.concat([Buffer.alloc(48), encodeLedger(realisticLedger(10_000))]);

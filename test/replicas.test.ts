@@ -1,11 +1,11 @@
 import type { Redis } from 'ioredis';
 import request from 'supertest';
 import net from 'node:net';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startFake } from './support/fake-zulip.js';
-import { adminRedis, deleteKeysUnder, describeRedis, REDIS_URL } from './support/redis.js';
-import { replicaSuite } from './support/replica-suite.js';
-import { startShim } from './support/shim.js';
+import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
+import { startFake, type FakeZulip } from './support/fake-zulip.js';
+import { adminRedis, deleteKeysUnder, describeRedis, REDIS_URL, testKeyPrefix } from './support/redis.js';
+import { pollThrough, replicaSuite } from './support/replica-suite.js';
+import { startShim, type RunningShim } from './support/shim.js';
 
 /**
  * Several shim replicas sharing one Redis in front of one upstream (S1): polls of the same
@@ -22,6 +22,129 @@ describeRedis('several replicas sharing one Redis (S1)', () => {
     admin.disconnect();
   });
   replicaSuite(() => ({ store: { redisUrl: REDIS_URL }, deleteKeysUnder: (prefix) => deleteKeysUnder(admin, prefix) }));
+});
+
+describeRedis('the legacy answer between replicas (2.1: one legacy snapshot feeds both formats)', () => {
+  let admin: Redis;
+  const prefix = testKeyPrefix();
+  let fake: FakeZulip;
+  let replicas: RunningShim[] = [];
+  beforeAll(() => {
+    admin = adminRedis();
+  });
+  afterEach(async () => {
+    await Promise.all(replicas.map((r) => r.close()));
+    replicas = [];
+    await fake?.stop();
+    await deleteKeysUnder(admin, prefix);
+  });
+  afterAll(() => {
+    admin.disconnect();
+  });
+
+  async function setup() {
+    fake = await startFake({ era: '2.1', users: 8 });
+    for (const u of fake.humans()) fake.report(u.user_id, 'active');
+    for (let i = 0; i < 2; i++) {
+      replicas.push(await startShim(fake.url, { store: { redisUrl: REDIS_URL, keyPrefix: prefix }, presence: { coalesceMs: 60_000 } }));
+    }
+    fake.resetStats();
+  }
+  const legacyPoll = (replica: number, user: number) =>
+    request(replicas[replica]!.url)
+      .post('/api/v1/users/me/presence')
+      .set('Host', 'chat.example.com')
+      .set('Authorization', fake.auth(user))
+      .type('form')
+      .send({ status: 'active' });
+  const legacyKeys = () => admin.keys(`${prefix}*:snap-legacy:*`);
+
+  it('a follower reads the published legacy bytes only for a legacy poll, and answers it as the fetching replica did', async () => {
+    await setup();
+    const users = fake.humans().map((u) => u.user_id);
+    const modern = await pollThrough(replicas[0]!, fake, users[0]!, -1);
+    expect(modern.status).toBe(200);
+    const keys = await legacyKeys();
+    expect(keys).toHaveLength(1);
+    // The follower's modern polls need no legacy bytes: answered with them gone.
+    await admin.rename(keys[0]!, `${prefix}aside`);
+    const followerModern = await pollThrough(replicas[1]!, fake, users[1]!, -1);
+    expect(followerModern.status).toBe(200);
+    expect(followerModern.body.presences).toEqual(modern.body.presences);
+    await admin.rename(`${prefix}aside`, keys[0]!);
+    const [own, follower] = [await legacyPoll(0, users[2]!), await legacyPoll(1, users[3]!)];
+    expect(follower.status).toBe(200);
+    expect(follower.text).toBe(own.text);
+    expect(Object.keys(follower.body.presences as object)).toHaveLength(users.length);
+    // P9: one full upstream fetch for all four polls.
+    expect(fake.stats.presenceFull).toBe(1);
+    expect(fake.stats.presencePing).toBe(3);
+  });
+
+  it('a follower whose legacy bytes are gone fetches for itself: its legacy poll still gets the full legacy answer', async () => {
+    await setup();
+    const users = fake.humans().map((u) => u.user_id);
+    expect((await pollThrough(replicas[0]!, fake, users[0]!, -1)).status).toBe(200);
+    await admin.del(...(await legacyKeys()));
+    const follower = await legacyPoll(1, users[1]!);
+    expect(follower.status).toBe(200);
+    expect(Object.keys(follower.body.presences as object)).toHaveLength(users.length);
+    expect(follower.body.presence_last_update_id).toBeGreaterThan(0);
+    expect(fake.stats.presenceFull).toBe(2);
+  });
+});
+
+describeRedis('a client whose polls alternate between replicas, during a refresh (S1, X1)', () => {
+  let admin: Redis;
+  const prefix = testKeyPrefix();
+  const running: Array<{ close(): Promise<unknown> }> = [];
+  beforeAll(() => {
+    admin = adminRedis();
+  });
+  afterAll(async () => {
+    for (const r of running.reverse()) await r.close();
+    await deleteKeysUnder(admin, prefix);
+    admin.disconnect();
+  });
+
+  it('is answered at once from the store when its id is newer than the replica copy, not held up by the refresh', async () => {
+    const fake = await startFake({ era: '4.0', users: 6 });
+    running.push({ close: () => fake.stop() });
+    for (const u of fake.humans()) fake.report(u.user_id, 'active');
+    const r0 = await startShim(fake.url, { store: { redisUrl: REDIS_URL, keyPrefix: prefix }, presence: { coalesceMs: 1 } });
+    running.push(r0);
+    const other = await startShim(fake.url, { store: { redisUrl: REDIS_URL, keyPrefix: prefix }, presence: { coalesceMs: 1 } });
+    running.push(other);
+    const users = fake.humans().map((u) => u.user_id);
+    const first = await pollThrough(r0, fake, users[0]!, -1);
+    expect((await pollThrough(other, fake, users[1]!, -1)).status).toBe(200); // the second replica's copy: this ledger
+    // A change only the first replica fetches: the client's id is then above the second's copy.
+    fake.advance(30);
+    fake.report(users[2]!, 'idle');
+    const newer = await pollThrough(r0, fake, users[0]!, first.body.presence_last_update_id as number);
+    const id = newer.body.presence_last_update_id as number;
+    expect(id).toBeGreaterThan(first.body.presence_last_update_id as number);
+    // The second replica's next refresh is slow.
+    let release!: () => void;
+    fake.fullPresenceHeld = new Promise<void>((r) => {
+      release = r;
+    });
+    const fullBefore = fake.stats.presenceFull;
+    let refreshed = false;
+    const refresh = pollThrough(other, fake, users[3]!, -1).then((r) => {
+      refreshed = true;
+      return r;
+    });
+    await vi.waitFor(() => expect(fake.stats.presenceFull).toBe(fullBefore + 1));
+    const bounced = await pollThrough(other, fake, users[0]!, id);
+    expect(bounced.status).toBe(200);
+    expect(refreshed).toBe(false); // answered before the refresh completed
+    expect(bounced.body.presence_last_update_id).toBeGreaterThanOrEqual(id); // X1
+    expect(bounced.body.presences).toEqual({}); // nothing changed after its id
+    release();
+    fake.fullPresenceHeld = undefined;
+    expect((await refresh).status).toBe(200);
+  });
 });
 
 describe('a replica whose Redis cannot be reached (S1)', () => {

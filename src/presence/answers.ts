@@ -1,3 +1,4 @@
+import { LRUCache } from 'lru-cache';
 import type { Encodable } from '../http/compress.js';
 import { setImmediate as yieldTurn } from 'node:timers/promises';
 import {
@@ -18,6 +19,7 @@ import { limitLegacyHistory } from './convert.js';
 import type { PresenceRequest } from './params.js';
 import type { Poll } from './report.js';
 import type { Snapshot, SnapshotHub } from './snapshots.js';
+import { UserTable } from './user-table.js';
 
 /**
  * Answer building: the bytes a full presence poll gets, from the realm's ledger (ids and data,
@@ -194,23 +196,50 @@ function digits(n: number): number {
 /** Bytes of one user's entry in a modern answer: `"<id>":{"active_timestamp":…,"idle_timestamp":…},`. */
 const ENTRY_OVERHEAD = 43;
 const ENVELOPE = 120;
-const fullBytesByLedger = new WeakMap<LedgerState, number>();
+/** What the present users of a ledger state take in its full modern answer (complete scopes). */
+const usersBytesByLedger = new WeakMap<LedgerState, number>();
+/** The last state counted per ledger history (epoch): the next one is counted from it. */
+const lastCounted = new LRUCache<number, WeakRef<LedgerState>>({ max: 1_024 });
+
+const entryBytes = (e: LedgerEntry | undefined, userId: number) =>
+  e?.present ? ENTRY_OVERHEAD + digits(userId) + digits(e.active) + digits(e.idle) : 0;
+
+/**
+ * The users' part of the full modern answer at this ledger state. B7: counted from the state
+ * counted before it with the same epoch (most often its parent), by the users that differ
+ * (user-table.ts shares the rest), so every replica's copy of every state costs what changed,
+ * not the realm's size. Exact from any state: a shared epoch is only where to start from.
+ */
+export function usersBytes(ledger: LedgerState): number {
+  const known = usersBytesByLedger.get(ledger);
+  if (known !== undefined) return known;
+  const before = lastCounted.get(ledger.epoch)?.deref();
+  const sumBefore = before && usersBytesByLedger.get(before);
+  let bytes = 0;
+  if (sumBefore !== undefined && ledger.users instanceof UserTable && before!.users instanceof UserTable) {
+    bytes = sumBefore;
+    for (const [userId, now, then] of ledger.users.differences(before!.users)) {
+      bytes += entryBytes(now, userId) - entryBytes(then, userId);
+    }
+  } else {
+    ledger.users.forEach((e, userId) => {
+      bytes += entryBytes(e, userId);
+    });
+  }
+  usersBytesByLedger.set(ledger, bytes);
+  if (!before || ledger.lastId >= before.lastId) lastCounted.set(ledger.epoch, new WeakRef(ledger));
+  return bytes;
+}
 
 /**
  * The size of the full modern answer at this ledger state, counted from the numbers rather
  * than by building it (a full answer is built only when a client asks for one).
  */
 function fullModernBytes(ledger: LedgerState, snapshot: Snapshot, serverTimestamp: number): number {
-  const known = snapshot.complete ? fullBytesByLedger.get(ledger) : undefined;
-  if (known !== undefined) return known;
-  let bytes = ENVELOPE + String(serverTimestamp).length + String(ledger.lastId).length;
-  const count = (e: LedgerEntry | undefined, userId: number) => {
-    if (e?.present) bytes += ENTRY_OVERHEAD + digits(userId) + digits(e.active) + digits(e.idle);
-  };
-  // B7: one pass over 100k users without a string per number.
-  if (snapshot.complete || !snapshot.modern) ledger.users.forEach(count);
-  else for (const userId of snapshot.modern.keys()) count(ledger.users.get(userId), userId);
-  if (snapshot.complete) fullBytesByLedger.set(ledger, bytes);
+  const envelope = ENVELOPE + String(serverTimestamp).length + String(ledger.lastId).length;
+  if (snapshot.complete || !snapshot.modern) return envelope + usersBytes(ledger);
+  let bytes = envelope;
+  for (const userId of snapshot.modern.keys()) bytes += entryBytes(ledger.users.get(userId), userId);
   return bytes;
 }
 

@@ -230,6 +230,50 @@ function* mergeSteps(state: LedgerState, obs: Observation): Generator<void, Ledg
 }
 
 /**
+ * S1: what changed from `base` to `next` (a state made from it by changes, I7): `next` with
+ * only the users whose entries differ. A replica that holds `base` gets `next` back from it
+ * with `withChanges`, without reading the whole realm.
+ */
+export function changesFrom(base: LedgerState, next: LedgerState): LedgerState {
+  const users = new Map<number, LedgerEntry>();
+  // A ledger never drops a user: every difference is a user `next` holds.
+  for (const [id, e] of UserTable.from(next.users).differences(UserTable.from(base.users))) if (e) users.set(id, e);
+  return { epoch: next.epoch, lastId: next.lastId, users, merges: next.merges, completeAt: next.completeAt };
+}
+
+/**
+ * S1: the state `changes` (from `changesFrom(base, next)`) describes, made from this replica's
+ * copy of `base`: `next` exactly, sharing every user it did not change with `base`, and its
+ * delta index extended from `base`'s instead of sorted anew (B7). Ids are taken as they were
+ * made by the writer (I7), never made here. Undefined when `changes` cannot be of `base`'s
+ * history (another epoch, a counter behind it): the caller reads the whole ledger instead.
+ */
+export function withChanges(base: LedgerState, changes: LedgerState): LedgerState | undefined {
+  if (changes.epoch !== base.epoch || changes.lastId < base.lastId) return undefined;
+  const edit = UserTable.from(base.users).edit();
+  /** Users with a new changedAt, in the order of it (the index's new tail). */
+  const moved: Array<[number, number]> = [];
+  for (const [id, e] of changes.users) {
+    if (base.users.get(id)?.changedAt !== e.changedAt) moved.push([e.changedAt, id]);
+    edit.set(id, e);
+  }
+  moved.sort((a, b) => a[0] - b[0]);
+  const next: LedgerState = {
+    epoch: changes.epoch,
+    lastId: changes.lastId,
+    users: edit.done(),
+    merges: changes.merges,
+    completeAt: changes.completeAt,
+  };
+  extendIndex(
+    base,
+    next,
+    moved.map(([, id]) => id),
+  );
+  return next;
+}
+
+/**
  * B7, P3: the delta index of a state, users in the order of their `changedAt`, so a delta
  * touches only the changes after the client's id, never every user. Derived from the state
  * (kept beside it, not in it: a stored or decoded state has none until a delta asks), and

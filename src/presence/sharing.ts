@@ -33,6 +33,11 @@ function scopeOf(poll: Poll, format: Format): { scope: string; shared: boolean }
 
 /** Throws UpstreamRefused when the upstream did not accept the caller's report (E1). */
 export async function obtainSnapshot(poll: Poll, format: Format): Promise<Obtained> {
+  const obtained = await sharedOrFetched(poll, format);
+  return wantsModern(poll.request) ? obtained : withLegacyBytes(poll, format, obtained);
+}
+
+async function sharedOrFetched(poll: Poll, format: Format): Promise<Obtained> {
   const { ctx } = poll;
   const { scope, shared } = scopeOf(poll, format);
   const hub = ctx.snapshots;
@@ -41,7 +46,7 @@ export async function obtainSnapshot(poll: Poll, format: Format): Promise<Obtain
   let own: BufferedResponse | undefined;
   if (fresh || pending) {
     own = await acceptedPing(poll);
-    const now = fresh ?? (shared ? answerableDuringRefresh(poll) : undefined);
+    const now = fresh ?? (shared ? await answerableDuringRefresh(poll) : undefined);
     if (now) {
       ctx.metrics.presenceSnapshots.inc({ source: 'shared' });
       return { snapshot: now, own };
@@ -78,12 +83,17 @@ export async function obtainSnapshot(poll: Poll, format: Format): Promise<Obtain
  * client's whole map (P3), and its snapshot's window is over (otherwise there would be no
  * refresh), so only the refresh is the view "at that moment" P7 asks for, and P9's single
  * flight makes the others wait for it.
+ * S1: an id above this process's copy (issued by another replica since it last read) is
+ * looked up in the store first, one small read of the changes since: a client whose polls
+ * alternate between replicas is then not held up by every refresh.
  */
-function answerableDuringRefresh(poll: Poll): Snapshot | undefined {
+async function answerableDuringRefresh(poll: Poll): Promise<Snapshot | undefined> {
   const { ctx, realm, request } = poll;
-  const ledger = ctx.store.peek(realm.key);
   const id = request.lastUpdateId;
-  if (!ledger || ledger.completeAt <= 0 || id === undefined || !wantsModern(request) || !answersWithDelta(ledger, id)) return undefined;
+  if (id === undefined || id <= 0 || !wantsModern(request)) return undefined;
+  let ledger = ctx.store.peek(realm.key);
+  if (ledger && id > ledger.lastId && ctx.store.kind === 'redis') ledger = (await loadLedger(poll)) ?? ledger;
+  if (!ledger || ledger.completeAt <= 0 || !answersWithDelta(ledger, id)) return undefined;
   let snapshot = snapshotsOfLedgers.get(ledger);
   if (!snapshot) {
     // P10: the upstream's time of the newest complete snapshot the ledger holds.
@@ -105,6 +115,36 @@ function answerableDuringRefresh(poll: Poll): Snapshot | undefined {
  * so every poll answered from it during a refresh shares one (and one empty body cache).
  */
 const snapshotsOfLedgers = new WeakMap<LedgerState, Snapshot>();
+
+/**
+ * A legacy poll answered from a snapshot another replica published: its upstream bytes, read
+ * once per snapshot (a replica whose callers all poll in the modern format never reads them).
+ * When they are gone (the store failed, or the poll came after they expired) the caller
+ * fetches for itself, as every caller does while the store is down.
+ */
+async function withLegacyBytes(poll: Poll, format: Format, obtained: Obtained): Promise<Obtained> {
+  const { snapshot } = obtained;
+  if (snapshot.legacyBytes || !snapshot.readLegacyBytes) return obtained;
+  let reading = legacyReads.get(snapshot);
+  if (!reading) {
+    reading = snapshot
+      .readLegacyBytes()
+      .catch(() => undefined) // counted by the store
+      .then((bytes) => {
+        if (!bytes) return undefined;
+        snapshot.legacyBytes = bytes;
+        snapshot.readLegacyBytes = undefined;
+        poll.ctx.snapshots.resized(scopeOf(poll, format).scope);
+        return bytes;
+      });
+    legacyReads.set(snapshot, reading);
+  }
+  if (await reading) return obtained;
+  legacyReads.delete(snapshot); // the next legacy poll tries again
+  return fetchFromUpstream(poll, format, true);
+}
+
+const legacyReads = new WeakMap<Snapshot, Promise<Buffer | undefined>>();
 
 /** P9: the caller's own report as a ping; throws UpstreamRefused unless the upstream accepted it. */
 async function acceptedPing(poll: Poll): Promise<BufferedResponse> {

@@ -41,6 +41,11 @@ export interface Snapshot {
   modernError?: Error | undefined;
   /** The upstream's own answer as made, when it was in the legacy format (P1): passed on with the id added. */
   legacyBytes?: Buffer | undefined;
+  /**
+   * Where another replica published the legacy answer and it is not read yet: reads it (once
+   * per snapshot, sharing.ts), only for a legacy poll. Undefined bytes: gone (store down, expired).
+   */
+  readLegacyBytes?: (() => Promise<Buffer | undefined>) | undefined;
   /** How many users the legacy answer shows (P4: -1 only when none). */
   legacyUsers?: number | undefined;
   /** The realm's ledger right after this snapshot was merged; undefined when not merged here. */
@@ -60,6 +65,8 @@ export interface SnapshotData {
   /** The upstream's legacy answer as made (legacy scopes only), and how many users it shows. */
   legacyBytes?: Buffer | undefined;
   legacyUsers?: number | undefined;
+  /** Instead of `legacyBytes` on a snapshot another replica published: where to read them when needed. */
+  readLegacyBytes?: (() => Promise<Buffer | undefined>) | undefined;
 }
 
 export function toData(s: Snapshot): SnapshotData {
@@ -86,6 +93,7 @@ export function fromData(
     modern: undefined,
     modernError: d.modernError === undefined ? undefined : new ShimError(502, 'UPSTREAM_BAD_RESPONSE', d.modernError),
     legacyBytes: d.legacyBytes,
+    readLegacyBytes: d.legacyBytes ? undefined : d.readLegacyBytes,
     legacyUsers: d.legacyUsers,
     ledger: undefined,
     bodies,
@@ -158,6 +166,14 @@ export class SnapshotHub {
   bodies(): Map<string, Encodable> {
     // The raw bytes, and room for their gzip (added when first sent).
     return this.answersBudget.map((b: Encodable) => 64 + 1.5 * b.raw.length);
+  }
+
+  /** X2: sizes the scope's slot again after its snapshot grew (legacy bytes read after it was kept). */
+  resized(scope: string): void {
+    const slot = this.slots.peek(scope);
+    if (!slot?.snapshot || slot.pending) return;
+    const ttl = this.slots.getRemainingTTL(scope);
+    if (ttl > 0 && Number.isFinite(ttl)) this.slots.set(scope, slot, { ttl });
   }
 
   /** A snapshot still inside its window. */

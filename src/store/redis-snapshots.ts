@@ -11,12 +11,16 @@ import { redisKey } from './redis-keys.js';
  * the upstream's time and, for the legacy format, its answer's bytes as made — for the rest of
  * the window, then notifies them (PUBLISH). A waiting replica is woken by that notification
  * (one subscriber connection per process), reads the snapshot once and keeps it locally until
- * the key expires, so no replica reads or parses the same snapshot twice. Only shared scopes
- * come here, so a snapshot never holds one caller's view (P7).
+ * the key expires, so no replica reads or parses the same snapshot twice. The legacy bytes
+ * (2 MB at 10k users) lie in a key of their own, read only by a replica that has a legacy poll
+ * to answer (`readLegacyBytes`), never by one whose callers all poll in the modern format.
+ * Only shared scopes come here, so a snapshot never holds one caller's view (P7).
  *
  * Keys (all named by `keyOf`, redis-keys.ts: one slot per realm on a Cluster):
- * `<prefix>{<realm>}:snap…` (a JSON header line, then the legacy bytes; expiring with the
- * window), `<prefix>{<realm>}:snap-lock…` (the fetcher's token, expiring after the window if it
+ * `<prefix>{<realm>}:snap…` (a JSON header; expiring with the window),
+ * `<prefix>{<realm>}:snap-legacy:<id>…` (the legacy bytes, named per publish so a replica
+ * never reads another window's bytes under its header; kept a window longer than the header,
+ * so a replica still answering from the header finds them), `<prefix>{<realm>}:snap-lock…` (the fetcher's token, expiring after the window if it
  * dies), and the channel `<prefix>snap-ready` (messages: the scope). The channel is not a key:
  * scripts get it as an argument, so each touches the keys of one slot only.
  */
@@ -28,10 +32,12 @@ if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 if redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
 return 0`;
 
-/** Publishes the snapshot for the rest of its window, drops our lock, wakes the waiters. The
- * channel is an argument, not a key: a script's keys must share one Cluster slot. */
+/** Publishes the snapshot for the rest of its window (its legacy bytes ARGV[6], if any, under
+ * KEYS[3] for ARGV[7] ms), drops our lock, wakes the waiters. The channel is an argument, not a
+ * key: a script's keys must share one Cluster slot. */
 const PUBLISH_LUA = `
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+if ARGV[6] ~= '' then redis.call('SET', KEYS[3], ARGV[6], 'PX', ARGV[7]) end
 if redis.call('GET', KEYS[2]) == ARGV[3] then redis.call('DEL', KEYS[2]) end
 redis.call('PUBLISH', ARGV[5], ARGV[4])
 return 1`;
@@ -56,7 +62,18 @@ type Peeked = [Buffer, number] | number | null;
 
 interface SnapshotCommands {
   zcsSnapLock(data: string, lock: string, token: string, ttlMs: number): Promise<number>;
-  zcsSnapPublish(data: string, lock: string, value: Buffer, ttlMs: number, token: string, scope: string, channel: string): Promise<number>;
+  zcsSnapPublish(
+    data: string,
+    lock: string,
+    legacy: string,
+    value: Buffer,
+    ttlMs: number,
+    token: string,
+    scope: string,
+    channel: string,
+    legacyBytes: Buffer,
+    legacyTtlMs: number,
+  ): Promise<number>;
   zcsSnapRelease(lock: string, token: string, scope: string, channel: string): Promise<number>;
   zcsSnapPeekBuffer(data: string, lock: string): Promise<Peeked>;
 }
@@ -79,20 +96,20 @@ export class RedisSnapshots implements ClusterSnapshots {
     private readonly o: RedisSnapshotsOptions,
   ) {
     conn.redis.defineCommand('zcsSnapLock', { numberOfKeys: 2, lua: LOCK_LUA });
-    conn.redis.defineCommand('zcsSnapPublish', { numberOfKeys: 2, lua: PUBLISH_LUA });
+    conn.redis.defineCommand('zcsSnapPublish', { numberOfKeys: 3, lua: PUBLISH_LUA });
     conn.redis.defineCommand('zcsSnapRelease', { numberOfKeys: 1, lua: RELEASE_LUA });
     conn.redis.defineCommand('zcsSnapPeek', { numberOfKeys: 2, lua: PEEK_LUA });
     this.commands = conn.redis as unknown as SnapshotCommands;
   }
 
   /** Every key and channel name of this module, in one place. */
-  keyOf(kind: 'snap' | 'snap-lock' | 'snap-ready', scope = ''): string {
-    return kind === 'snap-ready' ? `${this.o.keyPrefix}snap-ready` : redisKey(this.o.keyPrefix, kind, scope);
+  keyOf(kind: 'snap' | 'snap-lock' | 'snap-legacy' | 'snap-ready', scope = '', id?: string): string {
+    return kind === 'snap-ready' ? `${this.o.keyPrefix}snap-ready` : redisKey(this.o.keyPrefix, kind, scope, id);
   }
 
   async get(scope: string): Promise<PublishedSnapshot | undefined> {
     const v = await this.peek(scope);
-    return Array.isArray(v) ? decode(v[0], v[1]) : undefined;
+    return Array.isArray(v) ? this.decode(scope, v[0], v[1]) : undefined;
   }
 
   async tryLock(scope: string, ttlMs: number): Promise<boolean> {
@@ -108,16 +125,20 @@ export class RedisSnapshots implements ClusterSnapshots {
     const token = this.tokens.get(scope) ?? '';
     this.tokens.delete(scope);
     if (remainingMs < 1) return void (await this.release(scope, token)); // the window is over already
-    const value = encode(data);
+    const legacyId = data.legacyBytes ? randomBytes(9).toString('base64url') : undefined;
+    const value = encode(data, legacyId);
     await this.conn.run(() =>
       this.commands.zcsSnapPublish(
         this.keyOf('snap', scope),
         this.keyOf('snap-lock', scope),
+        this.keyOf('snap-legacy', scope, legacyId ?? ''),
         value,
         ttl(remainingMs),
         token,
         scope,
         this.keyOf('snap-ready'),
+        data.legacyBytes ?? NO_BYTES,
+        ttl(2 * remainingMs + LEGACY_GRACE_MS),
       ),
     );
   }
@@ -140,7 +161,7 @@ export class RedisSnapshots implements ClusterSnapshots {
     try {
       // Subscribed before looking: a notification sent after this look is not missed.
       const first = await this.peek(scope);
-      if (Array.isArray(first)) return decode(first[0], first[1]);
+      if (Array.isArray(first)) return this.decode(scope, first[0], first[1]);
       if (first === null) return undefined; // no snapshot and nobody fetching
       await woken;
       return await this.get(scope);
@@ -149,6 +170,13 @@ export class RedisSnapshots implements ClusterSnapshots {
       set.delete(wake);
       if (set.size === 0) this.waiters.delete(scope);
     }
+  }
+
+  private decode(scope: string, value: Buffer, remainingMs: number): PublishedSnapshot | undefined {
+    return decode(value, remainingMs, (id) => async () => {
+      const bytes = await this.conn.run(() => this.conn.redis.getBuffer(this.keyOf('snap-legacy', scope, id)));
+      return bytes ?? undefined;
+    });
   }
 
   private peek(scope: string): Promise<Peeked> {
@@ -175,19 +203,26 @@ export class RedisSnapshots implements ClusterSnapshots {
 }
 
 const ttl = (ms: number) => Math.max(1, Math.round(ms));
+const NO_BYTES = Buffer.alloc(0);
+/** The legacy bytes outlive their header by this much more than a window (clock skew, a slow poll). */
+const LEGACY_GRACE_MS = 1_000;
 
-/** A JSON header line, then the legacy answer's bytes as made (never re-serialised). */
-function encode(d: SnapshotData): Buffer {
+/** A JSON header line; the legacy answer's bytes (never re-serialised) go to a key of their own, `legacyId`. */
+function encode(d: SnapshotData, legacyId: string | undefined): Buffer {
   const header = JSON.stringify({
     serverTimestamp: d.serverTimestamp,
     modernError: d.modernError,
     legacyUsers: d.legacyUsers,
-    legacy: !!d.legacyBytes,
+    legacyId,
   });
-  return Buffer.concat([Buffer.from(`${header}\n`), d.legacyBytes ?? Buffer.alloc(0)]);
+  return Buffer.from(`${header}\n`);
 }
 
-function decode(value: Buffer, remainingMs: number): PublishedSnapshot | undefined {
+function decode(
+  value: Buffer,
+  remainingMs: number,
+  reader: (legacyId: string) => () => Promise<Buffer | undefined>,
+): PublishedSnapshot | undefined {
   const end = value.indexOf(10);
   if (end < 0) return undefined; // not written by this shim: fetched again
   try {
@@ -197,7 +232,9 @@ function decode(value: Buffer, remainingMs: number): PublishedSnapshot | undefin
       serverTimestamp: h.serverTimestamp,
       modernError: typeof h.modernError === 'string' ? h.modernError : undefined,
       legacyUsers: typeof h.legacyUsers === 'number' ? h.legacyUsers : undefined,
+      // A value of the format before the bytes had a key of their own: inline after the header.
       legacyBytes: h.legacy === true ? value.subarray(end + 1) : undefined,
+      readLegacyBytes: typeof h.legacyId === 'string' ? reader(h.legacyId) : undefined,
     };
     return { data, remainingMs: Math.max(remainingMs, 0) };
   } catch {

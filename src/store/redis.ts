@@ -3,11 +3,13 @@ import { LRUCache } from 'lru-cache';
 import type { Logger } from '../observability/logger.js';
 import {
   applyChange,
+  changesFrom,
   createLedger,
   type LedgerChange,
   type LedgerState,
   type Observation,
   type PreparedMerge,
+  withChanges,
 } from '../presence/ledger.js';
 import { CodecError, decodeLedger, encodeLedger } from './codec.js';
 import { RedisCacheBackend } from './redis-cache.js';
@@ -32,6 +34,14 @@ import { StoreUnavailableError, type PresenceStore } from './types.js';
  * so every id issued before gets full data and every id issued after is higher (P5, P6, X1). The
  * stamp is checked by the scripts themselves (INFO server), on the server that runs them, so no
  * command can slip through between a failover and this process noticing it.
+ *
+ * Changes, published once (issue 19 §3): beside the value, `<prefix>{<realm>}:presence-changes`
+ * holds the last few writes' changes, newest first, each as (token before, token after, the
+ * ledger with only the users that write changed: ledger.ts `changesFrom`). A replica whose copy
+ * is a few writes behind reads just those and applies them (`withChanges`) instead of decoding
+ * the realm's whole ledger and sorting its delta index again; one that missed more, a cold
+ * start, or a value from another server (the stamp check comes first) reads the whole value.
+ * A write that starts a new epoch drops the list, so no chain crosses epochs or failovers.
  *
  * Writes are optimistic: read (a one-byte reply when this replica's copy is current), merge in
  * JS (ledger.ts stays the one place where ids are made), then a compare-and-set script writes
@@ -86,26 +96,45 @@ const STAMP_BYTES = 40;
 const HEAD_BYTES = TOKEN_BYTES + STAMP_BYTES;
 const UNSTAMPED = Buffer.alloc(STAMP_BYTES);
 const UNCHANGED = 1;
+const CHANGED = 2;
+/** Writes whose changes are kept for replicas a little behind. */
+const CHANGES_KEPT = 8;
+/** A change record: the token it applies to, the token it makes, then the changes (codec.ts). */
+const CHANGE_HEAD_BYTES = 2 * TOKEN_BYTES;
 
 /** The answering server's run_id, in Lua. */
 const SERVER_LUA = `local server = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')`;
 
 /**
  * The value, or 1 when its token is the one the caller knows, or nil when absent; {0, value}
- * when another server stamped it (a failover or restart since it was written).
+ * when another server stamped it (a failover or restart since it was written); {2, head,
+ * records…} (newest first) when the change records in KEYS[2] lead from the caller's token to
+ * the value's.
  */
 const READ_LUA = `
 local head = redis.call('GETRANGE', KEYS[1], 0, ${HEAD_BYTES - 1})
 if head == '' and redis.call('EXISTS', KEYS[1]) == 0 then return false end
 ${SERVER_LUA}
 if string.sub(head, ${TOKEN_BYTES + 1}) ~= server then return {0, redis.call('GET', KEYS[1])} end
-if ARGV[1] ~= '' and string.sub(head, 1, ${TOKEN_BYTES}) == ARGV[1] then return ${UNCHANGED} end
+if ARGV[1] ~= '' then
+  local want = string.sub(head, 1, ${TOKEN_BYTES})
+  if want == ARGV[1] then return ${UNCHANGED} end
+  local chain = {2, head}
+  for i = 0, ${CHANGES_KEPT - 1} do
+    local record = redis.call('LINDEX', KEYS[2], i)
+    if not record or string.sub(record, ${TOKEN_BYTES + 1}, ${CHANGE_HEAD_BYTES}) ~= want then break end
+    chain[#chain + 1] = record
+    want = string.sub(record, 1, ${TOKEN_BYTES})
+    if want == ARGV[1] then return chain end
+  end
+end
 return redis.call('GET', KEYS[1])`;
 
 /**
  * Writes ARGV[2] with expiry ARGV[3] ms, stamped with this server's run_id, iff the value's head
  * is still ARGV[1] ('' = absent) and, unless ARGV[4] is '1' (a new epoch replaces the value),
- * was stamped by this server. Returns the stamp written, or 0.
+ * was stamped by this server. Pushes the change record ARGV[5] onto KEYS[2], or drops that list
+ * when there is none ('': a new ledger, whose history starts here). Returns the stamp written, or 0.
  */
 const CAS_LUA = `
 local head = redis.call('GETRANGE', KEYS[1], 0, ${HEAD_BYTES - 1})
@@ -114,13 +143,28 @@ ${SERVER_LUA}
 if ARGV[4] ~= '1' and head ~= '' and string.sub(head, ${TOKEN_BYTES + 1}) ~= server then return 0 end
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
 redis.call('SETRANGE', KEYS[1], ${TOKEN_BYTES}, server)
+if ARGV[5] == '' then
+  redis.call('DEL', KEYS[2])
+else
+  redis.call('LPUSH', KEYS[2], ARGV[5])
+  redis.call('LTRIM', KEYS[2], 0, ${CHANGES_KEPT - 1})
+  redis.call('PEXPIRE', KEYS[2], ARGV[3])
+end
 return server`;
 
-type ReadReply = Buffer | number | null | [number, Buffer];
+type ReadReply = Buffer | number | null | [number, ...Buffer[]];
 
 interface StoreCommands {
-  zcsReadLedgerBuffer(key: string, known: Buffer): Promise<ReadReply>;
-  zcsCasLedgerBuffer(key: string, expected: Buffer, value: Buffer, ttlMs: number, newEpoch: string): Promise<Buffer | number>;
+  zcsReadLedgerBuffer(key: string, changesKey: string, known: Buffer): Promise<ReadReply>;
+  zcsCasLedgerBuffer(
+    key: string,
+    changesKey: string,
+    expected: Buffer,
+    value: Buffer,
+    ttlMs: number,
+    newEpoch: string,
+    changes: Buffer,
+  ): Promise<Buffer | number>;
 }
 
 export class RedisStore implements PresenceStore {
@@ -145,8 +189,8 @@ export class RedisStore implements PresenceStore {
       storeErrors: o.storeErrors,
       commandTimeoutMs: o.commandTimeoutMs ?? 1_000,
     });
-    this.conn.redis.defineCommand('zcsReadLedger', { numberOfKeys: 1, lua: READ_LUA });
-    this.conn.redis.defineCommand('zcsCasLedger', { numberOfKeys: 1, lua: CAS_LUA });
+    this.conn.redis.defineCommand('zcsReadLedger', { numberOfKeys: 2, lua: READ_LUA });
+    this.conn.redis.defineCommand('zcsCasLedger', { numberOfKeys: 2, lua: CAS_LUA });
     this.commands = this.conn.redis as unknown as StoreCommands;
     this.cacheBackend = new RedisCacheBackend(this.conn, o.keyPrefix);
     this.known = new LRUCache({ max: o.maxRealms ?? 1_000 });
@@ -169,6 +213,11 @@ export class RedisStore implements PresenceStore {
 
   key(realm: string): string {
     return redisKey(this.o.keyPrefix, 'presence', realm);
+  }
+
+  /** The realm's recent change records (same slot as its ledger). */
+  changesKey(realm: string): string {
+    return redisKey(this.o.keyPrefix, 'presence-changes', realm);
   }
 
   async load(realm: string): Promise<LedgerState | undefined> {
@@ -254,9 +303,19 @@ export class RedisStore implements PresenceStore {
       }
       if (next === base && current?.state) return states; // nothing to write; base was read just now
       const token = randomBytes(TOKEN_BYTES);
-      const value = Buffer.concat([token, UNSTAMPED, encodeLedger(next)]);
+      const encoded = encodeLedger(next);
+      const value = Buffer.concat([token, UNSTAMPED, encoded]);
       const replaces = current !== undefined && current.state === undefined ? '1' : '';
-      const stamp = await this.commands.zcsCasLedgerBuffer(this.key(realm), current?.head ?? NO_TOKEN, value, this.idleTtlMs, replaces);
+      const changes = current?.state ? changeRecord(current.head, token, current.state, next, encoded.length) : NO_TOKEN;
+      const stamp = await this.commands.zcsCasLedgerBuffer(
+        this.key(realm),
+        this.changesKey(realm),
+        current?.head ?? NO_TOKEN,
+        value,
+        this.idleTtlMs,
+        replaces,
+        changes,
+      );
       if (Buffer.isBuffer(stamp)) {
         this.remember(realm, { head: Buffer.concat([token, stamp]), state: next });
         return states;
@@ -271,13 +330,26 @@ export class RedisStore implements PresenceStore {
     }
   }
 
-  /** The realm's value now: the known one when unchanged (one small round trip), else decoded. */
+  /**
+   * The realm's value now: the known one when unchanged (one small round trip), the known one
+   * with the changes written since applied when Redis still has them all, else decoded whole.
+   */
   private async read(realm: string): Promise<Known | undefined> {
     const known = this.known.get(realm);
-    const reply = await this.commands.zcsReadLedgerBuffer(this.key(realm), known?.head.subarray(0, TOKEN_BYTES) ?? NO_TOKEN);
+    const knownToken = known?.head.subarray(0, TOKEN_BYTES) ?? NO_TOKEN;
+    let reply = await this.commands.zcsReadLedgerBuffer(this.key(realm), this.changesKey(realm), knownToken);
     if (reply === UNCHANGED && known) return known;
+    if (Array.isArray(reply) && reply[0] === CHANGED) {
+      const applied = known?.state && this.applyRecords(known.state, knownToken, reply.slice(1) as Buffer[]);
+      if (applied) {
+        this.remember(realm, applied);
+        return applied;
+      }
+      // Not of the copy this process holds after all: the whole value, as for a cold start.
+      reply = await this.commands.zcsReadLedgerBuffer(this.key(realm), this.changesKey(realm), NO_TOKEN);
+    }
     const foreign = Array.isArray(reply);
-    const value = foreign ? reply[1] : reply;
+    const value = Array.isArray(reply) ? reply[1] : reply;
     if (!Buffer.isBuffer(value)) {
       this.known.delete(realm);
       return undefined;
@@ -305,10 +377,46 @@ export class RedisStore implements PresenceStore {
     return fresh;
   }
 
+  /**
+   * The known state with change records applied (newest first as Redis sends them), or
+   * undefined when they do not lead from it (then the whole value is read).
+   */
+  private applyRecords(state: LedgerState, token: Buffer, [head, ...records]: Buffer[]): Known | undefined {
+    let next: LedgerState | undefined = state;
+    let at = token;
+    for (let i = records.length - 1; i >= 0 && next; i--) {
+      const record = records[i]!;
+      if (!record.subarray(0, TOKEN_BYTES).equals(at)) return undefined;
+      at = record.subarray(TOKEN_BYTES, CHANGE_HEAD_BYTES);
+      try {
+        next = withChanges(next, decodeLedger(record.subarray(CHANGE_HEAD_BYTES)));
+      } catch (e) {
+        if (!(e instanceof CodecError)) throw e;
+        return undefined;
+      }
+    }
+    if (!next || !head?.subarray(0, TOKEN_BYTES).equals(at)) return undefined;
+    return { head: Buffer.from(head), state: next };
+  }
+
   private remember(realm: string, k: Known): void {
     if (k.state) this.highWater = Math.max(this.highWater, k.state.lastId);
     this.known.set(realm, k);
   }
+}
+
+/** Below this size a ledger's changes are always kept, however much of it they are. */
+const SMALL_LEDGER_BYTES = 16_384;
+
+/**
+ * The change record of a write from `base` (value head `baseHead`) to `next` (token `token`),
+ * or none when the changes of a large ledger would take more than half of it: reading the
+ * whole value is then hardly dearer, and Redis keeps less.
+ */
+function changeRecord(baseHead: Buffer, token: Buffer, base: LedgerState, next: LedgerState, valueBytes: number): Buffer {
+  const changes = encodeLedger(changesFrom(base, next));
+  if (valueBytes > SMALL_LEDGER_BYTES && changes.length > valueBytes / 2) return NO_TOKEN;
+  return Buffer.concat([baseHead.subarray(0, TOKEN_BYTES), token, changes]);
 }
 
 /** A short random pause before another compare-and-set, so two replicas stop colliding. */

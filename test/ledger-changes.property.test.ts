@@ -14,7 +14,7 @@ import { decodeLedger, encodeLedger } from '../src/store/codec.js';
 import { plainLedger } from './support/ledgers.js';
 
 /**
- * S1, issue 19 §3: a replica that holds a ledger and applies the changes another replica
+ * S1: a replica that holds a ledger and applies the changes another replica
  * published (`changesFrom` → bytes → `withChanges`) ends with exactly the ledger a full read
  * of the writer's value gives, and answers every delta as the writer does (its change index is
  * extended, not rebuilt).

@@ -35,7 +35,7 @@ import { StoreUnavailableError, type PresenceStore } from './types.js';
  * stamp is checked by the scripts themselves (INFO server), on the server that runs them, so no
  * command can slip through between a failover and this process noticing it.
  *
- * Changes, published once (issue 19 §3): beside the value, `<prefix>{<realm>}:presence-changes`
+ * Changes, published once: beside the value, `<prefix>{<realm>}:presence-changes`
  * holds the last few writes' changes, newest first, each as (token before, token after, the
  * ledger with only the users that write changed: ledger.ts `changesFrom`). A replica whose copy
  * is a few writes behind reads just those and applies them (`withChanges`) instead of decoding

@@ -156,6 +156,21 @@ for (const r of rows) {
     `| ${fmt(r.users)} | ${fmt(r.coldMs)} ms | ${fmt(r.refreshMs)} ms | ${fmt(r.deltaP99Ms)} / ${fmt(r.deltaMaxMs)} ms | ${fmt(r.worstBlockMs, 1)} / ${fmt(r.worstBlockCpuMs, 1)} ms | ${fmt(r.rssMiB)} MiB | ${fmt(r.bytesPerUser)} |`,
   );
 }
+// Issue 19 §2's targets, at 100k users (and 250k must work at all).
+const at = (n: number) => rows.find((r) => r.users === n);
+const verdict = (ok: boolean) => (ok ? 'met' : 'NOT met');
+const r100 = at(100_000);
+if (r100) {
+  log('');
+  log(`targets at 100,000 users:`);
+  log(
+    `- no event-loop block above 50 ms during a refresh: ${fmt(r100.worstBlockMs, 1)} ms wall, ${fmt(r100.worstBlockCpuMs, 1)} ms main-thread CPU (${verdict(r100.worstBlockCpuMs <= 50)} on CPU; wall ${verdict(r100.worstBlockMs <= 50)})`,
+  );
+  log(`- delta polls p99 ≤ 250 ms during a refresh: ${fmt(r100.deltaP99Ms)} ms (${verdict(r100.deltaP99Ms <= 250)})`);
+  log(`- RSS ≤ 400 MB: ${fmt(r100.rssMiB)} MiB = ${fmt((r100.rssMiB * 2 ** 20) / 1e6)} MB (${verdict(r100.rssMiB * 2 ** 20 <= 400e6)})`);
+}
+const r250 = at(250_000);
+if (r250) log(`- 250,000 users work at all: ${r250.deltaPolls} delta polls answered, RSS ${fmt(r250.rssMiB)} MiB`);
 log(
   `load average at end: ${os
     .loadavg()

@@ -156,6 +156,15 @@ try {
   for (const r of results) {
     console.log(JSON.stringify({ ...r, cpuVsOne: +(r.shimCpuMs / one.shimCpuMs).toFixed(2), p99VsOne: +(r.p99Ms / one.p99Ms).toFixed(2) }));
   }
+  // Issue 19 §3: N replicas cost ≤ 1.2× one replica's CPU in total for the same load, p99 within 1.2×.
+  for (const r of results.slice(1)) {
+    const cpu = r.shimCpuMs / one.shimCpuMs;
+    const p99 = r.p99Ms / one.p99Ms;
+    const ok = cpu <= 1.2 && p99 <= 1.2 && r.backwards === 0;
+    console.log(
+      `target, ${r.replicas} replicas vs one: CPU ${cpu.toFixed(2)}× (≤ 1.2×), p99 ${p99.toFixed(2)}× (≤ 1.2×), ids below the client's ${r.backwards}: ${ok ? 'met' : 'NOT met'}`,
+    );
+  }
 } finally {
   await up.stop();
 }

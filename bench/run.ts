@@ -20,10 +20,16 @@ import { basicAuth, PRESENCE_PATH, SMALL_BODY, SMALL_PATH, type Flavour, type Up
 
 // ---------------------------------------------------------------------------- options
 
-// `npm run bench -- b7`: the large-realm cost curve alone (bench/b7.ts), a long run of its own;
+// Runs of their own, each printing its figures against its targets:
+// `npm run bench -- b4`: the pass-through against nginx with every variant (bench/passthrough.ts);
+// `npm run bench -- b7`: the large-realm cost curve (bench/b7.ts);
+// `npm run bench -- replicas`: one replica against two on one Redis (bench/replicas.ts);
 // `npm run bench -- flood`: memory under a flood of hosts with the default budgets (X2).
-if (process.argv[2] === 'b7' || process.argv[2] === 'flood') {
-  await import(process.argv[2] === 'b7' ? './b7.js' : './flood.js');
+const OWN_RUNS: Record<string, string> = { b4: './passthrough.js', b7: './b7.js', replicas: './replicas.js', flood: './flood.js' };
+const ownRun = OWN_RUNS[process.argv[2] ?? ''];
+if (ownRun) {
+  process.argv.splice(2, 1);
+  await import(ownRun);
   process.exit(0);
 }
 

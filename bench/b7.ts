@@ -1,4 +1,5 @@
 import os from 'node:os';
+import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { Pool } from 'undici';
 import { spawnChild, type Child } from './children.js';
@@ -26,6 +27,8 @@ const { values: flags } = parseArgs({
     phase: { type: 'string' },
     'coalesce-ms': { type: 'string' },
     era: { type: 'string' },
+    /** A CPU profile of the shim's delta phase per size goes here. */
+    profile: { type: 'string' },
   },
   strict: true,
 });
@@ -33,6 +36,7 @@ const sizes = (flags.sizes ?? '1000,10000,50000,100000').split(',').map(Number);
 const phaseMs = Number(flags.phase ?? 10) * 1000;
 const coalesceMs = Number(flags['coalesce-ms'] ?? 2000);
 const era = flags.era ?? '2.1';
+const profileDir = flags.profile;
 const log = (s: string) => process.stdout.write(`${s}\n`);
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const form = { 'content-type': 'application/x-www-form-urlencoded' };
@@ -56,6 +60,8 @@ interface Blocks {
   maxMs: number;
   maxCpuInGapMs: number;
   gapOfMaxCpuMs: number;
+  maxGcMs: number;
+  maxGcKind: string;
 }
 
 export interface B7Row {
@@ -67,6 +73,9 @@ export interface B7Row {
   deltaPolls: number;
   worstBlockMs: number;
   worstBlockCpuMs: number;
+  /** The longest garbage-collection pause during the delta phase, and its kind. */
+  worstGcMs: number;
+  worstGcKind: string;
   rssMiB: number;
   bytesPerUser: number;
 }
@@ -95,6 +104,7 @@ async function measure(users: number): Promise<B7Row> {
       refreshes.sort((a, b) => a - b);
 
       await shim.call('eld-start');
+      if (profileDir) await shim.call('profile-start');
       const ms: number[] = [];
       const end = performance.now() + phaseMs;
       const worker = async (w: number) => {
@@ -107,6 +117,7 @@ async function measure(users: number): Promise<B7Row> {
         }
       };
       await Promise.all([0, 1, 2, 3].map(worker));
+      if (profileDir) await shim.call('profile-stop', { file: join(profileDir, `b7-${users}.cpuprofile`) });
       const blocks = await shim.call<Blocks>('eld-stop');
       const after = await shim.call<Memory>('memory', { gc: true });
       const sorted = Float64Array.from(ms).sort();
@@ -119,6 +130,8 @@ async function measure(users: number): Promise<B7Row> {
         deltaPolls: ms.length,
         worstBlockMs: blocks.maxMs,
         worstBlockCpuMs: blocks.maxCpuInGapMs,
+        worstGcMs: blocks.maxGcMs,
+        worstGcKind: blocks.maxGcKind,
         rssMiB: after.rss / 2 ** 20,
         bytesPerUser: (after.heapUsed + after.arrayBuffers - base.heapUsed - base.arrayBuffers) / users,
       };
@@ -148,12 +161,12 @@ for (const users of sizes) {
 }
 log('');
 log(
-  '| users | cold full answer | refresh | delta p99 / max during refreshes | worst block (wall / main-thread CPU) | RSS | bytes per user |',
+  '| users | cold full answer | refresh | delta p99 / max during refreshes | worst block (wall / main-thread CPU) | longest GC pause | RSS | bytes per user |',
 );
-log('|---|---|---|---|---|---|---|');
+log('|---|---|---|---|---|---|---|---|');
 for (const r of rows) {
   log(
-    `| ${fmt(r.users)} | ${fmt(r.coldMs)} ms | ${fmt(r.refreshMs)} ms | ${fmt(r.deltaP99Ms)} / ${fmt(r.deltaMaxMs)} ms | ${fmt(r.worstBlockMs, 1)} / ${fmt(r.worstBlockCpuMs, 1)} ms | ${fmt(r.rssMiB)} MiB | ${fmt(r.bytesPerUser)} |`,
+    `| ${fmt(r.users)} | ${fmt(r.coldMs)} ms | ${fmt(r.refreshMs)} ms | ${fmt(r.deltaP99Ms)} / ${fmt(r.deltaMaxMs)} ms | ${fmt(r.worstBlockMs, 1)} / ${fmt(r.worstBlockCpuMs, 1)} ms | ${fmt(r.worstGcMs, 1)} ms (${r.worstGcKind}) | ${fmt(r.rssMiB)} MiB | ${fmt(r.bytesPerUser)} |`,
   );
 }
 // Issue 19 §2's targets, at 100k users (and 250k must work at all).

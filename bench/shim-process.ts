@@ -1,6 +1,6 @@
 import { existsSync, openSync, readSync, writeFileSync } from 'node:fs';
 import { Session } from 'node:inspector/promises';
-import { monitorEventLoopDelay, type IntervalHistogram } from 'node:perf_hooks';
+import { constants, monitorEventLoopDelay, PerformanceObserver, type IntervalHistogram } from 'node:perf_hooks';
 import { loadConfig } from '../src/config.js';
 import { createLogger } from '../src/observability/logger.js';
 import { createShim } from '../src/server.js';
@@ -64,6 +64,32 @@ interface BlockWatch {
 }
 let watch: BlockWatch | undefined;
 
+/** The longest garbage-collection pause seen while watching (V8's own timing of each GC). */
+let gcWatch: { observer: PerformanceObserver; maxMs: number; kind: string } | undefined;
+const GC_KINDS: Record<number, string> = {
+  [constants.NODE_PERFORMANCE_GC_MINOR]: 'minor',
+  [constants.NODE_PERFORMANCE_GC_MAJOR]: 'major',
+  [constants.NODE_PERFORMANCE_GC_INCREMENTAL]: 'incremental',
+  [constants.NODE_PERFORMANCE_GC_WEAKCB]: 'weak callbacks',
+};
+
+function startGcWatch(): void {
+  gcWatch?.observer.disconnect();
+  const w = {
+    maxMs: 0,
+    kind: '',
+    observer: new PerformanceObserver((list) => {
+      for (const e of list.getEntries()) {
+        if (e.duration <= w.maxMs) continue;
+        w.maxMs = e.duration;
+        w.kind = GC_KINDS[(e as PerformanceEntry & { detail?: { kind?: number } }).detail?.kind ?? -1] ?? 'other';
+      }
+    }),
+  };
+  w.observer.observe({ entryTypes: ['gc'] });
+  gcWatch = w;
+}
+
 function startWatch(): void {
   if (watch) clearInterval(watch.timer);
   const w: BlockWatch = {
@@ -121,6 +147,7 @@ serveParent(
       eld = monitorEventLoopDelay({ resolution: 1 });
       eld.enable();
       startWatch();
+      startGcWatch();
     },
     /** Stops measuring: the longest delay seen, and the distribution (ms). */
     'eld-stop': () => {
@@ -142,7 +169,12 @@ serveParent(
         maxCpuInGapMs: w.maxCpuMs,
         gapOfMaxCpuMs: w.gapOfMaxCpuMs,
         cpuSource,
+        /** The longest GC pause while watching, and its kind. */
+        maxGcMs: gcWatch?.maxMs ?? 0,
+        maxGcKind: gcWatch?.kind ?? '',
       };
+      gcWatch?.observer.disconnect();
+      gcWatch = undefined;
       eld = undefined;
       return r;
     },

@@ -1,4 +1,3 @@
-import { LRUCache } from 'lru-cache';
 import type { Encodable } from '../http/compress.js';
 import { setImmediate as yieldTurn } from 'node:timers/promises';
 import {
@@ -198,36 +197,30 @@ const ENTRY_OVERHEAD = 43;
 const ENVELOPE = 120;
 /** What the present users of a ledger state take in its full modern answer (complete scopes). */
 const usersBytesByLedger = new WeakMap<LedgerState, number>();
-/** The last state counted per ledger history (epoch): the next one is counted from it. */
-const lastCounted = new LRUCache<number, WeakRef<LedgerState>>({ max: 1_024 });
+/** The same per shard of a ledger's user table (user-table.ts shares shards between states). */
+const usersBytesByShard = new WeakMap<object, number>();
 
 const entryBytes = (e: LedgerEntry | undefined, userId: number) =>
   e?.present ? ENTRY_OVERHEAD + digits(userId) + digits(e.active) + digits(e.idle) : 0;
 
+function shardBytes(shard: ReadonlyMap<number, LedgerEntry>): number {
+  let bytes = 0;
+  shard.forEach((e, userId) => {
+    bytes += entryBytes(e, userId);
+  });
+  return bytes;
+}
+
 /**
- * The users' part of the full modern answer at this ledger state. B7: counted from the state
- * counted before it with the same epoch (most often its parent), by the users that differ
- * (user-table.ts shares the rest), so every replica's copy of every state costs what changed,
- * not the realm's size. Exact from any state: a shared epoch is only where to start from.
+ * The users' part of the full modern answer at this ledger state. B7: summed over the user
+ * table's shards, each shard counted once for every state that shares it, so every replica's
+ * copy of every state costs what changed, not the realm's size. Exact for any state.
  */
 export function usersBytes(ledger: LedgerState): number {
   const known = usersBytesByLedger.get(ledger);
   if (known !== undefined) return known;
-  const before = lastCounted.get(ledger.epoch)?.deref();
-  const sumBefore = before && usersBytesByLedger.get(before);
-  let bytes = 0;
-  if (sumBefore !== undefined && ledger.users instanceof UserTable && before!.users instanceof UserTable) {
-    bytes = sumBefore;
-    for (const [userId, now, then] of ledger.users.differences(before!.users)) {
-      bytes += entryBytes(now, userId) - entryBytes(then, userId);
-    }
-  } else {
-    ledger.users.forEach((e, userId) => {
-      bytes += entryBytes(e, userId);
-    });
-  }
+  const bytes = ledger.users instanceof UserTable ? ledger.users.sumOfShards(usersBytesByShard, shardBytes) : shardBytes(ledger.users);
   usersBytesByLedger.set(ledger, bytes);
-  if (!before || ledger.lastId >= before.lastId) lastCounted.set(ledger.epoch, new WeakRef(ledger));
   return bytes;
 }
 

@@ -69,6 +69,24 @@ export class UserTable<V> implements ReadonlyMap<number, V> {
   }
 
   /**
+   * The sum of `measure` over this table's shards, each shard's figure kept in `cache`: shards
+   * are shared between a table and the tables made from it by changes, so a table made by a
+   * few changes costs what it changed, whatever became of the tables before it.
+   */
+  sumOfShards(cache: WeakMap<object, number>, measure: (shard: ReadonlyMap<number, V>) => number): number {
+    let sum = 0;
+    for (const shard of this.shards) {
+      let n = cache.get(shard);
+      if (n === undefined) {
+        n = measure(shard);
+        cache.set(shard, n);
+      }
+      sum += n;
+    }
+    return sum;
+  }
+
+  /**
    * Where this table and `older` differ: [id, value here, value there] for every id whose value
    * object is not the same in both (undefined where one lacks the id), in no particular order.
    * Shards the two share are skipped, so a table made from `older` by a few changes is

@@ -122,7 +122,9 @@ function writeResults(file: string, generated: string): void {
   const kept = existsSync(file) ? readFileSync(file, 'utf8').split(GENERATED_END)[1] : undefined;
   writeFileSync(file, `${generated}\n${GENERATED_END}${kept ?? '\n'}`);
   // In the project's Markdown style (aligned tables), so `npm run format:check` stays clean.
-  spawnSync(process.execPath, [join(ROOT, 'node_modules', '@biomejs', 'biome', 'bin', 'biome'), 'format', '--write', file], { stdio: 'ignore' });
+  spawnSync(process.execPath, [join(ROOT, 'node_modules', '@biomejs', 'biome', 'bin', 'biome'), 'format', '--write', file], {
+    stdio: 'ignore',
+  });
 }
 
 /** The Redis at `url` when it answers PING within a second, else undefined. */

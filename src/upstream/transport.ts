@@ -55,12 +55,12 @@ export interface Transport {
 }
 
 /** Idle upstream connections are kept this long (below a typical upstream nginx's 75 s). */
-export const KEEP_ALIVE_MS = 30_000;
+const KEEP_ALIVE_MS = 30_000;
 
 /** Zulip's long poll: each connected client holds one, ~90 s at a time. The one pattern for it. */
 export const LONG_POLL_PATH = /^\/(?:api\/v1|json)\/events(?:\?|$)/;
 
-export const isLongPoll = (method: string, path: string): boolean => method === 'GET' && LONG_POLL_PATH.test(path);
+const isLongPoll = (method: string, path: string): boolean => method === 'GET' && LONG_POLL_PATH.test(path);
 
 /** X5: only these may be sent twice (RFC 9110 §9.2.2 safe methods; nginx's non-idempotent rule). */
 const SAFE_METHODS: ReadonlySet<string> = new Set(['GET', 'HEAD', 'OPTIONS']);

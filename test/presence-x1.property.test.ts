@@ -268,7 +268,23 @@ describe('X1 model: register, polls, garbage ids and two replicas on one store',
       fc.asyncProperty(fc.array(step, { minLength: 1, maxLength: 60 }), async (steps) => {
         await run(steps);
       }),
-      { numRuns: RUNS },
+      {
+        numRuns: RUNS,
+        examples: [
+          // A garbage id (before the epoch) at a replica whose copy is older than what the client
+          // saw through the other one: the full answer must not take the client back in time.
+          [
+            [
+              { t: 'change', user: 2, idle: 0 },
+              { t: 'poll', replica: 0, client: 0 },
+              { t: 'backdate', user: 2 },
+              { t: 'poll', replica: 1, client: 1 },
+              { t: 'garbage', replica: 0, client: 1, kind: 2 },
+              { t: 'capture' },
+            ],
+          ],
+        ],
+      },
     );
   });
 });

@@ -8,7 +8,7 @@ import type { Realm } from '../upstream/realm.js';
 import type { Directory } from '../upstream/user-directory.js';
 import { modernFromColumns, type PresenceColumns } from '../upstream/large-answers.js';
 import { toModern, type Converted, type PresenceEra, type UserLookup } from './convert.js';
-import { mergeInSteps, type LedgerState, type ModernPresence, type Observation } from './ledger.js';
+import { answersWithDelta, mergeInSteps, type LedgerState, type ModernPresence, type Observation } from './ledger.js';
 
 /**
  * The one path by which upstream presence reaches the realm's ledger, for presence polls and
@@ -156,18 +156,21 @@ function newerLedger(one: LedgerState | undefined, other: LedgerState | undefine
 
 /**
  * X1: the ledger an answer for a client at `lastUpdateId` is built from: the newest this
- * process holds (the one merged with the snapshot, or a newer one it read or wrote since),
- * read from the store first when that copy is older than the client's id, or when it has none.
- * Undefined when the store cannot be reached.
+ * process holds (the one merged with the snapshot, or a newer one it read or wrote since) when
+ * that copy vouches for the client's id, so a delta from it misses nothing the client saw.
+ * Otherwise the answer is full data, and the store is read first: the client may have seen
+ * newer data through another replica (an id above this copy's, or one that says nothing, as a
+ * garbage id or none does), and full data older than that would take it back in time.
+ * Undefined when the store cannot be reached and this process holds no copy.
  */
 export async function ledgerToAnswerFrom(
   asker: Asker,
   merged: LedgerState | undefined,
   lastUpdateId: number | undefined,
 ): Promise<LedgerState | undefined> {
-  let ledger = newerLedger(merged, asker.ctx.store.peek(asker.realm.key));
-  if (!ledger || (lastUpdateId !== undefined && lastUpdateId > ledger.lastId)) ledger = newerLedger(ledger, await loadLedger(asker));
-  return ledger;
+  const held = newerLedger(merged, asker.ctx.store.peek(asker.realm.key));
+  if (held && answersWithDelta(held, lastUpdateId)) return held;
+  return newerLedger(held, await loadLedger(asker));
 }
 
 /**

@@ -40,6 +40,8 @@ export interface B4Options {
   before?: string | undefined;
   /** Run nginx as the reference (else only the upstream directly)? */
   nginx: boolean;
+  /** A 1 s run of every target before the measured rounds (default true). */
+  warmUp?: boolean;
   /** May nginx and wrk be installed with apt-get when missing? */
   allowInstall: boolean;
   log: (line: string) => void;
@@ -210,8 +212,10 @@ export async function measureB4(o: B4Options): Promise<B4Result> {
       );
     }
     for (const v of variants) {
-      o.log(`${v.name}: warm-up …`);
-      for (const [, url] of targets) await load(`${url}${v.path}`, { ...v, seconds: 1, headers: auth });
+      if (o.warmUp !== false) {
+        o.log(`${v.name}: warm-up …`);
+        for (const [, url] of targets) await load(`${url}${v.path}`, { ...v, seconds: 1, headers: auth });
+      }
       for (let r = 0; r < o.rounds; r++) {
         for (const [name, url] of targets) {
           const profiling = o.profileDir && name === 'shim' && r === 0 && v.path === SMALL_PATH;

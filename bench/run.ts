@@ -415,6 +415,7 @@ try {
     workers: redis ? 2 : 0,
     redis,
     variants: !opts.quick,
+    warmUp: !opts.quick,
     profileDir: opts.profile,
     nginx: opts.nginx,
     // A quick run (the test suite's smoke run among them) installs nothing.

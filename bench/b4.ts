@@ -135,6 +135,8 @@ async function startClusterShim(
 export type Row = { variant: string; target: string } & WrkResult;
 
 export const NGINX_TARGET = 'nginx (worker_processes auto)';
+/** The name of the shim's `--workers N` target. */
+export const workersTarget = (n: number): string => `shim --workers ${n}`;
 
 export interface B4Result {
   rows: Row[];
@@ -181,7 +183,7 @@ export async function measureB4(o: B4Options): Promise<B4Result> {
   if (ng) targets.push([NGINX_TARGET, ng.url]);
   targets.push(['shim', shim.url]);
   const clustered = o.workers > 0 && o.redis ? await startClusterShim(up.url, o.workers, o.redis, dir) : undefined;
-  if (clustered) targets.push([`shim --workers ${o.workers}`, clustered.url]);
+  if (clustered) targets.push([workersTarget(o.workers), clustered.url]);
   if (o.before) {
     const before = await spawnChild(join(o.before, 'bench', 'shim-process.ts'), [up.url, '5000', 'info']);
     children.push(before);

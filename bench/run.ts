@@ -7,7 +7,7 @@ import { gzipSync } from 'node:zlib';
 import { Pool } from 'undici';
 import { BENCH_DIR, ROOT, scriptArgs, spawnChild, type Child } from './children.js';
 import { closedLoop, lastUpdateIdOf, pacedClients, percentile, send, type Req, type Sample } from './load.js';
-import { measureB4, NGINX_TARGET } from './b4.js';
+import { measureB4, NGINX_TARGET, workersTarget } from './b4.js';
 import { formatProfile, summariseProfile } from './profile-summary.js';
 import { renderCosts, renderMarkdown, renderNotes, renderTable, type Results, type Target } from './report.js';
 import { basicAuth, PRESENCE_PATH, SMALL_BODY, SMALL_PATH, type Flavour, type UpstreamStats } from './synthetic-upstream.js';
@@ -423,12 +423,10 @@ try {
     log,
   });
   if (opts.profile) profiles['b4-passthrough'] = join(opts.profile, 'b4-shim.cpuprofile');
-  const smallName = Object.keys(b4.small).length ? `small GET ${SMALL_PATH}` : '';
   details.b4 = {
     connections: opts.passthroughConnections,
     rounds: opts.rounds,
     rows: b4.rows,
-    variant: smallName,
     generator: b4.generator,
     workers: b4.workers,
     nginx: b4.nginx,
@@ -438,7 +436,7 @@ try {
   method.push(
     `B4: ${b4.generator}, GET ${SMALL_PATH} (${SMALL_BODY.length} B of JSON) with Basic auth, ${opts.passthroughConnections} connections, ${opts.phaseSeconds} s per run, targets alternated over ${opts.rounds} round(s), best run kept. The shim logs each request at level info (to a discarded stdout) with metrics on; nginx (${
       b4.nginx ?? 'skipped'
-    }) runs worker_processes auto with an upstream keepalive pool and an access log${b4.workers ? `; \`shim --workers ${b4.workers}\` is the CLI's node:cluster mode (one process per core, state in Redis)` : ''}. bench/passthrough.ts runs B4 alone, with the 1 MiB and long-poll variants.`,
+    }) runs worker_processes auto with an upstream keepalive pool and an access log${b4.workers ? `; \`shim --workers ${b4.workers}\` is the CLI's node:cluster mode (one process per core, state in Redis)` : ''}. \`npm run bench -- b4\` runs B4 alone, with the 1 MiB and long-poll variants.`,
   );
 
   // -------------------------------------------------------------------------- B5 RSS
@@ -475,7 +473,7 @@ try {
   const nginxBest = b4.small[NGINX_TARGET];
   const shimBest = b4.small.shim!;
   const directBest = b4.small.direct!;
-  const workersBest = b4.workers ? b4.small[`shim --workers ${b4.workers}`] : undefined;
+  const workersBest = b4.workers ? b4.small[workersTarget(b4.workers)] : undefined;
   const r: Omit<Results, 'targets'> = {
     bandwidth_ratio_full_modern: round(fullModern.bytes / deltaBytes),
     bandwidth_ratio_full_legacy: round(fullLegacy.bytes / deltaBytes),

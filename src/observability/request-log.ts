@@ -16,6 +16,8 @@ const WARN = 40;
 /** Methods with a label of their own; any other (WebDAV, …) counts as `other`, so the series stay bounded. */
 const METHOD_LABELS: ReadonlySet<string> = new Set(['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS']);
 
+const noop = () => {};
+
 const STATUS_CLASS: readonly string[] = ['0xx', '1xx', '2xx', '3xx', '4xx', '5xx'];
 
 /** The ISO time of the current millisecond, made at most once per millisecond. */
@@ -47,6 +49,8 @@ export interface LoggedRequest {
   /** X-Request-Id: the client's when sane, else a fresh UUID; sent upstream and on the answer. */
   requestId: string;
   route: RouteLabel;
+  /** The answer closed (finished or cut): writes the line and the metrics. Called once, by the server's one `close` listener. */
+  closed(): void;
 }
 
 export function requestLogger(log: Logger, metrics?: Pick<Metrics, 'requests' | 'requestDuration'>) {
@@ -57,8 +61,8 @@ export function requestLogger(log: Logger, metrics?: Pick<Metrics, 'requests' | 
 
   /**
    * Starts a request's record and returns its id and route label. The id is put on the request
-   * (it goes upstream); the caller puts it on the answer. `quiet`: the shim's own paths get an
-   * id but no line and no metrics.
+   * (it goes upstream); the caller puts it on the answer, and calls `closed()` when the answer
+   * closes. `quiet`: the shim's own paths get an id but no line and no metrics.
    */
   return (req: IncomingMessage, res: ServerResponse, path: string, quiet = false): LoggedRequest => {
     const started = performance.now();
@@ -66,8 +70,8 @@ export function requestLogger(log: Logger, metrics?: Pick<Metrics, 'requests' | 
     const id = typeof given === 'string' && REQUEST_ID.test(given) ? given : randomUUID();
     req.headers['x-request-id'] = id;
     const route = routeLabel(path);
-    if (!quiet) res.on('close', () => written(req, res, id, route, performance.now() - started));
-    return { requestId: id, route };
+    const closed = quiet ? noop : () => written(req, res, id, route, performance.now() - started);
+    return { requestId: id, route, closed };
   };
 
   function written(req: IncomingMessage, res: ServerResponse, id: string, route: RouteLabel, elapsed: number): void {

@@ -4,7 +4,7 @@ import { pino } from 'pino';
 import { factsOf } from '../context.js';
 import { loggablePath, type Logger } from './logger.js';
 import type { Metrics } from './metrics.js';
-import { routeLabel, type RouteLabel } from './route-label.js';
+import { routeLabel, statusLabel, type RouteLabel } from './route-label.js';
 import { deferredCounter, LabelChildren } from './upstream-metrics.js';
 
 const REQUEST_ID = /^[\w.:-]{1,128}$/;
@@ -17,8 +17,6 @@ const WARN = 40;
 const METHOD_LABELS: ReadonlySet<string> = new Set(['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS']);
 
 const noop = () => {};
-
-const STATUS_CLASS: readonly string[] = ['0xx', '1xx', '2xx', '3xx', '4xx', '5xx'];
 
 /** The ISO time of the current millisecond, made at most once per millisecond. */
 let isoAt = 0;
@@ -79,7 +77,7 @@ export function requestLogger(log: Logger, metrics?: Pick<Metrics, 'requests' | 
     const status = res.statusCode;
     if (count && durations) {
       const method = METHOD_LABELS.has(req.method ?? '') ? req.method! : 'other';
-      count(route, method, aborted ? 'aborted' : (STATUS_CLASS[Math.floor(status / 100)] ?? 'other')).n++;
+      count(route, method, aborted ? 'aborted' : statusLabel(status)).n++;
       if (!aborted) durations.get(route, method).observe(elapsed / 1000);
     }
     const level = aborted || status >= 500 ? WARN : INFO;

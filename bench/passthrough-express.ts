@@ -4,7 +4,7 @@
  *   direct          the upstream itself
  *   raw → proxy     a raw http server handing every request to the pass-through (src/proxy/passthrough.ts)
  *   … + metrics     the same with the upstream metrics hook (route label, counter, histogram)
- *   express → proxy the same pass-through behind `express()` + `app.use((req, res) => proxy.web(req, res, UNLOGGED))`
+ *   express → proxy the same pass-through behind `express()` + `app.use((req, res) => abortWithClient(proxy.web(req, res, UNLOGGED)))`
  *   shim            the shim as built (createShim: raw server, request log, metrics, pass-through)
  *   shim, info log  the same with a request log line per request (to /dev/null)
  *
@@ -22,7 +22,7 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 
 /** The pass-through alone, without the request log: a fixed id and label. */
-const UNLOGGED = { requestId: 'bench', route: 'other' as const };
+const UNLOGGED = { requestId: 'bench', route: 'other' as const, closed() {} };
 
 type Role = 'upstream' | 'raw' | 'raw-metrics' | 'express' | 'shim';
 
@@ -53,7 +53,7 @@ async function serve(role: Role, upstream: string, logLevel: string): Promise<nu
     const shim = createShim({ config, log, target: upstream, upstreamId: upstream });
     return (await shim.listen(0, '127.0.0.1')).port;
   }
-  const { createPassThrough } = await import('../src/proxy/passthrough.js');
+  const { abortWithClient, createPassThrough } = await import('../src/proxy/passthrough.js');
   const { createMetrics } = await import('../src/observability/metrics.js');
   const { upstreamObserver } = await import('../src/observability/upstream-metrics.js');
   const { createTransport } = await import('../src/upstream/transport.js');
@@ -65,10 +65,11 @@ async function serve(role: Role, upstream: string, logLevel: string): Promise<nu
     observe: role === 'raw-metrics' ? upstreamObserver(createMetrics()) : undefined,
   });
   const proxy = createPassThrough({ target: upstream, transport, insecureTls: false, log });
-  if (role === 'raw' || role === 'raw-metrics') return listen(http.createServer((req, res) => proxy.web(req, res, UNLOGGED)));
+  if (role === 'raw' || role === 'raw-metrics')
+    return listen(http.createServer((req, res) => abortWithClient(proxy.web(req, res, UNLOGGED))));
   const { default: express } = await import('express');
   const app = express();
-  app.use((req, res) => proxy.web(req, res, UNLOGGED));
+  app.use((req, res) => abortWithClient(proxy.web(req, res, UNLOGGED)));
   return listen(http.createServer(app));
 }
 

@@ -8,7 +8,7 @@ import { findNginx, startNginx } from './nginx.js';
 import { basicAuth, SMALL_PATH } from './synthetic-upstream.js';
 
 /** The pass-through alone, without the request log: a fixed id and label. */
-const UNLOGGED = { requestId: 'bench', route: 'other' as const };
+const UNLOGGED = { requestId: 'bench', route: 'other' as const, closed() {} };
 
 /**
  * Where B4's pass-through time goes: the same small JSON answer through
@@ -35,12 +35,12 @@ async function serve(role: string, upstream: string): Promise<void> {
   let handler: http.RequestListener;
   let close = async () => {};
   if (role === 'raw-proxy') {
-    const { createPassThrough } = await import('../src/proxy/passthrough.js');
+    const { abortWithClient, createPassThrough } = await import('../src/proxy/passthrough.js');
     const { createLogger } = await import('../src/observability/logger.js');
     const { createTransport } = await import('../src/upstream/transport.js');
     const transport = createTransport({ target: upstream, timeoutMs: 120_000, maxSockets: 256, insecureTls: false });
     const pt = createPassThrough({ target: upstream, transport, insecureTls: false, log: createLogger('warn') });
-    handler = (req, res) => pt.web(req, res, UNLOGGED);
+    handler = (req, res) => abortWithClient(pt.web(req, res, UNLOGGED));
     close = async () => {
       await pt.close();
       await transport.close();

@@ -16,7 +16,7 @@ import type { Logger } from './observability/logger.js';
 import { createMetrics } from './observability/metrics.js';
 import { requestLogger } from './observability/request-log.js';
 import { upstreamObserver } from './observability/upstream-metrics.js';
-import { createPassThrough, type PassThrough } from './proxy/passthrough.js';
+import { createPassThrough, type Exchange, type PassThrough } from './proxy/passthrough.js';
 import { realmHostMatcher } from './realm-hosts.js';
 import { encodePath, routeOf, type OwnPath } from './routes.js';
 import { SnapshotHub, type ClusterSnapshots } from './presence/snapshots.js';
@@ -243,14 +243,21 @@ export function createShim(o: ShimOptions): Shim {
   const server = http.createServer({ requireHostHeader: false }, (req, res) => {
     try {
       distrustForwarded(req, trustedProxies); // X4, before anything reads them
-      inFlight.add(res);
-      res.on('close', () => inFlight.delete(res));
       const route = routeOf(req.method, req.url);
       const logged = logRequest(req, res, route.path, route.kind === 'own');
+      let exchange: Exchange | undefined;
+      // The one listener for all that ends with the answer: the drain set, the log line and
+      // metrics, and a pass-through's upstream request.
+      inFlight.add(res);
+      res.on('close', () => {
+        inFlight.delete(res);
+        logged.closed();
+        exchange?.closed();
+      });
       const gate = route.kind === 'own' ? undefined : refusal(req);
       if (route.kind === 'upstream' && !gate) {
         // The pass-through writes the request id into its one answer head.
-        passThrough.web(req, res, logged);
+        exchange = passThrough.web(req, res, logged);
         return;
       }
       // Every answer the shim writes itself carries the request id.

@@ -175,12 +175,12 @@ describe('pass-through (T1, E1, E2)', () => {
     expect(open).toBeLessThanOrEqual(before + 64);
   }, 60_000);
 
-  it('passes WebSocket-style upgrades through', async () => {
-    // A raw upgrade to a fake that does not speak WebSocket still reaches it and comes back.
+  /** A raw upgrade, to a fake that does not speak WebSocket: it still reaches it and comes back. */
+  const rawUpgrade = (extraHeaders = ''): Promise<string> => {
     const { port } = new URL(shim.url);
-    const answer = await new Promise<string>((resolve) => {
+    return new Promise<string>((resolve) => {
       const s = net.connect(Number(port), '127.0.0.1', () => {
-        s.write('GET /test/echo HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n');
+        s.write(`GET /test/echo HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n${extraHeaders}\r\n`);
       });
       let text = '';
       s.on('data', (d) => (text += d.toString()));
@@ -188,11 +188,25 @@ describe('pass-through (T1, E1, E2)', () => {
       s.on('error', () => resolve(text));
       setTimeout(() => s.destroy(), 1000);
     });
+  };
+
+  it('passes WebSocket-style upgrades through', async () => {
+    const answer = await rawUpgrade();
     expect(answer).toMatch(/^HTTP\/1\.1 200/);
     // X4 on upgrades too: the echoed request carries the shim's X-Forwarded-*.
     expect(answer).toContain('"x-forwarded-host":"x"');
     expect(answer).toContain('"x-forwarded-proto":"http"');
     expect(answer).toMatch(/"x-forwarded-for":"[^"]*127\.0\.0\.1"/);
+  });
+
+  it("replaces a client's X-Forwarded-Host/Proto on an upgrade too, and appends to X-Forwarded-For (X4)", async () => {
+    const answer = await rawUpgrade(
+      'X-Forwarded-Host: other-realm.example.com\r\nX-Forwarded-Proto: https\r\nX-Forwarded-For: 203.0.113.7\r\n',
+    );
+    expect(answer).toMatch(/^HTTP\/1\.1 200/);
+    expect(answer).toContain('"x-forwarded-host":"x"');
+    expect(answer).toContain('"x-forwarded-proto":"http"');
+    expect(answer).toMatch(/"x-forwarded-for":"203\.0\.113\.7, [^"]*127\.0\.0\.1"/);
   });
 });
 

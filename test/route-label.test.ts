@@ -68,7 +68,9 @@ describe('statusLabel', () => {
     [502, '5xx'],
     [599, '5xx'],
     [0, 'error'],
+    [99, 'error'],
     [600, 'error'],
+    [999, 'error'],
     ['error', 'error'],
     ['timeout', 'timeout'],
   ] as const)('%s → %s', (outcome, label) => {

@@ -88,7 +88,7 @@ export function createMetrics() {
     /**
      * Client-facing (issue 15): every request a client sent, answered by the shim or passed
      * through. route: observability/route-label.ts; method: a fixed set (other methods: `other`);
-     * status: 1xx..5xx, or `aborted` (the client left before the answer was complete).
+     * status: 1xx..5xx (statusLabel), or `aborted` (the client left before the answer was complete).
      */
     requests: new Counter({
       name: `${p}requests_total`,

@@ -4,7 +4,7 @@ import { pino } from 'pino';
 import { factsOf } from '../context.js';
 import { loggablePath, type Logger } from './logger.js';
 import type { Metrics } from './metrics.js';
-import { routeLabel, type RouteLabel } from './route-label.js';
+import { routeLabel, statusLabel, type RouteLabel } from './route-label.js';
 import { deferredCounter, LabelChildren } from './upstream-metrics.js';
 
 const REQUEST_ID = /^[\w.:-]{1,128}$/;
@@ -16,7 +16,7 @@ const WARN = 40;
 /** Methods with a label of their own; any other (WebDAV, …) counts as `other`, so the series stay bounded. */
 const METHOD_LABELS: ReadonlySet<string> = new Set(['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS']);
 
-const STATUS_CLASS: readonly string[] = ['0xx', '1xx', '2xx', '3xx', '4xx', '5xx'];
+const noop = () => {};
 
 /** The ISO time of the current millisecond, made at most once per millisecond. */
 let isoAt = 0;
@@ -47,6 +47,8 @@ export interface LoggedRequest {
   /** X-Request-Id: the client's when sane, else a fresh UUID; sent upstream and on the answer. */
   requestId: string;
   route: RouteLabel;
+  /** The answer closed (finished or cut): writes the line and the metrics. Called once, by the server's one `close` listener. */
+  closed(): void;
 }
 
 export function requestLogger(log: Logger, metrics?: Pick<Metrics, 'requests' | 'requestDuration'>) {
@@ -57,8 +59,8 @@ export function requestLogger(log: Logger, metrics?: Pick<Metrics, 'requests' | 
 
   /**
    * Starts a request's record and returns its id and route label. The id is put on the request
-   * (it goes upstream); the caller puts it on the answer. `quiet`: the shim's own paths get an
-   * id but no line and no metrics.
+   * (it goes upstream); the caller puts it on the answer, and calls `closed()` when the answer
+   * closes. `quiet`: the shim's own paths get an id but no line and no metrics.
    */
   return (req: IncomingMessage, res: ServerResponse, path: string, quiet = false): LoggedRequest => {
     const started = performance.now();
@@ -66,8 +68,8 @@ export function requestLogger(log: Logger, metrics?: Pick<Metrics, 'requests' | 
     const id = typeof given === 'string' && REQUEST_ID.test(given) ? given : randomUUID();
     req.headers['x-request-id'] = id;
     const route = routeLabel(path);
-    if (!quiet) res.on('close', () => written(req, res, id, route, performance.now() - started));
-    return { requestId: id, route };
+    const closed = quiet ? noop : () => written(req, res, id, route, performance.now() - started);
+    return { requestId: id, route, closed };
   };
 
   function written(req: IncomingMessage, res: ServerResponse, id: string, route: RouteLabel, elapsed: number): void {
@@ -75,7 +77,7 @@ export function requestLogger(log: Logger, metrics?: Pick<Metrics, 'requests' | 
     const status = res.statusCode;
     if (count && durations) {
       const method = METHOD_LABELS.has(req.method ?? '') ? req.method! : 'other';
-      count(route, method, aborted ? 'aborted' : (STATUS_CLASS[Math.floor(status / 100)] ?? 'other')).n++;
+      count(route, method, aborted ? 'aborted' : statusLabel(status)).n++;
       if (!aborted) durations.get(route, method).observe(elapsed / 1000);
     }
     const level = aborted || status >= 500 ? WARN : INFO;

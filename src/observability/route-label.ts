@@ -50,8 +50,10 @@ export function routeLabel(url: string): RouteLabel {
 /** The `status` label: the HTTP status class, or why there was no answer. */
 export type StatusLabel = '1xx' | '2xx' | '3xx' | '4xx' | '5xx' | 'error' | 'timeout';
 
+const STATUS_CLASSES: readonly StatusLabel[] = ['1xx', '2xx', '3xx', '4xx', '5xx'];
+
+/** Runs for every client request and upstream exchange: a table lookup, no string built. */
 export function statusLabel(outcome: number | 'error' | 'timeout'): StatusLabel {
   if (typeof outcome !== 'number') return outcome;
-  if (outcome >= 100 && outcome < 600) return `${Math.floor(outcome / 100)}xx` as StatusLabel;
-  return 'error';
+  return STATUS_CLASSES[Math.floor(outcome / 100) - 1] ?? 'error';
 }

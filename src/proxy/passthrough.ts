@@ -29,8 +29,12 @@ export interface PassThroughOptions {
 }
 
 export interface PassThrough {
-  /** `logged`: the request id goes on the answer, the route label into the upstream metrics. */
-  web(req: IncomingMessage, res: ServerResponse, logged: LoggedRequest): void;
+  /**
+   * `logged`: the request id goes on the answer, the route label into the upstream metrics.
+   * The caller calls the returned exchange's `closed()` when the answer closes (the upstream
+   * request ends with it), from the one `close` listener it has anyway.
+   */
+  web(req: IncomingMessage, res: ServerResponse, logged: LoggedRequest): Exchange;
   ws(req: IncomingMessage, socket: Duplex, head: Buffer): void;
   close(): Promise<void>;
 }
@@ -117,16 +121,17 @@ export const pipeBody: IncomingPass = (x) => {
   if (hasBody) x.options.body = x.req;
 };
 
-/** The upstream request ends with the answer (Exchange.closed). */
+/** The upstream request ends with the answer (Exchange.closed), for a caller with no `close` listener of its own. */
 export const abortWithClient: IncomingPass = (x) => {
   x.res.on('close', () => x.closed());
 };
 
 /**
  * The passes of every request, in order. The pool is picked by the transport itself (long
- * polls to their own pool, `routeLongPolls`), which then sends it.
+ * polls to their own pool, `routeLongPolls`), which then sends it. The upstream request ends
+ * with the answer through the server's `close` listener (`web` returns the exchange for it).
  */
-export const WEB_INCOMING: readonly IncomingPass[] = [dropHopByHop, addForwarded, pipeBody, abortWithClient];
+export const WEB_INCOMING: readonly IncomingPass[] = [dropHopByHop, addForwarded, pipeBody];
 
 // ---- web-outgoing: what happens to the answer -----------------------------------------------
 
@@ -195,6 +200,7 @@ export function createPassThrough(o: PassThroughOptions): PassThrough {
       x.answerHeaders.push('x-request-id', logged.requestId);
       for (const pass of WEB_INCOMING) pass(x);
       dispatch(x.options, x);
+      return x;
     },
     ws(req, socket, head) {
       socket.on('error', () => socket.destroy());

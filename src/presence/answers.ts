@@ -166,8 +166,9 @@ function presencesWithin(
   modern: ReadonlyMap<number, ModernPresence>,
   historyLimitDays: number | undefined,
   serverTimestamp: number,
+  lastUpdateId: number | undefined,
 ): Record<string, ModernPresence> {
-  const cutoff = historyCutoff(historyLimitDays, serverTimestamp) ?? -Infinity;
+  const cutoff = historyCutoff(historyLimitDays, serverTimestamp, lastUpdateId) ?? -Infinity;
   const presences: Record<string, ModernPresence> = {};
   for (const [userId, p] of modern) if (p.idle_timestamp >= cutoff) presences[String(userId)] = p;
   return presences;
@@ -178,7 +179,7 @@ function answerWithoutLedger(poll: Poll, snapshot: Snapshot): Built {
   const { request } = poll;
   const modern = snapshot.modern;
   if (!modern) throw new Error('presence snapshot without data or ledger');
-  const presences = presencesWithin(modern, request.historyLimitDays, snapshot.serverTimestamp);
+  const presences = presencesWithin(modern, request.historyLimitDays, snapshot.serverTimestamp, request.lastUpdateId);
   const id = answerIdWithoutLedger(request.lastUpdateId);
   const body = { raw: modernBody(snapshot.serverTimestamp, presences, idText(id, request), request.ignored) };
   return { body, kind: 'modern_full', fullEquivalentBytes: () => body.raw.length };
@@ -311,5 +312,8 @@ export async function registerPresences(
     const visible = complete ? undefined : modern.keys();
     return answer(ledger, { visible, lastUpdateId: undefined, historyLimitDays, serverTimestamp });
   }
-  return { presences: presencesWithin(modern, historyLimitDays, serverTimestamp), presenceLastUpdateId: answerIdWithoutLedger(undefined) };
+  return {
+    presences: presencesWithin(modern, historyLimitDays, serverTimestamp, undefined),
+    presenceLastUpdateId: answerIdWithoutLedger(undefined),
+  };
 }

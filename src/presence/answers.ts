@@ -12,6 +12,7 @@ import {
   type LedgerEntry,
   type LedgerState,
   type ModernPresence,
+  withinHistory,
 } from './ledger.js';
 import { ledgerOrNew, ledgerToAnswerFrom, raisedForUnvouchedId, type Asker, type Intake } from './intake.js';
 import { limitLegacyHistory } from './convert.js';
@@ -168,9 +169,9 @@ function presencesWithin(
   serverTimestamp: number,
   lastUpdateId: number | undefined,
 ): Record<string, ModernPresence> {
-  const cutoff = historyCutoff(historyLimitDays, serverTimestamp, lastUpdateId) ?? -Infinity;
+  const cutoff = historyCutoff(historyLimitDays, serverTimestamp, lastUpdateId);
   const presences: Record<string, ModernPresence> = {};
-  for (const [userId, p] of modern) if (p.idle_timestamp >= cutoff) presences[String(userId)] = p;
+  for (const [userId, p] of modern) if (withinHistory(p.idle_timestamp, cutoff)) presences[String(userId)] = p;
   return presences;
 }
 

@@ -377,6 +377,11 @@ export function historyCutoff(
   return historyLimitDays <= 0 ? Infinity : serverTimestamp - historyLimitDays * SECONDS_PER_DAY;
 }
 
+/** P12: whether a user idle since `idle` is kept under `cutoff` (from `historyCutoff`). */
+export function withinHistory(idle: number, cutoff: number | undefined): boolean {
+  return cutoff === undefined || idle >= cutoff;
+}
+
 /** P4, I6: the id an answer carries, from the largest id among the users it returns. */
 export function answerId(largestReturned: number, lastUpdateId: number | undefined): number {
   // P4: the largest id returned; else the client's own id echoed; else -1.
@@ -437,7 +442,7 @@ export function answerEntries(state: LedgerState, q: AnswerRequest): { delta: bo
       const e = state.users.get(userId);
       if (!e?.present) continue;
       if (delta && e.changedAt <= lastUpdateId!) continue;
-      if (cutoff !== undefined && e.idle < cutoff) continue;
+      if (!withinHistory(e.idle, cutoff)) continue;
       yield [userId, e];
     }
   }

@@ -321,6 +321,14 @@ describe('ledger rules', () => {
     expect(Object.keys(answer(l, { ...q, lastUpdateId: undefined, historyLimitDays: 0 }).presences)).toEqual([]);
     expect(answer(l, { ...q, lastUpdateId: undefined, historyLimitDays: 0 }).presenceLastUpdateId).toBe(-1);
     expect(Object.keys(answer(l, { ...q, lastUpdateId: l.epoch + 1, historyLimitDays: 0 }).presences)).toEqual(['2']);
+    // An id > 0 the ledger cannot vouch for: full data, and the limit ignored as a modern server does.
+    for (const unvouched of [l.lastId + 1, l.epoch]) {
+      const resync = answer(l, { ...q, lastUpdateId: unvouched, historyLimitDays: 0 });
+      expect(resync.full).toBe(true);
+      expect(Object.keys(resync.presences)).toEqual(['1', '2']);
+    }
+    // -1 asks for full data as absence does: the limit applies.
+    expect(Object.keys(answer(l, { ...q, lastUpdateId: -1, historyLimitDays: 10 }).presences)).toEqual(['1']);
   });
 
   it('a new ledger starts above every id an earlier one issued, even on a stuck clock', () => {

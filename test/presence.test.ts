@@ -3,6 +3,7 @@ import request from 'supertest';
 import { ERAS, startFake, type Era, type FakeZulip } from './support/fake-zulip.js';
 import { startShim, type RunningShim } from './support/shim.js';
 import { StoreUnavailableError, type PresenceStore } from '../src/store/types.js';
+import { MemoryStore } from '../src/store/memory.js';
 
 const OLD_ERAS = ERAS.filter((e) => e !== '9.0');
 
@@ -184,6 +185,22 @@ describe('presence details', () => {
     const none = await poll(10, { status: 'active', history_limit_days: '0', slim_presence: 'true' });
     expect(none.body.presences).toEqual({});
     expect(none.body.presence_last_update_id).toBe(-1);
+    // An id the ledger cannot vouch for gets full data with the limit ignored, as without it.
+    const all = await poll(10, { status: 'active', last_update_id: '-1' });
+    const resync = await poll(10, { status: 'active', last_update_id: '3', history_limit_days: '0' });
+    expect(Object.keys(resync.body.presences).sort()).toEqual(Object.keys(all.body.presences).sort());
+    expect(Object.keys(all.body.presences).length).toBeGreaterThan(1);
+  });
+
+  it('reads the store once for a 7.0 legacy answer it passes on unmerged (P4)', async () => {
+    const memory = new MemoryStore(10);
+    const load = vi.spyOn(memory, 'load');
+    fake = await startFake({ era: '7.0' });
+    shim = await startShim(fake.url, { presence: { coalesceMs: 0 } }, { store: memory });
+    const r = await poll(11, { status: 'active' });
+    expect(Number.isInteger(r.body.presence_last_update_id)).toBe(true);
+    // The id comes from the newest ledger (X1): one read, no second one nobody uses.
+    expect(load).toHaveBeenCalledTimes(1);
   });
 
   it('applies history_limit_days to the full answer made without a ledger while the store is down (P5, P12)', async () => {
@@ -208,6 +225,10 @@ describe('presence details', () => {
     expect(recent.body.presence_last_update_id).toBe(-1);
     const all = await poll(10, { status: 'active', last_update_id: '-1' });
     expect(Object.keys(all.body.presences).length).toBe(fake.humans().length);
+    // A positive id: the limit is ignored (P12), and the full data is the whole window (P3).
+    const resync = await poll(10, { status: 'active', last_update_id: '5', history_limit_days: '0' });
+    expect(Object.keys(resync.body.presences).length).toBe(fake.humans().length);
+    expect(resync.body.presence_last_update_id).toBe(5);
   });
 
   it('shows an invisible user backdated to smaller timestamps in the next delta (P6)', async () => {

@@ -12,6 +12,7 @@ import {
   type LedgerEntry,
   type LedgerState,
   type ModernPresence,
+  withinHistory,
 } from './ledger.js';
 import { ledgerOrNew, ledgerToAnswerFrom, raisedForUnvouchedId, type Asker, type Intake } from './intake.js';
 import { limitLegacyHistory } from './convert.js';
@@ -166,10 +167,11 @@ function presencesWithin(
   modern: ReadonlyMap<number, ModernPresence>,
   historyLimitDays: number | undefined,
   serverTimestamp: number,
+  lastUpdateId: number | undefined,
 ): Record<string, ModernPresence> {
-  const cutoff = historyCutoff(historyLimitDays, serverTimestamp) ?? -Infinity;
+  const cutoff = historyCutoff(historyLimitDays, serverTimestamp, lastUpdateId);
   const presences: Record<string, ModernPresence> = {};
-  for (const [userId, p] of modern) if (p.idle_timestamp >= cutoff) presences[String(userId)] = p;
+  for (const [userId, p] of modern) if (withinHistory(p.idle_timestamp, cutoff)) presences[String(userId)] = p;
   return presences;
 }
 
@@ -178,7 +180,7 @@ function answerWithoutLedger(poll: Poll, snapshot: Snapshot): Built {
   const { request } = poll;
   const modern = snapshot.modern;
   if (!modern) throw new Error('presence snapshot without data or ledger');
-  const presences = presencesWithin(modern, request.historyLimitDays, snapshot.serverTimestamp);
+  const presences = presencesWithin(modern, request.historyLimitDays, snapshot.serverTimestamp, request.lastUpdateId);
   const id = answerIdWithoutLedger(request.lastUpdateId);
   const body = { raw: modernBody(snapshot.serverTimestamp, presences, idText(id, request), request.ignored) };
   return { body, kind: 'modern_full', fullEquivalentBytes: () => body.raw.length };
@@ -311,5 +313,8 @@ export async function registerPresences(
     const visible = complete ? undefined : modern.keys();
     return answer(ledger, { visible, lastUpdateId: undefined, historyLimitDays, serverTimestamp });
   }
-  return { presences: presencesWithin(modern, historyLimitDays, serverTimestamp), presenceLastUpdateId: answerIdWithoutLedger(undefined) };
+  return {
+    presences: presencesWithin(modern, historyLimitDays, serverTimestamp, undefined),
+    presenceLastUpdateId: answerIdWithoutLedger(undefined),
+  };
 }

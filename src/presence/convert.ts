@@ -1,5 +1,5 @@
 import { FL } from '../upstream/feature-level.js';
-import type { ModernPresence } from './ledger.js';
+import { withinHistory, type ModernPresence } from './ledger.js';
 
 /**
  * Pure conversions of upstream presence answers to the modern format (P1, P2), one per era
@@ -114,7 +114,7 @@ export function limitLegacyHistory(presences: Record<string, unknown>, cutoff: n
   if (cutoff === Infinity) return out;
   for (const [email, entry] of Object.entries(presences)) {
     const m = legacyUserToModern(entry, undefined);
-    if (m && m.idle_timestamp >= cutoff) out[email] = entry;
+    if (m && withinHistory(m.idle_timestamp, cutoff)) out[email] = entry;
   }
   return out;
 }

@@ -217,6 +217,10 @@ export interface Intake {
   modern: ReadonlyMap<number, ModernPresence> | undefined;
   /** Why a legacy answer could not be converted (2.1 without its user list), if it could not. */
   modernError?: Error | undefined;
+  /**
+   * The ledger after the merge; undefined when nothing was merged (not convertible: the answer's
+   * id is then taken from the newest ledger where it is made, answers.ts) or the store is down.
+   */
   ledger: LedgerState | undefined;
 }
 
@@ -239,6 +243,6 @@ export async function takeInAnswer(
   }
   // Let other requests run between converting and merging a large snapshot (B6).
   await setImmediate();
-  const ledger = modern ? await recordInLedger(asker, { serverTimestamp, presences: modern, complete }) : await loadLedger(asker);
+  const ledger = modern ? await recordInLedger(asker, { serverTimestamp, presences: modern, complete }) : undefined;
   return { serverTimestamp, modern, modernError, ledger };
 }

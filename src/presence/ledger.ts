@@ -365,10 +365,21 @@ const SECONDS_PER_DAY = 86_400;
 /**
  * P12: the oldest `idle_timestamp` a full answer keeps (Infinity for 0 days: no users);
  * undefined: no limit. Never wider than the upstream's own window, which decides who is shown.
+ * Only for a client without a positive `last_update_id`: a modern server ignores the limit
+ * otherwise, also when the shim answers such an id with full data (P3, P5).
  */
-export function historyCutoff(historyLimitDays: number | undefined, serverTimestamp: number): number | undefined {
-  if (historyLimitDays === undefined) return undefined;
+export function historyCutoff(
+  historyLimitDays: number | undefined,
+  serverTimestamp: number,
+  lastUpdateId?: number | undefined,
+): number | undefined {
+  if (historyLimitDays === undefined || (lastUpdateId !== undefined && lastUpdateId > 0)) return undefined;
   return historyLimitDays <= 0 ? Infinity : serverTimestamp - historyLimitDays * SECONDS_PER_DAY;
+}
+
+/** P12: whether a user idle since `idle` is kept under `cutoff` (from `historyCutoff`). */
+export function withinHistory(idle: number, cutoff: number | undefined): boolean {
+  return cutoff === undefined || idle >= cutoff;
 }
 
 /** P4, I6: the id an answer carries, from the largest id among the users it returns. */
@@ -422,7 +433,7 @@ function* presentUsers(state: LedgerState): Generator<number> {
 export function answerEntries(state: LedgerState, q: AnswerRequest): { delta: boolean; entries: Iterable<[number, LedgerEntry]> } {
   const lastUpdateId = q.lastUpdateId;
   const delta = (q.delta ?? answersWithDelta(state, lastUpdateId)) && lastUpdateId !== undefined && vouchesFor(state, lastUpdateId);
-  const cutoff = delta ? undefined : historyCutoff(q.historyLimitDays, q.serverTimestamp);
+  const cutoff = historyCutoff(q.historyLimitDays, q.serverTimestamp, lastUpdateId);
   function* entries(): Generator<[number, LedgerEntry]> {
     if (cutoff === Infinity) return;
     // A delta for the users every caller sees walks the changes only (the delta index).
@@ -431,7 +442,7 @@ export function answerEntries(state: LedgerState, q: AnswerRequest): { delta: bo
       const e = state.users.get(userId);
       if (!e?.present) continue;
       if (delta && e.changedAt <= lastUpdateId!) continue;
-      if (cutoff !== undefined && e.idle < cutoff) continue;
+      if (!withinHistory(e.idle, cutoff)) continue;
       yield [userId, e];
     }
   }

@@ -92,7 +92,7 @@ async function answerableDuringRefresh(poll: Poll): Promise<Snapshot | undefined
   const id = request.lastUpdateId;
   if (id === undefined || id <= 0 || !wantsModern(request)) return undefined;
   let ledger = ctx.store.peek(realm.key);
-  if (ledger && id > ledger.lastId && ctx.store.kind === 'redis') ledger = (await loadLedger(poll)) ?? ledger;
+  if (ledger && id > ledger.lastId) ledger = (await loadLedger(poll)) ?? ledger;
   if (!ledger || ledger.completeAt <= 0 || !answersWithDelta(ledger, id)) return undefined;
   let snapshot = snapshotsOfLedgers.get(ledger);
   if (!snapshot) {

@@ -281,4 +281,29 @@ describe("the caller's own user id, before 6.0 with hidden addresses (V2)", () =
       await fake.stop();
     }
   });
+
+  it('left unknown when GET /users/me fails: the list is still answered, the own address null (E4), and the failure not kept', async () => {
+    const fake = await startFake({ era: '3.0' });
+    const shim = await startShim(fake.url);
+    try {
+      fake.override = (req, res) => {
+        if (req.method !== 'GET' || req.url?.split('?')[0] !== '/api/v1/users/me') return false;
+        res.writeHead(500, { 'content-type': 'application/json' });
+        res.end(JSON.stringify({ result: 'error', msg: 'Internal server error' }));
+        return true;
+      };
+      const ownRow = async () => {
+        const res = await request(shim.url).get('/api/v1/users').set('Authorization', fake.auth(MEMBER));
+        expect(res.status).toBe(200);
+        return (res.body.members as Record<string, unknown>[]).find((m) => m.user_id === MEMBER);
+      };
+      expect((await ownRow())?.delivery_email).toBeNull();
+      expect(shim.logs.some((l) => l.includes('own row unknown'))).toBe(true);
+      fake.override = undefined;
+      expect((await ownRow())?.delivery_email).toBe(fake.user(MEMBER).delivery_email);
+    } finally {
+      await shim.close();
+      await fake.stop();
+    }
+  });
 });

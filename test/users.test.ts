@@ -3,6 +3,7 @@ import { Ajv } from 'ajv';
 import request from 'supertest';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type FakeZulip, startFake, type Era, type FakeUser } from './support/fake-zulip.js';
+import { modernUserFields } from './support/modern-user.js';
 import { startShim, type RunningShim } from './support/shim.js';
 
 /** V1–V4 through the fake upstream, era by era, for an administrator, a member and a guest. */
@@ -25,31 +26,18 @@ const BOT = 16;
 
 /** What a 9.x server answers for `u` to `viewer`, from the fake's own records (V1, V2). */
 function modernUser(fake: FakeZulip, u: FakeUser, viewer: FakeUser): Record<string, unknown> {
-  const fl = fake.featureLevel;
-  const isAdmin = u.role <= 200;
-  const isOwner = fl >= 8 && u.role === 100;
-  const isGuest = u.role === 600;
   const seesAddress =
-    fl >= 163 || u.is_bot || u.user_id === viewer.user_id || (fake.emailAddressVisibility === 'admins' && viewer.role <= 200);
+    fake.featureLevel >= 163 ||
+    u.is_bot ||
+    u.user_id === viewer.user_id ||
+    (fake.emailAddressVisibility === 'admins' && viewer.role <= 200);
   const o: Record<string, unknown> = {
-    email: u.email,
-    user_id: u.user_id,
-    avatar_url: `https://secure.gravatar.com/avatar/${u.user_id}?d=identicon&version=${u.avatar_version}`,
-    avatar_version: u.avatar_version,
-    is_admin: isAdmin,
-    is_owner: isOwner,
-    is_guest: isGuest,
-    is_billing_admin: fl >= 73 ? u.is_billing_admin : false,
-    is_bot: u.is_bot,
-    full_name: u.full_name,
-    timezone: u.timezone,
+    ...modernUserFields(fake, u),
     is_active: u.is_active,
-    date_joined: u.date_joined,
-    role: fl >= 59 ? u.role : isOwner ? 100 : isAdmin ? 200 : isGuest ? 600 : 400,
     delivery_email: seesAddress ? u.delivery_email : null,
   };
   if (u.is_bot) Object.assign(o, { bot_type: u.bot_type, bot_owner_id: u.bot_owner_id });
-  if (u.is_bot && fl < 1) o.bot_owner = fake.user(u.bot_owner_id!).email; // U1: the legacy field stays
+  if (u.is_bot && fake.featureLevel < 1) o.bot_owner = fake.user(u.bot_owner_id!).email; // U1: the legacy field stays
   return o;
 }
 

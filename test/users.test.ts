@@ -270,6 +270,25 @@ describe("the caller's own user id, before 6.0 with hidden addresses (V2)", () =
     }
   });
 
+  it('is taken from the caller’s own profile call, so a GET /users after it asks nothing more', async () => {
+    const fake = await startFake({ era: '3.0' });
+    const shim = await startShim(fake.url);
+    try {
+      const usersMe = () => fake.stats.requests.get('GET /api/v1/users/me') ?? 0;
+      expect((await request(shim.url).get('/api/v1/users/me').set('Authorization', fake.auth(MEMBER))).status).toBe(200);
+      expect(usersMe()).toBe(1);
+      const res = await request(shim.url).get('/api/v1/users').set('Authorization', fake.auth(MEMBER));
+      expect(res.status).toBe(200);
+      const own = (res.body.members as Record<string, unknown>[]).find((m) => m.user_id === MEMBER);
+      expect(own?.delivery_email).toBe(fake.user(MEMBER).delivery_email);
+      // The own profile's answer told who the caller is: no second GET /users/me.
+      expect(usersMe()).toBe(1);
+    } finally {
+      await shim.close();
+      await fake.stop();
+    }
+  });
+
   it('left unknown when GET /users/me fails: the list is still answered, the own address null (E4), and the failure not kept', async () => {
     const fake = await startFake({ era: '3.0' });
     const shim = await startShim(fake.url);

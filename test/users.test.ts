@@ -289,6 +289,32 @@ describe("the caller's own user id, before 6.0 with hidden addresses (V2)", () =
     }
   });
 
+  it('under /json, asks register and deletes its queue with the session’s CSRF token, as Django requires', async () => {
+    const fake = await startFake({ era: '3.0' });
+    const shim = await startShim(fake.url);
+    try {
+      const refused: string[] = [];
+      fake.override = (req, res) => {
+        if (req.method === 'GET' || !req.url?.startsWith('/json/') || req.headers['x-csrftoken'] === 'tok') return false;
+        refused.push(`${req.method} ${req.url}`);
+        res.writeHead(403, { 'content-type': 'application/json' });
+        res.end(JSON.stringify({ result: 'error', msg: 'CSRF error: CSRF token missing.', code: 'CSRF_FAILED' }));
+        return true;
+      };
+      const res = await request(shim.url)
+        .get('/json/users')
+        .set('Cookie', `sessionid=${fake.user(MEMBER).api_key}; csrftoken=tok`);
+      expect(res.status).toBe(200);
+      const own = (res.body.members as Record<string, unknown>[]).find((m) => m.user_id === MEMBER);
+      expect(own?.delivery_email).toBe(fake.user(MEMBER).delivery_email);
+      expect(refused).toEqual([]);
+      expect(fake.openQueues.size).toBe(0);
+    } finally {
+      await shim.close();
+      await fake.stop();
+    }
+  });
+
   it('left unknown when GET /users/me fails: the list is still answered, the own address null (E4), and the failure not kept', async () => {
     const fake = await startFake({ era: '3.0' });
     const shim = await startShim(fake.url);

@@ -315,6 +315,27 @@ describe("the caller's own user id, before 6.0 with hidden addresses (V2)", () =
     }
   });
 
+  it('left null when the register lookup fails, never the API email in its place (V2, E4)', async () => {
+    const fake = await startFake({ era: '3.0' });
+    const shim = await startShim(fake.url);
+    try {
+      fake.override = (req, res) => {
+        if (req.method !== 'POST' || req.url?.split('?')[0] !== '/api/v1/register') return false;
+        res.writeHead(500, { 'content-type': 'application/json' });
+        res.end(JSON.stringify({ result: 'error', msg: 'Internal server error' }));
+        return true;
+      };
+      const res = await request(shim.url).get('/api/v1/users').set('Authorization', fake.auth(MEMBER));
+      expect(res.status).toBe(200);
+      const own = (res.body.members as Record<string, unknown>[]).find((m) => m.user_id === MEMBER);
+      expect(own?.delivery_email).toBeNull();
+      expect(res.headers['x-zulip-compat-fallback']).toBeUndefined();
+    } finally {
+      await shim.close();
+      await fake.stop();
+    }
+  });
+
   it('left unknown when GET /users/me fails: the list is still answered, the own address null (E4), and the failure not kept', async () => {
     const fake = await startFake({ era: '3.0' });
     const shim = await startShim(fake.url);

@@ -97,7 +97,8 @@ async function ownRowOf(req: IncomingMessage, ctx: ShimContext, realm: Realm, ur
     const { userId, deliveryEmail } = await timedUpstream(req, () => callers(ctx).get(realm, req.headers, me, headers));
     if (deliveryEmail !== undefined) return { userId, deliveryEmail };
     const found = await timedUpstream(req, () => lookUp(ctx, new Set(['delivery_email']), realm, userId, headers));
-    return { userId, deliveryEmail: found.deliveryEmail };
+    // Not found: the row is left to the rule (null), never given the own profile's fallback (the API email).
+    return found.deliveryEmail === undefined ? undefined : { userId, deliveryEmail: found.deliveryEmail };
   } catch (e) {
     ctx.log.warn({ realm: realm.host, err: e }, 'user objects: own row unknown, its delivery_email stays null');
     return undefined;

@@ -88,7 +88,8 @@ const hidden = (row: unknown) => isRow(row) && !('delivery_email' in row) && !em
  * some address in the answer is hidden (so only before 6.0), after the upstream has accepted the
  * caller's credentials for the answer: the caller's GET /users/me, cached per caller
  * (callers.ts), gives its id (and, where it shows it, its address); else the cached register
- * lookup does. Undefined when either fails (E4: the row then keeps the rule's `null`).
+ * lookup does. Undefined when the id is unknown; either failure leaves the row at the rule's
+ * `null` (E4; backfillList fills a row as the caller's own only with its address).
  */
 async function ownRowOf(req: IncomingMessage, ctx: ShimContext, realm: Realm, url: string): Promise<OwnRow | undefined> {
   const headers = forwardedHeaders(req);
@@ -97,8 +98,7 @@ async function ownRowOf(req: IncomingMessage, ctx: ShimContext, realm: Realm, ur
     const { userId, deliveryEmail } = await timedUpstream(req, () => callers(ctx).get(realm, req.headers, me, headers));
     if (deliveryEmail !== undefined) return { userId, deliveryEmail };
     const found = await timedUpstream(req, () => lookUp(ctx, new Set(['delivery_email']), realm, userId, headers));
-    // Not found: the row is left to the rule (null), never given the own profile's fallback (the API email).
-    return found.deliveryEmail === undefined ? undefined : { userId, deliveryEmail: found.deliveryEmail };
+    return { userId, deliveryEmail: found.deliveryEmail };
   } catch (e) {
     ctx.log.warn({ realm: realm.host, err: e }, 'user objects: own row unknown, its delivery_email stays null');
     return undefined;

@@ -44,7 +44,7 @@ async function openUpstream(config: Config, log: Logger, sources: ReadonlyMap<st
     const url = config.upstream.url;
     if (!record) return { target: url, upstreamId: url, describe: url, close: async () => {}, strictMisses: () => [] };
     const file = resolve(record);
-    const aside = setAsideRecording(file);
+    const aside = setAsideRecording(file, recordKey);
     if (aside) log.warn({ file, movedTo: aside }, 'record.har: the existing recording was moved aside, not overwritten');
     const recorder = await startRecorder({ upstream: url, file, log, insecureTls: config.upstream.insecureTls }).catch((e: unknown) => {
       throw new ConfigError(`${recordKey}: cannot write ${file} (${(e as NodeJS.ErrnoException).code ?? (e as Error).message})`);
@@ -71,7 +71,7 @@ async function openUpstream(config: Config, log: Logger, sources: ReadonlyMap<st
  * `--record` never destroys a recording: an existing non-empty file is renamed to
  * `NAME.<UTC time>.har` (a free name) before recording starts. Returns the new name, if any.
  */
-export function setAsideRecording(file: string, now = new Date()): string | undefined {
+function setAsideRecording(file: string, key: string): string | undefined {
   let size: number;
   try {
     size = statSync(file).size;
@@ -81,7 +81,7 @@ export function setAsideRecording(file: string, now = new Date()): string | unde
   if (size === 0) return undefined;
   const ext = extname(file);
   const stem = join(dirname(file), basename(file, ext));
-  const stamp = now.toISOString().replace(/[:.]/g, '-');
+  const stamp = new Date().toISOString().replace(/[:.]/g, '-');
   for (let n = 0; ; n++) {
     const aside = `${stem}.${stamp}${n ? `-${n}` : ''}${ext}`;
     if (existsSync(aside)) continue;
@@ -89,7 +89,7 @@ export function setAsideRecording(file: string, now = new Date()): string | unde
       renameSync(file, aside);
     } catch (e) {
       throw new ConfigError(
-        `record.har: ${file} exists and cannot be moved aside (${(e as NodeJS.ErrnoException).code ?? 'error'}); choose another file`,
+        `${key}: ${file} exists and cannot be moved aside (${(e as NodeJS.ErrnoException).code ?? 'error'}); choose another file`,
       );
     }
     return aside;

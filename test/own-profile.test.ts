@@ -13,6 +13,7 @@ import { createMetrics } from '../src/observability/metrics.js';
 import { MemoryStore } from '../src/store/memory.js';
 import type { CacheBackend } from '../src/store/shared-cache.js';
 import { FakeZulip, startFake, type Era, type FakeUser } from './support/fake-zulip.js';
+import { modernUserFields } from './support/modern-user.js';
 import { startShim, type RunningShim } from './support/shim.js';
 
 const ajv = new Ajv({ allErrors: true, strict: true, allowUnionTypes: true });
@@ -37,30 +38,12 @@ const ACCOUNTS = [OWNER, ADMIN_AND_BILLING_ADMIN, MODERATOR, MEMBER, GUEST, BOT]
 
 /** What a modern server would answer for this user of this realm, from the fake's own records. */
 function modernProfile(fake: FakeZulip, u: FakeUser): Record<string, unknown> {
-  const fl = fake.featureLevel;
-  const isAdmin = u.role <= 200;
-  // Roles the era did not have fall back to what that server made of the user.
-  const isOwner = fl >= 8 && u.role === 100;
-  const isGuest = u.role === 600;
-  const role = fl >= 59 ? u.role : isOwner ? 100 : isAdmin ? 200 : isGuest ? 600 : 400;
   return {
     result: 'success',
     msg: '',
-    user_id: u.user_id,
-    email: u.email,
+    ...modernUserFields(fake, u),
     delivery_email: u.delivery_email,
-    full_name: u.full_name,
-    avatar_url: `https://secure.gravatar.com/avatar/${u.user_id}?d=identicon&version=${u.avatar_version}`,
-    avatar_version: u.avatar_version,
-    is_admin: isAdmin,
-    is_owner: isOwner,
-    is_billing_admin: fl >= 73 ? u.is_billing_admin : false,
-    is_guest: isGuest,
-    is_bot: u.is_bot,
     is_active: true,
-    role,
-    timezone: u.timezone,
-    date_joined: u.date_joined,
     max_message_id: 30,
     ...(u.is_bot ? {} : { profile_data: u.profile_data }),
   };

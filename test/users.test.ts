@@ -3,6 +3,7 @@ import { Ajv } from 'ajv';
 import request from 'supertest';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type FakeZulip, startFake, type Era, type FakeUser } from './support/fake-zulip.js';
+import { modernUserFields } from './support/modern-user.js';
 import { startShim, type RunningShim } from './support/shim.js';
 
 /** V1–V4 through the fake upstream, era by era, for an administrator, a member and a guest. */
@@ -25,31 +26,18 @@ const BOT = 16;
 
 /** What a 9.x server answers for `u` to `viewer`, from the fake's own records (V1, V2). */
 function modernUser(fake: FakeZulip, u: FakeUser, viewer: FakeUser): Record<string, unknown> {
-  const fl = fake.featureLevel;
-  const isAdmin = u.role <= 200;
-  const isOwner = fl >= 8 && u.role === 100;
-  const isGuest = u.role === 600;
   const seesAddress =
-    fl >= 163 || u.is_bot || u.user_id === viewer.user_id || (fake.emailAddressVisibility === 'admins' && viewer.role <= 200);
+    fake.featureLevel >= 163 ||
+    u.is_bot ||
+    u.user_id === viewer.user_id ||
+    (fake.emailAddressVisibility === 'admins' && viewer.role <= 200);
   const o: Record<string, unknown> = {
-    email: u.email,
-    user_id: u.user_id,
-    avatar_url: `https://secure.gravatar.com/avatar/${u.user_id}?d=identicon&version=${u.avatar_version}`,
-    avatar_version: u.avatar_version,
-    is_admin: isAdmin,
-    is_owner: isOwner,
-    is_guest: isGuest,
-    is_billing_admin: fl >= 73 ? u.is_billing_admin : false,
-    is_bot: u.is_bot,
-    full_name: u.full_name,
-    timezone: u.timezone,
+    ...modernUserFields(fake, u),
     is_active: u.is_active,
-    date_joined: u.date_joined,
-    role: fl >= 59 ? u.role : isOwner ? 100 : isAdmin ? 200 : isGuest ? 600 : 400,
     delivery_email: seesAddress ? u.delivery_email : null,
   };
   if (u.is_bot) Object.assign(o, { bot_type: u.bot_type, bot_owner_id: u.bot_owner_id });
-  if (u.is_bot && fl < 1) o.bot_owner = fake.user(u.bot_owner_id!).email; // U1: the legacy field stays
+  if (u.is_bot && fake.featureLevel < 1) o.bot_owner = fake.user(u.bot_owner_id!).email; // U1: the legacy field stays
   return o;
 }
 
@@ -276,6 +264,97 @@ describe("the caller's own user id, before 6.0 with hidden addresses (V2)", () =
       }
       // One per caller: the cache is keyed per caller, never shared between them.
       expect(usersMe()).toBe(2);
+    } finally {
+      await shim.close();
+      await fake.stop();
+    }
+  });
+
+  it('is taken from the caller’s own profile call, so a GET /users after it asks nothing more', async () => {
+    const fake = await startFake({ era: '3.0' });
+    const shim = await startShim(fake.url);
+    try {
+      const usersMe = () => fake.stats.requests.get('GET /api/v1/users/me') ?? 0;
+      expect((await request(shim.url).get('/api/v1/users/me').set('Authorization', fake.auth(MEMBER))).status).toBe(200);
+      expect(usersMe()).toBe(1);
+      const res = await request(shim.url).get('/api/v1/users').set('Authorization', fake.auth(MEMBER));
+      expect(res.status).toBe(200);
+      const own = (res.body.members as Record<string, unknown>[]).find((m) => m.user_id === MEMBER);
+      expect(own?.delivery_email).toBe(fake.user(MEMBER).delivery_email);
+      // The own profile's answer told who the caller is: no second GET /users/me.
+      expect(usersMe()).toBe(1);
+    } finally {
+      await shim.close();
+      await fake.stop();
+    }
+  });
+
+  it('under /json, asks register and deletes its queue with the session’s CSRF token, as Django requires', async () => {
+    const fake = await startFake({ era: '3.0' });
+    const shim = await startShim(fake.url);
+    try {
+      const refused: string[] = [];
+      fake.override = (req, res) => {
+        if (req.method === 'GET' || !req.url?.startsWith('/json/') || req.headers['x-csrftoken'] === 'tok') return false;
+        refused.push(`${req.method} ${req.url}`);
+        res.writeHead(403, { 'content-type': 'application/json' });
+        res.end(JSON.stringify({ result: 'error', msg: 'CSRF error: CSRF token missing.', code: 'CSRF_FAILED' }));
+        return true;
+      };
+      const res = await request(shim.url)
+        .get('/json/users')
+        .set('Cookie', `sessionid=${fake.user(MEMBER).api_key}; csrftoken=tok`);
+      expect(res.status).toBe(200);
+      const own = (res.body.members as Record<string, unknown>[]).find((m) => m.user_id === MEMBER);
+      expect(own?.delivery_email).toBe(fake.user(MEMBER).delivery_email);
+      expect(refused).toEqual([]);
+      expect(fake.openQueues.size).toBe(0);
+    } finally {
+      await shim.close();
+      await fake.stop();
+    }
+  });
+
+  it('left null when the register lookup fails, never the API email in its place (V2, E4)', async () => {
+    const fake = await startFake({ era: '3.0' });
+    const shim = await startShim(fake.url);
+    try {
+      fake.override = (req, res) => {
+        if (req.method !== 'POST' || req.url?.split('?')[0] !== '/api/v1/register') return false;
+        res.writeHead(500, { 'content-type': 'application/json' });
+        res.end(JSON.stringify({ result: 'error', msg: 'Internal server error' }));
+        return true;
+      };
+      const res = await request(shim.url).get('/api/v1/users').set('Authorization', fake.auth(MEMBER));
+      expect(res.status).toBe(200);
+      const own = (res.body.members as Record<string, unknown>[]).find((m) => m.user_id === MEMBER);
+      expect(own?.delivery_email).toBeNull();
+      expect(res.headers['x-zulip-compat-fallback']).toBeUndefined();
+    } finally {
+      await shim.close();
+      await fake.stop();
+    }
+  });
+
+  it('left unknown when GET /users/me fails: the list is still answered, the own address null (E4), and the failure not kept', async () => {
+    const fake = await startFake({ era: '3.0' });
+    const shim = await startShim(fake.url);
+    try {
+      fake.override = (req, res) => {
+        if (req.method !== 'GET' || req.url?.split('?')[0] !== '/api/v1/users/me') return false;
+        res.writeHead(500, { 'content-type': 'application/json' });
+        res.end(JSON.stringify({ result: 'error', msg: 'Internal server error' }));
+        return true;
+      };
+      const ownRow = async () => {
+        const res = await request(shim.url).get('/api/v1/users').set('Authorization', fake.auth(MEMBER));
+        expect(res.status).toBe(200);
+        return (res.body.members as Record<string, unknown>[]).find((m) => m.user_id === MEMBER);
+      };
+      expect((await ownRow())?.delivery_email).toBeNull();
+      expect(shim.logs.some((l) => l.includes('own row unknown'))).toBe(true);
+      fake.override = undefined;
+      expect((await ownRow())?.delivery_email).toBe(fake.user(MEMBER).delivery_email);
     } finally {
       await shim.close();
       await fake.stop();

@@ -8,8 +8,8 @@ import type { IncomingHttpHeaders } from 'node:http';
 
 /**
  * V2 before 6.0: who a caller is (its user id, and its real address where its own user shows
- * it), from its own GET /users/me, cached per caller so that a GET /users with hidden addresses
- * does not ask the upstream every time. Keyed by realm and `callerKey` (P13: a salted hash of the
+ * it), from its own GET /users/me (asked here, or as the own profile relayed it), cached per
+ * caller so that a GET /users with hidden addresses does not ask the upstream every time. Keyed by realm and `callerKey` (P13: a salted hash of the
  * credentials, never the credentials), so kept in this process only: the salt is its own.
  * Bounded in bytes (X2), reused for lookups.ttlMs; a failure is not cached.
  */
@@ -60,15 +60,34 @@ export class Callers {
    * credentials for the request at hand.
    */
   get(realm: Realm, credentials: IncomingHttpHeaders, path: string, headers: Record<string, string>): Promise<Caller> {
-    return this.cache.get(`${realm.key}|${callerKey(credentials)}`, { realm, path, headers });
+    return this.cache.get(keyOf(realm, credentials), { realm, path, headers });
+  }
+
+  /**
+   * Keeps the caller its own GET /users/me just answered (the own profile, after the upstream
+   * accepted these credentials), so a GET /users that follows need not ask again.
+   */
+  remember(realm: Realm, credentials: IncomingHttpHeaders, me: Record<string, unknown>): void {
+    const caller = callerOf(me);
+    if (caller) void this.cache.set(keyOf(realm, credentials), caller);
   }
 
   private async load({ realm, path, headers }: LoadContext): Promise<Caller> {
     const r = await this.client.fetch({ realm, method: 'GET', path, headers });
     if (!isSuccess(r.status)) throw upstreamBadResponse(`GET /users/me answered HTTP ${r.status}`);
-    const me = parseJsonObject(r.body);
-    const userId = me.user_id;
-    if (typeof userId !== 'number' || !Number.isInteger(userId)) throw upstreamBadResponse('GET /users/me has no user_id');
-    return typeof me.delivery_email === 'string' ? { userId, deliveryEmail: me.delivery_email } : { userId };
+    const caller = callerOf(parseJsonObject(r.body));
+    if (!caller) throw upstreamBadResponse('GET /users/me has no user_id');
+    return caller;
   }
+}
+
+function keyOf(realm: Realm, credentials: IncomingHttpHeaders): string {
+  return `${realm.key}|${callerKey(credentials)}`;
+}
+
+/** The caller a GET /users/me answer names; undefined without a user id. Pure. */
+function callerOf(me: Record<string, unknown>): Caller | undefined {
+  const userId = me.user_id;
+  if (typeof userId !== 'number' || !Number.isInteger(userId)) return undefined;
+  return typeof me.delivery_email === 'string' ? { userId, deliveryEmail: me.delivery_email } : { userId };
 }

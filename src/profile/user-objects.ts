@@ -81,11 +81,14 @@ export async function backfillList(
   if (changes.length === 0) return;
   const other: Lookups = { subject: 'other', idOfEmail: context.idOfEmail };
   const own: Lookups = { subject: 'own', idOfEmail: context.idOfEmail, deliveryEmail: context.own?.deliveryEmail };
+  // V2: the caller's row is filled as its own only with its real address known; else the rule
+  // for others applies (null where hidden), never the own profile's fallback (the API email).
+  const ownId = context.own?.deliveryEmail !== undefined ? context.own.userId : undefined;
   for (let i = 0; i < list.length; i++) {
     if (i > 0 && i % USERS_PER_TURN === 0) await nextTurn();
     const row = list[i];
     if (!isRow(row)) continue;
-    backfillInPlace(row, changes, context.own !== undefined && row.user_id === context.own.userId ? own : other, into);
+    backfillInPlace(row, changes, ownId !== undefined && row.user_id === ownId ? own : other, into);
   }
 }
 

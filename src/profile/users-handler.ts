@@ -88,7 +88,8 @@ const hidden = (row: unknown) => isRow(row) && !('delivery_email' in row) && !em
  * some address in the answer is hidden (so only before 6.0), after the upstream has accepted the
  * caller's credentials for the answer: the caller's GET /users/me, cached per caller
  * (callers.ts), gives its id (and, where it shows it, its address); else the cached register
- * lookup does. Undefined when either fails (E4: the row then keeps the rule's `null`).
+ * lookup does. Undefined when the id is unknown; either failure leaves the row at the rule's
+ * `null` (E4; backfillList fills a row as the caller's own only with its address).
  */
 async function ownRowOf(req: IncomingMessage, ctx: ShimContext, realm: Realm, url: string): Promise<OwnRow | undefined> {
   const headers = forwardedHeaders(req);

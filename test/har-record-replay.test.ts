@@ -2,21 +2,16 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { gzipSync } from 'node:zlib';
-import { Ajv } from 'ajv';
-import addFormatsModule from 'ajv-formats';
 import request from 'supertest';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startRecorder } from '../src/har/recorder.js';
 import { startReplay, type Replay } from '../src/har/replay.js';
 import { createLogger } from '../src/observability/logger.js';
 import { startFake, type FakeZulip } from './support/fake-zulip.js';
+import { compileSchema } from './support/schema.js';
 import { startShim, type RunningShim } from './support/shim.js';
 
-const ajv = new Ajv({ allErrors: true, strict: true });
-// ajv-formats is CommonJS: its default export arrives as `.default` under NodeNext.
-const addFormats = addFormatsModule as unknown as typeof addFormatsModule.default;
-addFormats(ajv);
-const validateHar = ajv.compile(JSON.parse(readFileSync(new URL('./support/har.schema.json', import.meta.url), 'utf8')) as object);
+const validateHar = compileSchema('har.schema.json');
 
 const log = createLogger('silent');
 const PASSWORD = 'Tr0ub4dor&3 horse/staple+battery';

@@ -1,7 +1,4 @@
-import { readFileSync } from 'node:fs';
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { Ajv } from 'ajv';
-import addFormatsModule from 'ajv-formats';
 import request from 'supertest';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { UNKNOWN_DATE_JOINED } from '../src/profile/changes/fl010-avatar-guest-active-timezone-joined.js';
@@ -12,22 +9,15 @@ import { createLogger } from '../src/observability/logger.js';
 import { createMetrics } from '../src/observability/metrics.js';
 import { MemoryStore } from '../src/store/memory.js';
 import type { CacheBackend } from '../src/store/shared-cache.js';
-import { FakeZulip, startFake, type Era, type FakeUser } from './support/fake-zulip.js';
+import { FakeZulip, OLD_ERAS, startFake, type Era, type FakeUser } from './support/fake-zulip.js';
+import { compileSchema, expectValid } from './support/schema.js';
 import { modernUserFields } from './support/modern-user.js';
 import { startShim, type RunningShim } from './support/shim.js';
 
-const ajv = new Ajv({ allErrors: true, strict: true, allowUnionTypes: true });
-// ajv-formats is CommonJS: its default export arrives as `.default` under NodeNext.
-const addFormats = addFormatsModule as unknown as typeof addFormatsModule.default;
-addFormats(ajv);
-const validateOwnUser = ajv.compile(JSON.parse(readFileSync(new URL('./support/own-user.schema.json', import.meta.url), 'utf8')) as object);
+const validateOwnUser = compileSchema('own-user.schema.json');
+const expectModern = (body: unknown) => expectValid(validateOwnUser, body);
 
-function expectModern(body: unknown): void {
-  const ok = validateOwnUser(body);
-  expect(ok ? [] : validateOwnUser.errors).toEqual([]);
-}
-
-const ERAS: Era[] = ['2.1', '3.0', '4.0', '5.0', '6.0', '7.0', '8.0'];
+const ERAS = OLD_ERAS;
 const OWNER = 10;
 const ADMIN_AND_BILLING_ADMIN = 11;
 const MODERATOR = 12;

@@ -24,6 +24,8 @@ export const ERA_FEATURE_LEVEL: Record<Era, number> = {
 };
 
 export const ERAS = Object.keys(ERA_FEATURE_LEVEL) as Era[];
+/** The eras the shim emulates for (before 9.0, where it passes presence and register through). */
+export const OLD_ERAS = ERAS.filter((e) => e !== '9.0');
 
 export interface FakeUser {
   user_id: number;

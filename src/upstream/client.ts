@@ -31,10 +31,23 @@ export interface UpstreamResponse {
   body: Readable;
 }
 
-export interface BufferedResponse {
+/** An upstream answer's status and headers, all an answer the shim builds itself takes from it. */
+export interface UpstreamHead {
   status: number;
   headers: IncomingHttpHeaders;
+}
+
+export interface BufferedResponse extends UpstreamHead {
   body: Buffer;
+}
+
+/**
+ * An answer whose head has arrived while its body is still being read (B7: a caller can act on
+ * the status before a large body is in). The body is read as `fetch` reads it: bounded, within
+ * the same total deadline (X3); its promise is the caller's to await or to catch.
+ */
+export interface ArrivingResponse extends UpstreamHead {
+  body: Promise<Buffer>;
 }
 
 export interface UpstreamClientOptions {
@@ -87,8 +100,14 @@ export class UpstreamClient {
    * it fails with UpstreamAnswerTooLargeError.
    */
   async fetch(call: UpstreamCall, maxBytes = this.maxResponseBytes): Promise<BufferedResponse> {
+    const r = await this.fetchHeadFirst(call, maxBytes);
+    return { status: r.status, headers: r.headers, body: await r.body };
+  }
+
+  /** `fetch`, resolved as soon as the head arrived; the body goes on being read meanwhile. */
+  async fetchHeadFirst(call: UpstreamCall, maxBytes = this.maxResponseBytes): Promise<ArrivingResponse> {
     const r = await this.request({ ...call, deadlineMs: call.deadlineMs ?? this.options.timeoutMs });
-    return { status: r.status, headers: r.headers, body: await readAll(r.body, maxBytes) };
+    return { status: r.status, headers: r.headers, body: readAll(r.body, maxBytes) };
   }
 
   /** Closes the transport if this client made it (the shim closes the shared one itself). */

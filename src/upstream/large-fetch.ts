@@ -1,4 +1,4 @@
-import type { BufferedResponse, UpstreamCall, UpstreamClient } from './client.js';
+import type { ArrivingResponse, BufferedResponse, UpstreamCall, UpstreamClient } from './client.js';
 import { UpstreamAnswerTooLargeError, upstreamBadResponse } from '../http/errors.js';
 
 /**
@@ -14,11 +14,22 @@ export async function fetchLarge(
   maxBytes: number,
   onTooLarge: (bytes: number) => void,
 ): Promise<BufferedResponse> {
-  try {
-    return await client.fetch(call, maxBytes);
-  } catch (e) {
+  const r = await fetchLargeHeadFirst(client, call, maxBytes, onTooLarge);
+  return { status: r.status, headers: r.headers, body: await r.body };
+}
+
+/** `fetchLarge`, resolved when the head arrived (B7: a full presence poll's report is accepted then, P9). */
+export async function fetchLargeHeadFirst(
+  client: UpstreamClient,
+  call: UpstreamCall,
+  maxBytes: number,
+  onTooLarge: (bytes: number) => void,
+): Promise<ArrivingResponse> {
+  const r = await client.fetchHeadFirst(call, maxBytes);
+  const body = r.body.catch((e: unknown) => {
     if (!(e instanceof UpstreamAnswerTooLargeError)) throw e;
     onTooLarge(e.bytes);
     throw upstreamBadResponse(`body larger than ${maxBytes} bytes (memory.largeAnswerBytes)`);
-  }
+  });
+  return { status: r.status, headers: r.headers, body };
 }

@@ -121,7 +121,8 @@ describeRedis('a client whose polls alternate between replicas, during a refresh
     // A change only the first replica fetches: the client's id is then above the second's copy.
     fake.advance(30);
     fake.report(users[2]!, 'idle');
-    const newer = await pollThrough(r0, fake, users[0]!, first.body.presence_last_update_id as number);
+    // A full poll: a delta poll leading the refresh would be answered before it (B7).
+    const newer = await pollThrough(r0, fake, users[0]!, -1);
     const id = newer.body.presence_last_update_id as number;
     expect(id).toBeGreaterThan(first.body.presence_last_update_id as number);
     // The second replica's next refresh is slow.
@@ -144,6 +145,80 @@ describeRedis('a client whose polls alternate between replicas, during a refresh
     release();
     fake.fullPresenceHeld = undefined;
     expect((await refresh).status).toBe(200);
+  });
+});
+
+describeRedis('a delta poll leading a refresh, on either replica (S1, B7)', () => {
+  let admin: Redis;
+  const prefix = testKeyPrefix();
+  const running: Array<{ close(): Promise<unknown> }> = [];
+  beforeAll(() => {
+    admin = adminRedis();
+  });
+  afterAll(async () => {
+    for (const r of running.reverse()) await r.close();
+    await deleteKeysUnder(admin, prefix);
+    admin.disconnect();
+  });
+
+  it('is answered before the refresh ends on the replica fetching it and on one waiting for it; one fetch for both (P9)', async () => {
+    const fake = await startFake({ era: '2.1', users: 6 });
+    running.push({ close: () => fake.stop() });
+    for (const u of fake.humans()) fake.report(u.user_id, 'active');
+    const window = 400;
+    const settings = { store: { redisUrl: REDIS_URL, keyPrefix: prefix }, presence: { coalesceMs: window } };
+    const [r0, r1] = [await startShim(fake.url, settings), await startShim(fake.url, settings)];
+    running.push(r0, r1);
+    const pause = (ms: number) => new Promise((r) => setTimeout(r, ms));
+    const send = (shim: RunningShim, user: number, id: number) => pollThrough(shim, fake, user, id).then((r) => r);
+    const within = <T>(answer: Promise<T>, ms: number) => Promise.race([answer, pause(ms).then(() => 'late' as const)]);
+    const users = fake.humans().map((u) => u.user_id);
+    const id = (await send(r0, users[0]!, -1)).body.presence_last_update_id as number;
+    await pause(window + 50);
+    expect((await send(r1, users[3]!, -1)).status).toBe(200); // the second replica's copy vouches for `id`
+    // The first replica's copy moves past the client's id.
+    fake.advance(30);
+    fake.report(users[2]!, 'active', 'ZulipMobile');
+    await pause(window + 50);
+    const other = await send(r0, users[3]!, -1);
+    const after = { [users[2]!]: other.body.presences[users[2]!], [users[3]!]: other.body.presences[users[3]!] };
+    // A change only the next refresh brings, over a slow link.
+    fake.advance(30);
+    fake.report(users[1]!, 'active');
+    await pause(window + 50);
+    let release!: () => void;
+    fake.fullPresenceDrip = { ms: 1_000, until: new Promise<void>((r) => (release = r)) };
+    const fullBefore = fake.stats.presenceFull;
+    let followingId = id;
+    try {
+      // The first replica takes the lock and fetches; its leader is answered from the ledger.
+      const fetching = await within(send(r0, users[0]!, id), 5_000);
+      expect(fetching).not.toBe('late');
+      // The second replica's leader follows it (a ping), and is answered before it publishes.
+      const following = await within(send(r1, users[2]!, id), 5_000);
+      expect(following).not.toBe('late');
+      for (const early of [fetching, following]) {
+        if (early === 'late') continue;
+        expect(early.status).toBe(200);
+        // What each replica's copy had after the client's id (X1: a copy that vouches for it).
+        expect(after).toMatchObject(early.body.presences);
+        expect(early.body.presence_last_update_id).toBeGreaterThanOrEqual(id);
+      }
+      if (fetching !== 'late') expect(fetching.body.presences).toEqual(after);
+      expect(fake.stats.presenceFull).toBe(fullBefore + 1);
+      if (following !== 'late') followingId = following.body.presence_last_update_id as number;
+    } finally {
+      fake.fullPresenceDrip = undefined;
+      release();
+    }
+    // A full poll at the second replica waited for the first one's snapshot: one fetch for both.
+    const full = await send(r1, users[4]!, -1);
+    expect(full.body.presences[users[1]!].active_timestamp).toBe(Math.floor(fake.now));
+    expect(fake.stats.presenceFull).toBe(fullBefore + 1);
+    // The early-answered client's next poll gets what the refresh brought, with larger ids (P6, X1).
+    const next = await send(r1, users[2]!, followingId);
+    expect(next.body.presence_last_update_id).toBeGreaterThan(followingId);
+    expect(next.body.presences[users[1]!]).toEqual(full.body.presences[users[1]!]);
   });
 });
 

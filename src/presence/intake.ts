@@ -2,8 +2,8 @@ import { setImmediate } from 'node:timers/promises';
 import type { IncomingMessage } from 'node:http';
 import { timedUpstream, type ShimContext } from '../context.js';
 import { upstreamBadResponse } from '../http/errors.js';
-import { forwardedHeaders, type BufferedResponse, type UpstreamCall } from '../upstream/client.js';
-import { fetchLarge } from '../upstream/large-fetch.js';
+import { forwardedHeaders, type ArrivingResponse, type BufferedResponse, type UpstreamCall } from '../upstream/client.js';
+import { fetchLargeHeadFirst } from '../upstream/large-fetch.js';
 import type { Realm } from '../upstream/realm.js';
 import type { Directory } from '../upstream/user-directory.js';
 import { modernFromColumns, type PresenceColumns } from '../upstream/large-answers.js';
@@ -65,11 +65,14 @@ export async function readPresenceAnswer(a: Asker, format: Format, bytes: Buffer
 
 const tooLargeLogged = new WeakSet<ShimContext>();
 
-/** B7: a full presence fetch, bounded by memory.largeAnswerBytes; the limit is logged once. */
-export function fetchFullPresence(a: Asker, call: UpstreamCall): Promise<BufferedResponse> {
+/**
+ * B7: a full presence fetch, bounded by memory.largeAnswerBytes (the limit is logged once),
+ * resolved at its head: the body of a large realm's answer takes a while longer.
+ */
+export function fetchFullPresence(a: Asker, call: UpstreamCall): Promise<ArrivingResponse> {
   const { ctx } = a;
   const maxBytes = ctx.config.memory.largeAnswerBytes;
-  return fetchLarge(ctx.client, call, maxBytes, (bytes) => {
+  return fetchLargeHeadFirst(ctx.client, call, maxBytes, (bytes) => {
     if (tooLargeLogged.has(ctx)) return;
     tooLargeLogged.add(ctx);
     ctx.log.warn(

@@ -1,6 +1,6 @@
 import { timedUpstream } from '../context.js';
 import { encodeForm } from '../http/body.js';
-import { forwardedHeaders, type BufferedResponse } from '../upstream/client.js';
+import { forwardedHeaders, type ArrivingResponse, type BufferedResponse, type UpstreamCall } from '../upstream/client.js';
 import { FL } from '../upstream/feature-level.js';
 import { fetchFullPresence, type Asker } from './intake.js';
 import type { PresenceRequest } from './params.js';
@@ -23,12 +23,31 @@ export class UpstreamRefused extends Error {
   }
 }
 
-/** The caller's own report, form-encoded, with only parameters the upstream knows. */
+/** The caller's own report as the client made it, or as a ping (`ping_only: 'true'`), read whole. */
 export async function report(
   poll: Poll,
   extra: { ping_only?: string | undefined; slim_presence?: string | undefined },
 ): Promise<BufferedResponse> {
-  const { request, ctx, req, realm } = poll;
+  if (extra.ping_only === 'false') {
+    const r = await fullReport(poll, extra.slim_presence);
+    return { status: r.status, headers: r.headers, body: await timedUpstream(poll.req, () => r.body) };
+  }
+  return timedUpstream(poll.req, () => poll.ctx.client.fetch(reportCall(poll, extra)));
+}
+
+/**
+ * The caller's own report as the full fetch (`ping_only=false`), resolved at the upstream's
+ * head (P9: accepted or not); the body, whose time counts as upstream time once awaited,
+ * grows with the realm and has its own budget (B7).
+ */
+export function fullReport(poll: Poll, slimPresence: string | undefined): Promise<ArrivingResponse> {
+  const call = reportCall(poll, { ping_only: 'false', slim_presence: slimPresence });
+  return timedUpstream(poll.req, () => fetchFullPresence(poll, call));
+}
+
+/** The report, form-encoded, with only parameters the upstream knows. */
+function reportCall(poll: Poll, extra: { ping_only?: string | undefined; slim_presence?: string | undefined }): UpstreamCall {
+  const { request, req, realm } = poll;
   const form: Array<[string, string]> = [];
   const status = request.raw.get('status');
   const newUserInput = request.raw.get('new_user_input');
@@ -38,7 +57,5 @@ export async function report(
   if (extra.slim_presence !== undefined && poll.featureLevel >= FL.SLIM_PRESENCE) form.push(['slim_presence', extra.slim_presence]);
   const headers = { ...forwardedHeaders(req), 'content-type': 'application/x-www-form-urlencoded' };
   const path = req.url?.startsWith('/json/') ? '/json/users/me/presence' : '/api/v1/users/me/presence';
-  const call = { realm, method: 'POST' as const, path, headers, body: encodeForm(form) };
-  // B7: a full answer grows with the realm and has its own budget.
-  return timedUpstream(req, () => (extra.ping_only === 'false' ? fetchFullPresence(poll, call) : ctx.client.fetch(call)));
+  return { realm, method: 'POST', path, headers, body: encodeForm(form) };
 }

@@ -1,27 +1,68 @@
+import { timedUpstream } from '../context.js';
 import { isSuccess } from '../http/relay.js';
-import type { BufferedResponse } from '../upstream/client.js';
+import type { ArrivingResponse, UpstreamHead } from '../upstream/client.js';
 import { callerKey } from '../upstream/realm.js';
 import { answersWithDelta, type LedgerState } from './ledger.js';
 import { loadLedger, readPresenceAnswer, takeInAnswer, upstreamTime, type Format } from './intake.js';
 import { wantsModern } from './params.js';
-import { report, UpstreamRefused, type Poll } from './report.js';
-import { everyCallerSeesTheSameUsers, fromData, toData, type ClusterSnapshots, type Snapshot } from './snapshots.js';
+import { fullReport, report, UpstreamRefused, type Poll } from './report.js';
+import {
+  everyCallerSeesTheSameUsers,
+  fromData,
+  toData,
+  type ClusterSnapshots,
+  type PublishedSnapshot,
+  type Snapshot,
+} from './snapshots.js';
 
 /**
  * P9, single flight and sharing: which snapshot a full poll is answered from, and who fetches
  * it. In this process one fetch per scope per window (SnapshotHub); across replicas (S1) the
  * replica that takes the scope's lock fetches and publishes, the others wait for a notification
  * and read it once. Every caller's own report reaches the upstream first, and only a caller the
- * upstream accepted sees shared data.
+ * upstream accepted sees shared data. A refresh goes on after its leader's own report was
+ * accepted; a delta poll the ledger vouches for is answered then, the leader's as any other (B7).
  */
 
 /** A replica's fetch holds the others at least this long (ms) before they fetch themselves. */
 const FETCH_BUDGET_FLOOR_MS = 5_000;
 
-/** The snapshot a poll is answered from, and the caller's own upstream report (for its headers). */
+/** The snapshot a poll is answered from, and the head of the caller's own upstream report (for its headers). */
 export interface Obtained {
   snapshot: Snapshot;
-  own: BufferedResponse | undefined;
+  own: UpstreamHead | undefined;
+}
+
+/**
+ * A refresh under way once its leader's own report was accepted (P9): that report's head, and
+ * the snapshot it brings, settled once taken in (B7: at 100k users the upstream answers in
+ * milliseconds, reading and taking in its answer takes seconds).
+ */
+interface Refresh {
+  own: UpstreamHead;
+  snapshot: Promise<Snapshot>;
+}
+
+/**
+ * A refresh's leader as the refresh sees it (B7). Its client may get its answer before the
+ * refresh ends, or its report may be sent again in full (the replica it followed gave up, and
+ * every waiter then fetches for itself), never both: a report sent for a client that already
+ * has its answer would be one the shim made up (P9).
+ */
+class Leader {
+  private state: 'waiting' | 'answered' | 'reporting' = 'waiting';
+  /** Its client gets its answer now, unless its report is being sent again. */
+  answer(): boolean {
+    if (this.state === 'reporting') return false;
+    this.state = 'answered';
+    return true;
+  }
+  /** Its report may be sent again, unless its client has its answer. */
+  reportAgain(): boolean {
+    if (this.state === 'answered') return false;
+    this.state = 'reporting';
+    return true;
+  }
 }
 
 /** P9: a scope is a realm and a format, or one caller of it where callers may see different users. */
@@ -43,9 +84,8 @@ async function sharedOrFetched(poll: Poll, format: Format): Promise<Obtained> {
   const hub = ctx.snapshots;
   const fresh = hub.fresh(scope);
   const pending = fresh ? undefined : hub.pending(scope);
-  let own: BufferedResponse | undefined;
   if (fresh || pending) {
-    own = await acceptedPing(poll);
+    const own = await acceptedPing(poll);
     const now = fresh ?? (shared ? await answerableDuringRefresh(poll) : undefined);
     if (now) {
       ctx.metrics.presenceSnapshots.inc({ source: 'shared' });
@@ -58,36 +98,48 @@ async function sharedOrFetched(poll: Poll, format: Format): Promise<Obtained> {
       return { snapshot, own };
     }
   }
-  let leaderAnswer: BufferedResponse | undefined;
-  const snapshot = await hub.lead(
-    scope,
-    async () => {
-      const fetched = await fetchShared(poll, format, shared, scope);
-      leaderAnswer = fetched.own;
-      return fetched.snapshot;
-    },
-    shared,
+  const leader = new Leader();
+  const refresh = fetchShared(poll, format, shared, scope, leader);
+  const snapshot = hub.lead(scope, () => refresh.then((r) => r.snapshot), shared);
+  // A refused or failed report reaches the leader through `refresh`; a failure after it, through
+  // `snapshot` below while the leader waits, and the waiters' own fetches once it has its answer.
+  snapshot.catch(() => undefined);
+  const { own } = await refresh;
+  // B7: as any delta poll during a refresh, the leader's is answered once its report was
+  // accepted, while the refresh goes on; where sharing is off (coalesceMs 0) it waits for its own.
+  const now = shared && ctx.config.presence.coalesceMs > 0 ? await answerableDuringRefresh(poll) : undefined;
+  if (now && leader.answer()) {
+    snapshot.catch((e: unknown) => refreshFailed(poll, e));
+    return { snapshot: now, own };
+  }
+  return { snapshot: await snapshot, own };
+}
+
+/** A refresh that failed after its leader had its answer: nobody else reports it. */
+function refreshFailed(poll: Poll, e: unknown): void {
+  poll.ctx.log.warn(
+    { realm: poll.realm.host, err: e },
+    'presence refresh failed after its leader was answered: the next poll fetches again',
   );
-  return { snapshot, own: leaderAnswer ?? own };
 }
 
 /**
- * B7: the snapshot a poll is answered from at once while its scope's refresh is pending, or
- * undefined when it must wait for the refresh. Only a delta poll (P3) on a shared scope whose
- * `last_update_id` the newest ledger copy this process holds vouches for (I2), after its own report
- * succeeded (P9): its answer holds every change after its id that the ledger has, so nothing
- * it gets is older than what it holds (X1, P6), and what the refresh brings has larger ids, so
- * its next poll gets it (P6). The users in view are the ledger's, as of its newest complete
- * snapshot (I5): the view any caller in that snapshot's window got, not older, as P7 allows
- * for a shared snapshot. A full poll (no id, or one not vouched for) waits: it replaces the
- * client's whole map (P3), and its snapshot's window is over (otherwise there would be no
- * refresh), so only the refresh is the view "at that moment" P7 asks for, and P9's single
- * flight makes the others wait for it.
- * S1: an id above this process's copy (issued by another replica since it last read) is
- * looked up in the store first, one small read of the changes since: a client whose polls
- * alternate between replicas is then not held up by every refresh.
+ * B7: the snapshot a poll is answered from at once while its scope's refresh is pending (also the
+ * poll whose own report is the refresh), or undefined when it must wait for the refresh. Only a
+ * delta poll (P3) on a shared scope whose `last_update_id` the newest ledger copy this process
+ * holds vouches for (I2), after its own report succeeded (P9): its answer holds every change after
+ * its id that the ledger has, so nothing it gets is older than what it holds (X1, P6), and what
+ * the refresh brings has larger ids, so its next poll gets it (P6). The users in view are the
+ * ledger's, as of its newest complete snapshot (I5): the view any caller in that snapshot's window
+ * got, not older, as P7 allows for a shared snapshot. A full poll (no id, or one not vouched for)
+ * waits: it replaces the client's whole map (P3), and its snapshot's window is over (otherwise
+ * there would be no refresh), so only the refresh is the view "at that moment" P7 asks for, and
+ * P9's single flight makes the others wait for it.
+ * S1: an id above this process's copy (issued by another replica since it last read) is looked up
+ * in the store first, one small read of the changes since: a client whose polls alternate between
+ * replicas is then not held up by every refresh.
  */
-async function answerableDuringRefresh(poll: Poll): Promise<Snapshot | undefined> {
+export async function answerableDuringRefresh(poll: Poll): Promise<Snapshot | undefined> {
   const { ctx, realm, request } = poll;
   const id = request.lastUpdateId;
   if (id === undefined || id <= 0 || !wantsModern(request)) return undefined;
@@ -141,49 +193,82 @@ async function withLegacyBytes(poll: Poll, format: Format, obtained: Obtained): 
   }
   if (await reading) return obtained;
   legacyReads.delete(snapshot); // the next legacy poll tries again
-  return fetchFromUpstream(poll, format, true);
+  const fetched = await fetchFromUpstream(poll, format, true);
+  return { snapshot: await fetched.snapshot, own: fetched.own };
 }
 
 const legacyReads = new WeakMap<Snapshot, Promise<Buffer | undefined>>();
 
 /** P9: the caller's own report as a ping; throws UpstreamRefused unless the upstream accepted it. */
-async function acceptedPing(poll: Poll): Promise<BufferedResponse> {
+async function acceptedPing(poll: Poll): Promise<UpstreamHead> {
   const own = await report(poll, { ping_only: 'true' });
   if (!isSuccess(own.status)) throw new UpstreamRefused(own);
-  return own;
+  return { status: own.status, headers: own.headers };
 }
 
-/** One fetch for the scope: another replica's snapshot when one has or is being fetched, else the upstream's. */
-async function fetchShared(poll: Poll, format: Format, shared: boolean, scope: string): Promise<Obtained> {
+/**
+ * One fetch for the scope: another replica's snapshot when one has or is being fetched, else the
+ * upstream's. Resolved once the leader's own report was accepted.
+ */
+async function fetchShared(poll: Poll, format: Format, shared: boolean, scope: string, leader: Leader): Promise<Refresh> {
   const window = poll.ctx.config.presence.coalesceMs;
   const cluster = shared && window > 0 ? poll.ctx.clusterSnapshots : undefined;
   if (!cluster) return fetchFromUpstream(poll, format, shared);
   const followed = await follow(poll, cluster, scope);
-  if (followed) return followed;
+  if (!followed) return fetchAndPublish(poll, cluster, format, scope);
+  const snapshot = followed.snapshot.then(async (published) => {
+    if (published) return published;
+    // Its report was a ping: sent again in full while its client waits, never once it has its answer (P9).
+    if (!leader.reportAgain()) throw new Error('the replica fetching the shared presence snapshot gave up');
+    return (await fetchAndPublish(poll, cluster, format, scope)).snapshot;
+  });
+  return { own: followed.own, snapshot };
+}
+
+/** S1: this replica's own fetch for the scope, published to the others once taken in. */
+async function fetchAndPublish(poll: Poll, cluster: ClusterSnapshots, format: Format, scope: string): Promise<Refresh> {
+  const window = poll.ctx.config.presence.coalesceMs;
+  // A failed fetch: the lock then expires at the end of the window instead of now.
+  const release = () => cluster.release(scope).catch(() => undefined);
+  let fetched: Refresh;
   try {
-    const fetched = await fetchFromUpstream(poll, format, shared);
-    const remainingMs = window - (Date.now() - fetched.snapshot.fetchedAt);
-    // The store counts its own errors (store_errors_total); the other replicas then fetch for
-    // themselves, which costs the upstream more calls but keeps every P-rule.
-    await cluster.publish(scope, toData(fetched.snapshot), remainingMs).catch(() => undefined);
-    return fetched;
+    fetched = await fetchFromUpstream(poll, format, true);
   } catch (e) {
-    // Same: the lock then expires at the end of the window instead of now.
-    await cluster.release(scope).catch(() => undefined);
+    await release();
     throw e;
   }
+  const snapshot = fetched.snapshot.then(
+    async (snapshot) => {
+      const remainingMs = window - (Date.now() - snapshot.fetchedAt);
+      // The store counts its own errors (store_errors_total); the other replicas then fetch for
+      // themselves, which costs the upstream more calls but keeps every P-rule.
+      await cluster.publish(scope, toData(snapshot), remainingMs).catch(() => undefined);
+      return snapshot;
+    },
+    async (e: unknown) => {
+      await release();
+      throw e;
+    },
+  );
+  return { own: fetched.own, snapshot };
 }
 
 /**
- * S1/P9 across replicas: the snapshot another replica published in this window, or the one it
- * is fetching, woken when it is published. Undefined: this replica holds the lock and fetches.
+ * S1/P9 across replicas: after this caller's ping was accepted, the snapshot another replica
+ * published in this window, or the one it is fetching, woken when it is published (undefined
+ * when that failed: the caller then fetches for itself). Undefined: this replica holds the
+ * lock and fetches.
  */
-async function follow(poll: Poll, cluster: ClusterSnapshots, scope: string): Promise<Obtained | undefined> {
+async function follow(
+  poll: Poll,
+  cluster: ClusterSnapshots,
+  scope: string,
+): Promise<{ own: UpstreamHead; snapshot: Promise<Snapshot | undefined> } | undefined> {
   const { ctx } = poll;
   const window = ctx.config.presence.coalesceMs;
   // Store unreachable (counted by the store): no sharing between replicas meanwhile, each
   // replica fetches for itself.
-  let published = await cluster.get(scope).catch(() => undefined);
+  const published = await cluster.get(scope).catch(() => undefined);
   // How long one replica's fetch may hold the others (X3: never past the upstream deadline): a
   // fetch of a large realm can outlast a short window, and a waiter that gave up early would
   // fetch the same snapshot a second time.
@@ -191,38 +276,58 @@ async function follow(poll: Poll, cluster: ClusterSnapshots, scope: string): Pro
   const locked = published ? false : await cluster.tryLock(scope, fetchBudgetMs).catch(() => true);
   if (!published && locked) return undefined;
   const own = await acceptedPing(poll);
+  return { own, snapshot: readPublished(poll, cluster, scope, published, fetchBudgetMs) };
+}
+
+async function readPublished(
+  poll: Poll,
+  cluster: ClusterSnapshots,
+  scope: string,
+  published: PublishedSnapshot | undefined,
+  fetchBudgetMs: number,
+): Promise<Snapshot | undefined> {
+  const { ctx } = poll;
   // A wait that fails (store gone) or times out: this caller fetches for itself, as above.
   published ??= await cluster.waitFor(scope, fetchBudgetMs).catch(() => undefined);
   if (!published) return undefined;
-  const snapshot = fromData(published.data, published.remainingMs, window, Date.now(), ctx.snapshots.bodies());
+  const snapshot = fromData(published.data, published.remainingMs, ctx.config.presence.coalesceMs, Date.now(), ctx.snapshots.bodies());
   // The publisher merged it into the store's ledger: read that once, so answers include it (X1).
   snapshot.ledger = await loadLedger(poll);
   if (!snapshot.ledger) return undefined; // the store went away meanwhile: nothing to answer from but our own fetch
   ctx.metrics.presenceSnapshots.inc({ source: 'shared' });
-  return { snapshot, own };
+  return snapshot;
 }
 
-/** The caller's own full report: the upstream's presence, taken into the ledger. */
-async function fetchFromUpstream(poll: Poll, format: Format, complete: boolean): Promise<Obtained> {
+/**
+ * The caller's own full report, resolved once the upstream accepted it (E1: a refusal is
+ * thrown, its body read); the upstream's presence is then read and taken into the ledger.
+ */
+async function fetchFromUpstream(poll: Poll, format: Format, complete: boolean): Promise<Refresh> {
+  const answer = await fullReport(poll, format === 'slim' ? 'true' : undefined);
+  const own = { status: answer.status, headers: answer.headers };
+  if (!isSuccess(own.status)) throw new UpstreamRefused({ ...own, body: await timedUpstream(poll.req, () => answer.body) });
+  poll.ctx.metrics.presenceSnapshots.inc({ source: 'upstream' });
+  return { own, snapshot: takenIn(poll, format, complete, answer) };
+}
+
+/** An accepted full report's presence, taken into the ledger: the scope's next snapshot. */
+async function takenIn(poll: Poll, format: Format, complete: boolean, answer: ArrivingResponse): Promise<Snapshot> {
   const { ctx } = poll;
-  const own = await report(poll, { ping_only: 'false', slim_presence: format === 'slim' ? 'true' : undefined });
-  if (!isSuccess(own.status)) throw new UpstreamRefused(own);
-  ctx.metrics.presenceSnapshots.inc({ source: 'upstream' });
+  const body = await timedUpstream(poll.req, () => answer.body);
   // B7: parsed and converted off the main thread; only the columns come back.
-  const presences = await readPresenceAnswer(poll, format, own.body);
-  const serverTimestamp = upstreamTime(presences.top, own.headers);
+  const presences = await readPresenceAnswer(poll, format, body);
+  const serverTimestamp = upstreamTime(presences.top, answer.headers);
   const intake = await takeInAnswer(poll, format, presences, serverTimestamp, complete);
-  const snapshot: Snapshot = {
+  return {
     serverTimestamp,
     // The window starts once the snapshot can be answered from: a slow parse or merge must not eat it.
     fetchedAt: Date.now(),
     complete,
     modern: intake.modern,
     modernError: intake.modernError,
-    legacyBytes: format === 'legacy' ? own.body : undefined,
+    legacyBytes: format === 'legacy' ? body : undefined,
     legacyUsers: format === 'legacy' ? presences.keys : undefined,
     ledger: intake.ledger,
     bodies: ctx.snapshots.bodies(),
   };
-  return { snapshot, own };
 }

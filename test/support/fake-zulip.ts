@@ -105,6 +105,12 @@ export class FakeZulip {
   seen: Array<{ method: string; url: string; headers: http.IncomingHttpHeaders; body: Buffer }> = [];
   /** While set, full presence answers (made when asked) are sent only once it settles: a slow upstream. */
   fullPresenceHeld?: Promise<void> | undefined;
+  /**
+   * While set, full presence answers (made when asked) send their head at once and their body in
+   * parts over `ms`: a slow link. The last part also waits for `until`; with `cut` the
+   * connection is cut instead of sending it.
+   */
+  fullPresenceDrip?: { ms: number; until?: Promise<void>; cut?: boolean } | undefined;
   /** A hook to answer a request differently (faults); return true when handled. */
   override?: (req: IncomingMessage, res: ServerResponse, body: Buffer) => boolean | Promise<boolean>;
   private server?: http.Server;
@@ -546,7 +552,24 @@ export class FakeZulip {
       if (this.featureLevel >= 263) out.presence_last_update_id = this.slimPresence().maxId;
     }
     if (this.fullPresenceHeld) await this.fullPresenceHeld;
+    if (this.fullPresenceDrip) return this.drip(res, { ...out, ...extra }, this.fullPresenceDrip);
     this.json(res, 200, { ...out, ...extra });
+  }
+
+  private async drip(res: ServerResponse, body: unknown, o: NonNullable<FakeZulip['fullPresenceDrip']>): Promise<void> {
+    const text = Buffer.from(JSON.stringify(body));
+    const date = new Date(this.now * 1000).toUTCString();
+    res.writeHead(200, { 'content-type': 'application/json', 'content-length': text.length, date });
+    res.flushHeaders();
+    const parts = 10;
+    const size = Math.ceil(text.length / parts);
+    for (let i = 0; i < parts - 1; i++) {
+      res.write(text.subarray(i * size, (i + 1) * size));
+      await new Promise((r) => setTimeout(r, o.ms / parts));
+    }
+    await o.until;
+    if (o.cut) return void res.destroy();
+    res.end(text.subarray((parts - 1) * size));
   }
 
   /** A user object as GET /users shows it in this era (§5.2), to `viewer` when given. */

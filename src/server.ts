@@ -319,7 +319,9 @@ export function createShim(o: ShimOptions): Shim {
       return listen(server, port, host);
     },
     close() {
-      closing ??= new Promise<void>((resolve) => {
+      if (closing) return closing;
+      const drainEnds = Date.now() + config.server.shutdownGraceMs;
+      closing = new Promise<void>((resolve) => {
         // X9: at the drain deadline, a request still waiting for its answer (a held long poll,
         // say) gets a Zulip-shaped 503 and `Connection: close`, not a reset; an answer already
         // streaming cannot be ended cleanly and is cut. Whatever is left goes a moment later.
@@ -345,6 +347,8 @@ export function createShim(o: ShimOptions): Shim {
         });
         server.closeIdleConnections();
       }).then(async () => {
+        // A presence refresh whose leader already had its answer (B7) ends within the same deadline.
+        await snapshots.settled(drainEnds - Date.now());
         await passThrough.close();
         await transport.close();
         await parser.close();

@@ -1,5 +1,6 @@
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import request from 'supertest';
+import { MemoryStore } from '../src/store/memory.js';
 import { startFake, type Era, type FakeZulip } from './support/fake-zulip.js';
 import { startShim, type RunningShim } from './support/shim.js';
 
@@ -185,6 +186,23 @@ describe.each(['2.1', '4.0'] as const)('a delta poll leading a refresh on %s (B7
 });
 
 describe('the refresh behind an early answer (B7)', () => {
+  it('is finished by the drain, within its deadline (X9)', async () => {
+    const store = new MemoryStore(10);
+    await setup('2.1', { server: { shutdownGraceMs: 5_000 } }, { store });
+    const { id } = await clientBehindTheLedger();
+    await changeUpstream();
+    const release = slowLink();
+    const early = await within(poll(10, { status: 'active', last_update_id: String(id) }), 5_000);
+    expect(early).not.toBe('late');
+    const closing = shim.close();
+    // The rest of the body comes well after the server closed: the refresh must not be cut.
+    await pause(300);
+    release();
+    await closing;
+    const ledger = await store.load(`${fake.url}|${new URL(shim.url).host}`);
+    expect(ledger?.users.get(11)?.active).toBe(Math.floor(fake.now));
+  });
+
   it('is not aborted for the others when the client of a waiting leader goes away', async () => {
     await setup('2.1');
     await clientBehindTheLedger();

@@ -141,6 +141,8 @@ function slotBytes(slot: Slot): number {
 export class SnapshotHub {
   private readonly slots: LRUCache<string, Slot>;
   private readonly answersBudget: ByteBudget;
+  /** Every fetch in flight, also one whose leader already has its answer (B7), for the drain (X9). */
+  private readonly inFlight = new Set<Promise<Snapshot>>();
 
   constructor(
     readonly coalesceMs: number,
@@ -197,6 +199,7 @@ export class SnapshotHub {
     const slot: Slot = this.slots.get(scope) ?? {};
     // Back under the window's expiry once the fetch settled; dropped when it holds nothing.
     const settle = () => {
+      this.inFlight.delete(p);
       if (slot.pending === p) slot.pending = undefined;
       if (this.slots.peek(scope) !== slot) return;
       this.slots.delete(scope);
@@ -216,6 +219,7 @@ export class SnapshotHub {
         throw e;
       },
     );
+    this.inFlight.add(p);
     if (this.coalesceMs > 0) {
       slot.pending = p;
       // P9: a fetch in flight stays the single flight however long it takes (the upstream
@@ -223,5 +227,26 @@ export class SnapshotHub {
       this.slots.set(scope, slot, { ttl: 0 });
     }
     return p;
+  }
+
+  /**
+   * X9: resolves once no fetch is in flight, or after `withinMs`. A refresh whose leader already
+   * had its answer (B7) is work in flight too: cut by the drain, it would be lost, and the other
+   * replicas would wait for its snapshot until their budget runs out.
+   */
+  async settled(withinMs: number): Promise<void> {
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<false>((resolve) => {
+      timer = setTimeout(() => resolve(false), Math.max(0, withinMs));
+    });
+    try {
+      // A fetch that settles may have let another start (a waiter fetching for itself).
+      while (this.inFlight.size > 0) {
+        const all = Promise.allSettled(this.inFlight).then(() => true as const);
+        if (!(await Promise.race([all, late]))) return;
+      }
+    } finally {
+      clearTimeout(timer);
+    }
   }
 }

@@ -162,6 +162,10 @@ describeRedisServers('a Sentinel failover while clients poll through two replica
     changing = false;
     await changes;
     await new Promise((r) => setTimeout(r, 150)); // one coalescing window: the next fetch sees the last change
+    // A delta poll leading a fetch is answered before the fetch is taken in (B7): wait until one
+    // replica has started a fetch after one of its own that began after the last change.
+    const fullAtQuiet = fake.stats.presenceFull;
+    await expect.poll(() => fake.stats.presenceFull, { timeout: 10_000 }).toBeGreaterThan(fullAtQuiet + 2);
     const pollsAtQuiet = clients.map((c) => c.polls);
     await expect.poll(() => Math.min(...clients.map((c, i) => c.polls - pollsAtQuiet[i]!)), { timeout: 10_000 }).toBeGreaterThan(4);
     polling = false;

@@ -119,6 +119,9 @@ async function measure(users: number): Promise<B7Row> {
       await Promise.all([0, 1, 2, 3].map(worker));
       if (profileDir) await shim.call('profile-stop', { file: join(profileDir, `b7-${users}.cpuprofile`) });
       const blocks = await shim.call<Blocks>('eld-stop');
+      // Memory held after the work, not the buffers of a refresh still being read (its leader
+      // is answered before it is taken in).
+      await shim.call('settled');
       const after = await shim.call<Memory>('memory', { gc: true });
       const sorted = Float64Array.from(ms).sort();
       return {

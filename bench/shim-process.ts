@@ -186,6 +186,8 @@ serveParent(
     },
     /** args: { gc: boolean } */
     memory: (a) => memory((a as { gc?: boolean } | undefined)?.gc === true),
+    /** Waits for presence fetches still in flight (one whose leader already had its answer, B7). */
+    settled: () => shim.context.snapshots.settled(config.upstream.timeoutMs),
     metrics: () => shim.context.metrics.registry.metrics(),
     /** Starts the V8 CPU profiler (the same profile `node --cpu-prof` writes), for one phase. */
     'profile-start': async () => {

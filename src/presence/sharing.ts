@@ -209,7 +209,7 @@ async function fetchFromUpstream(poll: Poll, format: Format, complete: boolean):
   if (!isSuccess(own.status)) throw new UpstreamRefused(own);
   ctx.metrics.presenceSnapshots.inc({ source: 'upstream' });
   // B7: parsed and converted off the main thread; only the columns come back.
-  const presences = await readPresenceAnswer(poll, format, own.body);
+  const { columns: presences, bytes } = await readPresenceAnswer(poll, format, own.body);
   const serverTimestamp = upstreamTime(presences.top, own.headers);
   const intake = await takeInAnswer(poll, format, presences, serverTimestamp, complete);
   const snapshot: Snapshot = {
@@ -219,7 +219,7 @@ async function fetchFromUpstream(poll: Poll, format: Format, complete: boolean):
     complete,
     modern: intake.modern,
     modernError: intake.modernError,
-    legacyBytes: format === 'legacy' ? own.body : undefined,
+    legacyBytes: format === 'legacy' ? bytes : undefined,
     legacyUsers: format === 'legacy' ? presences.keys : undefined,
     ledger: intake.ledger,
     bodies: ctx.snapshots.bodies(),

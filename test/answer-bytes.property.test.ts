@@ -37,17 +37,17 @@ const change: fc.Arbitrary<LedgerChange> = fc
   .map((observation) => ({ kind: 'observation' as const, observation }));
 
 describe('full answer size, counted by the users that changed (B7)', () => {
-  it('equals counting every user, for merges and for copies made from published changes', () => {
-    fc.assert(
-      fc.property(fc.array(change, { maxLength: 20 }), (changes) => {
+  it('equals counting every user, for merges and for copies made from published changes', async () => {
+    await fc.assert(
+      fc.asyncProperty(fc.array(change, { maxLength: 20 }), async (changes) => {
         let writer = createLedger(NOW_MS);
         let copy = decodeLedger(encodeLedger(writer));
         for (const c of changes) {
           const next = applyChange(writer, c, NOW_MS);
           copy = withChanges(copy, decodeLedger(encodeLedger(changesFrom(writer, next))))!;
           writer = next;
-          expect(usersBytes(writer)).toBe(counted(writer));
-          expect(usersBytes(copy)).toBe(counted(copy));
+          expect(await usersBytes(writer)).toBe(counted(writer));
+          expect(await usersBytes(copy)).toBe(counted(copy));
         }
       }),
       { numRuns: 100 },

@@ -36,9 +36,9 @@ export interface Built {
   /**
    * Raw bytes of the full answer the same client would get without the shim's deltas: the
    * reference of the bandwidth-saved metric (the answer itself, but for a delta). Called after
-   * the answer went out.
+   * the answer went out; counted in steps where that takes a walk over the realm (B7).
    */
-  fullEquivalentBytes(): number;
+  fullEquivalentBytes(): number | Promise<number>;
 }
 
 /** Bodies per ledger state (complete scopes): the same for every caller at the same id. */
@@ -186,19 +186,26 @@ function answerWithoutLedger(poll: Poll, snapshot: Snapshot): Built {
   return { body, kind: 'modern_full', fullEquivalentBytes: () => body.raw.length };
 }
 
-/** Characters of an integer as JSON writes it. */
+/** 10^0 … 10^15: the thresholds of an integer's digit count. */
+const POWERS_OF_TEN = Array.from({ length: 16 }, (_, i) => 10 ** i);
+
+/** Characters of a number as JSON writes it (a comparison per digit: this runs per user). */
 function digits(n: number): number {
   if (!Number.isSafeInteger(n)) return String(n).length;
-  let d = n < 0 ? 2 : 1;
-  for (let a = Math.abs(n); a >= 10; a = Math.floor(a / 10)) d++;
+  if (n < 0) return 1 + digits(-n);
+  let d = 1;
+  while (d < 16 && n >= POWERS_OF_TEN[d]!) d++;
   return d;
 }
 
 /** Bytes of one user's entry in a modern answer: `"<id>":{"active_timestamp":…,"idle_timestamp":…},`. */
 const ENTRY_OVERHEAD = 43;
 const ENVELOPE = 120;
+/** Shards (of 256 users at most) measured, or users looked at, between two pauses of a count. */
+const SHARDS_PER_STEP = 32;
+const USERS_PER_STEP = 8_192;
 /** What the present users of a ledger state take in its full modern answer (complete scopes). */
-const usersBytesByLedger = new WeakMap<LedgerState, number>();
+const usersBytesByLedger = new WeakMap<LedgerState, number | Promise<number>>();
 /** The same per shard of a ledger's user table (user-table.ts shares shards between states). */
 const usersBytesByShard = new WeakMap<object, number>();
 
@@ -216,12 +223,20 @@ function shardBytes(shard: ReadonlyMap<number, LedgerEntry>): number {
 /**
  * The users' part of the full modern answer at this ledger state. B7: summed over the user
  * table's shards, each shard counted once for every state that shares it, so every replica's
- * copy of every state costs what changed, not the realm's size. Exact for any state.
+ * copy of every state costs what changed, not the realm's size; and counted in steps, so even
+ * a state that changed every shard is no single block. Exact for any state; callers of the
+ * same state share one count.
  */
-export function usersBytes(ledger: LedgerState): number {
-  const known = usersBytesByLedger.get(ledger);
-  if (known !== undefined) return known;
-  const bytes = ledger.users instanceof UserTable ? ledger.users.sumOfShards(usersBytesByShard, shardBytes) : shardBytes(ledger.users);
+export function usersBytes(ledger: LedgerState): number | Promise<number> {
+  let bytes = usersBytesByLedger.get(ledger);
+  if (bytes !== undefined) return bytes;
+  bytes =
+    ledger.users instanceof UserTable
+      ? ledger.users.sumOfShards(usersBytesByShard, shardBytes, yieldTurn, SHARDS_PER_STEP).then((sum) => {
+          usersBytesByLedger.set(ledger, sum);
+          return sum;
+        })
+      : shardBytes(ledger.users);
   usersBytesByLedger.set(ledger, bytes);
   return bytes;
 }
@@ -230,11 +245,15 @@ export function usersBytes(ledger: LedgerState): number {
  * The size of the full modern answer at this ledger state, counted from the numbers rather
  * than by building it (a full answer is built only when a client asks for one).
  */
-function fullModernBytes(ledger: LedgerState, snapshot: Snapshot, serverTimestamp: number): number {
+async function fullModernBytes(ledger: LedgerState, snapshot: Snapshot, serverTimestamp: number): Promise<number> {
   const envelope = ENVELOPE + String(serverTimestamp).length + String(ledger.lastId).length;
-  if (snapshot.complete || !snapshot.modern) return envelope + usersBytes(ledger);
+  if (snapshot.complete || !snapshot.modern) return envelope + (await usersBytes(ledger));
   let bytes = envelope;
-  for (const userId of snapshot.modern.keys()) bytes += entryBytes(ledger.users.get(userId), userId);
+  let looked = 0;
+  for (const userId of snapshot.modern.keys()) {
+    if (++looked % USERS_PER_STEP === 0) await yieldTurn();
+    bytes += entryBytes(ledger.users.get(userId), userId);
+  }
   return bytes;
 }
 

@@ -83,9 +83,9 @@ async function send(poll: Poll, res: ServerResponse, built: Built, headers: Reco
   ctx.metrics.presenceAnswers.inc({ kind: built.kind });
   facts(req).kind = built.kind;
   const sent = await sendEncoded(req, res, 200, built.body, headers);
-  setImmediate(() => {
+  setImmediate(async () => {
     ctx.metrics.presenceBytesSent.inc({ kind: built.kind }, sent);
     // Never below what was sent, so 1 - sent/full is a saving, never negative.
-    ctx.metrics.presenceBytesFull.inc({ kind: built.kind }, Math.max(sent, built.fullEquivalentBytes()));
+    ctx.metrics.presenceBytesFull.inc({ kind: built.kind }, Math.max(sent, await built.fullEquivalentBytes()));
   });
 }

@@ -50,9 +50,10 @@ function convert(era: PresenceEra, presences: UpstreamPresences, users: UserLook
 
 /**
  * B7: a full presence answer's bytes read off the main thread: its top-level fields, and its
- * presences in columns for the conversion the era and format need.
+ * presences in columns for the conversion the era and format need; and the bytes again, to be
+ * used in place of those passed in (parse-worker.ts moves them to its thread and back).
  */
-export async function readPresenceAnswer(a: Asker, format: Format, bytes: Buffer): Promise<PresenceColumns> {
+export async function readPresenceAnswer(a: Asker, format: Format, bytes: Buffer): Promise<{ columns: PresenceColumns; bytes: Buffer }> {
   const era = format === 'legacy' ? (a.era === 'exact-slim' ? undefined : 'legacy') : a.era;
   // Legacy keys are resolved where the answer is read, through the realm's email → id map;
   // without it, toModernPresences says why (E2).

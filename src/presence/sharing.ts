@@ -315,7 +315,7 @@ async function takenIn(poll: Poll, format: Format, complete: boolean, answer: Ar
   const { ctx } = poll;
   const body = await timedUpstream(poll.req, () => answer.body);
   // B7: parsed and converted off the main thread; only the columns come back.
-  const presences = await readPresenceAnswer(poll, format, body);
+  const { columns: presences, bytes } = await readPresenceAnswer(poll, format, body);
   const serverTimestamp = upstreamTime(presences.top, answer.headers);
   const intake = await takeInAnswer(poll, format, presences, serverTimestamp, complete);
   return {
@@ -325,7 +325,7 @@ async function takenIn(poll: Poll, format: Format, complete: boolean, answer: Ar
     complete,
     modern: intake.modern,
     modernError: intake.modernError,
-    legacyBytes: format === 'legacy' ? body : undefined,
+    legacyBytes: format === 'legacy' ? bytes : undefined,
     legacyUsers: format === 'legacy' ? presences.keys : undefined,
     ledger: intake.ledger,
     bodies: ctx.snapshots.bodies(),

@@ -12,7 +12,7 @@ import {
   type PresenceColumns,
   type UserColumns,
 } from './large-answers.js';
-import type { Reply, Task } from './parse-worker-thread.js';
+import type { PresenceRead, Reply, Task } from './parse-worker-thread.js';
 
 /**
  * B7: the large upstream answers (user list, full presence) are parsed and converted off the
@@ -89,11 +89,25 @@ export class ParsePool {
 
   /**
    * Presence answer bytes → columns (see readPresenceAnswer); legacy keys resolved through
-   * `table` where given. The bytes stay the caller's (copied).
+   * `table` where given. The bytes come back with the columns: moved to the worker and back
+   * rather than copied (B7: copying a 20 MB answer into the message was a 30 ms block), so the
+   * caller must use the returned buffer, not the one it passed, which may be emptied.
    */
-  presenceAnswer(bytes: Buffer, era: PresenceEra | undefined, table?: EmailTable): Promise<PresenceColumns> {
-    if (!this.offload(bytes.length)) return inline(() => readPresenceAnswer(bytes, era, table));
-    return this.run({ id: 0, kind: 'presence', bytes, era, table }, [], bytes.length) as Promise<PresenceColumns>;
+  async presenceAnswer(
+    bytes: Buffer,
+    era: PresenceEra | undefined,
+    table?: EmailTable,
+  ): Promise<{ columns: PresenceColumns; bytes: Buffer }> {
+    if (!this.offload(bytes.length)) return { columns: await inline(() => readPresenceAnswer(bytes, era, table)), bytes };
+    // Only a buffer that is all of its memory can be moved; a view into a larger one is copied.
+    const own = bytes.byteOffset === 0 && bytes.byteLength === bytes.buffer.byteLength;
+    const sent = own ? bytes : (Uint8Array.prototype.slice.call(bytes) as Uint8Array);
+    const read = (await this.run(
+      { id: 0, kind: 'presence', bytes: sent, era, table },
+      [sent.buffer as ArrayBuffer],
+      bytes.length,
+    )) as PresenceRead;
+    return { columns: read.columns, bytes: own ? Buffer.from(read.bytes.buffer, read.bytes.byteOffset, read.bytes.byteLength) : bytes };
   }
 
   async close(): Promise<void> {

@@ -5,9 +5,10 @@ import { startFake, type Era, type FakeZulip } from './support/fake-zulip.js';
 import { startShim, type RunningShim } from './support/shim.js';
 
 /**
- * B7, P9: a delta poll whose own report is its scope's refresh (the full upstream fetch) is
- * answered once the upstream accepted that report, from the ledger, as every other delta poll
- * during a refresh is; the refresh goes on behind it, and its next poll gets what it brought
+ * B7, P9: a delta poll whose own report is its scope's refresh (the full upstream fetch) gets
+ * what that refresh brings when it is taken in quickly; a slower one does not hold it: it is
+ * answered from the ledger once the upstream accepted its report, as every other delta poll
+ * during a refresh is, the refresh goes on behind it, and its next poll gets what it brought
  * (P6, X1). Full and legacy polls still wait for the refresh (P3, P7).
  */
 
@@ -105,6 +106,19 @@ describe.each(['2.1', '4.0'] as const)('a delta poll leading a refresh on %s (B7
     expect(next.body.presences['11']).toEqual(full.body.presences['11']);
     expect(next.body.presences['10'].active_timestamp).toBe(Math.floor(fake.now)); // the leader's own report
     expect(next.body.presences).not.toHaveProperty('12'); // unchanged since
+  });
+
+  it('gets what its own refresh brought when the refresh is quick (P6: no answer a refresh behind)', async () => {
+    await setup(era);
+    const { id, after } = await clientBehindTheLedger();
+    await changeUpstream();
+    const fullBefore = fake.stats.presenceFull;
+    const led = await poll(10, { status: 'active', last_update_id: String(id) });
+    expect(led.status).toBe(200);
+    expect(fake.stats.presenceFull).toBe(fullBefore + 1); // it led the refresh
+    // The ledger's changes after its id, and the refresh's: user 11's new data with them.
+    expect(led.body.presences['12']).toEqual(after['12']);
+    expect(led.body.presences['11'].active_timestamp).toBe(Math.floor(fake.now));
   });
 
   it.each([401, 429])('still gets a %i on its own report as the upstream sent it (E1)', async (status) => {

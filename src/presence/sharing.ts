@@ -105,14 +105,36 @@ async function sharedOrFetched(poll: Poll, format: Format): Promise<Obtained> {
   // `snapshot` below while the leader waits, and the waiters' own fetches once it has its answer.
   snapshot.catch(() => undefined);
   const { own } = await refresh;
-  // B7: as any delta poll during a refresh, the leader's is answered once its report was
-  // accepted, while the refresh goes on; where sharing is off (coalesceMs 0) it waits for its own.
-  const now = shared && ctx.config.presence.coalesceMs > 0 ? await answerableDuringRefresh(poll) : undefined;
+  // Where sharing is off (coalesceMs 0) the leader waits for its own fetch, as every caller does.
+  if (!shared || ctx.config.presence.coalesceMs <= 0) return { snapshot: await snapshot, own };
+  // Most refreshes are taken in within LEADER_WAIT_MS, and the leader's answer then holds what
+  // its own report brought. B7: a longer one (a realm of tens of thousands of users) does not
+  // hold it: a delta poll the ledger vouches for is answered from the ledger, as any other
+  // during a refresh, and its next poll gets what the refresh brings (P6).
+  const taken = await within(snapshot, LEADER_WAIT_MS);
+  if (taken) return { snapshot: taken, own };
+  const now = await answerableDuringRefresh(poll);
   if (now && leader.answer()) {
     snapshot.catch((e: unknown) => refreshFailed(poll, e));
     return { snapshot: now, own };
   }
   return { snapshot: await snapshot, own };
+}
+
+/** How long a refresh's leader waits for the refresh before it may be answered from the ledger (ms). */
+const LEADER_WAIT_MS = 200;
+
+/** `p`'s value when it settles within `ms`, else undefined (a rejection within `ms` is thrown). */
+async function within<T>(p: Promise<T>, ms: number): Promise<T | undefined> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<undefined>((resolve) => {
+    timer = setTimeout(() => resolve(undefined), ms);
+  });
+  try {
+    return await Promise.race([p, late]);
+  } finally {
+    clearTimeout(timer);
+  }
 }
 
 /** A refresh that failed after its leader had its answer: nobody else reports it. */

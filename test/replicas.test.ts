@@ -94,7 +94,7 @@ describeRedis('the legacy answer between replicas (2.1: one legacy snapshot feed
   });
 });
 
-describeRedis('a client whose polls alternate between replicas, during a refresh (S1, X1)', () => {
+describeRedis('a client whose polls alternate between replicas, during a refresh (S1, X1, B7)', () => {
   let admin: Redis;
   const prefix = testKeyPrefix();
   const running: Array<{ close(): Promise<unknown> }> = [];
@@ -146,22 +146,8 @@ describeRedis('a client whose polls alternate between replicas, during a refresh
     fake.fullPresenceHeld = undefined;
     expect((await refresh).status).toBe(200);
   });
-});
 
-describeRedis('a delta poll leading a refresh, on either replica (S1, B7)', () => {
-  let admin: Redis;
-  const prefix = testKeyPrefix();
-  const running: Array<{ close(): Promise<unknown> }> = [];
-  beforeAll(() => {
-    admin = adminRedis();
-  });
-  afterAll(async () => {
-    for (const r of running.reverse()) await r.close();
-    await deleteKeysUnder(admin, prefix);
-    admin.disconnect();
-  });
-
-  it('is answered before the refresh ends on the replica fetching it and on one waiting for it; one fetch for both (P9)', async () => {
+  it('leading a refresh with a delta poll: answered before the refresh ends on the replica fetching it and on one waiting for it; one fetch for both (P9)', async () => {
     const fake = await startFake({ era: '2.1', users: 6 });
     running.push({ close: () => fake.stop() });
     for (const u of fake.humans()) fake.report(u.user_id, 'active');

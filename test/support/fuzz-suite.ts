@@ -40,29 +40,6 @@ let requestSeq = 0;
  */
 const RUNS = Number(process.env.FUZZ_RUNS ?? 250);
 
-beforeAll(async () => {
-  fake = await startFake({ era: '2.1' });
-  for (const id of HUMANS) fake.report(id, 'active');
-  // Every answer the fake makes is marked, so an answer can be told to be the upstream's (E1).
-  fake.override = (_req, res) => {
-    res.setHeader('x-fake-zulip', 'yes');
-    fake.seen.length = 0; // bounded memory over thousands of requests
-    return false;
-  };
-  shim = await startShim(fake.url, {
-    server: { bodyLimitBytes: LIMIT },
-    presence: { coalesceMs: 50 },
-    upstream: { timeoutMs: 15_000 },
-  });
-  agent = new http.Agent({ keepAlive: true, maxSockets: 24 });
-});
-
-afterAll(async () => {
-  agent?.destroy();
-  await shim?.close();
-  await fake?.stop();
-});
-
 // ------------------------------------------------------------------ generated requests
 
 type Route = 'presence' | 'presence-json' | 'register' | 'profile' | 'passthrough';
@@ -726,12 +703,45 @@ function compactReporter<T>(out: fc.RunDetails<T>): void {
 // ------------------------------------------------------------------ the tests
 
 /**
+ * A fake and a shim of the calling file's own, with this module's counters reset: hooks
+ * registered per call, not at the module's top level, so that each file using the suite gets
+ * them even where test files share loaded modules.
+ */
+function freshTarget(): void {
+  beforeAll(async () => {
+    seenIds.length = 0;
+    sent = 0;
+    fake = await startFake({ era: '2.1' });
+    for (const id of HUMANS) fake.report(id, 'active');
+    // Every answer the fake makes is marked, so an answer can be told to be the upstream's (E1).
+    fake.override = (_req, res) => {
+      res.setHeader('x-fake-zulip', 'yes');
+      fake.seen.length = 0; // bounded memory over thousands of requests
+      return false;
+    };
+    shim = await startShim(fake.url, {
+      server: { bodyLimitBytes: LIMIT },
+      presence: { coalesceMs: 50 },
+      upstream: { timeoutMs: 15_000 },
+    });
+    agent = new http.Agent({ keepAlive: true, maxSockets: 24 });
+  });
+
+  afterAll(async () => {
+    agent?.destroy();
+    await shim?.close();
+    await fake?.stop();
+  });
+}
+
+/**
  * The tests, as part `part` of `parts`: each part sends its share of the generated requests to a
  * shim of its own (one test file each, so the parts run side by side); the hand-written cases,
  * and P6 after everything, run in the first part.
  */
 export function fuzzSuite(part: number, parts: number): void {
   const runs = Math.ceil(RUNS / parts);
+  freshTarget();
   describe(`bad input never breaks the shim (E1–E4, P13), part ${part} of ${parts}`, () => {
     it(`answers ${runs * 40}+ generated requests with the upstream answer or a Zulip-shaped shim error`, async () => {
       await fc.assert(

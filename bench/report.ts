@@ -217,7 +217,7 @@ export function renderMarkdown(r: Results, command: string): string {
 
 Latest \`npm run bench\` on this repository's machine. Reproduce with \`${command}\`
 (options: \`--users N\`, \`--quick\`, \`--no-nginx\`, \`--clients N\`, \`--churn F\`, \`--phase-seconds S\`,
-\`--profile DIR\`; see \`bench/run.ts\`).
+\`--rss-polls N\`, \`--profile DIR\`; see \`bench/run.ts\`).
 
 - Date: ${r.date}; commit ${r.commit}
 - Machine: ${r.machine.cpu}, ${r.machine.cores} cores, ${fmt(r.machine.memoryGiB)} GiB; Node ${r.node}

@@ -44,6 +44,7 @@ const { values: flags } = parseArgs({
     churn: { type: 'string' },
     'phase-seconds': { type: 'string' },
     rounds: { type: 'string' },
+    'rss-polls': { type: 'string' },
     profile: { type: 'string' },
     'log-level': { type: 'string' },
     flavour: { type: 'string' },
@@ -86,7 +87,7 @@ const opts = {
   /** B2 checked in real time (coalesceMs 5000, clients at their real rate) for this long; 0 = not. */
   b2RealSeconds: quick ? 0 : 30,
   /** B5: polls per RSS run. */
-  rssPolls: quick ? 1_000 : 3_000,
+  rssPolls: Math.round(num(flagOrEnv(flags['rss-polls'], env.BENCH_RSS_POLLS), quick ? 1_000 : 3_000, '--rss-polls')),
   coalesceMs: 5_000,
 };
 if (opts.flavour !== '2.1' && opts.flavour !== '7.0') throw new Error('--flavour: 2.1 or 7.0');
@@ -403,13 +404,15 @@ try {
     `B6: perf_hooks.monitorEventLoopDelay (1 ms resolution) inside the shim process, during the B3 delta phase and during a mixed phase (each connection cycles 8 delta polls, 1 full modern poll, 1 legacy poll, all with Accept-Encoding: gzip; ${opts.phaseSeconds} s, ${opts.presenceConnections} connections); the figure is the larger maximum. The machine is shared, so a block in wall time includes time the shim waited for a core: a 1 ms timer in the shim also notes the CPU time its main thread used between two ticks (source: ${eldDelta.cpuSource ?? 'unknown'}), and the largest of those is given beside it.`,
   );
 
-  log(`B4 pass-through ${SMALL_PATH}, ${opts.passthroughConnections} connections, ${opts.phaseSeconds} s × ${opts.rounds} rounds …`);
+  // wrk takes whole seconds: a shorter --phase-seconds runs B4 for one.
+  const b4Seconds = Math.max(1, Math.ceil(opts.phaseSeconds));
+  log(`B4 pass-through ${SMALL_PATH}, ${opts.passthroughConnections} connections, ${b4Seconds} s × ${opts.rounds} rounds …`);
   await up.call('churn', { on: false });
   await s2.stop();
   // The --workers target needs a Redis (the workers share presence state through it).
   const redis = opts.quick ? undefined : await reachableRedis(env.REDIS_URL || 'redis://127.0.0.1:6379');
   const b4 = await measureB4({
-    seconds: opts.phaseSeconds,
+    seconds: b4Seconds,
     rounds: opts.rounds,
     connections: opts.passthroughConnections,
     workers: redis ? 2 : 0,
@@ -434,7 +437,7 @@ try {
     table: b4.text,
   };
   method.push(
-    `B4: ${b4.generator}, GET ${SMALL_PATH} (${SMALL_BODY.length} B of JSON) with Basic auth, ${opts.passthroughConnections} connections, ${opts.phaseSeconds} s per run, targets alternated over ${opts.rounds} round(s), best run kept. The shim logs each request at level info (to a discarded stdout) with metrics on; nginx (${
+    `B4: ${b4.generator}, GET ${SMALL_PATH} (${SMALL_BODY.length} B of JSON) with Basic auth, ${opts.passthroughConnections} connections, ${b4Seconds} s per run, targets alternated over ${opts.rounds} round(s), best run kept. The shim logs each request at level info (to a discarded stdout) with metrics on; nginx (${
       b4.nginx ?? 'skipped'
     }) runs worker_processes auto with an upstream keepalive pool and an access log${b4.workers ? `; \`shim --workers ${b4.workers}\` is the CLI's node:cluster mode (one process per core, state in Redis)` : ''}. \`npm run bench -- b4\` runs B4 alone, with the 1 MiB and long-poll variants.`,
   );

@@ -8,9 +8,9 @@ import { nodeArgsFor, ROOT } from './support/build.js';
 import { basicAuth, PRESENCE_PATH, SMALL_PATH, SyntheticZulip } from '../bench/synthetic-upstream.js';
 
 /**
- * Keeps `npm run bench` from rotting: a tiny run end to end (200 users, about a second per
- * phase, no nginx) must write a results file of the agreed shape. Figures are not checked:
- * they depend on the machine and on what else runs on it.
+ * Keeps `npm run bench` from rotting: a tiny run end to end (200 users, 0.3 s per measured
+ * phase, 200 polls per RSS run, no nginx) must write a results file of the agreed shape. Figures
+ * are not checked: they depend on the machine and on what else runs on it.
  */
 
 const run = promisify(execFile);
@@ -32,15 +32,12 @@ const NUMERIC_KEYS = [
 
 describe('npm run bench, tiny', () => {
   it('runs end to end and writes results.json and RESULTS.md', { timeout: 240_000 }, async () => {
-    await run(
-      process.execPath,
-      [...nodeArgsFor('bench/run.ts'), '--quick', '--users', '200', '--clients', '50', '--no-nginx', '--out', out],
-      {
-        cwd: ROOT,
-        timeout: 230_000,
-        maxBuffer: 16 * 1024 * 1024,
-      },
-    );
+    const tiny = ['--quick', '--users', '200', '--clients', '50', '--phase-seconds', '0.3', '--rss-polls', '200', '--no-nginx'];
+    await run(process.execPath, [...nodeArgsFor('bench/run.ts'), ...tiny, '--out', out], {
+      cwd: ROOT,
+      timeout: 230_000,
+      maxBuffer: 16 * 1024 * 1024,
+    });
     const r = JSON.parse(readFileSync(join(out, 'results.json'), 'utf8')) as Record<string, unknown>;
     for (const key of NUMERIC_KEYS) {
       expect(typeof r[key], key).toBe('number');

@@ -11,9 +11,15 @@ import { capturedLogLines, startedShims } from './shim.js';
  * line of a shim started by a test, in a HAR file written under this file's temporary directory
  * (TMPDIR points there, so the recorder tests' files land in it), or in any started shim's
  * /metrics text.
+ *
+ * Test files may share loaded modules (vitest.config.ts): this file runs again before each one,
+ * so what it checks starts empty for each file.
  */
 
-const root = mkdtempSync(join(tmpdir(), 'zcs-secrets-'));
+// The system's directory, not the one the file before set (removed at its end).
+process.env.ZCS_SYSTEM_TMPDIR ??= tmpdir();
+const systemTmp = process.env.ZCS_SYSTEM_TMPDIR;
+const root = mkdtempSync(join(systemTmp, 'zcs-secrets-'));
 process.env.TMPDIR = root;
 
 function harFiles(dir: string, out: string[] = []): string[] {
@@ -37,14 +43,18 @@ function harFiles(dir: string, out: string[] = []): string[] {
   return out;
 }
 
+capturedLogLines.length = 0;
+startedShims.length = 0;
 let logLinesChecked = 0;
 const harChecked = new Map<string, number>();
 
 async function findings(withMetrics: boolean): Promise<string[]> {
   const found: string[] = [];
-  for (; logLinesChecked < capturedLogLines.length; logLinesChecked++) {
-    const hit = findSecret(capturedLogLines[logLinesChecked]!);
+  // Lines once checked are let go: a file of thousands of requests does not keep them all.
+  for (const line of capturedLogLines.splice(0)) {
+    const hit = findSecret(line);
     if (hit) found.push(`log line ${logLinesChecked}: ${hit}`);
+    logLinesChecked++;
   }
   for (const file of harFiles(root)) {
     let text: string;

@@ -238,8 +238,8 @@ export function createShim(o: ShimOptions): Shim {
   const refusal = (req: IncomingMessage): ShimError | undefined =>
     !req.headers.host ? missingHost() : !admitted(req.headers.host) ? unknownRealm() : undefined;
 
-  /** Responses not yet finished, for the drain deadline (X9). */
-  const inFlight = new Set<ServerResponse>();
+  /** Responses not yet finished, with their request ids, for the drain deadline (X9). */
+  const inFlight = new Map<ServerResponse, string>();
   const server = http.createServer({ requireHostHeader: false }, (req, res) => {
     try {
       distrustForwarded(req, trustedProxies); // X4, before anything reads them
@@ -248,7 +248,7 @@ export function createShim(o: ShimOptions): Shim {
       let exchange: Exchange | undefined;
       // The one listener for all that ends with the answer: the drain set, the log line and
       // metrics, and a pass-through's upstream request.
-      inFlight.add(res);
+      inFlight.set(res, logged.requestId);
       res.on('close', () => {
         inFlight.delete(res);
         logged.closed();
@@ -326,9 +326,9 @@ export function createShim(o: ShimOptions): Shim {
         // say) gets a Zulip-shaped 503 and `Connection: close`, not a reset; an answer already
         // streaming cannot be ended cleanly and is cut. Whatever is left goes a moment later.
         const deadline = setTimeout(() => {
-          for (const res of inFlight) {
+          for (const [res, requestId] of inFlight) {
             if (res.headersSent) res.destroy();
-            else sendShimError(res, shuttingDown(), { connection: 'close', 'retry-after': '1' });
+            else sendShimError(res, shuttingDown(), { connection: 'close', 'retry-after': '1', 'x-request-id': requestId });
           }
           // WebSocket tunnels are dropped now. (The shared transport is closed after the server,
           // below: client.destroy() would be a no-op here, the client does not own it.)

@@ -55,6 +55,7 @@ it('the drain deadline aborts the upstream long poll of the request it answers 5
     const closing = shim.close();
     const answer = await poll;
     expect(answer.status).toBe(503);
+    expect(answer.headers['x-request-id']).toMatch(/^[0-9a-f-]{36}$/); // the shim's answer, with the request's id
     await Promise.all([upstreamClosed, closing]);
     expect(closedBeforeFinalCut).toBe(true);
   } finally {

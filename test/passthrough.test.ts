@@ -217,6 +217,8 @@ describe('upstream unreachable (E2)', () => {
       const res = await request(shim.url).get('/api/v1/messages');
       expect(res.status).toBe(502);
       expect(res.body).toMatchObject({ result: 'error', code: 'UPSTREAM_UNAVAILABLE' });
+      // The shim's own answer in place of the upstream's carries the request id all the same.
+      expect(res.headers['x-request-id']).toMatch(/^[0-9a-f-]{36}$/);
     } finally {
       await shim.close();
     }

@@ -168,6 +168,8 @@ function fail(x: Exchange, err: Error): void {
   const { res } = x;
   // The client left, or the shim already answered (X9 drain): nothing more to write.
   if (res.destroyed || res.writableEnded || isClientAbort(err)) return;
+  // The shim's answer in place of the upstream's carries the shim's own headers all the same.
+  for (let i = 0; i < x.answerHeaders.length; i += 2) res.setHeader(x.answerHeaders[i]!, x.answerHeaders[i + 1]!);
   if (isUnsendable(err)) {
     // A request that cannot be sent on as it came (`OPTIONS *`, say) is the client's error,
     // not the upstream's: 400, not 502 (E2).

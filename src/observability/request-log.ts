@@ -30,6 +30,15 @@ function isoNow(): string {
   return iso;
 }
 
+/** What the request log knows of a request as it starts: its id and its metrics route label. */
+export interface LoggedRequest {
+  /** X-Request-Id: the client's when sane, else a fresh UUID; sent upstream and on the answer. */
+  requestId: string;
+  route: RouteLabel;
+  /** The answer closed (finished or cut): writes the line and the metrics. Called once, by the server's one `close` listener. */
+  closed(): void;
+}
+
 /**
  * One log line per request, when its answer is done: method, path without query values (they
  * can hold secrets, P13), status, time, upstream time and what the shim did (RequestFacts);
@@ -42,15 +51,6 @@ function isoNow(): string {
  * serialisers, no redaction pass: it carries no header and no query value), the time string
  * is made once per millisecond, and metric label children are looked up once.
  */
-/** What the request log knows of a request as it starts: its id and its metrics route label. */
-export interface LoggedRequest {
-  /** X-Request-Id: the client's when sane, else a fresh UUID; sent upstream and on the answer. */
-  requestId: string;
-  route: RouteLabel;
-  /** The answer closed (finished or cut): writes the line and the metrics. Called once, by the server's one `close` listener. */
-  closed(): void;
-}
-
 export function requestLogger(log: Logger, metrics?: Pick<Metrics, 'requests' | 'requestDuration'>) {
   const dest = (log as unknown as Record<symbol, { write(line: string): unknown }>)[pino.symbols.streamSym]!;
   const name = JSON.stringify((log.bindings() as { name?: string }).name ?? 'zulip-compat-shim');

@@ -57,6 +57,10 @@ function startWorker(): Worker {
   return new Worker(code, { eval: true });
 }
 
+/** Bytes to move to a worker: the buffer itself when it is all of its memory, else a copy (a view into a larger one cannot be moved). */
+const movable = (bytes: Buffer): Uint8Array =>
+  bytes.byteOffset === 0 && bytes.byteLength === bytes.buffer.byteLength ? bytes : (Uint8Array.prototype.slice.call(bytes) as Uint8Array);
+
 const toShimError = (message: string, bad: boolean) => (bad ? upstreamBadResponse(message) : new Error(`parse worker: ${message}`));
 
 export class ParsePool {
@@ -76,9 +80,8 @@ export class ParsePool {
   /** `GET /users` bytes → columns. The bytes are moved to the worker: the caller must not reuse them. */
   userList(bytes: Buffer): Promise<UserColumns> {
     if (!this.offload(bytes.length)) return inline(() => readUserList(bytes));
-    const own = bytes.byteOffset === 0 && bytes.byteLength === bytes.buffer.byteLength;
-    const copy = own ? bytes : Uint8Array.prototype.slice.call(bytes);
-    return this.run({ id: 0, kind: 'users', bytes: copy }, [copy.buffer as ArrayBuffer], bytes.length) as Promise<UserColumns>;
+    const sent = movable(bytes);
+    return this.run({ id: 0, kind: 'users', bytes: sent }, [sent.buffer as ArrayBuffer], bytes.length) as Promise<UserColumns>;
   }
 
   /** A user list shared as rows (another replica's) → columns. */
@@ -99,15 +102,13 @@ export class ParsePool {
     table?: EmailTable,
   ): Promise<{ columns: PresenceColumns; bytes: Buffer }> {
     if (!this.offload(bytes.length)) return { columns: await inline(() => readPresenceAnswer(bytes, era, table)), bytes };
-    // Only a buffer that is all of its memory can be moved; a view into a larger one is copied.
-    const own = bytes.byteOffset === 0 && bytes.byteLength === bytes.buffer.byteLength;
-    const sent = own ? bytes : (Uint8Array.prototype.slice.call(bytes) as Uint8Array);
+    const sent = movable(bytes);
     const read = (await this.run(
       { id: 0, kind: 'presence', bytes: sent, era, table },
       [sent.buffer as ArrayBuffer],
       bytes.length,
     )) as PresenceRead;
-    return { columns: read.columns, bytes: own ? Buffer.from(read.bytes.buffer, read.bytes.byteOffset, read.bytes.byteLength) : bytes };
+    return { columns: read.columns, bytes: Buffer.from(read.bytes.buffer, read.bytes.byteOffset, read.bytes.byteLength) };
   }
 
   async close(): Promise<void> {

@@ -80,6 +80,7 @@ function compile(table: ReadonlyMap<string, Handler>): Compiled {
 
 const compiled = compile(INTERCEPTED);
 const OWN: ReadonlySet<string> = new Set(OWN_PATHS);
+const NO_PATTERNS: readonly Pattern[] = [];
 
 /**
  * The route of a request: its method and its request target as sent. Runs on every request, so
@@ -91,7 +92,7 @@ export function routeOf(method: string | undefined, target: string | undefined):
   const exact = compiled.exact.get(method ?? '')?.get(path);
   if (exact) return { kind: 'intercepted', path, handler: exact };
   let segments: string[] | undefined;
-  for (const p of compiled.patterns.get(method ?? '') ?? []) {
+  for (const p of compiled.patterns.get(method ?? '') ?? NO_PATTERNS) {
     if (!path.startsWith(p.prefix)) continue;
     segments ??= path.slice(1).split('/');
     if (matches(p.segments, segments)) return { kind: 'intercepted', path, handler: p.handler };

@@ -175,7 +175,10 @@ export class SnapshotHub {
     const slot = this.slots.peek(scope);
     if (!slot?.snapshot || slot.pending) return;
     const ttl = this.slots.getRemainingTTL(scope);
-    if (ttl > 0 && Number.isFinite(ttl)) this.slots.set(scope, slot, { ttl });
+    if (!(ttl > 0 && Number.isFinite(ttl))) return;
+    // lru-cache sizes a value only when it is set anew: the same slot set again keeps its old size.
+    this.slots.delete(scope);
+    this.slots.set(scope, slot, { ttl });
   }
 
   /** A snapshot still inside its window. */

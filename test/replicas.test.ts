@@ -206,6 +206,42 @@ describeRedis('a client whose polls alternate between replicas, during a refresh
     expect(next.body.presence_last_update_id).toBeGreaterThan(followingId);
     expect(next.body.presences[users[1]!]).toEqual(full.body.presences[users[1]!]);
   });
+
+  it('a leader answered early while following another replica sends no second full report when that replica gives up (P9)', async () => {
+    const fake = await startFake({ era: '2.1', users: 6 });
+    running.push({ close: () => fake.stop() });
+    for (const u of fake.humans()) fake.report(u.user_id, 'active');
+    const window = 400;
+    const settings = { store: { redisUrl: REDIS_URL, keyPrefix: prefix }, presence: { coalesceMs: window } };
+    const [r0, r1] = [await startShim(fake.url, settings), await startShim(fake.url, settings)];
+    running.push(r0, r1);
+    const pause = (ms: number) => new Promise((r) => setTimeout(r, ms));
+    const send = (shim: RunningShim, user: number, id: number) => pollThrough(shim, fake, user, id).then((r) => r);
+    const within = <T>(answer: Promise<T>, ms: number) => Promise.race([answer, pause(ms).then(() => 'late' as const)]);
+    const users = fake.humans().map((u) => u.user_id);
+    const id = (await send(r0, users[0]!, -1)).body.presence_last_update_id as number;
+    await pause(window + 50);
+    expect((await send(r1, users[3]!, -1)).status).toBe(200); // the second replica's copy vouches for `id`
+    fake.advance(30);
+    fake.report(users[1]!, 'active');
+    await pause(window + 50);
+    // The next refresh's body is cut before its end: the first replica's fetch fails.
+    let cut!: () => void;
+    fake.fullPresenceDrip = { ms: 1_000, until: new Promise<void>((r) => (cut = r)), cut: true };
+    const fullBefore = fake.stats.presenceFull;
+    try {
+      expect(await within(send(r0, users[0]!, id), 5_000)).not.toBe('late');
+      // The second replica's leader follows the first (a ping) and has its answer before the cut.
+      const following = await within(send(r1, users[2]!, id), 5_000);
+      expect(following === 'late' ? 'late' : following.status).toBe(200);
+    } finally {
+      fake.fullPresenceDrip = undefined;
+      cut();
+    }
+    await vi.waitFor(() => expect(r1.logs.join('')).toContain('presence refresh failed after its leader was answered'));
+    // Its client has its answer: a full report sent for it now would be one the shim made up.
+    expect(fake.stats.presenceFull).toBe(fullBefore + 1);
+  });
 });
 
 describe('a replica whose Redis cannot be reached (S1)', () => {

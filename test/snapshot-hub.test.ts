@@ -46,6 +46,17 @@ describe('SnapshotHub (P9, S2)', () => {
     expect(hub.fresh('s')?.serverTimestamp).toBe(20);
   });
 
+  it('sizes a kept snapshot again once its legacy bytes are read in, within the byte budget (X2)', async () => {
+    const hub = new SnapshotHub(5_000, 10, Date.now, 3 * 1024);
+    const a = await hub.lead('a', async () => snapshot(1, Date.now()));
+    await hub.lead('b', async () => snapshot(1, Date.now()));
+    // Another replica's legacy answer, read after the snapshot was kept (sharing.ts).
+    a.legacyBytes = Buffer.alloc(2 * 1024);
+    hub.resized('a');
+    expect(hub.fresh('a')).toBe(a);
+    expect(hub.fresh('b')).toBeUndefined(); // evicted: both no longer fit
+  });
+
   it('with coalesceMs 0 every poll fetches', async () => {
     const hub = new SnapshotHub(0, 10);
     await hub.lead('s', async () => snapshot(1, Date.now()));

@@ -10,6 +10,7 @@ import {
   everyCallerSeesTheSameUsers,
   fromData,
   toData,
+  within,
   type ClusterSnapshots,
   type PublishedSnapshot,
   type Snapshot,
@@ -123,19 +124,6 @@ async function sharedOrFetched(poll: Poll, format: Format): Promise<Obtained> {
 
 /** How long a refresh's leader waits for the refresh before it may be answered from the ledger (ms). */
 const LEADER_WAIT_MS = 200;
-
-/** `p`'s value when it settles within `ms`, else undefined (a rejection within `ms` is thrown). */
-async function within<T>(p: Promise<T>, ms: number): Promise<T | undefined> {
-  let timer: NodeJS.Timeout | undefined;
-  const late = new Promise<undefined>((resolve) => {
-    timer = setTimeout(() => resolve(undefined), ms);
-  });
-  try {
-    return await Promise.race([p, late]);
-  } finally {
-    clearTimeout(timer);
-  }
-}
 
 /** A refresh that failed after its leader had its answer: nobody else reports it. */
 function refreshFailed(poll: Poll, e: unknown): void {

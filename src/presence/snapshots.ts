@@ -175,7 +175,10 @@ export class SnapshotHub {
     const slot = this.slots.peek(scope);
     if (!slot?.snapshot || slot.pending) return;
     const ttl = this.slots.getRemainingTTL(scope);
-    if (ttl > 0 && Number.isFinite(ttl)) this.slots.set(scope, slot, { ttl });
+    if (!(ttl > 0 && Number.isFinite(ttl))) return;
+    // lru-cache sizes a value only when it is set anew: the same slot set again keeps its old size.
+    this.slots.delete(scope);
+    this.slots.set(scope, slot, { ttl });
   }
 
   /** A snapshot still inside its window. */
@@ -235,18 +238,23 @@ export class SnapshotHub {
    * replicas would wait for its snapshot until their budget runs out.
    */
   async settled(withinMs: number): Promise<void> {
-    let timer: NodeJS.Timeout | undefined;
-    const late = new Promise<false>((resolve) => {
-      timer = setTimeout(() => resolve(false), Math.max(0, withinMs));
-    });
-    try {
-      // A fetch that settles may have let another start (a waiter fetching for itself).
-      while (this.inFlight.size > 0) {
-        const all = Promise.allSettled(this.inFlight).then(() => true as const);
-        if (!(await Promise.race([all, late]))) return;
-      }
-    } finally {
-      clearTimeout(timer);
+    const ends = Date.now() + withinMs;
+    // A fetch that settles may have let another start (a waiter fetching for itself).
+    while (this.inFlight.size > 0) {
+      if (!(await within(Promise.allSettled(this.inFlight), ends - Date.now()))) return;
     }
+  }
+}
+
+/** `p`'s value when it settles within `ms`, else undefined (a rejection within `ms` is thrown). */
+export async function within<T>(p: Promise<T>, ms: number): Promise<T | undefined> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<undefined>((resolve) => {
+    timer = setTimeout(() => resolve(undefined), Math.max(0, ms));
+  });
+  try {
+    return await Promise.race([p, late]);
+  } finally {
+    clearTimeout(timer);
   }
 }

@@ -6,6 +6,13 @@ import { startShim, type RunningShim } from './support/shim.js';
 
 /** X10: two users with one email in a 2.1 user list: presence never goes to the wrong one. */
 
+let fake: FakeZulip;
+let shim: RunningShim;
+afterEach(async () => {
+  await shim?.close();
+  await fake?.stop();
+});
+
 const member = (user_id: number, email: string, is_active: boolean) => ({ user_id, email, is_active, date_joined: '' });
 
 describe('an email several users share (X10)', () => {
@@ -34,13 +41,6 @@ describe('an email several users share (X10)', () => {
     expect([...dir.ambiguousEmails].sort()).toEqual(['a@x', 'b@x', 'c@x', 'd@x']);
   });
 
-  let fake: FakeZulip;
-  let shim: RunningShim;
-  afterEach(async () => {
-    await shim?.close();
-    await fake?.stop();
-  });
-
   it('on a 2.1 upstream, attributes presence to the active user and logs the ambiguity once', async () => {
     fake = await startFake({ era: '2.1' });
     for (const u of fake.humans()) fake.report(u.user_id, 'active');
@@ -66,13 +66,6 @@ describe('an email several users share (X10)', () => {
 });
 
 describe("a 2.1 bot whose owner's email several users share (X10)", () => {
-  let fake: FakeZulip;
-  let shim: RunningShim;
-  afterEach(async () => {
-    await shim?.close();
-    await fake?.stop();
-  });
-
   it('gets bot_owner_id null, named as a fallback, and the ambiguity is logged once for the realm', async () => {
     fake = await startFake({ era: '2.1' });
     const bot = fake.users.find((u) => u.is_bot)!;

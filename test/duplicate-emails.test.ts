@@ -66,14 +66,17 @@ describe('an email several users share (X10)', () => {
 });
 
 describe("a 2.1 bot whose owner's email several users share (X10)", () => {
-  it('gets bot_owner_id null, named as a fallback, and the ambiguity is logged once for the realm', async () => {
+  it.each([
+    ['GET /users', () => '/api/v1/users'],
+    ['GET /users/{id}', (bot: number) => `/api/v1/users/${bot}`],
+  ])('%s: gets bot_owner_id null, named as a fallback, and the ambiguity is logged once for the realm', async (_, pathOf) => {
     fake = await startFake({ era: '2.1' });
     const bot = fake.users.find((u) => u.is_bot)!;
     // A second active account with the email of the bot's owner (user 10): the owner is ambiguous.
     fake.users.push({ ...fake.user(bot.bot_owner_id!), user_id: 98, api_key: 'other' });
     shim = await startShim(fake.url);
-    for (const path of ['/api/v1/users', '/api/v1/users', `/api/v1/users/${bot.user_id}`]) {
-      const r = await request(shim.url).get(path).set('Authorization', fake.auth(11));
+    for (let i = 0; i < 2; i++) {
+      const r = await request(shim.url).get(pathOf(bot.user_id)).set('Authorization', fake.auth(11));
       expect(r.status).toBe(200);
       const row = r.body.user ?? r.body.members.find((m: { user_id: number }) => m.user_id === bot.user_id);
       expect(row).toMatchObject({ user_id: bot.user_id, bot_owner_id: null });

@@ -247,9 +247,9 @@ describe("the caller's own user id, before 6.0 with hidden addresses (V2)", () =
     await shim?.close();
     await fake?.stop();
   });
-  const start = async (era: Era) => {
+  const start = async (era: Era, options?: Parameters<typeof startShim>[1]) => {
     fake = await startFake({ era });
-    shim = await startShim(fake.url);
+    shim = await startShim(fake.url, options);
   };
   const usersMe = () => fake.stats.requests.get('GET /api/v1/users/me') ?? 0;
   /** The caller's own row in its GET /users (`auth` its credentials), after checking the answer is a 200. */
@@ -273,6 +273,18 @@ describe("the caller's own user id, before 6.0 with hidden addresses (V2)", () =
     }
     // One per caller: the cache is keyed per caller, never shared between them.
     expect(usersMe()).toBe(2);
+  });
+
+  it('is kept within memory.callersBytes, the callers used longest ago going first (X2)', async () => {
+    // Room for three callers at most (each costs 200 bytes and more): four in turn each find theirs gone.
+    await start('3.0', { memory: { callersBytes: 1024 } });
+    const four = fake
+      .humans()
+      .slice(0, 4)
+      .map((u) => u.user_id);
+    const callers = [...four, ...four];
+    for (const callerId of callers) expect((await ownRow(callerId)).own?.delivery_email).toBe(fake.user(callerId).delivery_email);
+    expect(usersMe()).toBe(callers.length);
   });
 
   it('is taken from the caller’s own profile call, so a GET /users after it asks nothing more', async () => {

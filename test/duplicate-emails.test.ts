@@ -6,6 +6,13 @@ import { startShim, type RunningShim } from './support/shim.js';
 
 /** X10: two users with one email in a 2.1 user list: presence never goes to the wrong one. */
 
+let fake: FakeZulip;
+let shim: RunningShim;
+afterEach(async () => {
+  await shim?.close();
+  await fake?.stop();
+});
+
 const member = (user_id: number, email: string, is_active: boolean) => ({ user_id, email, is_active, date_joined: '' });
 
 describe('an email several users share (X10)', () => {
@@ -34,13 +41,6 @@ describe('an email several users share (X10)', () => {
     expect([...dir.ambiguousEmails].sort()).toEqual(['a@x', 'b@x', 'c@x', 'd@x']);
   });
 
-  let fake: FakeZulip;
-  let shim: RunningShim;
-  afterEach(async () => {
-    await shim?.close();
-    await fake?.stop();
-  });
-
   it('on a 2.1 upstream, attributes presence to the active user and logs the ambiguity once', async () => {
     fake = await startFake({ era: '2.1' });
     for (const u of fake.humans()) fake.report(u.user_id, 'active');
@@ -66,21 +66,17 @@ describe('an email several users share (X10)', () => {
 });
 
 describe("a 2.1 bot whose owner's email several users share (X10)", () => {
-  let fake: FakeZulip;
-  let shim: RunningShim;
-  afterEach(async () => {
-    await shim?.close();
-    await fake?.stop();
-  });
-
-  it('gets bot_owner_id null, named as a fallback, and the ambiguity is logged once for the realm', async () => {
+  it.each([
+    ['GET /users', () => '/api/v1/users'],
+    ['GET /users/{id}', (bot: number) => `/api/v1/users/${bot}`],
+  ])('%s: gets bot_owner_id null, named as a fallback, and the ambiguity is logged once for the realm', async (_, pathOf) => {
     fake = await startFake({ era: '2.1' });
     const bot = fake.users.find((u) => u.is_bot)!;
     // A second active account with the email of the bot's owner (user 10): the owner is ambiguous.
     fake.users.push({ ...fake.user(bot.bot_owner_id!), user_id: 98, api_key: 'other' });
     shim = await startShim(fake.url);
-    for (const path of ['/api/v1/users', '/api/v1/users', `/api/v1/users/${bot.user_id}`]) {
-      const r = await request(shim.url).get(path).set('Authorization', fake.auth(11));
+    for (let i = 0; i < 2; i++) {
+      const r = await request(shim.url).get(pathOf(bot.user_id)).set('Authorization', fake.auth(11));
       expect(r.status).toBe(200);
       const row = r.body.user ?? r.body.members.find((m: { user_id: number }) => m.user_id === bot.user_id);
       expect(row).toMatchObject({ user_id: bot.user_id, bot_owner_id: null });

@@ -1,4 +1,3 @@
-import type { IncomingMessage, ServerResponse } from 'node:http';
 import request from 'supertest';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { UNKNOWN_DATE_JOINED } from '../src/profile/changes/fl010-avatar-guest-active-timezone-joined.js';
@@ -9,7 +8,7 @@ import { createLogger } from '../src/observability/logger.js';
 import { createMetrics } from '../src/observability/metrics.js';
 import { MemoryStore } from '../src/store/memory.js';
 import type { CacheBackend } from '../src/store/shared-cache.js';
-import { FakeZulip, OLD_ERAS, startFake, type Era, type FakeUser } from './support/fake-zulip.js';
+import { failing, FakeZulip, OLD_ERAS, startFake, type Era, type FakeUser } from './support/fake-zulip.js';
 import { compileSchema, expectValid } from './support/schema.js';
 import { modernUserFields } from './support/modern-user.js';
 import { startShim, type RunningShim } from './support/shim.js';
@@ -193,14 +192,6 @@ describe('own profile lookups', () => {
     shim = await startShim(fake.url);
   }
   const me = (id: number, path = '/api/v1/users/me') => request(shim.url).get(path).set('Authorization', fake.auth(id));
-  const failing =
-    (method: string, path: string, status = 500) =>
-    (req: IncomingMessage, res: ServerResponse) => {
-      if (req.method !== method || req.url?.split('?')[0] !== path) return false;
-      res.writeHead(status, { 'content-type': 'application/json' });
-      res.end(JSON.stringify({ result: 'error', msg: 'Internal server error' }));
-      return true;
-    };
 
   afterAll(async () => {
     await shim?.close();

@@ -1,6 +1,6 @@
 import request from 'supertest';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type FakeZulip, OLD_ERAS, startFake, type Era, type FakeUser } from './support/fake-zulip.js';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { failing, type FakeZulip, OLD_ERAS, startFake, type Era, type FakeUser } from './support/fake-zulip.js';
 import { matchesSchema } from './support/schema.js';
 import { modernUserFields } from './support/modern-user.js';
 import { startShim, type RunningShim } from './support/shim.js';
@@ -241,115 +241,92 @@ describe('limits', () => {
 });
 
 describe("the caller's own user id, before 6.0 with hidden addresses (V2)", () => {
+  let fake: FakeZulip;
+  let shim: RunningShim;
+  afterEach(async () => {
+    await shim?.close();
+    await fake?.stop();
+  });
+  const start = async (era: Era, options?: Parameters<typeof startShim>[1]) => {
+    fake = await startFake({ era });
+    shim = await startShim(fake.url, options);
+  };
+  const usersMe = () => fake.stats.requests.get('GET /api/v1/users/me') ?? 0;
+  /** The caller's own row in its GET /users (`auth` its credentials), after checking the answer is a 200. */
+  const ownRow = async (
+    callerId: number,
+    path = '/api/v1/users',
+    auth = (r: request.Test) => r.set('Authorization', fake.auth(callerId)),
+  ) => {
+    const res = await auth(request(shim.url).get(path));
+    expect(res.status).toBe(200);
+    return { res, own: (res.body.members as Record<string, unknown>[]).find((m) => m.user_id === callerId) };
+  };
+
   it.each(['2.1', '5.0'] as Era[])('%s: is asked of GET /users/me once per caller, not once per GET /users', async (era) => {
-    const fake = await startFake({ era });
-    const shim = await startShim(fake.url);
-    try {
-      const usersMe = () => fake.stats.requests.get('GET /api/v1/users/me') ?? 0;
-      for (const callerId of [MEMBER, MEMBER, MEMBER, ADMIN, ADMIN]) {
-        const res = await request(shim.url).get('/api/v1/users').set('Authorization', fake.auth(callerId));
-        expect(res.status).toBe(200);
-        const own = (res.body.members as Record<string, unknown>[]).find((m) => m.user_id === callerId);
-        // Its own row carries its real address each time; the others' stay hidden.
-        expect(own?.delivery_email).toBe(fake.user(callerId).delivery_email);
-        expect(res.body.members.find((m: { user_id: number }) => m.user_id === GUEST).delivery_email).toBeNull();
-      }
-      // One per caller: the cache is keyed per caller, never shared between them.
-      expect(usersMe()).toBe(2);
-    } finally {
-      await shim.close();
-      await fake.stop();
+    await start(era);
+    for (const callerId of [MEMBER, MEMBER, MEMBER, ADMIN, ADMIN]) {
+      const { res, own } = await ownRow(callerId);
+      // Its own row carries its real address each time; the others' stay hidden.
+      expect(own?.delivery_email).toBe(fake.user(callerId).delivery_email);
+      expect(res.body.members.find((m: { user_id: number }) => m.user_id === GUEST).delivery_email).toBeNull();
     }
+    // One per caller: the cache is keyed per caller, never shared between them.
+    expect(usersMe()).toBe(2);
+  });
+
+  it('is kept within memory.callersBytes, the callers used longest ago going first (X2)', async () => {
+    // Room for three callers at most (each costs 200 bytes and more): four in turn each find theirs gone.
+    await start('3.0', { memory: { callersBytes: 1024 } });
+    const four = fake
+      .humans()
+      .slice(0, 4)
+      .map((u) => u.user_id);
+    const callers = [...four, ...four];
+    for (const callerId of callers) expect((await ownRow(callerId)).own?.delivery_email).toBe(fake.user(callerId).delivery_email);
+    expect(usersMe()).toBe(callers.length);
   });
 
   it('is taken from the caller’s own profile call, so a GET /users after it asks nothing more', async () => {
-    const fake = await startFake({ era: '3.0' });
-    const shim = await startShim(fake.url);
-    try {
-      const usersMe = () => fake.stats.requests.get('GET /api/v1/users/me') ?? 0;
-      expect((await request(shim.url).get('/api/v1/users/me').set('Authorization', fake.auth(MEMBER))).status).toBe(200);
-      expect(usersMe()).toBe(1);
-      const res = await request(shim.url).get('/api/v1/users').set('Authorization', fake.auth(MEMBER));
-      expect(res.status).toBe(200);
-      const own = (res.body.members as Record<string, unknown>[]).find((m) => m.user_id === MEMBER);
-      expect(own?.delivery_email).toBe(fake.user(MEMBER).delivery_email);
-      // The own profile's answer told who the caller is: no second GET /users/me.
-      expect(usersMe()).toBe(1);
-    } finally {
-      await shim.close();
-      await fake.stop();
-    }
+    await start('3.0');
+    expect((await request(shim.url).get('/api/v1/users/me').set('Authorization', fake.auth(MEMBER))).status).toBe(200);
+    expect(usersMe()).toBe(1);
+    const { own } = await ownRow(MEMBER);
+    expect(own?.delivery_email).toBe(fake.user(MEMBER).delivery_email);
+    // The own profile's answer told who the caller is: no second GET /users/me.
+    expect(usersMe()).toBe(1);
   });
 
   it('under /json, asks register and deletes its queue with the session’s CSRF token, as Django requires', async () => {
-    const fake = await startFake({ era: '3.0' });
-    const shim = await startShim(fake.url);
-    try {
-      const refused: string[] = [];
-      fake.override = (req, res) => {
-        if (req.method === 'GET' || !req.url?.startsWith('/json/') || req.headers['x-csrftoken'] === 'tok') return false;
-        refused.push(`${req.method} ${req.url}`);
-        res.writeHead(403, { 'content-type': 'application/json' });
-        res.end(JSON.stringify({ result: 'error', msg: 'CSRF error: CSRF token missing.', code: 'CSRF_FAILED' }));
-        return true;
-      };
-      const res = await request(shim.url)
-        .get('/json/users')
-        .set('Cookie', `sessionid=${fake.user(MEMBER).api_key}; csrftoken=tok`);
-      expect(res.status).toBe(200);
-      const own = (res.body.members as Record<string, unknown>[]).find((m) => m.user_id === MEMBER);
-      expect(own?.delivery_email).toBe(fake.user(MEMBER).delivery_email);
-      expect(refused).toEqual([]);
-      expect(fake.openQueues.size).toBe(0);
-    } finally {
-      await shim.close();
-      await fake.stop();
-    }
+    await start('3.0');
+    const refused: string[] = [];
+    fake.override = (req, res) => {
+      if (req.method === 'GET' || !req.url?.startsWith('/json/') || req.headers['x-csrftoken'] === 'tok') return false;
+      refused.push(`${req.method} ${req.url}`);
+      res.writeHead(403, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ result: 'error', msg: 'CSRF error: CSRF token missing.', code: 'CSRF_FAILED' }));
+      return true;
+    };
+    const { own } = await ownRow(MEMBER, '/json/users', (r) => r.set('Cookie', `sessionid=${fake.user(MEMBER).api_key}; csrftoken=tok`));
+    expect(own?.delivery_email).toBe(fake.user(MEMBER).delivery_email);
+    expect(refused).toEqual([]);
+    expect(fake.openQueues.size).toBe(0);
   });
 
   it('left null when the register lookup fails, never the API email in its place (V2, E4)', async () => {
-    const fake = await startFake({ era: '3.0' });
-    const shim = await startShim(fake.url);
-    try {
-      fake.override = (req, res) => {
-        if (req.method !== 'POST' || req.url?.split('?')[0] !== '/api/v1/register') return false;
-        res.writeHead(500, { 'content-type': 'application/json' });
-        res.end(JSON.stringify({ result: 'error', msg: 'Internal server error' }));
-        return true;
-      };
-      const res = await request(shim.url).get('/api/v1/users').set('Authorization', fake.auth(MEMBER));
-      expect(res.status).toBe(200);
-      const own = (res.body.members as Record<string, unknown>[]).find((m) => m.user_id === MEMBER);
-      expect(own?.delivery_email).toBeNull();
-      expect(res.headers['x-zulip-compat-fallback']).toBeUndefined();
-    } finally {
-      await shim.close();
-      await fake.stop();
-    }
+    await start('3.0');
+    fake.override = failing('POST', '/api/v1/register');
+    const { res, own } = await ownRow(MEMBER);
+    expect(own?.delivery_email).toBeNull();
+    expect(res.headers['x-zulip-compat-fallback']).toBeUndefined();
   });
 
   it('left unknown when GET /users/me fails: the list is still answered, the own address null (E4), and the failure not kept', async () => {
-    const fake = await startFake({ era: '3.0' });
-    const shim = await startShim(fake.url);
-    try {
-      fake.override = (req, res) => {
-        if (req.method !== 'GET' || req.url?.split('?')[0] !== '/api/v1/users/me') return false;
-        res.writeHead(500, { 'content-type': 'application/json' });
-        res.end(JSON.stringify({ result: 'error', msg: 'Internal server error' }));
-        return true;
-      };
-      const ownRow = async () => {
-        const res = await request(shim.url).get('/api/v1/users').set('Authorization', fake.auth(MEMBER));
-        expect(res.status).toBe(200);
-        return (res.body.members as Record<string, unknown>[]).find((m) => m.user_id === MEMBER);
-      };
-      expect((await ownRow())?.delivery_email).toBeNull();
-      expect(shim.logs.some((l) => l.includes('own row unknown'))).toBe(true);
-      fake.override = undefined;
-      expect((await ownRow())?.delivery_email).toBe(fake.user(MEMBER).delivery_email);
-    } finally {
-      await shim.close();
-      await fake.stop();
-    }
+    await start('3.0');
+    fake.override = failing('GET', '/api/v1/users/me');
+    expect((await ownRow(MEMBER)).own?.delivery_email).toBeNull();
+    expect(shim.logs.some((l) => l.includes('own row unknown'))).toBe(true);
+    fake.override = undefined;
+    expect((await ownRow(MEMBER)).own?.delivery_email).toBe(fake.user(MEMBER).delivery_email);
   });
 });

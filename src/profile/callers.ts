@@ -9,8 +9,9 @@ import type { IncomingHttpHeaders } from 'node:http';
 /**
  * V2 before 6.0: who a caller is (its user id, and its real address where its own user shows
  * it), from its own GET /users/me (asked here, or as the own profile relayed it), cached per
- * caller so that a GET /users with hidden addresses does not ask the upstream every time. Keyed by realm and `callerKey` (P13: a salted hash of the
- * credentials, never the credentials), so kept in this process only: the salt is its own.
+ * caller so that a GET /users with hidden addresses does not ask the upstream every time. Keyed
+ * by realm and `callerKey` (P13: a salted hash of the credentials, never the credentials), so
+ * kept in this process only: the salt is its own.
  * Bounded in bytes (X2), reused for lookups.ttlMs; a failure is not cached.
  */
 

@@ -10,33 +10,33 @@ import { DeliveryEmails } from './delivery-email.js';
  * GET /users/me succeeded, with the user id it answered.
  */
 
-const deliveryEmailCaches = new WeakMap<ShimContext, DeliveryEmails>();
+/** What `make` builds for a shim, made on its first use and kept as long as the shim. */
+function perShim<T>(make: (ctx: ShimContext) => T): (ctx: ShimContext) => T {
+  const made = new WeakMap<ShimContext, T>();
+  return (ctx) => {
+    let v = made.get(ctx);
+    if (v === undefined) {
+      v = make(ctx);
+      made.set(ctx, v);
+    }
+    return v;
+  };
+}
 
-/** One delivery-email cache per shim, made on first use. */
-function deliveryEmails(ctx: ShimContext): DeliveryEmails {
-  let d = deliveryEmailCaches.get(ctx);
-  if (!d) {
-    d = new DeliveryEmails(ctx.client, ctx.log, ctx.metrics, {
+/** The shim's delivery-email cache. */
+const deliveryEmails = perShim(
+  (ctx) =>
+    new DeliveryEmails(ctx.client, ctx.log, ctx.metrics, {
       ...ctx.config.lookups,
       maxBytes: ctx.config.memory.lookupsBytes,
       backend: ctx.store.cacheBackend,
-    });
-    deliveryEmailCaches.set(ctx, d);
-  }
-  return d;
-}
+    }),
+);
 
-const callerCaches = new WeakMap<ShimContext, Callers>();
-
-/** One caller cache per shim, made on first use. */
-export function callers(ctx: ShimContext): Callers {
-  let c = callerCaches.get(ctx);
-  if (!c) {
-    c = new Callers(ctx.client, ctx.metrics, { ...ctx.config.lookups, maxBytes: ctx.config.memory.callersBytes });
-    callerCaches.set(ctx, c);
-  }
-  return c;
-}
+/** The shim's caller cache (V2: who a GET /users caller is). */
+export const callers = perShim(
+  (ctx) => new Callers(ctx.client, ctx.metrics, { ...ctx.config.lookups, maxBytes: ctx.config.memory.callersBytes }),
+);
 
 async function member(ctx: ShimContext, realm: Realm, userId: number, headers: Record<string, string>) {
   try {

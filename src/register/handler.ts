@@ -35,7 +35,7 @@ import { addedHeaders } from '../profile/handler.js';
  */
 
 /** Do the event types fetched at register include presence? */
-export function fetchesPresence(types: EventTypes): boolean {
+function fetchesPresence(types: EventTypes): boolean {
   // Unreadable: the upstream will reject it; the answer then passes unchanged (E1).
   return types.unreadable || fetchesType(types, 'presence');
 }

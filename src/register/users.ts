@@ -133,7 +133,7 @@ export async function backfillRegisterUsers(
   body: Record<string, unknown>,
   featureLevel: number,
   types: EventTypes,
-  sharedOwners?: Map<string, number | undefined>,
+  sharedOwners: Map<string, number | undefined>,
 ): Promise<Added> {
   const into = noneAdded();
   const changes = changesAbove(featureLevel);

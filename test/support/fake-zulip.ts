@@ -822,6 +822,16 @@ export class FakeZulip {
   }
 }
 
+/** An override (FakeZulip.override) under which `method path` fails with HTTP 500, whatever the query. */
+export function failing(method: string, path: string): NonNullable<FakeZulip['override']> {
+  return (req, res) => {
+    if (req.method !== method || req.url?.split('?')[0] !== path) return false;
+    res.writeHead(500, { 'content-type': 'application/json' });
+    res.end(JSON.stringify({ result: 'error', msg: 'Internal server error' }));
+    return true;
+  };
+}
+
 export async function startFake(o: FakeOptions): Promise<FakeZulip> {
   const f = new FakeZulip(o);
   await f.start();

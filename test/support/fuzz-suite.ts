@@ -43,9 +43,12 @@ const RUNS = Number(process.env.FUZZ_RUNS ?? 150);
 
 // ------------------------------------------------------------------ generated requests
 
-type Route = 'presence' | 'presence-json' | 'register' | 'profile' | 'passthrough';
-type Encoding = 'urlencoded' | 'multipart' | 'query-only' | 'raw-bytes' | 'broken-multipart' | 'json' | 'text' | 'mixed-up';
-type Auth = 'valid' | 'bot' | 'wrong-key' | 'unknown-user' | 'garbage' | 'empty' | 'bearer' | 'none' | 'twice' | 'cookie';
+const ROUTE_NAMES = ['presence', 'presence-json', 'register', 'profile', 'passthrough'] as const;
+const ENCODINGS = ['urlencoded', 'multipart', 'query-only', 'raw-bytes', 'broken-multipart', 'json', 'text', 'mixed-up'] as const;
+const AUTHS = ['valid', 'bot', 'wrong-key', 'unknown-user', 'garbage', 'empty', 'bearer', 'none', 'twice', 'cookie'] as const;
+type Route = (typeof ROUTE_NAMES)[number];
+type Encoding = (typeof ENCODINGS)[number];
+type Auth = (typeof AUTHS)[number];
 
 interface Case {
   route: Route;
@@ -206,10 +209,6 @@ const caseArb: fc.Arbitrary<Case> = fc
     seed: fc.integer(),
   })
   .chain((c) => CONTENT_TYPES[c.encoding].map((contentType) => ({ ...c, contentType: contentType ?? undefined })));
-
-const ROUTE_NAMES: Route[] = ['presence', 'presence-json', 'register', 'profile', 'passthrough'];
-const ENCODINGS: Encoding[] = ['urlencoded', 'multipart', 'query-only', 'raw-bytes', 'broken-multipart', 'json', 'text', 'mixed-up'];
-const AUTHS: Auth[] = ['valid', 'bot', 'wrong-key', 'unknown-user', 'garbage', 'empty', 'bearer', 'none', 'twice', 'cookie'];
 
 /** One content type of each encoding's (from CONTENT_TYPES), for the fixed cases. */
 const FIXED_CONTENT_TYPE: Record<Encoding, string | undefined> = {

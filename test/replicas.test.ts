@@ -147,7 +147,11 @@ describeRedis('a client whose polls alternate between replicas, during a refresh
     expect((await refresh).status).toBe(200);
   });
 
-  it('leading a refresh with a delta poll: answered before the refresh ends on the replica fetching it and on one waiting for it; one fetch for both (P9)', async () => {
+  /**
+   * A 2.1 realm of 6 users behind two replicas (a 400 ms window), a client's id from the first,
+   * and the second replica's copy vouching for it.
+   */
+  async function twoReplicasAtOneId() {
     const fake = await startFake({ era: '2.1', users: 6 });
     running.push({ close: () => fake.stop() });
     for (const u of fake.humans()) fake.report(u.user_id, 'active');
@@ -162,6 +166,11 @@ describeRedis('a client whose polls alternate between replicas, during a refresh
     const id = (await send(r0, users[0]!, -1)).body.presence_last_update_id as number;
     await pause(window + 50);
     expect((await send(r1, users[3]!, -1)).status).toBe(200); // the second replica's copy vouches for `id`
+    return { fake, r0, r1, send, within, pause, users, id, window };
+  }
+
+  it('leading a refresh with a delta poll: answered before the refresh ends on the replica fetching it and on one waiting for it; one fetch for both (P9)', async () => {
+    const { fake, r0, r1, send, within, pause, users, id, window } = await twoReplicasAtOneId();
     // The first replica's copy moves past the client's id.
     fake.advance(30);
     fake.report(users[2]!, 'active', 'ZulipMobile');
@@ -208,20 +217,7 @@ describeRedis('a client whose polls alternate between replicas, during a refresh
   });
 
   it('a leader answered early while following another replica sends no second full report when that replica gives up (P9)', async () => {
-    const fake = await startFake({ era: '2.1', users: 6 });
-    running.push({ close: () => fake.stop() });
-    for (const u of fake.humans()) fake.report(u.user_id, 'active');
-    const window = 400;
-    const settings = { store: { redisUrl: REDIS_URL, keyPrefix: prefix }, presence: { coalesceMs: window } };
-    const [r0, r1] = [await startShim(fake.url, settings), await startShim(fake.url, settings)];
-    running.push(r0, r1);
-    const pause = (ms: number) => new Promise((r) => setTimeout(r, ms));
-    const send = (shim: RunningShim, user: number, id: number) => pollThrough(shim, fake, user, id).then((r) => r);
-    const within = <T>(answer: Promise<T>, ms: number) => Promise.race([answer, pause(ms).then(() => 'late' as const)]);
-    const users = fake.humans().map((u) => u.user_id);
-    const id = (await send(r0, users[0]!, -1)).body.presence_last_update_id as number;
-    await pause(window + 50);
-    expect((await send(r1, users[3]!, -1)).status).toBe(200); // the second replica's copy vouches for `id`
+    const { fake, r0, r1, send, within, pause, users, id, window } = await twoReplicasAtOneId();
     fake.advance(30);
     fake.report(users[1]!, 'active');
     await pause(window + 50);

@@ -168,17 +168,19 @@ function fail(x: Exchange, err: Error): void {
   const { res } = x;
   // The client left, or the shim already answered (X9 drain): nothing more to write.
   if (res.destroyed || res.writableEnded || isClientAbort(err)) return;
-  // The shim's answer in place of the upstream's carries the shim's own headers all the same.
-  for (let i = 0; i < x.answerHeaders.length; i += 2) res.setHeader(x.answerHeaders[i]!, x.answerHeaders[i + 1]!);
+  // The shim's answer in place of the upstream's carries the shim's own headers all the same
+  // (none can be added to an answer already started: that one is cut).
+  const own: Record<string, string> = {};
+  for (let i = 0; i < x.answerHeaders.length; i += 2) own[x.answerHeaders[i]!] = x.answerHeaders[i + 1]!;
   if (isUnsendable(err)) {
     // A request that cannot be sent on as it came (`OPTIONS *`, say) is the client's error,
     // not the upstream's: 400, not 502 (E2).
-    sendShimError(res, badRequest(`This request cannot be passed to the Zulip server: ${err.message}`));
+    sendShimError(res, badRequest(`This request cannot be passed to the Zulip server: ${err.message}`), own);
     return;
   }
   const e = err instanceof ShimError ? err : upstreamUnavailable((err as NodeJS.ErrnoException).code ?? 'error');
   x.log.warn({ err: e, path: loggablePath(x.options.path) }, 'upstream error on pass-through');
-  sendShimError(res, e); // destroys the socket when the answer had already started
+  sendShimError(res, e, own); // destroys the socket when the answer had already started
 }
 
 // ---- the pass-through -----------------------------------------------------------------------

@@ -354,17 +354,27 @@ describe('ledger rules', () => {
     expect(raiseCounter(l, l.lastId - 1, 6_000)).toBe(l); // not above the counter
     expect(raiseCounter(l, 7_000_000, 6_000)).toBe(l); // beyond the clock: implausible
     const raised = raiseCounter(l, 5_900_000, 6_000);
-    expect(raised.lastId).toBe(5_900_000);
+    // Every user in view stamped once more, just above the raised id.
+    expect(raised.lastId).toBe(5_900_001);
+    expect(raised.users.get(1)?.changedAt).toBe(5_900_001);
     expect(vouchesFor(raised, 5_900_000)).toBe(true);
-    // The full answer for the unvouched id carries it; the next delta from it is exact.
+    // The full answer for the unvouched id carries the stamp; the next delta from it is exact.
     const full = answer(raised, { visible: [1], lastUpdateId: 5_900_000, delta: false, serverTimestamp: 10 });
-    expect(full).toMatchObject({ full: true, presenceLastUpdateId: 5_900_000 });
+    expect(full).toMatchObject({ full: true, presenceLastUpdateId: 5_900_001 });
     expect(Object.keys(full.presences)).toEqual(['1']);
+    expect(answer(raised, { visible: [1], lastUpdateId: 5_900_001, serverTimestamp: 10 }).presences).toEqual({});
     const changed = merge(raised, obs(11, [[1, p(3, 4)]]));
-    expect(answer(changed, { visible: [1], lastUpdateId: 5_900_000, serverTimestamp: 11 })).toMatchObject({
+    expect(answer(changed, { visible: [1], lastUpdateId: 5_900_001, serverTimestamp: 11 })).toMatchObject({
       full: false,
-      presenceLastUpdateId: 5_900_001,
+      presenceLastUpdateId: 5_900_002,
     });
+    // Another client that was echoed 5,900,000 (or any id below it the ledger never issued)
+    // with older full data gets every user in the delta from it: nothing it missed is lost (P6).
+    for (const held of [5_900_000, 5_500_000]) {
+      expect(Object.keys(answer(raised, { visible: [1], lastUpdateId: held, serverTimestamp: 10 }).presences)).toEqual(['1']);
+    }
+    // A ledger with nobody in view only moves its counter.
+    expect(raiseCounter(createLedger(5_000), 5_900_000, 6_000).lastId).toBe(5_900_000);
     // Implausible: echoed with full data, the counter untouched.
     const echoed = answer(l, { visible: [1], lastUpdateId: 2 ** 52, serverTimestamp: 10 });
     expect(echoed).toMatchObject({ full: true, presenceLastUpdateId: 2 ** 52 });

@@ -294,6 +294,18 @@ describe('X1 model: register, polls, garbage ids and two replicas on one store',
       {
         numRuns: RUNS,
         examples: [
+          // Two clients echoed the same implausible id with older full data; once the clock
+          // passes it, one of them raises the counter to it: the other's delta from that id must
+          // still bring the change it never got (P6, I6).
+          [
+            [
+              { t: 'poll', replica: 0, client: 0 },
+              { t: 'garbage', replica: 0, client: 1, kind: 0 },
+              { t: 'change', user: 0, idle: 0 },
+              { t: 'garbage', replica: 0, client: 0, kind: 0 },
+              { t: 'tick', ms: 980 },
+            ],
+          ],
           // A garbage id (before the epoch) at a replica whose copy is older than what the client
           // saw through the other one: the full answer must not take the client back in time.
           [

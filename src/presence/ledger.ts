@@ -115,11 +115,28 @@ function isPlausibleId(id: number, nowMs: number): boolean {
 
 /**
  * I6: raises the counter to `atLeast` when that id is plausible at `nowMs` (the clock epochs
- * come from) and above the counter; otherwise the same state. The ledger then vouches for it.
+ * come from) and above the counter; otherwise the same state. The ledger then vouches for it,
+ * and for every id between: ids it never issued, which clients can hold only as echoes, with
+ * full data from before the ledger's newest changes (another client may hold `atLeast` itself,
+ * echoed while it was implausible). So every user in view is stamped once more, above
+ * `atLeast`: a delta from any of those ids then carries every user, and nothing they missed is
+ * lost (P6). A raise is rare (an id from another store or server, or garbage); it costs one
+ * realm-wide delta.
  */
 export function raiseCounter(state: LedgerState, atLeast: number, nowMs: number): LedgerState {
-  if (atLeast <= state.lastId || !isPlausibleId(atLeast, nowMs)) return state;
-  return { ...state, lastId: atLeast };
+  if (atLeast <= state.lastId || !isPlausibleId(atLeast + 1, nowMs)) return state;
+  const stamp = atLeast + 1;
+  const present: number[] = [];
+  const users = UserTable.from(state.users).edit();
+  state.users.forEach((e, userId) => {
+    if (!e.present) return;
+    users.set(userId, { ...e, changedAt: stamp });
+    present.push(userId);
+  });
+  if (present.length === 0) return { ...state, lastId: atLeast };
+  const next: LedgerState = { ...state, lastId: stamp, users: users.done() };
+  extendIndex(state, next, present);
+  return next;
 }
 
 /** A merge computed ahead (`mergeInSteps`): `next` is `merge(base, observation)`. */

@@ -1,8 +1,6 @@
 import { mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
-import { Ajv } from 'ajv';
-import addFormatsModule from 'ajv-formats';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -10,14 +8,11 @@ import type { HarEntry } from '../src/har/har.js';
 import { Redactor } from '../src/har/redact.js';
 import { HarWriter } from '../src/har/writer.js';
 import { createLogger } from '../src/observability/logger.js';
+import { compileSchema } from './support/schema.js';
 
 const log = createLogger('silent');
 
-const ajv = new Ajv({ allErrors: true, strict: true });
-// ajv-formats is CommonJS: its default export arrives as `.default` under NodeNext.
-const addFormats = addFormatsModule as unknown as typeof addFormatsModule.default;
-addFormats(ajv);
-const validateHar = ajv.compile(JSON.parse(readFileSync(new URL('./support/har.schema.json', import.meta.url), 'utf8')) as object);
+const validateHar = compileSchema('har.schema.json');
 
 setFlagsFromString('--expose-gc');
 const gc = runInNewContext('gc') as () => void;

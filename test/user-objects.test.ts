@@ -1,5 +1,3 @@
-import { readFileSync } from 'node:fs';
-import { Ajv } from 'ajv';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { parseParams } from '../src/http/body.js';
@@ -11,6 +9,7 @@ import { addedHeaders, BACKFILLED_HEADER, FALLBACK_HEADER } from '../src/profile
 import { eventTypesOf, registerNeedsUsers, userSettingsOf } from '../src/register/users.js';
 import { emulatedFeatures } from '../src/server-settings.js';
 import { ERA_FEATURE_LEVEL, ERAS, FakeZulip, type FakeUser } from './support/fake-zulip.js';
+import { compileSchema } from './support/schema.js';
 
 /**
  * The modern user object (V1–V4, U1): the change bundle checks itself at load, delivery_email
@@ -18,8 +17,7 @@ import { ERA_FEATURE_LEVEL, ERAS, FakeZulip, type FakeUser } from './support/fak
  * the upstream, in register and on the single-user paths.
  */
 
-const ajv = new Ajv({ allErrors: true, strict: true, strictRequired: false, allowUnionTypes: true });
-const validateUser = ajv.compile(JSON.parse(readFileSync(new URL('./support/user-base.schema.json', import.meta.url), 'utf8')) as object);
+const validateUser = compileSchema('user-base.schema.json');
 
 const change = (featureLevel: number, feature: string, fields: string[]): ProfileChange => ({
   featureLevel,

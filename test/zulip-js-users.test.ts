@@ -1,8 +1,7 @@
-import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
-import { Ajv } from 'ajv';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startFake, type FakeZulip } from './support/fake-zulip.js';
+import { compileSchema } from './support/schema.js';
 import { startShim, type RunningShim } from './support/shim.js';
 
 /** A real client library (zulip-js, npm) reading user objects through the shim from a 2.1 server (V1). */
@@ -14,8 +13,7 @@ interface ZulipJs {
 // zulip-js is CommonJS without types.
 const zulipInit = createRequire(import.meta.url)('zulip-js') as (config: Record<string, string>) => Promise<ZulipJs>;
 
-const ajv = new Ajv({ allErrors: true, strict: true, strictRequired: false, allowUnionTypes: true });
-const validateUser = ajv.compile(JSON.parse(readFileSync(new URL('./support/user-base.schema.json', import.meta.url), 'utf8')) as object);
+const validateUser = compileSchema('user-base.schema.json');
 
 describe('zulip-js through the shim on a 2.1 upstream', () => {
   let fake: FakeZulip;

@@ -8,9 +8,17 @@ const ajv = new Ajv({ allErrors: true, strict: true, strictRequired: false, allo
 // ajv-formats is CommonJS: its default export arrives as `.default` under NodeNext.
 (addFormatsModule as unknown as typeof addFormatsModule.default)(ajv);
 
+/** Compiled once per file: test files share this module (vitest `isolate: false`), and ajv refuses a second schema with the same `$id`. */
+const compiled = new Map<string, ValidateFunction>();
+
 /** ajv's validator of a JSON schema in test/support. */
 export function compileSchema(file: string): ValidateFunction {
-  return ajv.compile(JSON.parse(readFileSync(new URL(`./${file}`, import.meta.url), 'utf8')) as object);
+  let validate = compiled.get(file);
+  if (!validate) {
+    validate = ajv.compile(JSON.parse(readFileSync(new URL(`./${file}`, import.meta.url), 'utf8')) as object);
+    compiled.set(file, validate);
+  }
+  return validate;
 }
 
 /** Asserts that a value passes a validator, showing all of ajv's errors when it does not. */

@@ -1,9 +1,9 @@
 import { spawn, spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { closeSync, existsSync, mkdtempSync, openSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { ROOT, spawnChild, type Child } from './children.js';
+import { ROOT, shippedCli, spawnChild, type Child } from './children.js';
 import { findNginx, findProgram, startNginx, type NginxFound } from './nginx.js';
 import { formatProfile, summariseProfile } from './profile-summary.js';
 import { cannon } from './load.js';
@@ -15,11 +15,12 @@ import { basicAuth, SMALL_PATH } from './synthetic-upstream.js';
  * Used by `npm run bench` and, on its own, by bench/passthrough.ts.
  *
  * Targets: the upstream directly, nginx (`worker_processes auto`, upstream keepalive pool, an
- * access log), and the shim as shipped (log level info to a discarded stdout, metrics on); with
- * `workers` > 0 and a Redis, also the shim started by its CLI with `--workers N --redis URL`
- * (node:cluster, one process per core, as nginx's `worker_processes auto`); with `before`, the
- * shim of another checkout in the same run. Each target runs in turn, `rounds` times, best run
- * kept. Variants (unless `variants` is false): a 1 MiB answer, a 1 MiB upload, and long polls
+ * access log), and the shim as shipped: its built CLI, `dist/cli.js`, at log level info to a
+ * discarded stdout, metrics on; with `workers` > 0 and a Redis, also with `--workers N --redis
+ * URL` (node:cluster, one process per core, as nginx's `worker_processes auto`); with `before`,
+ * the built CLI of another checkout in the same run. Each target runs in turn, `rounds` times;
+ * each figure is the median of its rounds (the machine's speed drifts during a run: alternating
+ * targets and taking the middle run compares them on the same footing). Variants (unless `variants` is false): a 1 MiB answer, a 1 MiB upload, and long polls
  * (GET /api/v1/events held 200 ms by the upstream, 200 connections), so a gain on the small GET
  * is not paid for on the streaming paths.
  *
@@ -86,42 +87,51 @@ function wrk(
 }
 
 /**
- * The shim as its CLI starts it with `--workers N --redis URL`: the URL once every worker logged
- * its start-up line; the request log is read and dropped, as a discarded stdout would be.
+ * The shim as it ships: its CLI (`dist/cli.js`, built once per bench run; the test suite's
+ * bundle of it under ZCS_BUILT_DIR), logging at level info to a file, as a discarded stdout
+ * would take it: a pipe read by this process would fill and hold the shim's log writes back
+ * while wrk runs (spawnSync stops this process's event loop). Its URL once every worker (or
+ * the one process) logged its start-up line. `nodeArgs`: flags for node itself (`--cpu-prof`, …).
  */
-async function startClusterShim(
+async function startCli(
+  cli: string,
   upstream: string,
-  n: number,
-  redis: string,
-  configDir: string,
+  o: { workers?: number; redis?: string; dir: string; nodeArgs?: string[] },
 ): Promise<{ url: string; stop(): Promise<void> }> {
-  // A key prefix of its own: the Redis may be shared.
-  const config = join(configDir, 'workers.json');
-  writeFileSync(config, JSON.stringify({ store: { keyPrefix: `zcs-bench:${randomBytes(4).toString('hex')}:` } }));
-  const args = ['--import', 'tsx', 'src/cli.ts', '--upstream', upstream, '--port', '0', '--log-level', 'info', '--coalesce-ms', '5000'];
-  const proc = spawn(process.execPath, [...args, '--workers', String(n), '--redis', redis, '--config', config], {
-    cwd: ROOT,
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
-  const exited = new Promise<void>((r) => proc.once('exit', () => r()));
-  const url = await new Promise<string>((resolve, reject) => {
-    let seen = 0;
-    let rest = '';
-    const onData = (d: Buffer) => {
-      const lines = (rest + d.toString()).split('\n');
-      rest = lines.pop()!;
-      for (const line of lines) {
-        if (!line.includes('"msg":"zulip-compat-shim listening"')) continue;
-        if (++seen === n) {
-          proc.stdout!.off('data', onData);
-          proc.stdout!.resume();
-          resolve(String((JSON.parse(line) as { listen: string }).listen));
-        }
-      }
-    };
-    proc.stdout!.on('data', onData);
-    void exited.then(() => reject(new Error('the shim with --workers exited before it was ready')));
-  });
+  const args = [cli, '--upstream', upstream, '--port', '0', '--log-level', 'info', '--coalesce-ms', '5000'];
+  const listening = o.workers && o.workers > 1 ? o.workers : 1;
+  const name = `shim-${randomBytes(4).toString('hex')}`;
+  if (o.workers && o.workers > 1 && o.redis) {
+    // A key prefix of its own: the Redis may be shared.
+    const config = join(o.dir, `${name}.json`);
+    writeFileSync(config, JSON.stringify({ store: { keyPrefix: `zcs-bench:${name}:` } }));
+    args.push('--workers', String(o.workers), '--redis', o.redis, '--config', config);
+  }
+  const logFile = join(o.dir, `${name}.log`);
+  const fd = openSync(logFile, 'w');
+  const proc = spawn(process.execPath, [...(o.nodeArgs ?? []), ...args], { cwd: ROOT, stdio: ['ignore', fd, 'inherit'] });
+  closeSync(fd);
+  let exitedYet = false;
+  const exited = new Promise<void>((r) =>
+    proc.once('exit', () => {
+      exitedYet = true;
+      r();
+    }),
+  );
+  const started = Date.now();
+  let url: string | undefined;
+  while (!url) {
+    if (exitedYet) throw new Error(`the shim (${args.slice(1).join(' ')}) exited before it was ready`);
+    if (Date.now() - started > 30_000) {
+      proc.kill('SIGKILL');
+      throw new Error(`the shim (${args.slice(1).join(' ')}) did not start within 30 s`);
+    }
+    await new Promise((r) => setTimeout(r, 100));
+    const lines = readFileSync(logFile, 'utf8')
+      .split('\n')
+      .filter((line) => line.includes('"msg":"zulip-compat-shim listening"'));
+    if (lines.length >= listening) url = String((JSON.parse(lines[0]!) as { listen: string }).listen);
+  }
   return {
     url,
     async stop() {
@@ -129,9 +139,18 @@ async function startClusterShim(
       const killer = setTimeout(() => proc.kill('SIGKILL'), 15_000);
       await exited;
       clearTimeout(killer);
+      rmSync(logFile, { force: true });
     },
   };
 }
+
+/** The median of some numbers (the middle run of an odd count). */
+export const median = (xs: readonly number[]): number => {
+  const s = [...xs].sort((a, b) => a - b);
+  const m = s.length >> 1;
+  return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
+};
+
 export type Row = { variant: string; target: string } & WrkResult;
 
 export const NGINX_TARGET = 'nginx (worker_processes auto)';
@@ -140,7 +159,7 @@ export const workersTarget = (n: number): string => `shim --workers ${n}`;
 
 export interface B4Result {
   rows: Row[];
-  /** The best run of each target on the small GET. */
+  /** Each target's median run on the small GET (req/s, p50 and p99 each the median of the rounds). */
   small: Record<string, Row | undefined>;
   nginx: string | null;
   /** Why nginx did not run, if it did not. */
@@ -177,24 +196,36 @@ export async function measureB4(o: B4Options): Promise<B4Result> {
   children.push(up);
   const nginx: NginxFound = o.nginx ? findNginx(o.allowInstall) : { reason: 'disabled for this run (--no-nginx)' };
   const ng = nginx.bin !== undefined ? await startNginx(nginx.bin, up.url, 'auto') : undefined;
-  const shim = await spawnChild('shim-process.ts', [up.url, '5000', 'info']);
-  children.push(shim);
+  const cli = shippedCli();
+  const profileDir = o.profileDir && join(o.profileDir, 'b4-cpu-prof');
+  // The profile (of every run of the one-process shim) is written when it exits.
+  if (profileDir) rmSync(profileDir, { recursive: true, force: true });
+  const shim = await startCli(cli, up.url, { dir, nodeArgs: profileDir ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`] : [] });
+  const shims = [shim];
   const targets: Array<[string, string]> = [['direct', up.url]];
   if (ng) targets.push([NGINX_TARGET, ng.url]);
   targets.push(['shim', shim.url]);
-  const clustered = o.workers > 0 && o.redis ? await startClusterShim(up.url, o.workers, o.redis, dir) : undefined;
-  if (clustered) targets.push([workersTarget(o.workers), clustered.url]);
+  const clustered = o.workers > 0 && o.redis ? await startCli(cli, up.url, { workers: o.workers, redis: o.redis, dir }) : undefined;
+  if (clustered) {
+    shims.push(clustered);
+    targets.push([workersTarget(o.workers), clustered.url]);
+  }
   if (o.before) {
-    const before = await spawnChild(join(o.before, 'bench', 'shim-process.ts'), [up.url, '5000', 'info']);
-    children.push(before);
+    const beforeCli = join(o.before, 'dist', 'cli.js');
+    if (!existsSync(beforeCli)) throw new Error(`--before ${o.before}: no dist/cli.js there (run npm run build in it first)`);
+    const before = await startCli(beforeCli, up.url, { dir });
+    shims.push(before);
     targets.push(['shim before', before.url]);
   }
 
   const rows: Row[] = [];
-  const best = (variant: string, target: string) =>
-    rows
-      .filter((r) => r.variant === variant && r.target === target)
-      .reduce<Row | undefined>((a, b) => (!a || b.rps > a.rps ? b : a), undefined);
+  /** A target's runs of a variant as one: the median of each figure over the rounds. */
+  const typical = (variant: string, target: string): Row | undefined => {
+    const runs = rows.filter((r) => r.variant === variant && r.target === target);
+    if (runs.length === 0) return undefined;
+    const of = (k: 'rps' | 'p50' | 'p99' | 'errors' | 'non2xx') => median(runs.map((r) => r[k]));
+    return { variant, target, rps: of('rps'), p50: of('p50'), p99: of('p99'), errors: of('errors'), non2xx: of('non2xx') };
+  };
   const smallName = `small GET ${SMALL_PATH}`;
   try {
     const auth = { authorization: basicAuth(0) };
@@ -220,10 +251,7 @@ export async function measureB4(o: B4Options): Promise<B4Result> {
       }
       for (let r = 0; r < o.rounds; r++) {
         for (const [name, url] of targets) {
-          const profiling = o.profileDir && name === 'shim' && r === 0 && v.path === SMALL_PATH;
-          if (profiling) await shim.call('profile-start');
           const res = await load(`${url}${v.path}`, { ...v, headers: auth });
-          if (profiling) await shim.call('profile-stop', { file: join(o.profileDir!, 'b4-shim.cpuprofile') });
           rows.push({ variant: v.name, target: name, ...res });
           o.log(
             `  ${name}: ${res.rps.toFixed(0)} req/s, p50 ${res.p50} ms, p99 ${res.p99} ms${res.errors || res.non2xx ? `, ${res.errors} errors, ${res.non2xx} non-2xx` : ''}`,
@@ -233,7 +261,7 @@ export async function measureB4(o: B4Options): Promise<B4Result> {
     }
   } finally {
     await ng?.stop();
-    await clustered?.stop();
+    for (const s of shims) await s.stop();
     for (const c of children.reverse()) await c.stop();
     rmSync(dir, { recursive: true, force: true });
   }
@@ -245,29 +273,35 @@ export async function measureB4(o: B4Options): Promise<B4Result> {
       .join(' / ')}`,
   );
   out.push(
-    `- ${generator}, ${o.rounds} round(s) alternating targets, best kept; ${clustered ? `shim --workers ${o.workers} with --redis (node:cluster); ` : o.workers > 0 ? 'no --workers target (no Redis given); ' : ''}nginx: ${ng ? `${nginx.bin !== undefined ? nginx.version : ''}, worker_processes auto, keepalive 64, access log` : `not run (${nginx.bin === undefined ? nginx.reason : ''})`}`,
+    `- ${generator}, ${o.rounds} round(s) alternating targets, the median of each figure kept; the shim as shipped (its built CLI); ${clustered ? `shim --workers ${o.workers} with --redis (node:cluster); ` : o.workers > 0 ? 'no --workers target (no Redis given); ' : ''}nginx: ${ng ? `${nginx.bin !== undefined ? nginx.version : ''}, worker_processes auto, keepalive 64, access log` : `not run (${nginx.bin === undefined ? nginx.reason : ''})`}`,
   );
   out.push('');
   out.push('| variant | target | req/s | p50 ms | p99 ms | × nginx req/s | p99 / nginx p99 |');
   out.push('| --- | --- | ---: | ---: | ---: | ---: | ---: |');
   for (const variant of [...new Set(rows.map((r) => r.variant))]) {
-    const ref = best(variant, NGINX_TARGET);
+    const ref = typical(variant, NGINX_TARGET);
     for (const [name] of targets) {
-      const b = best(variant, name);
+      const b = typical(variant, name);
       if (!b) continue;
       const ratio = ref ? (b.rps / ref.rps).toFixed(2) : '–';
       const p99 = ref ? (b.p99 / ref.p99).toFixed(2) : '–';
       out.push(`| ${variant} | ${name} | ${b.rps.toFixed(0)} | ${b.p50} | ${b.p99} | ${ratio} | ${p99} |`);
     }
   }
-  if (o.profileDir) {
-    out.push('');
-    out.push('Shim CPU profile, small GET (first round):');
-    out.push('```');
-    out.push(formatProfile(summariseProfile(join(o.profileDir, 'b4-shim.cpuprofile'), 15)));
-    out.push('```');
+  if (o.profileDir && profileDir) {
+    // node --cpu-prof names its file itself; the bench's name for it is b4-shim.cpuprofile.
+    const written = readdirSync(profileDir).find((f) => f.endsWith('.cpuprofile'));
+    if (written) {
+      renameSync(join(profileDir, written), join(o.profileDir, 'b4-shim.cpuprofile'));
+      out.push('');
+      out.push('Shim CPU profile over all its runs (`node --cpu-prof`):');
+      out.push('```');
+      out.push(formatProfile(summariseProfile(join(o.profileDir, 'b4-shim.cpuprofile'), 15)));
+      out.push('```');
+    }
+    rmSync(profileDir, { recursive: true, force: true });
   }
-  const small = Object.fromEntries(targets.map(([name]) => [name, best(smallName, name)]));
+  const small = Object.fromEntries(targets.map(([name]) => [name, typical(smallName, name)]));
   return {
     rows,
     small,

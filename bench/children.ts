@@ -1,4 +1,4 @@
-import { spawn, type ChildProcess } from 'node:child_process';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -50,6 +50,25 @@ export interface SpawnOptions {
 export function scriptArgs(script: string): string[] {
   const built = process.env.ZCS_BUILT_DIR && join(process.env.ZCS_BUILT_DIR, 'bench', script.replace(/\.ts$/, '.js'));
   return built && existsSync(built) ? [built] : ['--import', 'tsx', resolve(BENCH_DIR, script)];
+}
+
+let built: string | undefined;
+
+/**
+ * The shim's CLI as it ships, to run as a child: the test suite's bundle of it when
+ * ZCS_BUILT_DIR holds one, else `dist/cli.js`, built from the current source once per bench
+ * process (`npm run build`), so a measurement is never of a stale build.
+ */
+export function shippedCli(): string {
+  const bundled = process.env.ZCS_BUILT_DIR && join(process.env.ZCS_BUILT_DIR, 'src', 'cli.js');
+  if (bundled && existsSync(bundled)) return bundled;
+  if (!built) {
+    const tsc = join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc');
+    const r = spawnSync(process.execPath, [tsc, '-p', 'tsconfig.build.json'], { cwd: ROOT, encoding: 'utf8' });
+    if (r.status !== 0) throw new Error(`npm run build failed:\n${r.stdout}${r.stderr}`);
+    built = join(ROOT, 'dist', 'cli.js');
+  }
+  return built;
 }
 
 export function spawnChild(script: string, args: string[], o: SpawnOptions = {}): Promise<Child> {

@@ -4,14 +4,14 @@ import { measureB4 } from './b4.js';
 /**
  * B4 on its own (issue 19 §1), as `npm run bench` measures it (bench/b4.ts):
  *
- *   node --import tsx bench/passthrough.ts [--seconds 10] [--rounds 2] [--connections 50]
+ *   node --import tsx bench/passthrough.ts [--seconds 10] [--rounds 3] [--connections 50]
  *        [--profile DIR] [--before DIR] [--no-variants] [--workers 2] [--redis URL]
  */
 
 const { values } = parseArgs({
   options: {
     seconds: { type: 'string', default: '10' },
-    rounds: { type: 'string', default: '2' },
+    rounds: { type: 'string', default: '3' },
     connections: { type: 'string', default: '50' },
     profile: { type: 'string' },
     before: { type: 'string' },

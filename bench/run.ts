@@ -71,8 +71,8 @@ const opts = {
   churn: num(flagOrEnv(flags.churn, env.BENCH_CHURN), 0.02, '--churn'),
   /** Length of each closed-loop phase (B3, B6, B4). */
   phaseSeconds: num(flagOrEnv(flags['phase-seconds'], env.BENCH_PHASE_SECONDS), quick ? 1 : 10, '--phase-seconds'),
-  /** B4 runs each target this many times, alternating, and keeps the best. */
-  rounds: Math.round(num(flagOrEnv(flags.rounds, env.BENCH_ROUNDS), quick ? 1 : 2, '--rounds')),
+  /** B4 runs each target this many times, alternating, and keeps the median of each figure. */
+  rounds: Math.round(num(flagOrEnv(flags.rounds, env.BENCH_ROUNDS), quick ? 1 : 3, '--rounds')),
   nginx: !bool(flags['no-nginx'], env.BENCH_NO_NGINX),
   installNginx: !bool(flags['no-install'], env.BENCH_NO_INSTALL),
   out: resolve(flagOrEnv(flags.out, env.BENCH_OUT) ?? (quick ? join(BENCH_DIR, '.tmp') : BENCH_DIR)),
@@ -437,7 +437,7 @@ try {
     table: b4.text,
   };
   method.push(
-    `B4: ${b4.generator}, GET ${SMALL_PATH} (${SMALL_BODY.length} B of JSON) with Basic auth, ${opts.passthroughConnections} connections, ${b4Seconds} s per run, targets alternated over ${opts.rounds} round(s), best run kept. The shim logs each request at level info (to a discarded stdout) with metrics on; nginx (${
+    `B4: ${b4.generator}, GET ${SMALL_PATH} (${SMALL_BODY.length} B of JSON) with Basic auth, ${opts.passthroughConnections} connections, ${b4Seconds} s per run, targets alternated over ${opts.rounds} round(s), the median of each figure kept. The shim runs as shipped (its built CLI, dist/cli.js), logging each request at level info (to a discarded stdout) with metrics on; nginx (${
       b4.nginx ?? 'skipped'
     }) runs worker_processes auto with an upstream keepalive pool and an access log${b4.workers ? `; \`shim --workers ${b4.workers}\` is the CLI's node:cluster mode (one process per core, state in Redis)` : ''}. \`npm run bench -- b4\` runs B4 alone, with the 1 MiB and long-poll variants.`,
   );

@@ -126,6 +126,9 @@ export const configSchema = z
         .describe(
           'P9: share one realm snapshot among callers. auto = only below feature level 228, where every caller sees the same users; always = the operator vouches for it.',
         ),
+      leaderWaitMs: ms.describe(
+        "B7: how long the poll whose own report fetches a refresh waits for it before a delta poll is answered from the ledger (its next poll gets the refresh). A poll following another replica's fetch does not wait.",
+      ),
       maxRealms: z.number().int().min(1).describe('Realms whose presence state is kept in this process.'),
     }),
     lookups: z.strictObject({

@@ -151,12 +151,12 @@ describeRedis('a client whose polls alternate between replicas, during a refresh
    * A 2.1 realm of 6 users behind two replicas (a 400 ms window), a client's id from the first,
    * and the second replica's copy vouching for it.
    */
-  async function twoReplicasAtOneId() {
+  async function twoReplicasAtOneId(presence: { leaderWaitMs?: number } = {}) {
     const fake = await startFake({ era: '2.1', users: 6 });
     running.push({ close: () => fake.stop() });
     for (const u of fake.humans()) fake.report(u.user_id, 'active');
     const window = 400;
-    const settings = { store: { redisUrl: REDIS_URL, keyPrefix: prefix }, presence: { coalesceMs: window } };
+    const settings = { store: { redisUrl: REDIS_URL, keyPrefix: prefix }, presence: { coalesceMs: window, ...presence } };
     const [r0, r1] = [await startShim(fake.url, settings), await startShim(fake.url, settings)];
     running.push(r0, r1);
     const pause = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -214,6 +214,37 @@ describeRedis('a client whose polls alternate between replicas, during a refresh
     const next = await send(r1, users[2]!, followingId);
     expect(next.body.presence_last_update_id).toBeGreaterThan(followingId);
     expect(next.body.presences[users[1]!]).toEqual(full.body.presences[users[1]!]);
+  });
+
+  it("a leader following another replica's fetch under way does not wait for it: answered while that replica's leader still waits (S1, B7)", async () => {
+    // The fetching leader's wait is a minute here: only a leader that does not wait is answered.
+    const { fake, r0, r1, send, within, pause, users, id, window } = await twoReplicasAtOneId({ leaderWaitMs: 60_000 });
+    fake.advance(30);
+    fake.report(users[1]!, 'active');
+    await pause(window + 50);
+    let release!: () => void;
+    fake.fullPresenceDrip = { ms: 1_000, until: new Promise<void>((r) => (release = r)) };
+    const fullBefore = fake.stats.presenceFull;
+    let fetchingAnswered = false;
+    const fetching = send(r0, users[0]!, id).then((r) => {
+      fetchingAnswered = true;
+      return r;
+    });
+    try {
+      await vi.waitFor(() => expect(fake.stats.presenceFull).toBe(fullBefore + 1));
+      // The second replica's leader follows that fetch (its report a ping), answered from the ledger.
+      const following = await within(send(r1, users[2]!, id), 5_000);
+      expect(following === 'late' ? 'late' : following.status).toBe(200);
+      if (following !== 'late') expect(following.body.presence_last_update_id).toBeGreaterThanOrEqual(id); // X1
+      expect(fetchingAnswered).toBe(false);
+      expect(fake.stats.presenceFull).toBe(fullBefore + 1);
+    } finally {
+      fake.fullPresenceDrip = undefined;
+      release();
+    }
+    // The fetching leader waited for its own fetch, and has what it brought.
+    const fetched = await fetching;
+    expect(fetched.body.presences[users[1]!].active_timestamp).toBe(Math.floor(fake.now));
   });
 
   it('a leader answered early while following another replica sends no second full report when that replica gives up (P9)', async () => {

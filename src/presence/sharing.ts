@@ -42,6 +42,11 @@ export interface Obtained {
 interface Refresh {
   own: UpstreamHead;
   snapshot: Promise<Snapshot>;
+  /**
+   * The snapshot is another replica's fetch, still under way when this one's leader joined it:
+   * the leader's own report was a ping, which that fetch may not hold either.
+   */
+  followsFetch?: boolean;
 }
 
 /**
@@ -105,14 +110,16 @@ async function sharedOrFetched(poll: Poll, format: Format): Promise<Obtained> {
   // A refused or failed report reaches the leader through `refresh`; a failure after it, through
   // `snapshot` below while the leader waits, and the waiters' own fetches once it has its answer.
   snapshot.catch(() => undefined);
-  const { own } = await refresh;
+  const { own, followsFetch } = await refresh;
   // Where sharing is off (coalesceMs 0) the leader waits for its own fetch, as every caller does.
   if (!shared || ctx.config.presence.coalesceMs <= 0) return { snapshot: await snapshot, own };
-  // Most refreshes are taken in within LEADER_WAIT_MS, and the leader's answer then holds what
-  // its own report brought. B7: a longer one (a realm of tens of thousands of users) does not
-  // hold it: a delta poll the ledger vouches for is answered from the ledger, as any other
-  // during a refresh, and its next poll gets what the refresh brings (P6).
-  const taken = await within(snapshot, LEADER_WAIT_MS);
+  // Most refreshes are taken in within presence.leaderWaitMs, and the leader's answer then holds
+  // what its own report brought. B7: a longer one (a realm of tens of thousands of users) does
+  // not hold it: a delta poll the ledger vouches for is answered from the ledger, as any other
+  // during a refresh, and its next poll gets what the refresh brings (P6). S1: a leader that
+  // follows another replica's fetch under way sent a ping, which that fetch need not hold:
+  // waiting would bring it nothing of its own, so it does not wait.
+  const taken = followsFetch ? undefined : await within(snapshot, ctx.config.presence.leaderWaitMs);
   if (taken) return { snapshot: taken, own };
   const now = await answerableDuringRefresh(poll);
   if (now && leader.answer()) {
@@ -121,9 +128,6 @@ async function sharedOrFetched(poll: Poll, format: Format): Promise<Obtained> {
   }
   return { snapshot: await snapshot, own };
 }
-
-/** How long a refresh's leader waits for the refresh before it may be answered from the ledger (ms). */
-const LEADER_WAIT_MS = 200;
 
 /** A refresh that failed after its leader had its answer: nobody else reports it. */
 function refreshFailed(poll: Poll, e: unknown): void {
@@ -232,7 +236,7 @@ async function fetchShared(poll: Poll, format: Format, shared: boolean, scope: s
     if (!leader.reportAgain()) throw new Error('the replica fetching the shared presence snapshot gave up');
     return (await fetchAndPublish(poll, cluster, format, scope)).snapshot;
   });
-  return { own: followed.own, snapshot };
+  return { own: followed.own, snapshot, followsFetch: followed.underWay };
 }
 
 /** S1: this replica's own fetch for the scope, published to the others once taken in. */
@@ -265,15 +269,15 @@ async function fetchAndPublish(poll: Poll, cluster: ClusterSnapshots, format: Fo
 
 /**
  * S1/P9 across replicas: after this caller's ping was accepted, the snapshot another replica
- * published in this window, or the one it is fetching, woken when it is published (undefined
- * when that failed: the caller then fetches for itself). Undefined: this replica holds the
- * lock and fetches.
+ * published in this window, or the one it is fetching (`underWay`), woken when it is published
+ * (undefined when that failed: the caller then fetches for itself). Undefined: this replica
+ * holds the lock and fetches.
  */
 async function follow(
   poll: Poll,
   cluster: ClusterSnapshots,
   scope: string,
-): Promise<{ own: UpstreamHead; snapshot: Promise<Snapshot | undefined> } | undefined> {
+): Promise<{ own: UpstreamHead; snapshot: Promise<Snapshot | undefined>; underWay: boolean } | undefined> {
   const { ctx } = poll;
   const window = ctx.config.presence.coalesceMs;
   // Store unreachable (counted by the store): no sharing between replicas meanwhile, each
@@ -286,7 +290,7 @@ async function follow(
   const locked = published ? false : await cluster.tryLock(scope, fetchBudgetMs).catch(() => true);
   if (!published && locked) return undefined;
   const own = await acceptedPing(poll);
-  return { own, snapshot: readPublished(poll, cluster, scope, published, fetchBudgetMs) };
+  return { own, snapshot: readPublished(poll, cluster, scope, published, fetchBudgetMs), underWay: !published };
 }
 
 async function readPublished(

@@ -285,7 +285,9 @@ export async function measureB4(o: B4Options): Promise<B4Result> {
       if (!b) continue;
       const ratio = ref ? (b.rps / ref.rps).toFixed(2) : '–';
       const p99 = ref ? (b.p99 / ref.p99).toFixed(2) : '–';
-      out.push(`| ${variant} | ${name} | ${b.rps.toFixed(0)} | ${b.p50} | ${b.p99} | ${ratio} | ${p99} |`);
+      // A run with failed requests measures the failure, not the proxy: say so beside it.
+      const failed = b.errors || b.non2xx ? ` (failed requests: ${b.errors} errors, ${b.non2xx} non-2xx)` : '';
+      out.push(`| ${variant} | ${name}${failed} | ${b.rps.toFixed(0)} | ${b.p50} | ${b.p99} | ${ratio} | ${p99} |`);
     }
   }
   if (o.profileDir && profileDir) {

@@ -1,5 +1,5 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -95,6 +95,9 @@ export interface RunningNginx {
 /** `workers`: nginx's worker_processes (`auto`: one per core, as nginx is deployed). */
 export async function startNginx(bin: string, upstreamUrl: string, workers: number | 'auto' = 1): Promise<RunningNginx> {
   const dir = mkdtempSync(join(tmpdir(), 'zcs-bench-nginx-'));
+  // Started as root, nginx's workers run as `nobody`: they must reach their temp directories
+  // in here (a 0700 directory made every buffered upload a 500).
+  chmodSync(dir, 0o755);
   const port = await freePort();
   const up = new URL(upstreamUrl);
   const conf = `
@@ -124,6 +127,8 @@ http {
       proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
       proxy_set_header X-Forwarded-Proto $scheme;
       proxy_read_timeout 120s;
+      # Uploads stream to the upstream as they arrive, as the shim streams them (T1).
+      proxy_request_buffering off;
       client_max_body_size 8m;
     }
   }

@@ -15,10 +15,10 @@ import { basicAuth, SMALL_PATH } from './synthetic-upstream.js';
  * Used by `npm run bench` and, on its own, by bench/passthrough.ts.
  *
  * Targets: the upstream directly, nginx (`worker_processes auto`, upstream keepalive pool, an
- * access log), and the shim as shipped: its built CLI, `dist/cli.js`, at log level info to a
- * discarded stdout, metrics on; with `workers` > 0 and a Redis, also with `--workers N --redis
+ * access log), and the shim's CLI as plain JavaScript (children.ts, useBuiltChildren) at log
+ * level info to a discarded stdout, metrics on; with `workers` > 0 and a Redis, also with `--workers N --redis
  * URL` (node:cluster, one process per core, as nginx's `worker_processes auto`); with `before`,
- * the built CLI of another checkout in the same run. Each target runs in turn, `rounds` times;
+ * the built CLI of another checkout (its `dist/cli.js`) in the same run. Each target runs in turn, `rounds` times;
  * each figure is the median of its rounds (the machine's speed drifts during a run: alternating
  * targets and taking the middle run compares them on the same footing). Variants (unless `variants` is false): a 1 MiB answer, a 1 MiB upload, and long polls
  * (GET /api/v1/events held 200 ms by the upstream, 200 connections), so a gain on the small GET
@@ -87,8 +87,8 @@ function wrk(
 }
 
 /**
- * The shim as it ships: its CLI (`dist/cli.js`, built once per bench run; the test suite's
- * bundle of it under ZCS_BUILT_DIR), logging at level info to a file, as a discarded stdout
+ * The shim's CLI (`cli`: this project's, built from the current source, or another
+ * checkout's), logging at level info to a file, as a discarded stdout
  * would take it: a pipe read by this process would fill and hold the shim's log writes back
  * while wrk runs (spawnSync stops this process's event loop). Its URL once every worker (or
  * the one process) logged its start-up line. `nodeArgs`: flags for node itself (`--cpu-prof`, …).
@@ -273,7 +273,7 @@ export async function measureB4(o: B4Options): Promise<B4Result> {
       .join(' / ')}`,
   );
   out.push(
-    `- ${generator}, ${o.rounds} round(s) alternating targets, the median of each figure kept; the shim as shipped (its built CLI); ${clustered ? `shim --workers ${o.workers} with --redis (node:cluster); ` : o.workers > 0 ? 'no --workers target (no Redis given); ' : ''}nginx: ${ng ? `${nginx.bin !== undefined ? nginx.version : ''}, worker_processes auto, keepalive 64, access log` : `not run (${nginx.bin === undefined ? nginx.reason : ''})`}`,
+    `- ${generator}, ${o.rounds} round(s) alternating targets, the median of each figure kept; the shim's CLI as plain JavaScript (bundled from the current source, not run through tsx); ${clustered ? `shim --workers ${o.workers} with --redis (node:cluster); ` : o.workers > 0 ? 'no --workers target (no Redis given); ' : ''}nginx: ${ng ? `${nginx.bin !== undefined ? nginx.version : ''}, worker_processes auto, keepalive 64, access log` : `not run (${nginx.bin === undefined ? nginx.reason : ''})`}`,
   );
   out.push('');
   out.push('| variant | target | req/s | p50 ms | p99 ms | × nginx req/s | p99 / nginx p99 |');

@@ -2,7 +2,7 @@ import os from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { Pool } from 'undici';
-import { spawnChild, type Child } from './children.js';
+import { spawnChild, useBuiltChildren, type Child } from './children.js';
 import { lastUpdateIdOf, percentile, send, type Req } from './load.js';
 import { basicAuth, PRESENCE_PATH } from './synthetic-upstream.js';
 
@@ -32,6 +32,7 @@ const { values: flags } = parseArgs({
   },
   strict: true,
 });
+await useBuiltChildren();
 const sizes = (flags.sizes ?? '1000,10000,50000,100000').split(',').map(Number);
 const phaseMs = Number(flags.phase ?? 10) * 1000;
 const coalesceMs = Number(flags['coalesce-ms'] ?? 2000);

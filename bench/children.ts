@@ -1,7 +1,8 @@
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 
 /**
  * The bench runs the shim and the synthetic upstream in child processes of their own (the
@@ -52,23 +53,28 @@ export function scriptArgs(script: string): string[] {
   return built && existsSync(built) ? [built] : ['--import', 'tsx', resolve(BENCH_DIR, script)];
 }
 
-let built: string | undefined;
-
 /**
- * The shim's CLI as it ships, to run as a child: the test suite's bundle of it when
- * ZCS_BUILT_DIR holds one, else `dist/cli.js`, built from the current source once per bench
- * process (`npm run build`), so a measurement is never of a stale build.
+ * Runs the bench's children as plain JavaScript, as the shim ships, not through tsx: the test
+ * suite's bundles (test/support/build.ts) when ZCS_BUILT_DIR names them, else bundles of the
+ * current source built here once (a second or two) into a directory removed at exit.
  */
+export async function useBuiltChildren(): Promise<void> {
+  if (process.env.ZCS_BUILT_DIR && existsSync(join(process.env.ZCS_BUILT_DIR, 'src', 'cli.js'))) return;
+  // A specifier the test suite's bundler leaves alone: bundled, this module never gets here.
+  const { buildChildScripts } = (await import(pathToFileURL(join(ROOT, 'test', 'support', 'build.ts')).href)) as {
+    buildChildScripts(dir: string): Promise<void>;
+  };
+  const dir = mkdtempSync(join(tmpdir(), 'zcs-bench-built-'));
+  process.on('exit', () => rmSync(dir, { recursive: true, force: true }));
+  await buildChildScripts(dir);
+  process.env.ZCS_BUILT_DIR = dir;
+}
+
+/** The shim's CLI as plain JavaScript (see useBuiltChildren, called first). */
 export function shippedCli(): string {
   const bundled = process.env.ZCS_BUILT_DIR && join(process.env.ZCS_BUILT_DIR, 'src', 'cli.js');
-  if (bundled && existsSync(bundled)) return bundled;
-  if (!built) {
-    const tsc = join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc');
-    const r = spawnSync(process.execPath, [tsc, '-p', 'tsconfig.build.json'], { cwd: ROOT, encoding: 'utf8' });
-    if (r.status !== 0) throw new Error(`npm run build failed:\n${r.stdout}${r.stderr}`);
-    built = join(ROOT, 'dist', 'cli.js');
-  }
-  return built;
+  if (!bundled || !existsSync(bundled)) throw new Error('the CLI is not built: call useBuiltChildren() first');
+  return bundled;
 }
 
 export function spawnChild(script: string, args: string[], o: SpawnOptions = {}): Promise<Child> {

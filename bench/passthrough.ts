@@ -1,5 +1,6 @@
 import { parseArgs } from 'node:util';
 import { measureB4 } from './b4.js';
+import { useBuiltChildren } from './children.js';
 
 /**
  * B4 on its own (issue 19 §1), as `npm run bench` measures it (bench/b4.ts):
@@ -21,6 +22,7 @@ const { values } = parseArgs({
   },
 });
 
+await useBuiltChildren();
 const result = await measureB4({
   seconds: Number(values.seconds),
   rounds: Number(values.rounds),

@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { Redis } from 'ioredis';
 import { Pool } from 'undici';
-import { spawnChild, type Child } from './children.js';
+import { spawnChild, useBuiltChildren, type Child } from './children.js';
 import { lastUpdateIdOf, percentile, send, type Req } from './load.js';
 import { formatProfile, summariseProfile } from './profile-summary.js';
 import { basicAuth, PRESENCE_PATH, type UpstreamStats } from './synthetic-upstream.js';
@@ -33,6 +33,7 @@ const { values: flags } = parseArgs({
   },
   strict: true,
 });
+await useBuiltChildren();
 const users = Number(flags.users ?? 10_000);
 const clients = Number(flags.clients ?? 1_000);
 const minutes = Number(flags.minutes ?? 4);

@@ -5,7 +5,7 @@ import { join, relative, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { gzipSync } from 'node:zlib';
 import { Pool } from 'undici';
-import { BENCH_DIR, ROOT, scriptArgs, spawnChild, type Child } from './children.js';
+import { BENCH_DIR, ROOT, scriptArgs, spawnChild, useBuiltChildren, type Child } from './children.js';
 import { closedLoop, lastUpdateIdOf, pacedClients, percentile, send, type Req, type Sample } from './load.js';
 import { measureB4, NGINX_TARGET, workersTarget } from './b4.js';
 import { formatProfile, summariseProfile } from './profile-summary.js';
@@ -26,6 +26,8 @@ import { basicAuth, PRESENCE_PATH, SMALL_BODY, SMALL_PATH, type Flavour, type Up
 // `npm run bench -- replicas`: one replica against two on one Redis (bench/replicas.ts);
 // `npm run bench -- flood`: memory under a flood of hosts with the default budgets (X2).
 const OWN_RUNS: Record<string, string> = { b4: './passthrough.js', b7: './b7.js', replicas: './replicas.js', flood: './flood.js' };
+// Every child (the shim, the upstream) runs as plain JavaScript, as the shim ships.
+await useBuiltChildren();
 const ownRun = OWN_RUNS[process.argv[2] ?? ''];
 if (ownRun) {
   process.argv.splice(2, 1);
@@ -437,7 +439,7 @@ try {
     table: b4.text,
   };
   method.push(
-    `B4: ${b4.generator}, GET ${SMALL_PATH} (${SMALL_BODY.length} B of JSON) with Basic auth, ${opts.passthroughConnections} connections, ${b4Seconds} s per run, targets alternated over ${opts.rounds} round(s), the median of each figure kept. The shim runs as shipped (its built CLI, dist/cli.js), logging each request at level info (to a discarded stdout) with metrics on; nginx (${
+    `B4: ${b4.generator}, GET ${SMALL_PATH} (${SMALL_BODY.length} B of JSON) with Basic auth, ${opts.passthroughConnections} connections, ${b4Seconds} s per run, targets alternated over ${opts.rounds} round(s), the median of each figure kept. The shim's CLI runs as plain JavaScript (bundled from the current source, not through tsx), logging each request at level info (to a discarded stdout) with metrics on; nginx (${
       b4.nginx ?? 'skipped'
     }) runs worker_processes auto with an upstream keepalive pool and an access log${b4.workers ? `; \`shim --workers ${b4.workers}\` is the CLI's node:cluster mode (one process per core, state in Redis)` : ''}. \`npm run bench -- b4\` runs B4 alone, with the 1 MiB and long-poll variants.`,
   );

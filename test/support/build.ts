@@ -20,6 +20,7 @@ export const CHILD_SCRIPTS = [
   'test/support/memory-flood.ts',
   'bench/run.ts',
   'bench/upstream-process.ts',
+  'bench/passthrough-upstream.ts',
   'bench/shim-process.ts',
   'bench/ledger-memory.ts',
 ] as const;

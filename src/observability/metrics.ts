@@ -7,9 +7,17 @@ import { FastHistogram } from './fast-histogram.js';
  * Prometheus metrics (`GET /metrics`). Names follow Prometheus conventions: the
  * `zulip_compat_shim_` prefix, base units, bounded label values (never a user id or email).
  */
+/**
+ * How often the event loop's delay is sampled for `nodejs_eventloop_lag_*` (ms), which every
+ * reading includes (an idle loop reads about this much). prom-client's 10 ms woke an idle
+ * process 100 times a second, 9 ms of CPU each second, the most of what a process costs while
+ * idle; that was most of what a second replica added to one (bench/RESULTS.md, issue 19 §3).
+ */
+export const EVENT_LOOP_SAMPLE_MS = 50;
+
 export function createMetrics() {
   const registry = new Registry();
-  collectDefaultMetrics({ register: registry, prefix: 'zulip_compat_shim_' });
+  collectDefaultMetrics({ register: registry, prefix: 'zulip_compat_shim_', eventLoopMonitoringPrecision: EVENT_LOOP_SAMPLE_MS });
   const p = 'zulip_compat_shim_';
   const buildInfo = new Gauge({
     name: `${p}build_info`,

@@ -3,7 +3,7 @@ import http from 'node:http';
 import { resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import request from 'supertest';
-import { createMetrics } from '../src/observability/metrics.js';
+import { createMetrics, EVENT_LOOP_SAMPLE_MS } from '../src/observability/metrics.js';
 import { routeLabel } from '../src/observability/route-label.js';
 import { upstreamObserver } from '../src/observability/upstream-metrics.js';
 import { VERSION } from '../src/version.js';
@@ -211,6 +211,24 @@ describe('FastHistogram', () => {
     reference.observe({ route: 'events', method: 'GET' }, 30);
     fast.observe({ route: 'events', method: 'GET' }, 30);
     expect(await b.metrics()).toBe(await a.metrics());
+  });
+});
+
+describe('event loop lag', () => {
+  it('is sampled every EVENT_LOOP_SAMPLE_MS, which every reading includes', async () => {
+    const m = createMetrics();
+    await new Promise((r) => setTimeout(r, 6 * EVENT_LOOP_SAMPLE_MS));
+    const e = parsePrometheusText(await m.registry.metrics());
+    // A timer never fires early: no gap between two samples is shorter than the interval.
+    expect(sampleValue(e, 'zulip_compat_shim_nodejs_eventloop_lag_min_seconds')).toBeGreaterThanOrEqual(
+      EVENT_LOOP_SAMPLE_MS / 1000 - 0.001,
+    );
+  });
+
+  it('has an alert that fires on 200 ms of lag beyond the interval (docs/alerts.yml)', () => {
+    const rules = readFileSync(resolve(import.meta.dirname, '..', 'docs/alerts.yml'), 'utf8');
+    const threshold = /zulip_compat_shim_nodejs_eventloop_lag_p99_seconds > ([\d.]+)/.exec(rules)?.[1];
+    expect(Number(threshold)).toBeCloseTo(0.2 + EVENT_LOOP_SAMPLE_MS / 1000, 6);
   });
 });
 

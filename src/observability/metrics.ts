@@ -10,8 +10,8 @@ import { FastHistogram } from './fast-histogram.js';
 /**
  * How often the event loop's delay is sampled for `nodejs_eventloop_lag_*` (ms), which every
  * reading includes (an idle loop reads about this much). prom-client's 10 ms woke an idle
- * process 100 times a second, 9 ms of CPU each second, the most of what a process costs while
- * idle; that was most of what a second replica added to one (bench/RESULTS.md, issue 19 §3).
+ * process 100 times a second: 7.5 of the 9 ms of CPU an idle shim took each second (3 ms in
+ * all at 50 ms), paid again by every replica and worker (bench/RESULTS.md, issue 19 §3).
  */
 export const EVENT_LOOP_SAMPLE_MS = 50;
 

@@ -166,24 +166,36 @@ describeRedis('a client whose polls alternate between replicas, during a refresh
     const id = (await send(r0, users[0]!, -1)).body.presence_last_update_id as number;
     await pause(window + 50);
     expect((await send(r1, users[3]!, -1)).status).toBe(200); // the second replica's copy vouches for `id`
-    return { fake, r0, r1, send, within, pause, users, id, window };
+    /**
+     * A change only the next refresh brings, over a slow link: the upstream's full answer drips
+     * until `end()` (and is then cut off before its end, with `cut`).
+     */
+    const slowNextRefresh = async (cut = false) => {
+      fake.advance(30);
+      fake.report(users[1]!, 'active');
+      await pause(window + 50);
+      let release!: () => void;
+      fake.fullPresenceDrip = { ms: 1_000, until: new Promise<void>((r) => (release = r)), cut };
+      return {
+        fullBefore: fake.stats.presenceFull,
+        end() {
+          fake.fullPresenceDrip = undefined;
+          release();
+        },
+      };
+    };
+    return { fake, r0, r1, send, within, pause, users, id, window, slowNextRefresh };
   }
 
   it('leading a refresh with a delta poll: answered before the refresh ends on the replica fetching it and on one waiting for it; one fetch for both (P9)', async () => {
-    const { fake, r0, r1, send, within, pause, users, id, window } = await twoReplicasAtOneId();
+    const { fake, r0, r1, send, within, pause, users, id, window, slowNextRefresh } = await twoReplicasAtOneId();
     // The first replica's copy moves past the client's id.
     fake.advance(30);
     fake.report(users[2]!, 'active', 'ZulipMobile');
     await pause(window + 50);
     const other = await send(r0, users[3]!, -1);
     const after = { [users[2]!]: other.body.presences[users[2]!], [users[3]!]: other.body.presences[users[3]!] };
-    // A change only the next refresh brings, over a slow link.
-    fake.advance(30);
-    fake.report(users[1]!, 'active');
-    await pause(window + 50);
-    let release!: () => void;
-    fake.fullPresenceDrip = { ms: 1_000, until: new Promise<void>((r) => (release = r)) };
-    const fullBefore = fake.stats.presenceFull;
+    const { fullBefore, end } = await slowNextRefresh();
     let followingId = id;
     try {
       // The first replica takes the lock and fetches; its leader is answered from the ledger.
@@ -203,8 +215,7 @@ describeRedis('a client whose polls alternate between replicas, during a refresh
       expect(fake.stats.presenceFull).toBe(fullBefore + 1);
       if (following !== 'late') followingId = following.body.presence_last_update_id as number;
     } finally {
-      fake.fullPresenceDrip = undefined;
-      release();
+      end();
     }
     // A full poll at the second replica waited for the first one's snapshot: one fetch for both.
     const full = await send(r1, users[4]!, -1);
@@ -218,13 +229,8 @@ describeRedis('a client whose polls alternate between replicas, during a refresh
 
   it("a leader following another replica's fetch under way does not wait for it: answered while that replica's leader still waits (S1, B7)", async () => {
     // The fetching leader's wait is a minute here: only a leader that does not wait is answered.
-    const { fake, r0, r1, send, within, pause, users, id, window } = await twoReplicasAtOneId({ leaderWaitMs: 60_000 });
-    fake.advance(30);
-    fake.report(users[1]!, 'active');
-    await pause(window + 50);
-    let release!: () => void;
-    fake.fullPresenceDrip = { ms: 1_000, until: new Promise<void>((r) => (release = r)) };
-    const fullBefore = fake.stats.presenceFull;
+    const { fake, r0, r1, send, within, users, id, slowNextRefresh } = await twoReplicasAtOneId({ leaderWaitMs: 60_000 });
+    const { fullBefore, end } = await slowNextRefresh();
     let fetchingAnswered = false;
     const fetching = send(r0, users[0]!, id).then((r) => {
       fetchingAnswered = true;
@@ -239,8 +245,7 @@ describeRedis('a client whose polls alternate between replicas, during a refresh
       expect(fetchingAnswered).toBe(false);
       expect(fake.stats.presenceFull).toBe(fullBefore + 1);
     } finally {
-      fake.fullPresenceDrip = undefined;
-      release();
+      end();
     }
     // The fetching leader waited for its own fetch, and has what it brought.
     const fetched = await fetching;
@@ -248,22 +253,16 @@ describeRedis('a client whose polls alternate between replicas, during a refresh
   });
 
   it('a leader answered early while following another replica sends no second full report when that replica gives up (P9)', async () => {
-    const { fake, r0, r1, send, within, pause, users, id, window } = await twoReplicasAtOneId();
-    fake.advance(30);
-    fake.report(users[1]!, 'active');
-    await pause(window + 50);
+    const { fake, r0, r1, send, within, users, id, slowNextRefresh } = await twoReplicasAtOneId();
     // The next refresh's body is cut before its end: the first replica's fetch fails.
-    let cut!: () => void;
-    fake.fullPresenceDrip = { ms: 1_000, until: new Promise<void>((r) => (cut = r)), cut: true };
-    const fullBefore = fake.stats.presenceFull;
+    const { fullBefore, end } = await slowNextRefresh(true);
     try {
       expect(await within(send(r0, users[0]!, id), 5_000)).not.toBe('late');
       // The second replica's leader follows the first (a ping) and has its answer before the cut.
       const following = await within(send(r1, users[2]!, id), 5_000);
       expect(following === 'late' ? 'late' : following.status).toBe(200);
     } finally {
-      fake.fullPresenceDrip = undefined;
-      cut();
+      end();
     }
     await vi.waitFor(() => expect(r1.logs.join('')).toContain('presence refresh failed after its leader was answered'));
     // Its client has its answer: a full report sent for it now would be one the shim made up.

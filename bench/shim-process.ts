@@ -3,6 +3,7 @@ import { Session } from 'node:inspector/promises';
 import { constants, monitorEventLoopDelay, PerformanceObserver, type IntervalHistogram } from 'node:perf_hooks';
 import { loadConfig } from '../src/config.js';
 import { createLogger } from '../src/observability/logger.js';
+import { tuneRuntime } from '../src/runtime.js';
 import { createShim } from '../src/server.js';
 import { serveParent } from './children.js';
 
@@ -13,6 +14,8 @@ import { serveParent } from './children.js';
  * argv: upstreamUrl coalesceMs logLevel [redisUrl keyPrefix]
  */
 
+// As the CLI starts a shim process.
+tuneRuntime();
 const [upstream = '', coalesceMs = '5000', logLevel = 'info', redisUrl, keyPrefix] = process.argv.slice(2);
 const redisArgs = redisUrl ? ['--redis', redisUrl] : [];
 const { config } = loadConfig(

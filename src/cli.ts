@@ -8,6 +8,7 @@ import { createLogger, type Logger } from './observability/logger.js';
 import { logStartup } from './observability/startup.js';
 import { startRecorder } from './har/recorder.js';
 import { startReplay } from './har/replay.js';
+import { tuneRuntime } from './runtime.js';
 import { createShim } from './server.js';
 import { realmOf } from './upstream/realm.js';
 import { VERSION } from './version.js';
@@ -226,6 +227,7 @@ async function healthcheck(argv: string[]): Promise<number> {
 }
 
 async function main(argv: string[]): Promise<number> {
+  tuneRuntime();
   if (argv.includes('--healthcheck')) return healthcheck(argv);
   const info = infoRequest(argv);
   if (info === 'help') {

@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { ROOT, shippedCli, spawnChild, type Child } from './children.js';
 import { findNginx, findProgram, startNginx, type NginxFound } from './nginx.js';
 import { formatProfile, summariseProfile } from './profile-summary.js';
-import { cannon } from './load.js';
+import { cannon, median } from './load.js';
 import { basicAuth, SMALL_PATH } from './synthetic-upstream.js';
 
 /**
@@ -16,13 +16,14 @@ import { basicAuth, SMALL_PATH } from './synthetic-upstream.js';
  *
  * Targets: the upstream directly, nginx (`worker_processes auto`, upstream keepalive pool, an
  * access log), and the shim's CLI as plain JavaScript (children.ts, useBuiltChildren) at log
- * level info to a discarded stdout, metrics on; with `workers` > 0 and a Redis, also with `--workers N --redis
- * URL` (node:cluster, one process per core, as nginx's `worker_processes auto`); with `before`,
- * the built CLI of another checkout (its `dist/cli.js`) in the same run. Each target runs in turn, `rounds` times;
- * each figure is the median of its rounds (the machine's speed drifts during a run: alternating
- * targets and taking the middle run compares them on the same footing). Variants (unless `variants` is false): a 1 MiB answer, a 1 MiB upload, and long polls
- * (GET /api/v1/events held 200 ms by the upstream, 200 connections), so a gain on the small GET
- * is not paid for on the streaming paths.
+ * level info to a discarded stdout, metrics on; with `workers` > 0 and a Redis, also with
+ * `--workers N --redis URL` (node:cluster, one process per core, as nginx's `worker_processes
+ * auto`); with `before`, the built CLI of another checkout (its `dist/cli.js`) in the same run.
+ * Each target runs in turn, `rounds` times; each figure is the median of its rounds (the
+ * machine's speed drifts during a run: alternating targets and taking the middle run compares
+ * them on the same footing). Variants (unless `variants` is false): a 1 MiB answer, a 1 MiB
+ * upload, and long polls (GET /api/v1/events held 200 ms by the upstream, 200 connections), so
+ * a gain on the small GET is not paid for on the streaming paths.
  *
  * Target: the shim ≥ 0.6× nginx's req/s on the small GET, p99 ≤ 2× nginx's.
  */
@@ -88,25 +89,25 @@ function wrk(
 
 /**
  * The shim's CLI (`cli`: this project's, built from the current source, or another
- * checkout's), logging at level info to a file, as a discarded stdout
- * would take it: a pipe read by this process would fill and hold the shim's log writes back
- * while wrk runs (spawnSync stops this process's event loop). Its URL once every worker (or
- * the one process) logged its start-up line. `nodeArgs`: flags for node itself (`--cpu-prof`, …).
+ * checkout's), logging at level info to a file, as a discarded stdout would take it: a pipe
+ * read by this process would fill and hold the shim's log writes back while wrk runs
+ * (spawnSync stops this process's event loop). Its URL once every worker (or the one process)
+ * logged its start-up line. `nodeArgs`: flags for node itself (`--cpu-prof`, …).
  */
 async function startCli(
   cli: string,
   upstream: string,
-  o: { workers?: number; redis?: string; dir: string; nodeArgs?: string[] },
+  o: { cluster?: { workers: number; redis: string }; dir: string; nodeArgs?: string[] },
 ): Promise<{ url: string; stop(): Promise<void> }> {
   const args = [cli, '--upstream', upstream, '--port', '0', '--log-level', 'info', '--coalesce-ms', '5000'];
-  const listening = o.workers && o.workers > 1 ? o.workers : 1;
   const name = `shim-${randomBytes(4).toString('hex')}`;
-  if (o.workers && o.workers > 1 && o.redis) {
+  if (o.cluster) {
     // A key prefix of its own: the Redis may be shared.
     const config = join(o.dir, `${name}.json`);
     writeFileSync(config, JSON.stringify({ store: { keyPrefix: `zcs-bench:${name}:` } }));
-    args.push('--workers', String(o.workers), '--redis', o.redis, '--config', config);
+    args.push('--workers', String(o.cluster.workers), '--redis', o.cluster.redis, '--config', config);
   }
+  const listening = o.cluster?.workers ?? 1;
   const logFile = join(o.dir, `${name}.log`);
   const fd = openSync(logFile, 'w');
   const proc = spawn(process.execPath, [...(o.nodeArgs ?? []), ...args], { cwd: ROOT, stdio: ['ignore', fd, 'inherit'] });
@@ -143,13 +144,6 @@ async function startCli(
     },
   };
 }
-
-/** The median of some numbers (the middle run of an odd count). */
-export const median = (xs: readonly number[]): number => {
-  const s = [...xs].sort((a, b) => a - b);
-  const m = s.length >> 1;
-  return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
-};
 
 export type Row = { variant: string; target: string } & WrkResult;
 
@@ -205,7 +199,8 @@ export async function measureB4(o: B4Options): Promise<B4Result> {
   const targets: Array<[string, string]> = [['direct', up.url]];
   if (ng) targets.push([NGINX_TARGET, ng.url]);
   targets.push(['shim', shim.url]);
-  const clustered = o.workers > 0 && o.redis ? await startCli(cli, up.url, { workers: o.workers, redis: o.redis, dir }) : undefined;
+  const clustered =
+    o.workers > 0 && o.redis ? await startCli(cli, up.url, { cluster: { workers: o.workers, redis: o.redis }, dir }) : undefined;
   if (clustered) {
     shims.push(clustered);
     targets.push([workersTarget(o.workers), clustered.url]);

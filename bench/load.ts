@@ -80,6 +80,13 @@ export interface LatencySummary {
   meanBytes: number;
 }
 
+/** The median of some numbers (the middle one of an odd count): a verdict over alternated rounds. */
+export function median(xs: readonly number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  const m = s.length >> 1;
+  return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
+}
+
 export function percentile(sorted: Float64Array, p: number): number {
   if (sorted.length === 0) return NaN;
   const i = Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1));

@@ -4,7 +4,7 @@ import { parseArgs } from 'node:util';
 import { Redis } from 'ioredis';
 import { Pool } from 'undici';
 import { spawnChild, useBuiltChildren, type Child } from './children.js';
-import { lastUpdateIdOf, percentile, send, type Req } from './load.js';
+import { lastUpdateIdOf, median, percentile, send, type Req } from './load.js';
 import { formatProfile, summariseProfile } from './profile-summary.js';
 import { basicAuth, PRESENCE_PATH, type UpstreamStats } from './synthetic-upstream.js';
 
@@ -170,10 +170,6 @@ try {
       if (r.replicas > 1) ratios.set(r.replicas, [...(ratios.get(r.replicas) ?? []), { cpu, p99, backwards: r.backwards }]);
     }
   }
-  const median = (xs: number[]) => {
-    const s = [...xs].sort((a, b) => a - b);
-    return s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
-  };
   // Issue 19 §3: N replicas cost ≤ 1.2× one replica's CPU in total for the same load, p99 within 1.2×.
   for (const [n, rs] of ratios) {
     const cpu = median(rs.map((r) => r.cpu));

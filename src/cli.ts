@@ -227,7 +227,6 @@ async function healthcheck(argv: string[]): Promise<number> {
 }
 
 async function main(argv: string[]): Promise<number> {
-  tuneRuntime();
   if (argv.includes('--healthcheck')) return healthcheck(argv);
   const info = infoRequest(argv);
   if (info === 'help') {
@@ -247,6 +246,8 @@ async function main(argv: string[]): Promise<number> {
   }
   const { config, sources } = loaded;
   if (workerCount(config.server.workers) > 1 && !isWorker()) return startCluster(config);
+  // A process that serves (one alone, or a cluster worker): not the primary, which serves nothing.
+  tuneRuntime();
   const log = createLogger(config.log.level);
   // Until the shim is up there is nothing to close: exit at once.
   let onUncaught: () => void = () => process.exit(EXIT_UNCAUGHT);

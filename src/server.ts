@@ -29,6 +29,7 @@ import { FeatureLevels } from './upstream/feature-level.js';
 import { realmOf } from './upstream/realm.js';
 import { UserDirectory } from './upstream/user-directory.js';
 import { ParsePool } from './upstream/parse-worker.js';
+import { InFlightAnswers } from './http/in-flight.js';
 import { allowLongPolls, listen } from './http/listen.js';
 
 /**
@@ -239,7 +240,7 @@ export function createShim(o: ShimOptions): Shim {
     !req.headers.host ? missingHost() : !admitted(req.headers.host) ? unknownRealm() : undefined;
 
   /** Responses not yet finished, with their request ids, for the drain deadline (X9). */
-  const inFlight = new Map<ServerResponse, string>();
+  const inFlight = new InFlightAnswers();
   const server = http.createServer({ requireHostHeader: false }, (req, res) => {
     try {
       distrustForwarded(req, trustedProxies); // X4, before anything reads them
@@ -248,9 +249,9 @@ export function createShim(o: ShimOptions): Shim {
       let exchange: Exchange | undefined;
       // The one listener for all that ends with the answer: the drain set, the log line and
       // metrics, and a pass-through's upstream request.
-      inFlight.set(res, logged.requestId);
+      const answer = inFlight.add(res, logged.requestId);
       res.on('close', () => {
-        inFlight.delete(res);
+        answer.remove();
         logged.closed();
         exchange?.closed();
       });
@@ -326,7 +327,7 @@ export function createShim(o: ShimOptions): Shim {
         // say) gets a Zulip-shaped 503 and `Connection: close`, not a reset; an answer already
         // streaming cannot be ended cleanly and is cut. Whatever is left goes a moment later.
         const deadline = setTimeout(() => {
-          for (const [res, requestId] of inFlight) {
+          for (const { res, requestId } of inFlight) {
             if (res.headersSent) res.destroy();
             else sendShimError(res, shuttingDown(), { connection: 'close', 'retry-after': '1', 'x-request-id': requestId });
           }

@@ -29,14 +29,24 @@ const FLUSH_EVERY_MS = 200;
 /**
  * stdout through a buffer, written out every FLUSH_EVERY_MS (and by pino on exit): a request log
  * line written synchronously cost the pass-through ~40% of its throughput (bench B4).
+ *
+ * sonic-boom (pino.destination) in its buffer mode, fed one Buffer a line. In its default mode
+ * it appends each line to the pending string and measures that string with Buffer.byteLength on
+ * every write, which copies the whole pending batch each time: 4.3 KB copied for each request
+ * log line with 8 KB batches, a fifth of all a pass-through request allocated (bench/RESULTS.md,
+ * "The log buffer"). In buffer mode it keeps the lines as a list and joins them once per write.
  */
 function bufferedStdout(): DestinationStream {
   // Cluster workers share one stdout: writes of whole lines up to PIPE_BUF never interleave.
-  const dest = cluster.isWorker
-    ? pino.destination({ dest: 1, sync: false, minLength: 2 * 1024, maxWrite: PIPE_BUF })
-    : pino.destination({ dest: 1, sync: false, minLength: 8 * 1024 });
-  setInterval(() => dest.flush(), FLUSH_EVERY_MS).unref();
-  return dest;
+  const boom = cluster.isWorker
+    ? pino.destination({ dest: 1, sync: false, minLength: 2 * 1024, maxWrite: PIPE_BUF, contentMode: 'buffer' })
+    : pino.destination({ dest: 1, sync: false, minLength: 8 * 1024, contentMode: 'buffer' });
+  setInterval(() => boom.flush(), FLUSH_EVERY_MS).unref();
+  return {
+    write: (line: string) => boom.write(Buffer.from(line) as unknown as string),
+    flush: (cb?: (err?: Error) => void) => boom.flush(cb),
+    flushSync: () => boom.flushSync(),
+  } as DestinationStream;
 }
 
 export function createLogger(level: string, destination?: DestinationStream): Logger {

@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto';
+import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { Redis } from 'ioredis';
@@ -34,6 +35,7 @@ const { values: flags } = parseArgs({
   strict: true,
 });
 await useBuiltChildren();
+if (flags.profile) mkdirSync(flags.profile, { recursive: true });
 const users = Number(flags.users ?? 10_000);
 const clients = Number(flags.clients ?? 1_000);
 const minutes = Number(flags.minutes ?? 4);

@@ -61,18 +61,28 @@ afterAll(async () => {
   await fake.stop();
 });
 
+/**
+ * Starts the CLI with `args`, waits for `workers` start-up lines, sends every request, stops it
+ * with SIGTERM right after the last answer, and checks its stdout once it exited.
+ */
+async function sendThenStop(args: string[], workers: number, prefix: string): Promise<void> {
+  const run = runCli(['--upstream', fake.url, '--port', '0', '--log-level', 'info', ...args]);
+  try {
+    await until(`${workers} listening`, () =>
+      run.stdout.filter((l) => l.includes('"msg":"zulip-compat-shim listening"')).length >= workers ? true : undefined,
+    );
+    await sendAll(new URL(String(logLine(run, 'zulip-compat-shim listening')!.listen)), prefix);
+    run.child.kill('SIGTERM');
+    expect(await run.exited).toBe(0);
+    expectEveryLineOnce(run, prefix);
+  } finally {
+    run.child.kill('SIGKILL');
+  }
+}
+
 describe('stdout: the request log as written', CLI_TIMEOUT, () => {
   it('one process: every line whole and once, the last ones too when SIGTERM follows the last answer', CLI_TIMEOUT, async () => {
-    const run = runCli(['--upstream', fake.url, '--port', '0', '--log-level', 'info']);
-    try {
-      const listen = new URL(String((await until('listening', () => logLine(run, 'zulip-compat-shim listening'))).listen));
-      await sendAll(listen, 'one');
-      run.child.kill('SIGTERM');
-      expect(await run.exited).toBe(0);
-      expectEveryLineOnce(run, 'one');
-    } finally {
-      run.child.kill('SIGKILL');
-    }
+    await sendThenStop([], 1, 'one');
   });
 });
 
@@ -86,34 +96,8 @@ describeRedis('stdout: cluster workers share it', () => {
 
   // node:cluster hands the kept-alive connections to the workers in turn: both write at once.
   it('two workers writing at once: every line whole and once', CLI_TIMEOUT, async () => {
-    const dir = mkdtempSync(join(tmpdir(), 'zcs-log-'));
-    const config = join(dir, 'shim.json');
+    const config = join(mkdtempSync(join(tmpdir(), 'zcs-log-')), 'shim.json');
     writeFileSync(config, JSON.stringify({ store: { keyPrefix: prefix } }));
-    const run = runCli([
-      '--upstream',
-      fake.url,
-      '--port',
-      '0',
-      '--log-level',
-      'info',
-      '--workers',
-      '2',
-      '--redis',
-      REDIS_URL,
-      '--config',
-      config,
-    ]);
-    try {
-      await until('two workers listening', () =>
-        run.stdout.filter((l) => l.includes('"msg":"zulip-compat-shim listening"')).length >= 2 ? true : undefined,
-      );
-      const listen = new URL(String(logLine(run, 'zulip-compat-shim listening')!.listen));
-      await sendAll(listen, 'cluster');
-      run.child.kill('SIGTERM');
-      expect(await run.exited).toBe(0);
-      expectEveryLineOnce(run, 'cluster');
-    } finally {
-      run.child.kill('SIGKILL');
-    }
+    await sendThenStop(['--workers', '2', '--redis', REDIS_URL, '--config', config], 2, 'cluster');
   });
 });

@@ -25,6 +25,10 @@ import { basicAuth, SMALL_PATH } from './synthetic-upstream.js';
  * upload, and long polls (GET /api/v1/events held 200 ms by the upstream, 200 connections), so
  * a gain on the small GET is not paid for on the streaming paths.
  *
+ * Each shim target's garbage collection during a run (its /metrics, every worker's) is reported
+ * per 10,000 requests: what a request leaves behind shows there first (bench/RESULTS.md, the
+ * in-flight map).
+ *
  * Target: the shim ≥ 0.6× nginx's req/s on the small GET, p99 ≤ 2× nginx's.
  */
 
@@ -145,7 +149,21 @@ async function startCli(
   };
 }
 
-export type Row = { variant: string; target: string } & WrkResult;
+/**
+ * `gcMsPer10k`: for a shim target, the garbage collection its processes did during the run (its
+ * own `/metrics`, `nodejs_gc_duration_seconds`, every kind), in ms per 10,000 requests.
+ */
+export type Row = { variant: string; target: string; gcMsPer10k?: number } & WrkResult;
+
+const GC_SUM = /^zulip_compat_shim_nodejs_gc_duration_seconds_sum\{[^}]*\} ([\d.e+-]+)$/gm;
+
+/** Seconds of garbage collection a shim reports so far (every worker's, through a cluster's /metrics). */
+async function gcSeconds(url: string): Promise<number> {
+  const text = await (await fetch(`${url}/metrics`)).text();
+  let sum = 0;
+  for (const m of text.matchAll(GC_SUM)) sum += Number(m[1]);
+  return sum;
+}
 
 export const NGINX_TARGET = 'nginx (worker_processes auto)';
 /** The name of the shim's `--workers N` target. */
@@ -197,13 +215,16 @@ export async function measureB4(o: B4Options): Promise<B4Result> {
   const shim = await startCli(cli, up.url, { dir, nodeArgs: profileDir ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`] : [] });
   const shims = [shim];
   const targets: Array<[string, string]> = [['direct', up.url]];
+  const shimUrls = new Set<string>();
   if (ng) targets.push([NGINX_TARGET, ng.url]);
   targets.push(['shim', shim.url]);
+  shimUrls.add(shim.url);
   const clustered =
     o.workers > 0 && o.redis ? await startCli(cli, up.url, { cluster: { workers: o.workers, redis: o.redis }, dir }) : undefined;
   if (clustered) {
     shims.push(clustered);
     targets.push([workersTarget(o.workers), clustered.url]);
+    shimUrls.add(clustered.url);
   }
   if (o.before) {
     const beforeCli = join(o.before, 'dist', 'cli.js');
@@ -211,6 +232,7 @@ export async function measureB4(o: B4Options): Promise<B4Result> {
     const before = await startCli(beforeCli, up.url, { dir });
     shims.push(before);
     targets.push(['shim before', before.url]);
+    shimUrls.add(before.url);
   }
 
   const rows: Row[] = [];
@@ -219,7 +241,17 @@ export async function measureB4(o: B4Options): Promise<B4Result> {
     const runs = rows.filter((r) => r.variant === variant && r.target === target);
     if (runs.length === 0) return undefined;
     const of = (k: 'rps' | 'p50' | 'p99' | 'errors' | 'non2xx') => median(runs.map((r) => r[k]));
-    return { variant, target, rps: of('rps'), p50: of('p50'), p99: of('p99'), errors: of('errors'), non2xx: of('non2xx') };
+    const gc = runs.flatMap((r) => (r.gcMsPer10k === undefined ? [] : [r.gcMsPer10k]));
+    return {
+      variant,
+      target,
+      rps: of('rps'),
+      p50: of('p50'),
+      p99: of('p99'),
+      errors: of('errors'),
+      non2xx: of('non2xx'),
+      ...(gc.length ? { gcMsPer10k: median(gc) } : {}),
+    };
   };
   const smallName = `small GET ${SMALL_PATH}`;
   try {
@@ -246,8 +278,12 @@ export async function measureB4(o: B4Options): Promise<B4Result> {
       }
       for (let r = 0; r < o.rounds; r++) {
         for (const [name, url] of targets) {
+          const gcBefore = shimUrls.has(url) ? await gcSeconds(url) : undefined;
           const res = await load(`${url}${v.path}`, { ...v, headers: auth });
-          rows.push({ variant: v.name, target: name, ...res });
+          const requests = res.rps * v.seconds;
+          const gcMsPer10k =
+            gcBefore === undefined || requests === 0 ? undefined : (((await gcSeconds(url)) - gcBefore) * 1000 * 10_000) / requests;
+          rows.push({ variant: v.name, target: name, ...res, ...(gcMsPer10k === undefined ? {} : { gcMsPer10k }) });
           o.log(
             `  ${name}: ${res.rps.toFixed(0)} req/s, p50 ${res.p50} ms, p99 ${res.p99} ms${res.errors || res.non2xx ? `, ${res.errors} errors, ${res.non2xx} non-2xx` : ''}`,
           );
@@ -271,8 +307,8 @@ export async function measureB4(o: B4Options): Promise<B4Result> {
     `- ${generator}, ${o.rounds} round(s) alternating targets, the median of each figure kept; the shim's CLI as plain JavaScript (bundled from the current source, not run through tsx); ${clustered ? `shim --workers ${o.workers} with --redis (node:cluster); ` : o.workers > 0 ? 'no --workers target (no Redis given); ' : ''}nginx: ${ng ? `${nginx.bin !== undefined ? nginx.version : ''}, worker_processes auto, keepalive 64, access log` : `not run (${nginx.bin === undefined ? nginx.reason : ''})`}`,
   );
   out.push('');
-  out.push('| variant | target | req/s | p50 ms | p99 ms | × nginx req/s | p99 / nginx p99 |');
-  out.push('| --- | --- | ---: | ---: | ---: | ---: | ---: |');
+  out.push('| variant | target | req/s | p50 ms | p99 ms | × nginx req/s | p99 / nginx p99 | GC ms per 10k requests |');
+  out.push('| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |');
   for (const variant of [...new Set(rows.map((r) => r.variant))]) {
     const ref = typical(variant, NGINX_TARGET);
     for (const [name] of targets) {
@@ -282,7 +318,8 @@ export async function measureB4(o: B4Options): Promise<B4Result> {
       const p99 = ref ? (b.p99 / ref.p99).toFixed(2) : '–';
       // A run with failed requests measures the failure, not the proxy: say so beside it.
       const failed = b.errors || b.non2xx ? ` (failed requests: ${b.errors} errors, ${b.non2xx} non-2xx)` : '';
-      out.push(`| ${variant} | ${name}${failed} | ${b.rps.toFixed(0)} | ${b.p50} | ${b.p99} | ${ratio} | ${p99} |`);
+      const gc = b.gcMsPer10k === undefined ? '–' : b.gcMsPer10k.toFixed(0);
+      out.push(`| ${variant} | ${name}${failed} | ${b.rps.toFixed(0)} | ${b.p50} | ${b.p99} | ${ratio} | ${p99} | ${gc} |`);
     }
   }
   if (o.profileDir && profileDir) {

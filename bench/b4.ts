@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { ROOT, shippedCli, spawnChild, type Child } from './children.js';
 import { findNginx, findProgram, startNginx, type NginxFound } from './nginx.js';
 import { formatProfile, summariseProfile } from './profile-summary.js';
-import { cannon, median } from './load.js';
+import { cannon, gcOf, median } from './load.js';
 import { basicAuth, SMALL_PATH } from './synthetic-upstream.js';
 
 /**
@@ -155,16 +155,6 @@ async function startCli(
  */
 export type Row = { variant: string; target: string; gcMsPer10k?: number } & WrkResult;
 
-const GC_SUM = /^zulip_compat_shim_nodejs_gc_duration_seconds_sum\{[^}]*\} ([\d.e+-]+)$/gm;
-
-/** Seconds of garbage collection a shim reports so far (every worker's, through a cluster's /metrics). */
-async function gcSeconds(url: string): Promise<number> {
-  const text = await (await fetch(`${url}/metrics`)).text();
-  let sum = 0;
-  for (const m of text.matchAll(GC_SUM)) sum += Number(m[1]);
-  return sum;
-}
-
 export const NGINX_TARGET = 'nginx (worker_processes auto)';
 /** The name of the shim's `--workers N` target. */
 export const workersTarget = (n: number): string => `shim --workers ${n}`;
@@ -278,11 +268,11 @@ export async function measureB4(o: B4Options): Promise<B4Result> {
       }
       for (let r = 0; r < o.rounds; r++) {
         for (const [name, url] of targets) {
-          const gcBefore = shimUrls.has(url) ? await gcSeconds(url) : undefined;
+          const gcBefore = shimUrls.has(url) ? (await gcOf(url)).seconds : undefined;
           const res = await load(`${url}${v.path}`, { ...v, headers: auth });
           const requests = res.rps * v.seconds;
           const gcMsPer10k =
-            gcBefore === undefined || requests === 0 ? undefined : (((await gcSeconds(url)) - gcBefore) * 1000 * 10_000) / requests;
+            gcBefore === undefined || requests === 0 ? undefined : (((await gcOf(url)).seconds - gcBefore) * 1000 * 10_000) / requests;
           rows.push({ variant: v.name, target: name, ...res, ...(gcMsPer10k === undefined ? {} : { gcMsPer10k }) });
           o.log(
             `  ${name}: ${res.rps.toFixed(0)} req/s, p50 ${res.p50} ms, p99 ${res.p99} ms${res.errors || res.non2xx ? `, ${res.errors} errors, ${res.non2xx} non-2xx` : ''}`,

@@ -282,3 +282,37 @@ export async function cannon(url: string, connections: number, durationS: number
     requests: r.requests.total,
   };
 }
+
+/** Garbage collection so far, by kind (minor, major, incremental, weakcb), and in all. */
+export interface GcSoFar {
+  seconds: number;
+  byKind: Record<string, { count: number; seconds: number }>;
+}
+
+const GC_SERIES = /^zulip_compat_shim_nodejs_gc_duration_seconds_(sum|count)\{kind="(\w+)"\} ([\d.e+-]+)$/gm;
+
+/** What a shim's own `/metrics` says of its garbage collection so far (a cluster's: every worker's). */
+export async function gcOf(url: string): Promise<GcSoFar> {
+  const text = await (await fetch(`${url}/metrics`)).text();
+  const byKind: GcSoFar['byKind'] = {};
+  let seconds = 0;
+  for (const [, series, kind, value] of text.matchAll(GC_SERIES)) {
+    byKind[kind!] ??= { count: 0, seconds: 0 };
+    const k = byKind[kind!]!;
+    if (series === 'sum') {
+      k.seconds += Number(value);
+      seconds += Number(value);
+    } else k.count += Number(value);
+  }
+  return { seconds, byKind };
+}
+
+/** What happened between two readings of gcOf. */
+export function gcBetween(a: GcSoFar, b: GcSoFar): GcSoFar {
+  const byKind: GcSoFar['byKind'] = {};
+  for (const [kind, k] of Object.entries(b.byKind)) {
+    const was = a.byKind[kind] ?? { count: 0, seconds: 0 };
+    byKind[kind] = { count: k.count - was.count, seconds: k.seconds - was.seconds };
+  }
+  return { seconds: b.seconds - a.seconds, byKind };
+}

@@ -5,7 +5,7 @@ import { parseArgs } from 'node:util';
 import { Redis } from 'ioredis';
 import { Pool } from 'undici';
 import { spawnChild, useBuiltChildren, type Child } from './children.js';
-import { lastUpdateIdOf, median, percentile, send, type Req } from './load.js';
+import { gcBetween, gcOf, lastUpdateIdOf, median, percentile, send, type GcSoFar, type Req } from './load.js';
 import { formatProfile, summariseProfile } from './profile-summary.js';
 import { basicAuth, PRESENCE_PATH, type UpstreamStats } from './synthetic-upstream.js';
 
@@ -64,6 +64,8 @@ interface Outcome {
   fullFetches: number;
   backwards: number;
   errors: number;
+  /** Garbage collection pauses over the measured minutes, every replica's together: ms, and how many, by kind. */
+  gc: Record<string, { ms: number; count: number }>;
 }
 
 async function phase(up: Child, n: number): Promise<Outcome> {
@@ -80,6 +82,7 @@ async function phase(up: Child, n: number): Promise<Outcome> {
     let backwards = 0;
     let errors = 0;
     let before: UpstreamStats | undefined;
+    let gcBefore: GcSoFar[] = [];
     const inflight = new Set<Promise<void>>();
     const t0 = performance.now();
     const total = clients * minutes;
@@ -93,6 +96,7 @@ async function phase(up: Child, n: number): Promise<Outcome> {
         if (minute === 1 && client === 0) {
           before = await up.call<UpstreamStats>('stats');
           await Promise.all([up.call('cpu'), ...shims.map((s) => s.call('cpu'))]);
+          gcBefore = await Promise.all(shims.map((s) => gcOf(s.url)));
           if (flags.profile) await Promise.all(shims.map((s) => s.call('profile-start')));
         }
         if (busy[client]) continue;
@@ -131,6 +135,16 @@ async function phase(up: Child, n: number): Promise<Outcome> {
       up.call<number>('cpu'),
       ...shims.map((s) => s.call<number>('cpu')),
     ]);
+    const gcAfter = await Promise.all(shims.map((s) => gcOf(s.url)));
+    const gc: Outcome['gc'] = {};
+    shims.forEach((_, i) => {
+      for (const [kind, k] of Object.entries(gcBetween(gcBefore[i]!, gcAfter[i]!).byKind)) {
+        gc[kind] ??= { ms: 0, count: 0 };
+        const sum = gc[kind]!;
+        sum.ms = Math.round(sum.ms + k.seconds * 1000);
+        sum.count += k.count;
+      }
+    });
     const sorted = Float64Array.from(latencies).sort();
     return {
       replicas: n,
@@ -142,6 +156,7 @@ async function phase(up: Child, n: number): Promise<Outcome> {
       fullFetches: after.presenceFull - before!.presenceFull,
       backwards,
       errors,
+      gc,
     };
   } finally {
     await Promise.all(pools.map((p) => p.close()));

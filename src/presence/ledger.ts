@@ -217,11 +217,8 @@ function* mergeSteps(state: LedgerState, obs: Observation): Generator<void, Ledg
     users.set(id, e);
   };
 
-  // Walked by key, each value looked up: the `[key, value]` pairs of walking both maps were a
-  // large part of what a refresh allocated (bench/RESULTS.md, §3).
-  for (const userId of obs.presences.keys()) {
+  for (const [userId, p] of obs.presences) {
     if (++looked % MERGE_STEP === 0) yield;
-    const p = obs.presences.get(userId)!;
     const prev = state.users.get(userId);
     if (prev && ts < prev.seenAt) continue; // I3: an older snapshot
     if (prev && ts === prev.seenAt && !newerAtSameTime(p, prev)) continue; // I3: the same time, not newer data
@@ -233,9 +230,8 @@ function* mergeSteps(state: LedgerState, obs: Observation): Generator<void, Ledg
     changed.push(userId);
   }
   if (obs.complete) {
-    for (const userId of state.users.keys()) {
+    for (const [userId, prev] of state.users) {
       if (++looked % MERGE_STEP === 0) yield;
-      const prev = state.users.get(userId)!;
       if (prev.present && ts > prev.seenAt && !obs.presences.has(userId)) {
         write(userId, { ...prev, seenAt: ts, present: false });
       }

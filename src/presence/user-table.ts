@@ -108,13 +108,11 @@ export class UserTable<V> implements ReadonlyMap<number, V> {
       : [[this, older]];
     for (const [mine, theirs] of pairs) {
       if (mine === theirs) continue;
-      // By key, each value looked up: no [id, value] pair for every user of a copied shard.
-      for (const id of mine.keys()) {
-        const v = mine.get(id);
+      for (const [id, v] of mine) {
         const o = theirs.get(id);
         if (o !== v) yield [id, v, o];
       }
-      for (const id of theirs.keys()) if (!mine.has(id)) yield [id, undefined, theirs.get(id)];
+      for (const [id, o] of theirs) if (!mine.has(id)) yield [id, undefined, o];
     }
   }
 

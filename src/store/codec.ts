@@ -116,31 +116,17 @@ function header(w: Writer, format: number, s: LedgerState): void {
 }
 
 function encodePacked(s: LedgerState): Buffer | undefined {
-  // Ids and entries side by side, walked with forEach: no [id, entry] pair per user.
-  const ids = new Array<number>(s.users.size);
-  const entries = new Array<LedgerEntry>(s.users.size);
-  let n = 0;
-  s.users.forEach((e, id) => {
-    ids[n] = id;
-    entries[n++] = e;
-  });
+  const entries = [...s.users];
   let sorted = true;
-  for (let i = 0; i < ids.length; i++) {
-    const id = ids[i]!;
+  for (let i = 0; i < entries.length; i++) {
+    const id = entries[i]![0];
     if (!isInt(id) || id < 0) return undefined;
-    if (i > 0 && id < ids[i - 1]!) sorted = false;
+    if (i > 0 && id < entries[i - 1]![0]) sorted = false;
   }
-  // A decoded ledger is in id order already; a sharded table walks its shards in turn.
-  let order: Uint32Array | undefined;
-  if (!sorted) {
-    order = new Uint32Array(ids.length);
-    for (let i = 0; i < order.length; i++) order[i] = i;
-    order.sort((a, b) => ids[a]! - ids[b]!);
-  }
-  const at = (k: number) => (order ? order[k]! : k);
+  // A decoded ledger is in id order already, and a merge appends new users: sort only if needed.
+  if (!sorted) entries.sort((a, b) => a[0] - b[0]);
   const seenIndex = new Map<number, number>();
-  for (let k = 0; k < entries.length; k++) {
-    const e = entries[at(k)]!;
+  for (const [, e] of entries) {
     if (Object.is(e.seenAt, -0)) return undefined; // a Map key cannot tell -0 from 0
     if (!seenIndex.has(e.seenAt)) seenIndex.set(e.seenAt, seenIndex.size);
   }
@@ -150,9 +136,7 @@ function encodePacked(s: LedgerState): Buffer | undefined {
   for (const t of seenIndex.keys()) w.f64(t);
   w.uint(entries.length);
   let prev = 0;
-  for (let k = 0; k < entries.length; k++) {
-    const id = ids[at(k)]!;
-    const e = entries[at(k)]!;
+  for (const [id, e] of entries) {
     const sinceActive = Math.floor(e.seenAt) - e.active;
     const idleAfter = e.idle - e.active;
     const age = s.lastId - e.changedAt;

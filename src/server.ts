@@ -247,7 +247,7 @@ export function createShim(o: ShimOptions): Shim {
       const route = routeOf(req.method, req.url);
       const logged = logRequest(req, res, route.path, route.kind === 'own');
       let exchange: Exchange | undefined;
-      // The one listener for all that ends with the answer: the drain set, the log line and
+      // The one listener for all that ends with the answer: the drain list, the log line and
       // metrics, and a pass-through's upstream request.
       const answer = inFlight.add(res, logged.requestId);
       res.on('close', () => {

@@ -31,11 +31,6 @@ export class InFlightAnswer {
 export class InFlightAnswers implements Iterable<InFlightAnswer> {
   private first: InFlightAnswer | undefined;
   private last: InFlightAnswer | undefined;
-  private count = 0;
-
-  get size(): number {
-    return this.count;
-  }
 
   add(res: ServerResponse, requestId: string): InFlightAnswer {
     const entry = new InFlightAnswer(res, requestId);
@@ -44,7 +39,6 @@ export class InFlightAnswers implements Iterable<InFlightAnswer> {
     if (this.last) this.last.next = entry;
     else this.first = entry;
     this.last = entry;
-    this.count++;
     return entry;
   }
 
@@ -56,7 +50,6 @@ export class InFlightAnswers implements Iterable<InFlightAnswer> {
     if (entry.next) entry.next.prev = entry.prev;
     else this.last = entry.prev;
     entry.prev = entry.next = entry.list = undefined;
-    this.count--;
   }
 
   /** Oldest first. Entries removed while the iteration is under way are skipped, not lost track of. */

@@ -4,10 +4,6 @@ import { VERSION } from '../version.js';
 import { FastHistogram } from './fast-histogram.js';
 
 /**
- * Prometheus metrics (`GET /metrics`). Names follow Prometheus conventions: the
- * `zulip_compat_shim_` prefix, base units, bounded label values (never a user id or email).
- */
-/**
  * How often the event loop's delay is sampled for `nodejs_eventloop_lag_*` (ms), which every
  * reading includes (an idle loop reads about this much). prom-client's 10 ms woke an idle
  * process 100 times a second: 7.5 of the 9 ms of CPU an idle shim took each second (3 ms in
@@ -15,6 +11,10 @@ import { FastHistogram } from './fast-histogram.js';
  */
 export const EVENT_LOOP_SAMPLE_MS = 50;
 
+/**
+ * Prometheus metrics (`GET /metrics`). Names follow Prometheus conventions: the
+ * `zulip_compat_shim_` prefix, base units, bounded label values (never a user id or email).
+ */
 export function createMetrics() {
   const registry = new Registry();
   collectDefaultMetrics({ register: registry, prefix: 'zulip_compat_shim_', eventLoopMonitoringPrecision: EVENT_LOOP_SAMPLE_MS });

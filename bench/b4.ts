@@ -205,16 +205,13 @@ export async function measureB4(o: B4Options): Promise<B4Result> {
   const shim = await startCli(cli, up.url, { dir, nodeArgs: profileDir ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`] : [] });
   const shims = [shim];
   const targets: Array<[string, string]> = [['direct', up.url]];
-  const shimUrls = new Set<string>();
   if (ng) targets.push([NGINX_TARGET, ng.url]);
   targets.push(['shim', shim.url]);
-  shimUrls.add(shim.url);
   const clustered =
     o.workers > 0 && o.redis ? await startCli(cli, up.url, { cluster: { workers: o.workers, redis: o.redis }, dir }) : undefined;
   if (clustered) {
     shims.push(clustered);
     targets.push([workersTarget(o.workers), clustered.url]);
-    shimUrls.add(clustered.url);
   }
   if (o.before) {
     const beforeCli = join(o.before, 'dist', 'cli.js');
@@ -222,7 +219,6 @@ export async function measureB4(o: B4Options): Promise<B4Result> {
     const before = await startCli(beforeCli, up.url, { dir });
     shims.push(before);
     targets.push(['shim before', before.url]);
-    shimUrls.add(before.url);
   }
 
   const rows: Row[] = [];
@@ -268,7 +264,8 @@ export async function measureB4(o: B4Options): Promise<B4Result> {
       }
       for (let r = 0; r < o.rounds; r++) {
         for (const [name, url] of targets) {
-          const gcBefore = shimUrls.has(url) ? (await gcOf(url)).seconds : undefined;
+          // Every target but the references is a shim, with its own /metrics.
+          const gcBefore = name !== 'direct' && name !== NGINX_TARGET ? (await gcOf(url)).seconds : undefined;
           const res = await load(`${url}${v.path}`, { ...v, headers: auth });
           const requests = res.rps * v.seconds;
           const gcMsPer10k =

@@ -81,7 +81,9 @@ function run(steps: Step[]) {
     clock += 7;
     switch (st.t) {
       case 'change': {
-        base += 10;
+        // The upstream's time moves on: a user's newer active time is later than every earlier
+        // one (P14 keeps the later one where an old server's rows show an earlier one).
+        base += 60;
         const active = base + st.active;
         upstream.set(st.user, { active_timestamp: active, idle_timestamp: active + st.idle });
         break;

@@ -204,14 +204,22 @@ describeRedis('a client whose polls alternate between replicas, during a refresh
       // The second replica's leader follows it (a ping), and is answered before it publishes.
       const following = await within(send(r1, users[2]!, id), 5_000);
       expect(following).not.toBe('late');
-      for (const early of [fetching, following]) {
+      // 2.1: each caller's own report is in its answer (P15).
+      const own = { active_timestamp: Math.floor(fake.now), idle_timestamp: Math.floor(fake.now) };
+      for (const [early, caller] of [
+        [fetching, users[0]!],
+        [following, users[2]!],
+      ] as const) {
         if (early === 'late') continue;
         expect(early.status).toBe(200);
-        // What each replica's copy had after the client's id (X1: a copy that vouches for it).
-        expect(after).toMatchObject(early.body.presences);
+        const { [caller]: itself, ...others } = early.body.presences;
+        expect(itself).toEqual(own);
+        // What each replica's copy had after the client's id (X1: a copy that vouches for it),
+        // the first caller's own report included once the second replica read it.
+        expect({ ...after, [users[0]!]: own }).toMatchObject(others);
         expect(early.body.presence_last_update_id).toBeGreaterThanOrEqual(id);
       }
-      if (fetching !== 'late') expect(fetching.body.presences).toEqual(after);
+      if (fetching !== 'late') expect(fetching.body.presences).toEqual({ ...after, [users[0]!]: own });
       expect(fake.stats.presenceFull).toBe(fullBefore + 1);
       if (following !== 'late') followingId = following.body.presence_last_update_id as number;
     } finally {

@@ -15,6 +15,7 @@ import type { Format } from './intake.js';
 import { parsePresenceRequest, upstreamWillReject, wantsModern } from './params.js';
 import { report, UpstreamRefused, type Poll } from './report.js';
 import { obtainSnapshot } from './sharing.js';
+import { recordOwnReport } from './own-report.js';
 
 /**
  * POST /api/v1/users/me/presence and /json/users/me/presence. On an upstream at feature level
@@ -49,6 +50,8 @@ export const presenceHandler: Handler = async (req, res, ctx) => {
     // 2.1 has only the legacy format, which then feeds modern answers too.
     const format: Format = modern && poll.era !== 'legacy' ? 'slim' : 'legacy';
     const { snapshot, own } = await obtainSnapshot(poll, format);
+    // P15: the caller's own report is in the ledger its modern answer is built from.
+    if (modern) await recordOwnReport(poll, own);
     const built = modern ? await modernAnswer(poll, snapshot) : await legacyAnswer(poll, snapshot);
     await send(poll, res, built, own ? rewrittenHeaders(own.headers) : {});
   } catch (e) {

@@ -30,13 +30,26 @@ export interface Asker {
 /** Format the upstream answered in: legacy (email keys) or slim (user ids). */
 export type Format = 'legacy' | 'slim';
 
+/**
+ * P6: a `Date` header says the second an answer was made in, not when in it: the answer is
+ * dated at the end of that second, so a snapshot taken earlier in the same second never wins
+ * over it (the ledger orders observations by these times, I3).
+ */
+const END_OF_SECOND = 0.999;
+
 /** The upstream's time for an answer (P6): its server_timestamp, else its Date header. */
 export function upstreamTime(body: Record<string, unknown>, headers: BufferedResponse['headers']): number {
   const ts = body.server_timestamp;
   if (typeof ts === 'number' && Number.isFinite(ts)) return ts;
-  const date = Date.parse(String(headers.date ?? ''));
-  if (Number.isFinite(date)) return date / 1000;
+  const date = dateHeaderTime(headers);
+  if (date !== undefined) return date;
   throw upstreamBadResponse('presence answer without server_timestamp or Date');
+}
+
+/** The upstream's time by its `Date` header (P6), at the end of that second; undefined without one. */
+export function dateHeaderTime(headers: BufferedResponse['headers']): number | undefined {
+  const date = Date.parse(String(headers.date ?? ''));
+  return Number.isFinite(date) ? date / 1000 + END_OF_SECOND : undefined;
 }
 
 /** Presences as the upstream sent them (parsed), or read into columns off the main thread (B7). */

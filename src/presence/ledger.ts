@@ -40,6 +40,13 @@
  *   it and deltas resume; a client that re-registers or sends -1 gets an id of the ledger's own.
  * - I7 every change to a ledger is a `LedgerChange` applied by one writer at a time (the store),
  *   so every replica sees one history of ids (S1).
+ * - I8 a user's `active` never moves back by a client's later report (P14): servers before 7.0
+ *   keep one row per client, so an `idle` report after an `active` one makes the user look
+ *   active long ago; a modern server keeps the last active time. An observation whose
+ *   `idle_timestamp` is not older than the entry's keeps the entry's `active` where it is
+ *   larger. Only an observation that moves the whole user back (its `idle_timestamp` older
+ *   too) is the upstream backdating them on purpose (invisible mode, P6) and is taken as it is.
+ *   A caller's own report (P15) only ever raises a user's timestamps.
  */
 
 import { UserTable, type UserTableEdit } from './user-table.js';
@@ -87,6 +94,12 @@ export interface Observation {
    * leaves out are then out of view. A per-caller snapshot says nothing about other users.
    */
   complete: boolean;
+  /**
+   * P15: the caller's own report as the upstream accepted it (a user active as of then), not
+   * a snapshot: it raises the user's timestamps and never lowers them (I8), and says nothing
+   * about anyone else.
+   */
+  report?: boolean | undefined;
 }
 
 const MERGE_HISTORY = 32;
@@ -167,16 +180,23 @@ export function vouchesFor(state: LedgerState, id: number): boolean {
 const samePresence = (e: LedgerEntry, p: ModernPresence) => e.active === p.active_timestamp && e.idle === p.idle_timestamp;
 
 /**
- * I3 at one server_timestamp: observations the upstream's clock cannot order (a register before
- * 5.0 is timed by its `Date` header, to the second) are ordered by their data, whichever arrived
- * first: a user's timestamps only move forward (but for invisible mode's backdating, which one
- * second cannot show), so the later `idle_timestamp`, then `active_timestamp`, is the newer.
+ * I8 (P14, P15): what a newer observation of a user leaves in the ledger. The upstream moving
+ * the whole user back (`idle_timestamp` older too: invisible mode) is taken as it is; otherwise
+ * the active time seen last stays where it is larger (P2: idle never below it).
+ * `raiseOnly`: a report, or an observation at the entry's own server_timestamp, which the
+ * upstream's clock cannot order (a register before 5.0 is timed by its `Date` header, to the
+ * second): a user's timestamps only move forward but for invisible mode's backdating, which
+ * one second cannot show, so each timestamp takes the later of the two, in any order.
  */
-const newerAtSameTime = (p: ModernPresence, e: LedgerEntry) =>
-  p.idle_timestamp !== e.idle ? p.idle_timestamp > e.idle : p.active_timestamp > e.active;
+export function keptActive(prev: LedgerEntry, seen: ModernPresence, raiseOnly: boolean): ModernPresence {
+  if (!raiseOnly && seen.idle_timestamp < prev.idle) return seen;
+  const active = Math.max(prev.active, seen.active_timestamp);
+  const idle = Math.max(seen.idle_timestamp, active, raiseOnly ? prev.idle : 0);
+  return active === seen.active_timestamp && idle === seen.idle_timestamp ? seen : { active_timestamp: active, idle_timestamp: idle };
+}
 
 /**
- * Merges an observation (I3, I4). Returns the same state object when nothing changed, so a
+ * Merges an observation (I3, I4, I8). Returns the same state object when nothing changed, so a
  * caller can skip writing it back. The new state shares every user it did not change with the
  * old one (B7: user-table.ts), and the old one stays as it was: states are values.
  */
@@ -217,12 +237,13 @@ function* mergeSteps(state: LedgerState, obs: Observation): Generator<void, Ledg
     users.set(id, e);
   };
 
-  for (const [userId, p] of obs.presences) {
+  for (const [userId, seen] of obs.presences) {
     if (++looked % MERGE_STEP === 0) yield;
     const prev = state.users.get(userId);
     if (prev && ts < prev.seenAt) continue; // I3: an older snapshot
-    if (prev && ts === prev.seenAt && !newerAtSameTime(p, prev)) continue; // I3: the same time, not newer data
     if (!prev && ts < state.completeAt) continue; // I3: a newer complete snapshot left them out
+    // I3 at one server_timestamp: the later data, each timestamp on its own (I8).
+    const p = prev ? keptActive(prev, seen, obs.report === true || ts === prev.seenAt) : seen;
     // Same data, still in view: nothing to write. A snapshot at least this new can only carry
     // this data or newer, so seenAt needs to move only when something changes.
     if (prev?.present && samePresence(prev, p)) continue;

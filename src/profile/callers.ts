@@ -17,6 +17,8 @@ import type { IncomingHttpHeaders } from 'node:http';
 
 export interface Caller {
   userId: number;
+  /** A bot: its presence is never shown (P7). */
+  isBot?: boolean | undefined;
   /** The caller's real address, when its own user carries it (from 6.0, or a realm that shows it). */
   deliveryEmail?: string | undefined;
 }
@@ -90,5 +92,8 @@ function keyOf(realm: Realm, credentials: IncomingHttpHeaders): string {
 function callerOf(me: Record<string, unknown>): Caller | undefined {
   const userId = me.user_id;
   if (typeof userId !== 'number' || !Number.isInteger(userId)) return undefined;
-  return typeof me.delivery_email === 'string' ? { userId, deliveryEmail: me.delivery_email } : { userId };
+  const caller: Caller = { userId };
+  if (me.is_bot === true) caller.isBot = true;
+  if (typeof me.delivery_email === 'string') caller.deliveryEmail = me.delivery_email;
+  return caller;
 }

@@ -33,6 +33,8 @@ interface Row {
   lastActive: number;
   /** 7.0: the server's presence row id. */
   updateId: number;
+  /** 2.1: the latest active time a full answer showed (what the shim can have seen, P14). */
+  shownActive?: number;
 }
 
 const FIRST_ID = 1000;
@@ -149,8 +151,9 @@ export class SyntheticZulip {
     const out = new Map<string, { active_timestamp: number; idle_timestamp: number }>();
     for (const [id, r] of this.rows) {
       if (this.era === '2.1') {
-        // One client row: its time is the last report; active only if that report was.
-        const active = r.status === 'active' ? r.timestamp : Math.min(JOINED, r.timestamp);
+        // One client row: its time is the last report; active only if that report was. An idle
+        // report does not take back an active time a full answer showed (P14).
+        const active = r.status === 'active' ? r.timestamp : (r.shownActive ?? Math.min(JOINED, r.timestamp));
         out.set(String(id), { active_timestamp: active, idle_timestamp: r.timestamp });
       } else {
         out.set(String(id), { active_timestamp: r.lastActive, idle_timestamp: r.timestamp });
@@ -167,6 +170,7 @@ export class SyntheticZulip {
       const parts: string[] = [];
       for (const [id, r] of this.rows) {
         if (this.era === '2.1') {
+          if (r.status === 'active') r.shownActive = Math.max(r.shownActive ?? 0, r.timestamp);
           const row = `{"client":"website","status":"${r.status}","timestamp":${r.timestamp},"pushable":false}`;
           parts.push(
             `"${this.email(id)}":{"website":${row},"aggregated":{"client":"website","status":"${r.status}","timestamp":${r.timestamp}}}`,

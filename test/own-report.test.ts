@@ -1,0 +1,118 @@
+import request from 'supertest';
+import { afterEach, describe, expect, it } from 'vitest';
+import { startFake, type Era, type FakeZulip } from './support/fake-zulip.js';
+import { startShim, type RunningShim } from './support/shim.js';
+
+/**
+ * What a real client sees of its own and others' recent reports through the shim on old
+ * servers: P14 (active time never moves back by an idle report), P15 (a caller sees its own
+ * report, also from a shared snapshot) and P6 for a register timed by its Date header.
+ */
+
+type Modern = Record<string, { active_timestamp: number; idle_timestamp: number }>;
+
+let fake: FakeZulip;
+let shim: RunningShim | undefined;
+afterEach(async () => {
+  await shim?.close();
+  shim = undefined;
+  await fake?.stop();
+});
+
+async function setup(era: Era, coalesceMs = 60_000): Promise<void> {
+  fake = await startFake({ era });
+  for (const u of fake.humans()) fake.report(u.user_id, 'active');
+  shim = await startShim(fake.url, { presence: { coalesceMs } });
+}
+
+const poll = (user: number, form: Record<string, string>) =>
+  request(shim!.url)
+    .post('/api/v1/users/me/presence')
+    .set('Host', 'chat.example.com')
+    .set('Authorization', fake.auth(user))
+    .type('form')
+    .send(form);
+
+describe('P15: a caller sees its own report', () => {
+  it('on 2.1, a full poll answered from a snapshot taken before its report shows it active as of the report', async () => {
+    await setup('2.1');
+    const first = await poll(11, { status: 'active', last_update_id: '-1' });
+    expect(first.status).toBe(200);
+    const before = (first.body.presences as Modern)['12']!;
+    fake.advance(600);
+    // The Python bindings' call: a guest or any user, full data, its own status active.
+    const own = await poll(12, { status: 'active', last_update_id: '-1' });
+    expect(own.status).toBe(200);
+    expect(fake.stats.presenceFull).toBe(1); // answered from the shared snapshot
+    const now = Math.floor(fake.now);
+    expect((own.body.presences as Modern)['12']).toEqual({ active_timestamp: now, idle_timestamp: now });
+    expect(before.active_timestamp).toBeLessThan(now);
+    // Everyone else sees it too, with an id that continues exactly (P6).
+    const other = await poll(11, { status: 'active', last_update_id: String(first.body.presence_last_update_id) });
+    expect((other.body.presences as Modern)['12']).toEqual({ active_timestamp: now, idle_timestamp: now });
+    // A report within a minute of the one recorded changes nothing a client shows (as a modern server).
+    fake.advance(20);
+    const again = await poll(12, { status: 'active', last_update_id: String(own.body.presence_last_update_id) });
+    expect(again.body.presences).not.toHaveProperty('12');
+  });
+
+  it('an idle report is not taken for an active one', async () => {
+    await setup('2.1');
+    const first = await poll(11, { status: 'active', last_update_id: '-1' });
+    fake.advance(600);
+    const idle = await poll(12, { status: 'idle', last_update_id: '-1' });
+    expect((idle.body.presences as Modern)['12']).toEqual((first.body.presences as Modern)['12']);
+  });
+});
+
+describe('P14: active time never moves back by a client going idle', () => {
+  it.each(['2.1', '4.0'] as const)('on %s, one client active then idle, another idle: the last active time stays', async (era) => {
+    await setup(era, 0);
+    fake.advance(300);
+    fake.report(13, 'active', 'website');
+    const seenActive = Math.floor(fake.now);
+    const first = await poll(11, { status: 'active', last_update_id: '-1' });
+    expect((first.body.presences as Modern)['13']!.active_timestamp).toBe(seenActive);
+    // Past the anti-flap window, the same client reports idle: its row is replaced.
+    fake.advance(180);
+    fake.report(13, 'idle', 'website');
+    const next = await poll(11, { status: 'active', last_update_id: String(first.body.presence_last_update_id) });
+    expect((next.body.presences as Modern)['13']).toEqual({ active_timestamp: seenActive, idle_timestamp: Math.floor(fake.now) });
+    const full = await poll(11, { status: 'active', last_update_id: '-1' });
+    expect((full.body.presences as Modern)['13']!.active_timestamp).toBe(seenActive);
+  });
+
+  it('invisible mode still backdates the user (6.0)', async () => {
+    await setup('6.0', 0);
+    const first = await poll(11, { status: 'active', last_update_id: '-1' });
+    fake.advance(60);
+    fake.setPresenceEnabled(13, false);
+    const next = await poll(11, { status: 'active', last_update_id: String(first.body.presence_last_update_id) });
+    const p = (next.body.presences as Modern)['13']!;
+    expect(p.idle_timestamp).toBe(Math.floor(fake.now) - 420);
+    expect(p.active_timestamp).toBeLessThan((first.body.presences as Modern)['13']!.active_timestamp);
+  });
+});
+
+describe('P6: a register timed by its Date header is not older than a snapshot of the same second', () => {
+  it('on 2.1, register right after a poll in the same second, with a report between them', async () => {
+    await setup('2.1');
+    fake.advance(300.1); // .35 into a second
+    const first = await poll(11, { status: 'active', last_update_id: '-1' });
+    expect(first.status).toBe(200);
+    fake.advance(0.4); // the same second
+    fake.report(13, 'active', 'ZulipMobile');
+    const reg = await request(shim!.url)
+      .post('/api/v1/register')
+      .set('Host', 'chat.example.com')
+      .set('Authorization', fake.auth(10))
+      .type('form')
+      .send({ slim_presence: 'true', fetch_event_types: '["presence"]' });
+    expect(reg.status).toBe(200);
+    const now = Math.floor(fake.now);
+    expect((reg.body.presences as Modern)['13']!.active_timestamp).toBe(now);
+    // And a poll after it continues from its id without taking it back (X1).
+    const next = await poll(10, { status: 'active', last_update_id: String(reg.body.presence_last_update_id) });
+    expect((next.body.presences as Modern)['13'] ?? (reg.body.presences as Modern)['13']).toEqual((reg.body.presences as Modern)['13']);
+  });
+});

@@ -55,6 +55,17 @@ describe.each(['2.1', '4.0', '7.0'] as const)('register on a Zulip %s upstream (
     expect(Object.keys(d.body.presences).sort()).toEqual(['10', '13']);
   });
 
+  it('carries the presence settings the old server behaves with, named as added (W2)', async () => {
+    await setup(era);
+    for (const form of [{ slim_presence: 'true', fetch_event_types: '["presence"]' }, { fetch_event_types: '["presence"]' }]) {
+      const r = await register(10, form);
+      expect(r.status).toBe(200);
+      expect(r.body).toMatchObject({ server_presence_ping_interval_seconds: 60, server_presence_offline_threshold_seconds: 140 });
+      const added = String(r.headers['x-zulip-compat-backfilled']).split(',');
+      expect(added).toEqual(expect.arrayContaining(['server_presence_ping_interval_seconds', 'server_presence_offline_threshold_seconds']));
+    }
+  });
+
   it('keeps the legacy format when slim_presence is not asked, adding the id', async () => {
     await setup(era);
     const expected = fake.legacyPresence();

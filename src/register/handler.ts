@@ -25,6 +25,7 @@ import {
   type EventTypes,
 } from './users.js';
 import { addedHeaders } from '../profile/handler.js';
+import { noneAdded } from '../profile/changes/index.js';
 
 /**
  * POST /api/v1/register and /json/register (R1, R2): when the answer carries presence, its
@@ -33,6 +34,15 @@ import { addedHeaders } from '../profile/handler.js';
  * modern format when the client asked for `slim_presence`. Everything else in the answer keeps
  * its meaning; a register without presence is passed on byte for byte.
  */
+
+/**
+ * W2: the presence settings of a register answer (feature level 164) where the upstream lacks
+ * them: servers before 7.0 behave with exactly these (clients hard-coded them).
+ */
+const OLD_SERVER_PRESENCE_SETTINGS = {
+  server_presence_ping_interval_seconds: 60,
+  server_presence_offline_threshold_seconds: 140,
+} as const;
 
 /** Do the event types fetched at register include presence? */
 function fetchesPresence(types: EventTypes): boolean {
@@ -135,9 +145,16 @@ export const registerHandler: Handler = async (req, res, ctx) => {
     body.presence_last_update_id = await idForLegacyPresences(asker, intake, serverTimestamp, historyLimitDays, empty);
   }
   if (body.server_timestamp === undefined) body.server_timestamp = serverTimestamp;
+  const added = users ?? noneAdded();
+  for (const [key, value] of Object.entries(OLD_SERVER_PRESENCE_SETTINGS)) {
+    if (key in body) continue;
+    body[key] = value;
+    added.added.push(key);
+    added.sources[key] = 'rule';
+  }
 
   const out = Buffer.from(JSON.stringify(body));
   f.kind = 'register';
   ctx.log.debug({ bytes: out.length, ms: Math.round(performance.now() - started) }, 'register presence rewritten');
-  await sendEncoded(req, res, r.status, { raw: out }, { ...rewrittenHeaders(r.headers), ...addedHeaders(users) });
+  await sendEncoded(req, res, r.status, { raw: out }, { ...rewrittenHeaders(r.headers), ...addedHeaders(added) });
 };

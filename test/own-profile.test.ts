@@ -34,7 +34,8 @@ function modernProfile(fake: FakeZulip, u: FakeUser): Record<string, unknown> {
     delivery_email: u.delivery_email,
     is_active: true,
     max_message_id: 30,
-    ...(u.is_bot ? {} : { profile_data: u.profile_data }),
+    // V5: a bot's own profile names its type and owner, as its row in the user list does.
+    ...(u.is_bot ? { bot_type: u.bot_type, bot_owner_id: u.bot_owner_id ?? null } : { profile_data: u.profile_data }),
   };
 }
 
@@ -43,6 +44,7 @@ function backfilledFor(fake: FakeZulip, u: FakeUser): string[] {
   const fl = fake.featureLevel;
   const out: string[] = [];
   if (fl < 8) out.push('is_owner');
+  if (fl < 10 && u.is_bot) out.push('bot_owner_id', 'bot_type'); // V5: 2.1's hand-built own profile
   if (fl < 10) out.push('avatar_version', 'is_guest', 'is_active', 'timezone', 'date_joined');
   if (fl < 59) out.push('role');
   if (fl < 73) out.push('is_billing_admin');

@@ -38,11 +38,14 @@ export const callers = perShim(
   (ctx) => new Callers(ctx.client, ctx.metrics, { ...ctx.config.lookups, maxBytes: ctx.config.memory.callersBytes }),
 );
 
+/** The user's row in the realm's user list, and that list's email → id map (a bot's owner, V5). */
 async function member(ctx: ShimContext, realm: Realm, userId: number, headers: Record<string, string>) {
   try {
-    const found = (await ctx.users.get(realm, headers)).member(userId);
+    let directory = await ctx.users.get(realm, headers);
     // A user who joined after the list was read: read it again (rate-limited by the directory).
-    return found ?? (await ctx.users.refresh(realm, headers)).member(userId);
+    if (!directory.member(userId)) directory = await ctx.users.refresh(realm, headers);
+    const d = directory;
+    return { member: d.member(userId), idOfEmail: (email: string) => d.idOf(email) };
   } catch (e) {
     ctx.log.warn({ realm: realm.host, err: { message: (e as Error).message } }, 'own profile: user list lookup failed');
     return undefined;
@@ -69,5 +72,5 @@ export async function lookUp(
     needs.has('member') ? member(ctx, realm, userId, headers) : undefined,
     needs.has('delivery_email') ? deliveryEmail(ctx, realm, userId, headers) : undefined,
   ]);
-  return { member: m, deliveryEmail: d };
+  return { member: m?.member, idOfEmail: m?.idOfEmail, deliveryEmail: d };
 }

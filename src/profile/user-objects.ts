@@ -70,16 +70,17 @@ export function emailIndex(
 
 /**
  * Fills every object of `list` in place with the changes (U1: only missing fields), recording
- * what was added in `into`. `idOfEmail` resolves 2.1 bot owners; `own` marks the caller's row.
+ * what was added in `into`. `idOfEmail` resolves 2.1 bot owners; `own` marks the caller's row;
+ * `systemBots`: the list is register's `cross_realm_bots` (V5).
  */
 export async function backfillList(
   list: unknown[],
   changes: readonly ProfileChange[],
   into: Added,
-  context: { idOfEmail: (email: string) => number | undefined; own?: OwnRow | undefined },
+  context: { idOfEmail: (email: string) => number | undefined; own?: OwnRow | undefined; systemBots?: boolean | undefined },
 ): Promise<void> {
   if (changes.length === 0) return;
-  const other: Lookups = { subject: 'other', idOfEmail: context.idOfEmail };
+  const other: Lookups = { subject: 'other', idOfEmail: context.idOfEmail, systemBot: context.systemBots };
   const own: Lookups = { subject: 'own', idOfEmail: context.idOfEmail, deliveryEmail: context.own?.deliveryEmail };
   // V2: the caller's row is filled as its own only with its real address known; else the rule
   // for others applies (null where hidden), never the own profile's fallback (the API email).

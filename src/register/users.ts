@@ -15,6 +15,7 @@ export const USER_SETTINGS_LEVEL = 89;
 
 /** The register keys holding user objects. */
 export const USER_LISTS = ['realm_users', 'realm_non_active_users', 'cross_realm_bots'] as const;
+type UserList = (typeof USER_LISTS)[number];
 
 /**
  * Settings of the modern `user_settings` object (as a 9.x server sends it) that older servers
@@ -137,14 +138,19 @@ export async function backfillRegisterUsers(
 ): Promise<Added> {
   const into = noneAdded();
   const changes = changesAbove(featureLevel);
-  const lists = USER_LISTS.map((k) => body[k]).filter((v): v is unknown[] => Array.isArray(v));
-  if (changes.length > 0 && lists.length > 0) {
+  const named = USER_LISTS.map((k) => [k, body[k]] as const).filter((e): e is readonly [UserList, unknown[]] => Array.isArray(e[1]));
+  if (changes.length > 0 && named.length > 0) {
     const own =
       typeof body.user_id === 'number'
         ? { userId: body.user_id, deliveryEmail: typeof body.delivery_email === 'string' ? body.delivery_email : undefined }
         : undefined;
-    const idOfEmail = emailIndex(lists, sharedOwners);
-    for (const list of lists) await backfillList(list, changes, into, { idOfEmail, own });
+    const idOfEmail = emailIndex(
+      named.map(([, list]) => list),
+      sharedOwners,
+    );
+    for (const [key, list] of named) {
+      await backfillList(list, changes, into, { idOfEmail, own, systemBots: key === 'cross_realm_bots' });
+    }
   }
   if (featureLevel < USER_SETTINGS_LEVEL && !('user_settings' in body) && asksForSettings(types)) {
     const settings = userSettingsOf(body, featureLevel);

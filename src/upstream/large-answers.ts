@@ -36,6 +36,12 @@ export interface Member {
   avatar_version?: number;
   /** Only where the upstream shows it to the caller (admins, or always from feature level 163). */
   delivery_email?: string;
+  /** Bots only (V5). */
+  bot_type?: number | null;
+  /** Bots only: the owner's id (feature level 1+), null for none. */
+  bot_owner_id?: number | null;
+  /** Bots only, 2.1: the owner's email, null for none. */
+  bot_owner?: string | null;
 }
 
 const str = (v: unknown): v is string => typeof v === 'string';
@@ -62,6 +68,11 @@ export function memberOf(row: unknown): Member | undefined {
   if (int(r.role)) m.role = r.role;
   if (int(r.avatar_version)) m.avatar_version = r.avatar_version;
   if (str(r.delivery_email)) m.delivery_email = r.delivery_email;
+  if (m.is_bot) {
+    if (int(r.bot_type) || r.bot_type === null) m.bot_type = r.bot_type;
+    if (int(r.bot_owner_id) || r.bot_owner_id === null) m.bot_owner_id = r.bot_owner_id;
+    if (str(r.bot_owner) || r.bot_owner === null) m.bot_owner = r.bot_owner;
+  }
   return m;
 }
 
@@ -83,6 +94,10 @@ export function packMember(m: Member): string {
     m.role ?? null,
     m.avatar_version ?? null,
     m.delivery_email ?? null,
+    // Bot fields: 0 where absent (null is a value of theirs).
+    m.bot_type === undefined ? 0 : m.bot_type,
+    m.bot_owner_id === undefined ? 0 : m.bot_owner_id,
+    m.bot_owner === undefined ? 0 : m.bot_owner,
   ]);
 }
 
@@ -101,6 +116,9 @@ export function unpackMember(json: string): Member {
     role,
     avatar_version,
     delivery,
+    botType = 0,
+    botOwnerId = 0,
+    botOwner = 0,
   ] = JSON.parse(json) as Packed;
   const m: Member = { user_id, email, is_bot, is_active, is_admin, is_guest, timezone, date_joined };
   if (full_name !== null) m.full_name = full_name;
@@ -108,6 +126,9 @@ export function unpackMember(json: string): Member {
   if (role !== null) m.role = role as number;
   if (avatar_version !== null) m.avatar_version = avatar_version as number;
   if (delivery !== null) m.delivery_email = delivery as string;
+  if (botType !== 0) m.bot_type = botType as number | null;
+  if (botOwnerId !== 0) m.bot_owner_id = botOwnerId as number | null;
+  if (botOwner !== 0) m.bot_owner = botOwner as string | null;
   return m;
 }
 

@@ -615,10 +615,11 @@ export class FakeZulip {
       full_name: 'Notification Bot',
       timezone: '',
       date_joined: '2019-01-01T00:00:00.000000+00:00',
-      bot_type: 1,
     };
-    if (fl >= 1) o.bot_owner_id = null;
-    else o.bot_owner = null;
+    // 2.1 builds these by hand (get_cross_realm_dicts): no bot fields, no cross-realm flag.
+    if (fl === 0) return o;
+    o.bot_type = 1;
+    o.bot_owner_id = null;
     if (fl >= 10) Object.assign(o, { is_guest: false, is_active: true, avatar_version: 1 });
     if (fl >= 8) o.is_owner = false;
     if (fl >= 59) o.role = 400;

@@ -9,5 +9,7 @@ export const isSystemBot: ProfileChange = {
   feature: 'user_is_system_bot',
   fields: ['is_system_bot'],
   needs: [],
-  fill: (user) => (user.is_cross_realm_bot === true ? { is_system_bot: { value: true, source: 'rule' } } : {}),
+  // 2.1's cross_realm_bots carry neither name: they are the system bots by where they are (V5).
+  fill: (user, { systemBot }) =>
+    user.is_cross_realm_bot === true || (systemBot && user.is_bot === true) ? { is_system_bot: { value: true, source: 'rule' } } : {},
 };

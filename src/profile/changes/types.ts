@@ -26,6 +26,8 @@ export interface Lookups {
   member?: Member | undefined;
   /** The caller's own real email address (POST /register with realm_user); own object only. */
   deliveryEmail?: string | undefined;
+  /** The object is one of register's `cross_realm_bots`: a system bot (V5). */
+  systemBot?: boolean | undefined;
   /** The user id of an email in the realm (a 2.1 bot's `bot_owner`). */
   idOfEmail?: ((email: string) => number | undefined) | undefined;
 }

@@ -50,7 +50,13 @@ const MODERN_FIELDS = [
 describe('the registry of own-profile changes (U2)', () => {
   it('lines the changes up by feature level, one per changelog entry', () => {
     expect(CHANGES.map((c) => c.featureLevel)).toEqual([1, 8, 10, 59, 73, 83, 163]);
-    expect(CHANGES.flatMap((c) => c.fields)).toEqual(['bot_owner_id', 'bot_type', ...MODERN_FIELDS.slice(0, -1), 'is_system_bot', 'delivery_email']);
+    expect(CHANGES.flatMap((c) => c.fields)).toEqual([
+      'bot_owner_id',
+      'bot_type',
+      ...MODERN_FIELDS.slice(0, -1),
+      'is_system_bot',
+      'delivery_email',
+    ]);
   });
 
   it.each([
@@ -68,7 +74,9 @@ describe('the registry of own-profile changes (U2)', () => {
   it('skips a change whose fields the upstream already sent', () => {
     expect(pendingChanges(122, { ...LEGACY_21, delivery_email: 'iago@example.org' })).toEqual([]);
     expect(
-      pendingChanges(0, { ...LEGACY_21, is_owner: false, bot_owner_id: null, bot_type: null, is_system_bot: false }).map((c) => c.featureLevel),
+      pendingChanges(0, { ...LEGACY_21, is_owner: false, bot_owner_id: null, bot_type: null, is_system_bot: false }).map(
+        (c) => c.featureLevel,
+      ),
     ).toEqual([10, 59, 73, 163]);
   });
 

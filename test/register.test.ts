@@ -57,7 +57,10 @@ describe.each(['2.1', '4.0', '7.0'] as const)('register on a Zulip %s upstream (
 
   it('carries the presence settings the old server behaves with, named as added (W2)', async () => {
     await setup(era);
-    const forms: Array<Record<string, string>> = [{ slim_presence: 'true', fetch_event_types: '["presence"]' }, { fetch_event_types: '["presence"]' }];
+    const forms: Array<Record<string, string>> = [
+      { slim_presence: 'true', fetch_event_types: '["presence"]' },
+      { fetch_event_types: '["presence"]' },
+    ];
     for (const form of forms) {
       const r = await register(10, form);
       expect(r.status).toBe(200);

@@ -6,7 +6,7 @@ import { emailIsPublic } from '../src/profile/changes/fl163-delivery-email.js';
 import { backfillList, emailIndex, parseWithListInSteps, stringifyInSteps, USERS_PER_TURN } from '../src/profile/user-objects.js';
 import { userKeyOf } from '../src/profile/users-handler.js';
 import { addedHeaders, BACKFILLED_HEADER, FALLBACK_HEADER } from '../src/profile/handler.js';
-import { eventTypesOf, registerNeedsUsers, userSettingsOf } from '../src/register/users.js';
+import { eventTypesOf, registerNeedsUsers } from '../src/register/users.js';
 import { emulatedFeatures } from '../src/server-settings.js';
 import { ERA_FEATURE_LEVEL, ERAS, FakeZulip, type FakeUser } from './support/fake-zulip.js';
 import { compileSchema } from './support/schema.js';
@@ -183,17 +183,6 @@ describe('register (V3)', () => {
     [0, { fetch_event_types: 'nonsense' }, false],
   ])('feature level %i with %j reads the answer: %s', async (level, form, expected) => {
     expect(registerNeedsUsers(level, eventTypesOf(await params(form)))).toBe(expected);
-  });
-
-  it('builds user_settings from the legacy keys, presence_enabled true on 2.1 only', () => {
-    expect(userSettingsOf({ twenty_four_hour_time: true, default_view: 'recent_topics', queue_id: 'q' }, 0)).toEqual({
-      twenty_four_hour_time: true,
-      web_home_view: 'recent_topics',
-      presence_enabled: true,
-    });
-    expect(userSettingsOf({ enter_sends: false }, 25)).toEqual({ enter_sends: false });
-    expect(userSettingsOf({ enter_sends: false, presence_enabled: false }, 25)).toEqual({ enter_sends: false, presence_enabled: false });
-    expect(userSettingsOf({ queue_id: 'q' }, 0)).toBeUndefined();
   });
 });
 

@@ -142,7 +142,13 @@ describe.each(ERAS)('user objects on a %s upstream (V1–V4)', (era) => {
     }
     const [bot] = res.body.cross_realm_bots as Record<string, unknown>[];
     expectUserBase(bot);
-    expect(bot).toMatchObject({ is_system_bot: true, bot_type: 1, bot_owner_id: null, role: 400, delivery_email: 'notification-bot@zulip.com' }); // V5
+    expect(bot).toMatchObject({
+      is_system_bot: true,
+      bot_type: 1,
+      bot_owner_id: null,
+      role: 400,
+      delivery_email: 'notification-bot@zulip.com',
+    }); // V5
     expect(res.body.user_settings).toMatchObject({ twenty_four_hour_time: true, emojiset: 'google', presence_enabled: true });
     expect(res.body.twenty_four_hour_time).toBe(true); // V3: the top-level keys stay
     const added = (res.headers['x-zulip-compat-backfilled'] ?? '').split(',');

@@ -18,6 +18,8 @@ import { everyCallerSeesTheSameUsers } from '../presence/snapshots.js';
 import {
   backfillRegisterUsers,
   eventTypesOf,
+  settingTypesToAdd,
+  withFetchTypes,
   fetchesType,
   parseRegisterAnswer,
   registerNeedsUsers,
@@ -73,6 +75,9 @@ export const registerHandler: Handler = async (req, res, ctx) => {
   const types = eventTypesOf(params); // parsed once, for every question below
   const withPresence = featureLevel < FL.LAST_UPDATE_ID && fetchesPresence(types);
   const withUsers = registerNeedsUsers(featureLevel, types); // V1, V3: register/users.ts
+  // V3: the legacy settings user_settings is built from, asked for where the client did not.
+  const settingTypes = settingTypesToAdd(featureLevel, types);
+  const body = settingTypes.length > 0 ? await withFetchTypes(req, raw, types, settingTypes, headers) : raw;
   // P12 in register (feature level 288), which old servers do not know: E3 before the call.
   const historyLimitDays = withPresence
     ? parseJsonInt('presence_history_limit_days', params.get('presence_history_limit_days'))
@@ -84,7 +89,7 @@ export const registerHandler: Handler = async (req, res, ctx) => {
       method: 'POST',
       path: req.url ?? '/api/v1/register',
       headers,
-      body: raw,
+      body,
       // X3: an answer the shim buffers ends within the deadline; one passed on streams.
       ...(withPresence || withUsers ? { deadlineMs: ctx.config.upstream.timeoutMs } : {}),
     }),
@@ -108,17 +113,24 @@ export const registerHandler: Handler = async (req, res, ctx) => {
     return passOn(res, r, bounded);
   }
   const started = performance.now();
-  const body = await parseRegisterAnswer(bounded.body);
+  const answer = await parseRegisterAnswer(bounded.body);
   await setImmediate(); // a large register answer: let other requests run after parsing it
   const sharedOwners = new Map<string, number | undefined>();
-  const users = withUsers ? await backfillRegisterUsers(body, featureLevel, types, sharedOwners) : undefined;
+  const users = withUsers ? await backfillRegisterUsers(answer, featureLevel, types, sharedOwners, settingTypes) : undefined;
   ctx.users.logAmbiguousBotOwners(realm, sharedOwners); // X10
-  const presences = body.presences;
+  if (users?.notBuilt) {
+    // W1: never half an object; the client keeps the old-server path it has.
+    ctx.log.warn(
+      { realm: realm.host, missing: users.notBuilt },
+      'register: user_settings left out, the upstream did not send a setting it has',
+    );
+  }
+  const presences = answer.presences;
   if (!withPresence || !presences || typeof presences !== 'object' || Array.isArray(presences)) {
     // No presence in it (a spectator, an upstream that left it out): as it came unless users were filled (V4).
-    if (!users || users.added.length === 0) return passOn(res, r, bounded);
+    if ((!users || users.added.length === 0) && settingTypes.length === 0) return passOn(res, r, bounded);
     f.kind = 'register';
-    const raw = await serializeRegister(body);
+    const raw = await serializeRegister(answer);
     await sendEncoded(req, res, r.status, { raw }, { ...rewrittenHeaders(r.headers), ...addedHeaders(users) });
     return;
   }
@@ -127,7 +139,7 @@ export const registerHandler: Handler = async (req, res, ctx) => {
   // What the upstream sent: 2.1 ignores slim_presence and always answers legacy.
   const format: Format = slimAsked && featureLevel >= FL.SLIM_PRESENCE ? 'slim' : 'legacy';
   const asker: Asker = { ctx, req, realm, era: presenceEra(featureLevel) };
-  const serverTimestamp = upstreamTime(body, r.headers);
+  const serverTimestamp = upstreamTime(answer, r.headers);
   // A register answer shows the realm as the caller sees it: complete where all see the same.
   const complete = everyCallerSeesTheSameUsers(ctx.config.presence.shareSnapshots, featureLevel);
   const intake = await takeInAnswer(asker, format, presences as Record<string, unknown>, serverTimestamp, complete);
@@ -136,24 +148,24 @@ export const registerHandler: Handler = async (req, res, ctx) => {
   if (slimAsked && intake.modern) {
     // R1: the modern format with both timestamps, also where the upstream ignored the flag.
     const r = await registerPresences(asker, intake, intake.modern, complete, historyLimitDays);
-    body.presences = r.presences;
-    body.presence_last_update_id = r.presenceLastUpdateId;
+    answer.presences = r.presences;
+    answer.presence_last_update_id = r.presenceLastUpdateId;
   } else {
     const cutoff = historyCutoff(historyLimitDays, serverTimestamp);
-    if (cutoff !== undefined) body.presences = limitLegacyHistory(presences as Record<string, unknown>, cutoff);
-    const empty = Object.keys(body.presences as Record<string, unknown>).length === 0;
-    body.presence_last_update_id = await idForLegacyPresences(asker, intake, serverTimestamp, historyLimitDays, empty);
+    if (cutoff !== undefined) answer.presences = limitLegacyHistory(presences as Record<string, unknown>, cutoff);
+    const empty = Object.keys(answer.presences as Record<string, unknown>).length === 0;
+    answer.presence_last_update_id = await idForLegacyPresences(asker, intake, serverTimestamp, historyLimitDays, empty);
   }
-  if (body.server_timestamp === undefined) body.server_timestamp = serverTimestamp;
+  if (answer.server_timestamp === undefined) answer.server_timestamp = serverTimestamp;
   const added = users ?? noneAdded();
   for (const [key, value] of Object.entries(OLD_SERVER_PRESENCE_SETTINGS)) {
-    if (key in body) continue;
-    body[key] = value;
+    if (key in answer) continue;
+    answer[key] = value;
     added.added.push(key);
     added.sources[key] = 'rule';
   }
 
-  const out = Buffer.from(JSON.stringify(body));
+  const out = Buffer.from(JSON.stringify(answer));
   f.kind = 'register';
   ctx.log.debug({ bytes: out.length, ms: Math.round(performance.now() - started) }, 'register presence rewritten');
   await sendEncoded(req, res, r.status, { raw: out }, { ...rewrittenHeaders(r.headers), ...addedHeaders(added) });

@@ -1,7 +1,11 @@
-import type { Params } from '../http/body.js';
+import type { IncomingMessage } from 'node:http';
+import { encodeForm, parseParams, type Params } from '../http/body.js';
 import { COMPLETE_FROM_LEVEL, changesAbove, noneAdded, type Added } from '../profile/changes/index.js';
 import { parseJsonObject } from '../upstream/client.js';
 import { backfillList, emailIndex, parseWithListInSteps, stringifyInSteps } from '../profile/user-objects.js';
+import { keysOfLegacyType, legacySettingTypes, USER_SETTINGS_LEVEL, userSettingsOf, type LegacySettingType } from './user-settings.js';
+
+export { USER_SETTINGS_LEVEL } from './user-settings.js';
 
 /**
  * The user parts of a register answer (V1–V3): `realm_users`, `realm_non_active_users` and
@@ -10,69 +14,9 @@ import { backfillList, emailIndex, parseWithListInSteps, stringifyInSteps } from
  * asks `registerNeedsUsers` before its call and `backfillRegisterUsers` on the parsed answer.
  */
 
-/** Feature level 89 (Zulip 5.0): register's `user_settings` object. */
-export const USER_SETTINGS_LEVEL = 89;
-
 /** The register keys holding user objects. */
 export const USER_LISTS = ['realm_users', 'realm_non_active_users', 'cross_realm_bots'] as const;
 type UserList = (typeof USER_LISTS)[number];
-
-/**
- * Settings of the modern `user_settings` object (as a 9.x server sends it) that older servers
- * send at the top level under the same name (V3).
- */
-const SAME_NAME_SETTINGS = [
-  'twenty_four_hour_time',
-  'dense_mode',
-  'starred_message_counts',
-  'fluid_layout_width',
-  'high_contrast_mode',
-  'color_scheme',
-  'translate_emoticons',
-  'display_emoji_reaction_users',
-  'default_language',
-  'left_side_userlist',
-  'emojiset',
-  'demote_inactive_streams',
-  'timezone',
-  'enter_sends',
-  'enable_drafts_synchronization',
-  'enable_stream_desktop_notifications',
-  'enable_stream_email_notifications',
-  'enable_stream_push_notifications',
-  'enable_stream_audible_notifications',
-  'notification_sound',
-  'enable_desktop_notifications',
-  'enable_sounds',
-  'email_notifications_batching_period_seconds',
-  'enable_offline_email_notifications',
-  'enable_offline_push_notifications',
-  'enable_online_push_notifications',
-  'enable_digest_emails',
-  'enable_marketing_emails',
-  'enable_login_emails',
-  'message_content_in_email_notifications',
-  'pm_content_in_desktop_notifications',
-  'wildcard_mentions_notify',
-  'desktop_icon_count_display',
-  'presence_enabled',
-  'available_notification_sounds',
-  'emojiset_choices',
-  'send_private_typing_notifications',
-  'send_stream_typing_notifications',
-  'send_read_receipts',
-  'user_list_style',
-  'email_address_visibility',
-] as const;
-
-/** Legacy top-level names whose `user_settings` name changed (feature level 223). */
-const RENAMED_SETTINGS: ReadonlyArray<readonly [legacy: string, modern: string]> = [
-  ['default_view', 'web_home_view'],
-  ['escape_navigates_to_default_view', 'web_escape_navigates_to_home_view'],
-];
-
-/** Feature level 3 (Zulip 3.0): the `presence_enabled` setting; 2.1 has no invisible mode. */
-const PRESENCE_ENABLED_LEVEL = 3;
 
 /**
  * The event types a register fetches, read once per request: `fetch_event_types`, which
@@ -101,28 +45,24 @@ export function fetchesType(types: EventTypes, type: string): boolean {
   return !types.unreadable && (types.listed === undefined || types.listed.includes(type));
 }
 
-const asksForSettings = (types: EventTypes) => fetchesType(types, 'realm_user') || fetchesType(types, 'user_settings');
+/** V3: does the client ask for `user_settings` where the upstream lacks it (as a modern server's `want("user_settings")`)? */
+export function buildsUserSettings(featureLevel: number, types: EventTypes): boolean {
+  return featureLevel < USER_SETTINGS_LEVEL && fetchesType(types, 'user_settings');
+}
 
 /** Must the answer be read for its users (V1) or its user_settings (V3)? */
 export function registerNeedsUsers(featureLevel: number, types: EventTypes): boolean {
-  return (
-    (featureLevel < COMPLETE_FROM_LEVEL && fetchesType(types, 'realm_user')) ||
-    (featureLevel < USER_SETTINGS_LEVEL && asksForSettings(types))
-  );
+  return (featureLevel < COMPLETE_FROM_LEVEL && fetchesType(types, 'realm_user')) || buildsUserSettings(featureLevel, types);
 }
 
 /**
- * V3: `user_settings` from the legacy top-level settings of an answer, or undefined when it
- * sent none the shim can vouch for. The top-level keys stay (U1). Pure.
+ * V3: the legacy event types the shim adds to the client's `fetch_event_types` so that the
+ * upstream sends the settings `user_settings` is built from; none when the client fetches every
+ * type or asks for them itself.
  */
-export function userSettingsOf(body: Readonly<Record<string, unknown>>, featureLevel: number): Record<string, unknown> | undefined {
-  const out: Record<string, unknown> = {};
-  for (const name of SAME_NAME_SETTINGS) if (name in body) out[name] = body[name];
-  for (const [legacy, modern] of RENAMED_SETTINGS) if (legacy in body) out[modern] = body[legacy];
-  if (Object.keys(out).length === 0) return undefined;
-  // 2.1 has no invisible mode: everyone's presence is shown (V3).
-  if (!('presence_enabled' in out) && featureLevel < PRESENCE_ENABLED_LEVEL) out.presence_enabled = true;
-  return out;
+export function settingTypesToAdd(featureLevel: number, types: EventTypes): LegacySettingType[] {
+  if (!buildsUserSettings(featureLevel, types) || types.listed === undefined) return [];
+  return legacySettingTypes(featureLevel).filter((t) => !types.listed!.includes(t));
 }
 
 /**
@@ -135,8 +75,11 @@ export async function backfillRegisterUsers(
   featureLevel: number,
   types: EventTypes,
   sharedOwners: Map<string, number | undefined>,
-): Promise<Added> {
-  const into = noneAdded();
+  added: readonly LegacySettingType[] = [],
+): Promise<Added & { notBuilt?: string }> {
+  const into: Added & { notBuilt?: string } = noneAdded();
+  // The lists only the shim asked for go before anything is filled in them.
+  if (added.includes('realm_user')) for (const key of USER_LISTS) delete body[key];
   const changes = changesAbove(featureLevel);
   const named = USER_LISTS.map((k) => [k, body[k]] as const).filter((e): e is readonly [UserList, unknown[]] => Array.isArray(e[1]));
   if (changes.length > 0 && named.length > 0) {
@@ -152,14 +95,22 @@ export async function backfillRegisterUsers(
       await backfillList(list, changes, into, { idOfEmail, own, systemBots: key === 'cross_realm_bots' });
     }
   }
-  if (featureLevel < USER_SETTINGS_LEVEL && !('user_settings' in body) && asksForSettings(types)) {
-    const settings = userSettingsOf(body, featureLevel);
-    if (settings) {
-      body.user_settings = settings;
+  if (buildsUserSettings(featureLevel, types) && !('user_settings' in body)) {
+    const built = userSettingsOf(body, featureLevel);
+    if ('missing' in built) {
+      into.notBuilt = built.missing;
+    } else {
+      body.user_settings = built.settings;
       into.added.push('user_settings');
-      into.sources.user_settings = 'rule';
+      into.sources.user_settings = 'lookup';
+      // What the old server has no setting for: its fixed behaviour, named (V3, U4).
+      for (const key of built.fixed) {
+        into.added.push(`user_settings.${key}`);
+        into.sources[`user_settings.${key}`] = 'rule';
+      }
     }
   }
+  for (const type of added) for (const key of keysOfLegacyType(type)) delete body[key];
   return into;
 }
 
@@ -171,4 +122,28 @@ export function parseRegisterAnswer(body: Buffer): Promise<Record<string, unknow
 /** The answer's JSON, its user lists serialised in steps (V4). */
 export function serializeRegister(body: Record<string, unknown>): Promise<Buffer> {
   return stringifyInSteps(body, USER_LISTS);
+}
+
+/**
+ * V3: the register request's body with `extra` event types added to `fetch_event_types` (the
+ * queue's `event_types` untouched). A form body gets the parameter appended (the last value
+ * wins, as in Django's QueryDict); a multipart one is sent again as a form. Sets `headers`'
+ * content type to match.
+ */
+export async function withFetchTypes(
+  req: IncomingMessage,
+  raw: Buffer,
+  types: EventTypes,
+  extra: readonly string[],
+  headers: Record<string, string>,
+): Promise<Buffer> {
+  const param = encodeForm([['fetch_event_types', JSON.stringify([...(types.listed ?? []), ...extra])]]);
+  const type = (req.headers['content-type'] ?? '').toLowerCase();
+  headers['content-type'] = 'application/x-www-form-urlencoded';
+  const form = type === '' || type.startsWith('application/x-www-form-urlencoded');
+  if (form) return Buffer.from(raw.length > 0 ? `${raw.toString('latin1')}&${param}` : param, 'latin1');
+  // Any other body gave the server no fields (Django's request.POST): only the parameter goes.
+  if (!type.startsWith('multipart/form-data')) return Buffer.from(param);
+  const own = await parseParams({ headers: req.headers } as IncomingMessage, raw); // the body's own fields, not the query's
+  return Buffer.from(`${encodeForm(own.entries)}&${param}`);
 }

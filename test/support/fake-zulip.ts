@@ -630,23 +630,78 @@ export class FakeZulip {
     return o;
   }
 
-  /** The legacy top-level settings of a register answer (update_display_settings, update_global_notifications). */
+  /**
+   * The legacy top-level settings of a register answer, by the event type that brings them
+   * (update_display_settings, update_global_notifications; enter_sends with realm_user), as the
+   * era's server has them: a setting appears only from the feature level that brought it.
+   */
   legacySettings(u: FakeUser, want: (t: string) => boolean): Record<string, unknown> {
+    const fl = this.featureLevel;
     const out: Record<string, unknown> = {};
     if (want('update_display_settings')) {
       Object.assign(out, {
         twenty_four_hour_time: true,
+        dense_mode: true,
+        starred_message_counts: false,
+        fluid_layout_width: false,
+        high_contrast_mode: false,
+        translate_emoticons: false,
         default_language: 'en',
-        emojiset: 'google',
         left_side_userlist: false,
+        emojiset: 'google',
+        demote_inactive_streams: 1,
         timezone: u.timezone,
+        emojiset_choices: [
+          { key: 'google', text: 'Google modern' },
+          { key: 'text', text: 'Plain text' },
+        ],
       });
+      if (fl >= 16) out.color_scheme = 2;
+      else out.night_mode = true;
+      if (fl >= 42) out.default_view = 'recent_topics';
     }
     if (want('update_global_notifications')) {
-      Object.assign(out, { enable_desktop_notifications: true, enable_sounds: false, enable_digest_emails: true });
-      if (this.featureLevel >= 3) out.presence_enabled = u.presence_enabled;
+      Object.assign(out, {
+        enable_stream_desktop_notifications: false,
+        enable_stream_email_notifications: false,
+        enable_stream_push_notifications: false,
+        enable_stream_audible_notifications: false,
+        notification_sound: 'zulip',
+        enable_desktop_notifications: true,
+        enable_sounds: false,
+        enable_offline_email_notifications: true,
+        enable_offline_push_notifications: true,
+        enable_online_push_notifications: true,
+        enable_digest_emails: true,
+        enable_marketing_emails: false,
+        enable_login_emails: true,
+        message_content_in_email_notifications: true,
+        pm_content_in_desktop_notifications: true,
+        wildcard_mentions_notify: true,
+        desktop_icon_count_display: 1,
+        realm_name_in_notifications: false,
+        available_notification_sounds: ['ding', 'zulip'],
+      });
+      if (fl >= 3) out.presence_enabled = u.presence_enabled;
     }
+    if (want('realm_user')) out.enter_sends = false;
     return out;
+  }
+
+  /** register's user_settings as 5.0 (feature level 89+) sends it. */
+  userSettings(u: FakeUser): Record<string, unknown> {
+    const { night_mode: _night, ...legacy } = this.legacySettings(u, () => true);
+    return {
+      ...legacy,
+      color_scheme: 2,
+      default_view: 'recent_topics',
+      escape_navigates_to_default_view: true,
+      enable_drafts_synchronization: true,
+      email_notifications_batching_period_seconds: 120,
+      send_private_typing_notifications: true,
+      send_stream_typing_notifications: true,
+      send_read_receipts: true,
+    };
   }
 
   /** GET /users/{user_id} (3.0+) and GET /users/{email} (4.0+). */
@@ -731,9 +786,7 @@ export class FakeZulip {
       out.cross_realm_bots = [this.crossRealmBot()];
     }
     Object.assign(out, this.legacySettings(u, want));
-    if (this.featureLevel >= 89 && want('user_settings')) {
-      out.user_settings = { ...this.legacySettings(u, () => true), presence_enabled: u.presence_enabled };
-    }
+    if (this.featureLevel >= 89 && want('user_settings')) out.user_settings = this.userSettings(u);
     if (want('presence')) {
       const slim = this.featureLevel >= 25 && params.get('slim_presence') === 'true';
       if (slim) {

@@ -65,6 +65,36 @@ describe('P15: a caller sees its own report', () => {
   });
 });
 
+describe('P15 from 3.0: only once the upstream has shown it applies the caller’s reports (invisible mode)', () => {
+  const pause = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+  it.each(['3.0', '7.0'] as const)('on %s', async (era) => {
+    await setup(era, 300);
+    const first = await poll(11, { status: 'active', last_update_id: '-1' });
+    const before = (first.body.presences as Modern)['12']!;
+    fake.advance(600);
+    // No snapshot has shown one of its reports yet: the answer is the snapshot's.
+    const unknown = await poll(12, { status: 'active', last_update_id: '-1' });
+    expect((unknown.body.presences as Modern)['12']).toEqual(before);
+    await pause(350);
+    fake.advance(10);
+    await poll(11, { status: 'active', last_update_id: '-1' }); // a snapshot that shows 12's report
+    fake.advance(60);
+    const shown = await poll(12, { status: 'active', last_update_id: '-1' });
+    const now = Math.floor(fake.now);
+    expect((shown.body.presences as Modern)['12']!.active_timestamp).toBe(now);
+    // Invisible mode: the upstream accepts the reports and drops them; the shim stops taking them in.
+    fake.setPresenceEnabled(12, false);
+    await pause(350);
+    fake.advance(10);
+    await poll(11, { status: 'active', last_update_id: '-1' });
+    fake.advance(60);
+    const invisible = await poll(12, { status: 'active', last_update_id: '-1' });
+    const p = (invisible.body.presences as Modern)['12']!;
+    expect(p.active_timestamp).toBeLessThan(Math.floor(fake.now) - 140);
+  });
+});
+
 describe('P14: active time never moves back by a client going idle', () => {
   it.each(['2.1', '4.0'] as const)('on %s, one client active then idle, another idle: the last active time stays', async (era) => {
     await setup(era, 0);

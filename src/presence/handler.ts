@@ -51,7 +51,7 @@ export const presenceHandler: Handler = async (req, res, ctx) => {
     const format: Format = modern && poll.era !== 'legacy' ? 'slim' : 'legacy';
     const { snapshot, own } = await obtainSnapshot(poll, format);
     // P15: the caller's own report is in the ledger its modern answer is built from.
-    if (modern) await recordOwnReport(poll, own);
+    if (modern) await recordOwnReport(poll, own, snapshot);
     const built = modern ? await modernAnswer(poll, snapshot) : await legacyAnswer(poll, snapshot);
     await send(poll, res, built, own ? rewrittenHeaders(own.headers) : {});
   } catch (e) {

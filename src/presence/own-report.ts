@@ -1,9 +1,11 @@
-import { timedUpstream } from '../context.js';
+import { LRUCache } from 'lru-cache';
+import { timedUpstream, type ShimContext } from '../context.js';
 import { forwardedHeaders, type UpstreamHead } from '../upstream/client.js';
 import { callers } from '../profile/lookups.js';
 import { dateHeaderTime, recordInLedger } from './intake.js';
-import type { LedgerState } from './ledger.js';
+import type { LedgerState, ModernPresence } from './ledger.js';
 import type { Poll } from './report.js';
+import type { Snapshot } from './snapshots.js';
 
 /**
  * P15: a caller that reported `active` sees its own user active as of that report, also when
@@ -12,9 +14,12 @@ import type { Poll } from './report.js';
  * applies reports later, in a queue). The accepted report enters the realm's ledger as the
  * upstream's observation, timed by the report's own answer, so every client's ids stay exact.
  *
- * Only where the report cannot have been ignored: a user in invisible mode (`presence_enabled`
- * false, feature level 3) has reports the upstream drops, and the shim cannot tell such a user
- * from the report's answer. Zulip 2.1 has no invisible mode.
+ * Only where the upstream applies the report: from Zulip 3.0 (feature level 3) a user in
+ * invisible mode (`presence_enabled` false) has reports the upstream accepts and drops, and
+ * showing them would show an invisible user online. Zulip 2.1 has no invisible mode. From 3.0
+ * the shim takes a user's reports in once the upstream has shown that it applies them: a
+ * snapshot taken after the user's previous report (a second later, for the upstream's queue)
+ * shows that report; one that does not stops it again.
  */
 
 /** Feature level 3 (Zulip 3.0): `presence_enabled`; before it every report is applied. */
@@ -26,32 +31,70 @@ const INVISIBLE_MODE_LEVEL = 3;
  */
 const MIN_FREQ_SECONDS = 55;
 
+/** How long after a report (upstream seconds) a snapshot must be taken to show it: the upstream's queue. */
+const APPLIED_WITHIN_SECONDS = 1;
+
+interface Reported {
+  /** The upstream's time of the user's last accepted active report. */
+  at: number;
+  /** Whether the upstream applies the user's reports, as its snapshots last showed; undefined: not shown yet. */
+  applied: boolean | undefined;
+}
+
+/** Per shim: each user's last accepted report and what the upstream made of it (3.0+). */
+const reportsOf = new WeakMap<ShimContext, LRUCache<string, Reported>>();
+
+function reports(ctx: ShimContext): LRUCache<string, Reported> {
+  let r = reportsOf.get(ctx);
+  if (!r) {
+    // X2: a few dozen bytes a user, bounded like the other per-user lookups.
+    r = new LRUCache<string, Reported>({ max: ctx.config.lookups.maxEntries });
+    reportsOf.set(ctx, r);
+  }
+  return r;
+}
+
 /**
- * Records the caller's accepted report (its upstream answer's head) when it said `active`.
- * Returns the caller's user id when its user is in the ledger as of that report (the answer
- * then shows it, P15), else undefined. Never fails the poll: a lookup that fails leaves the
- * answer as the snapshot has it.
+ * Whether the upstream applies the user's reports, from what `snapshot` shows of them after the
+ * previous one (3.0+): unknown until a snapshot taken after a report shows it, or does not.
  */
-export async function recordOwnReport(poll: Poll, own: UpstreamHead | undefined): Promise<number | undefined> {
+export function appliesReports(previous: Reported | undefined, snapshot: Pick<Snapshot, 'serverTimestamp' | 'modern'>, userId: number): boolean | undefined {
+  if (!previous) return undefined;
+  const seen: ModernPresence | undefined = snapshot.modern?.get(userId);
+  if (!snapshot.modern || snapshot.serverTimestamp < previous.at + APPLIED_WITHIN_SECONDS) return previous.applied;
+  return seen !== undefined && seen.idle_timestamp >= Math.floor(previous.at);
+}
+
+/**
+ * Records the caller's accepted report (its upstream answer's head) when it said `active` and
+ * the upstream applies it. Never fails the poll: a lookup that fails leaves the answer as the
+ * snapshot has it.
+ */
+export async function recordOwnReport(poll: Poll, own: UpstreamHead | undefined, snapshot: Snapshot): Promise<void> {
   const { ctx, req, realm, featureLevel, request } = poll;
-  if (!own || request.raw.get('status') !== 'active' || featureLevel >= INVISIBLE_MODE_LEVEL) return undefined;
+  if (!own || request.raw.get('status') !== 'active') return;
   const at = dateHeaderTime(own.headers); // the upstream's time, never the shim's (P6)
-  if (at === undefined) return undefined;
-  const active = Math.floor(at);
+  if (at === undefined) return;
   let userId: number;
   try {
     const path = req.url?.startsWith('/json/') ? '/json/users/me' : '/api/v1/users/me';
     const caller = await timedUpstream(req, () => callers(ctx).get(realm, req.headers, path, forwardedHeaders(req)));
-    if (caller.isBot) return undefined; // bots have no presence (P7)
+    if (caller.isBot) return; // bots have no presence (P7)
     userId = caller.userId;
   } catch (e) {
     ctx.log.warn({ realm: realm.host, err: { message: (e as Error).message } }, 'own presence report: caller lookup failed');
-    return undefined;
+    return;
   }
-  if (activeSince(ctx.store.peek(realm.key), userId, active)) return userId;
+  if (featureLevel >= INVISIBLE_MODE_LEVEL) {
+    const key = `${realm.key}|${userId}`;
+    const applied = appliesReports(reports(ctx).get(key), snapshot, userId);
+    reports(ctx).set(key, { at, applied });
+    if (applied !== true) return;
+  }
+  const active = Math.floor(at);
+  if (activeSince(ctx.store.peek(realm.key), userId, active)) return;
   const presences = new Map([[userId, { active_timestamp: active, idle_timestamp: active }]]);
-  const ledger = await recordInLedger(poll, { serverTimestamp: at, presences, complete: false, report: true });
-  return ledger ? userId : undefined;
+  await recordInLedger(poll, { serverTimestamp: at, presences, complete: false, report: true });
 }
 
 function activeSince(ledger: LedgerState | undefined, userId: number, active: number): boolean {

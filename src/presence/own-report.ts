@@ -58,7 +58,11 @@ function reports(ctx: ShimContext): LRUCache<string, Reported> {
  * Whether the upstream applies the user's reports, from what `snapshot` shows of them after the
  * previous one (3.0+): unknown until a snapshot taken after a report shows it, or does not.
  */
-export function appliesReports(previous: Reported | undefined, snapshot: Pick<Snapshot, 'serverTimestamp' | 'modern'>, userId: number): boolean | undefined {
+export function appliesReports(
+  previous: Reported | undefined,
+  snapshot: Pick<Snapshot, 'serverTimestamp' | 'modern'>,
+  userId: number,
+): boolean | undefined {
   if (!previous) return undefined;
   const seen: ModernPresence | undefined = snapshot.modern?.get(userId);
   if (!snapshot.modern || snapshot.serverTimestamp < previous.at + APPLIED_WITHIN_SECONDS) return previous.applied;

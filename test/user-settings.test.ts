@@ -65,7 +65,7 @@ describe('the 5.0 settings table', () => {
       // The user's own values where the server has the setting.
       expect(built.settings.timezone).toBe(u.timezone);
       expect(built.settings.color_scheme).toBe(2); // 2.1's night_mode: true
-      expect(built.settings.presence_enabled).toBe(level === 0 ? true : false); // 2.1 has no invisible mode
+      expect(built.settings.presence_enabled).toBe(level === 0); // 2.1 has no invisible mode
       expect(built.settings.default_view).toBe(level >= 42 ? 'recent_topics' : 'all_messages');
     } finally {
       await fake.stop();

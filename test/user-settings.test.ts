@@ -2,7 +2,7 @@ import request from 'supertest';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { legacySettingTypes, USER_SETTINGS_5_0, userSettingsOf } from '../src/register/user-settings.js';
 import { ERAS, startFake, type Era, type FakeZulip } from './support/fake-zulip.js';
-import { compileSchema, expectValid } from './support/schema.js';
+import { compileSchema, expectValid, matchesSchema } from './support/schema.js';
 import { startShim, type RunningShim } from './support/shim.js';
 
 /**
@@ -12,6 +12,7 @@ import { startShim, type RunningShim } from './support/shim.js';
  */
 
 const settings50 = compileSchema('user-settings-5.0.schema.json');
+const expectUserBase = matchesSchema('user-base.schema.json');
 const KEYS_50 = Object.keys((settings50.schema as { properties: Record<string, unknown> }).properties);
 
 /** The old server's fixed behaviour, per era: the settings it has no setting for. */
@@ -102,7 +103,7 @@ const COMBINATIONS: Array<readonly string[] | undefined> = [
   ...Array.from({ length: 2 ** TYPES.length }, (_, mask) => TYPES.filter((_, i) => mask & (1 << i))),
 ];
 
-describe.each(ERAS.filter((e) => e !== '9.0') as Era[])('register on %s: every fetch_event_types combination', (era) => {
+describe.each(ERAS.filter((e) => e !== '9.0') as Era[])('register on %s: every fetch_event_types combination (V1, V3, V5, W1)', (era) => {
   let fake: FakeZulip;
   let shim: RunningShim;
   beforeAll(async () => {
@@ -114,7 +115,7 @@ describe.each(ERAS.filter((e) => e !== '9.0') as Era[])('register on %s: every f
     await fake.stop();
   });
 
-  it('user_settings is whole for the level it claims when asked for, absent otherwise; nothing asked for by the shim stays', async () => {
+  it('user_settings and every user object are whole for the level they claim, or absent; nothing asked for by the shim stays', async () => {
     for (const types of COMBINATIONS) {
       const form: Record<string, string> = types ? { fetch_event_types: JSON.stringify(types), event_types: '["message"]' } : {};
       const res = await request(shim.url).post('/api/v1/register').set('Authorization', fake.auth(12)).type('form').send(form);
@@ -124,6 +125,10 @@ describe.each(ERAS.filter((e) => e !== '9.0') as Era[])('register on %s: every f
       expect('user_settings' in res.body, why).toBe(asked);
       if (asked && fake.featureLevel < 89) expectValid(settings50, res.body.user_settings);
       terminalClientReads(res.body);
+      // Every user object the answer holds is whole too (V1, V5), bots included.
+      for (const list of ['realm_users', 'realm_non_active_users', 'cross_realm_bots']) {
+        for (const u of (res.body[list] ?? []) as unknown[]) expectUserBase(u);
+      }
       // The answer holds what the client's own request gets from the upstream, and user_settings.
       const direct = await request(fake.url).post('/api/v1/register').set('Authorization', fake.auth(12)).type('form').send(form);
       const expected = Object.keys(direct.body).filter((k) => k !== 'queue_id');

@@ -64,7 +64,13 @@ export const configSchema = z
         .describe(
           "Give up on a silent upstream after this long (504); above Zulip's ~90 s long poll. An answer the shim reads whole (presence, profile, register, lookups) ends within this long from its start, however slowly it drips (X3).",
         ),
-      maxSockets: z.number().int().min(1).describe('Kept-alive upstream connections per upstream.'),
+      maxSockets: z
+        .number()
+        .int()
+        .min(1)
+        .describe(
+          "Kept-alive upstream connections for the shim's own calls, and as many again for passed-through requests (X11: apart, so clients cannot take the shim's); long polls have their own, uncapped.",
+        ),
       insecureTls: z.boolean().describe('Accept self-signed upstream certificates (logged loudly at start-up).'),
       maxResponseBytes: z.number().int().min(1024).describe('Largest upstream body the shim buffers on an intercepted endpoint.'),
     }),
@@ -84,6 +90,11 @@ export const configSchema = z
       port: port.describe('Listen port; 0 picks a free one.'),
       host: z.string().min(1).describe('Listen address; 0.0.0.0 or :: for every interface.'),
       bodyLimitBytes: z.number().int().min(1).describe('Largest request body read on an intercepted endpoint (413 above).'),
+      bodyTimeoutMs: ms
+        .min(1)
+        .describe(
+          "X11: a request's whole body must arrive within this long of its start (as nginx's client_body_timeout), else a 408 and its upstream connection is released.",
+        ),
       shutdownGraceMs: ms.describe(
         'On SIGTERM, SIGINT or SIGHUP: how long in-flight requests (long polls too) may take before they are ended (X9).',
       ),

@@ -31,6 +31,7 @@ import { UserDirectory } from './upstream/user-directory.js';
 import { ParsePool } from './upstream/parse-worker.js';
 import { InFlightAnswers } from './http/in-flight.js';
 import { allowLongPolls, listen } from './http/listen.js';
+import { watchBodyDeadline } from './http/body-deadline.js';
 
 /**
  * A request comes in; its route is decided once (routes.ts): one of the shim's own paths, an
@@ -258,7 +259,9 @@ export function createShim(o: ShimOptions): Shim {
       const gate = route.kind === 'own' ? undefined : refusal(req);
       if (route.kind === 'upstream' && !gate) {
         // The pass-through writes the request id into its one answer head.
-        exchange = passThrough.web(req, res, logged);
+        const x = passThrough.web(req, res, logged);
+        exchange = x;
+        watchBodyDeadline(req, res, config.server.bodyTimeoutMs, { 'x-request-id': logged.requestId }, () => x.closed()); // X11
         return;
       }
       // Every answer the shim writes itself carries the request id.
@@ -272,6 +275,7 @@ export function createShim(o: ShimOptions): Shim {
         return;
       }
       if (route.kind === 'intercepted') {
+        watchBodyDeadline(req, res, config.server.bodyTimeoutMs, {}, () => {}); // X11
         // Handlers see the path the upstream's router sees, with the query as sent.
         const q = req.url?.indexOf('?') ?? -1;
         req.url = encodePath(route.path) + (q >= 0 ? req.url!.slice(q) : '');

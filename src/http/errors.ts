@@ -78,6 +78,8 @@ export const upstreamUnavailable = (detail: string) => new UpstreamUnavailableEr
 export const upstreamBadResponse = (detail: string) => new UpstreamBadResponseError(detail);
 export const badRequest = (msg: string) => new BadRequestError(msg);
 export const bodyTooLarge = (limit: number) => new BadRequestError(`Request body too large (limit ${limit} bytes)`, 413);
+/** X11: a request body that did not arrive within server.bodyTimeoutMs. */
+export const bodyTimedOut = (ms: number) => new BadRequestError(`Request body not received within ${ms} ms`, 408);
 
 export function errorBody(code: string, msg: string): string {
   return JSON.stringify({ result: 'error', msg, code });

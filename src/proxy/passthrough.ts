@@ -54,7 +54,7 @@ export class Exchange implements Dispatcher.DispatchHandler {
     readonly res: ServerResponse,
     readonly log: Logger,
   ) {
-    this.options = { method: req.method as Dispatcher.HttpMethod, path: req.url ?? '/', headers: {}, body: null };
+    this.options = { method: req.method as Dispatcher.HttpMethod, path: req.url ?? '/', headers: {}, body: null, passThrough: true };
   }
 
   get headers(): Record<string, string | string[]> {

@@ -15,6 +15,7 @@ import type { UpstreamObserver } from '../observability/upstream-metrics.js';
  *   translateErrors   every failure becomes the shim's own error type (E2)
  *   totalDeadline     a buffered exchange ends within its deadline, however bytes drip (X3)
  *   routeLongPolls    GET /events to a pool of its own, uncapped (T1)
+ *   routePassThrough  other passed-through requests to a pool apart from the shim's own calls (X11)
  *   retrySafely       an idempotent request cut before any answer byte: once more, on a fresh connection (X5)
  *
  * The same chain is offered twice: `dispatch`, composed here by plain function application,
@@ -30,6 +31,12 @@ export interface UpstreamDispatchOptions extends Dispatcher.DispatchOptions {
   deadlineMs?: number;
   /** The metrics route label, when the caller already knows it (else it is derived from the path). */
   route?: RouteLabel;
+  /**
+   * X11: a client's request passed through, whose body streams from the client at its pace: it
+   * goes to the pass-through's own pool, so it can never take a connection the shim's own calls
+   * (presence, lookups, register) need.
+   */
+  passThrough?: boolean;
 }
 
 export interface TransportOptions {
@@ -232,6 +239,19 @@ export const routeLongPolls =
   (opts, handler) =>
     isLongPoll(opts.method, opts.path) ? longPolls(opts, handler) : dispatch(opts, handler);
 
+// ---- routePassThrough -----------------------------------------------------------------------
+
+/**
+ * X11: passed-through requests to a pool of their own. A client that drips its body holds an
+ * upstream connection for as long as it drips; in one shared pool enough of them would leave
+ * the shim's own calls (every presence poll, own profile and lookup) waiting.
+ */
+export const routePassThrough =
+  (passThrough: Dispatch): Interceptor =>
+  (dispatch) =>
+  (opts, handler) =>
+    (opts as UpstreamDispatchOptions).passThrough ? passThrough(opts, handler) : dispatch(opts, handler);
+
 // ---- retrySafely ----------------------------------------------------------------------------
 
 /**
@@ -351,15 +371,20 @@ export function createTransport(o: TransportOptions): Transport {
     keepAliveTimeout: KEEP_ALIVE_MS,
     connect: { rejectUnauthorized: !o.insecureTls },
   };
+  // The shim's own calls (X11: never behind a client's request).
   const pool = new Pool(o.target, { ...poolOptions, connections: o.maxSockets });
+  // Everything else passed through, but long polls.
+  const passThroughPool = new Pool(o.target, { ...poolOptions, connections: o.maxSockets });
   // One connection per waiting client, as without the shim: more waiting clients than
   // maxSockets must never hold the rest of the traffic back (T1).
   const longPollPool = new Pool(o.target, { ...poolOptions, connections: null });
   const freshConnection = () => new Client(o.target, { ...poolOptions, pipelining: 1 });
   const longPolls = applied(longPollPool, [retrySafely(freshConnection)]);
+  const passedThrough = applied(passThroughPool, [retrySafely(freshConnection)]);
   // Innermost first: the last one applied sees the request first.
   const dispatch = applied(pool, [
     retrySafely(freshConnection),
+    routePassThrough(passedThrough),
     routeLongPolls(longPolls),
     totalDeadline(),
     translateErrors(),
@@ -370,7 +395,7 @@ export function createTransport(o: TransportOptions): Transport {
     dispatch,
     dispatcher: pool.compose(() => dispatch),
     close() {
-      closing ??= Promise.all([pool.destroy(), longPollPool.destroy()]).then(() => undefined);
+      closing ??= Promise.all([pool.destroy(), passThroughPool.destroy(), longPollPool.destroy()]).then(() => undefined);
       return closing;
     },
   };

@@ -90,6 +90,11 @@ export const configSchema = z
       port: port.describe('Listen port; 0 picks a free one.'),
       host: z.string().min(1).describe('Listen address; 0.0.0.0 or :: for every interface.'),
       bodyLimitBytes: z.number().int().min(1).describe('Largest request body read on an intercepted endpoint (413 above).'),
+      maxConnections: z
+        .union([z.literal('auto'), z.number().int().min(1)])
+        .describe(
+          "X11: client connections served at once; past it a 503 with Retry-After. auto = below the process's descriptor limit, two per connection (a passed-through request holds one upstream too).",
+        ),
       bodyTimeoutMs: ms
         .min(1)
         .describe(

@@ -1,4 +1,5 @@
 import http, { STATUS_CODES, type IncomingMessage, type ServerResponse } from 'node:http';
+import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { Config } from './config.js';
 import type { Handler, ShimContext } from './context.js';
@@ -32,6 +33,8 @@ import { ParsePool } from './upstream/parse-worker.js';
 import { InFlightAnswers } from './http/in-flight.js';
 import { allowLongPolls, listen } from './http/listen.js';
 import { watchBodyDeadline } from './http/body-deadline.js';
+import { isWebSocketUpgrade, toOriginForm, withoutUpgradeOffer } from './http/request-target.js';
+import { autoConnectionCap, capConnections, descriptorLimit } from './http/connection-cap.js';
 
 /**
  * A request comes in; its route is decided once (routes.ts): one of the shim's own paths, an
@@ -115,6 +118,36 @@ function answerTooLarge(req: IncomingMessage, res: ServerResponse, err: ShimErro
   req.once('end', done);
   req.once('error', done);
   req.resume();
+}
+
+/**
+ * X15: a request Node handed over as an upgrade, answered as an ordinary one instead: a
+ * response on its socket, the offer's headers gone. Its body, if it declares one, was never
+ * parsed (Node stops at an upgrade's head): such a request gets a 400, not a guess.
+ */
+function answerWithoutUpgrade(
+  req: IncomingMessage,
+  socket: Duplex,
+  head: Buffer,
+  onRequest: (req: IncomingMessage, res: ServerResponse) => void,
+): void {
+  socket.on('error', () => socket.destroy());
+  const declaresBody =
+    req.headers['content-length'] !== undefined ? req.headers['content-length'] !== '0' : req.headers['transfer-encoding'] !== undefined;
+  if (declaresBody || head.length > 0) {
+    endSocketWithShimError(socket, badRequest('An upgrade other than WebSocket cannot carry a request body here'));
+    return;
+  }
+  withoutUpgradeOffer(req);
+  req.push(null); // no body: the request stream ends, as Node's parser would end it
+  const res = new http.ServerResponse(req);
+  res.shouldKeepAlive = false;
+  res.assignSocket(socket as Socket);
+  res.once('finish', () => {
+    res.detachSocket(socket as Socket);
+    socket.end();
+  });
+  onRequest(req, res);
 }
 
 /** Statuses for requests Node's parser refuses (as Node itself answers them). */
@@ -242,8 +275,18 @@ export function createShim(o: ShimOptions): Shim {
 
   /** Responses not yet finished, with their request ids, for the drain deadline (X9). */
   const inFlight = new InFlightAnswers();
-  const server = http.createServer({ requireHostHeader: false }, (req, res) => {
+  const onRequest = (req: IncomingMessage, res: ServerResponse) => {
+    // A connection past the cap was answered 503 when it opened (X11): nothing more on it.
+    if (cap.refused(req.socket)) {
+      res.destroy();
+      return;
+    }
     try {
+      // X15: an absolute-form target names the realm; it goes on in origin form.
+      if (!toOriginForm(req)) {
+        sendShimError(res, badRequest('Malformed request target'), { connection: 'close' });
+        return;
+      }
       distrustForwarded(req, trustedProxies); // X4, before anything reads them
       const route = routeOf(req.method, req.url);
       const logged = logRequest(req, res, route.path, route.kind === 'own');
@@ -286,8 +329,24 @@ export function createShim(o: ShimOptions): Shim {
       log.error({ err: e }, 'unexpected error routing a request');
       sendShimError(res, toShimError(e));
     }
-  });
+  };
+  const server = http.createServer({ requireHostHeader: false }, onRequest);
   server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
+    if (cap.refused(socket)) {
+      socket.destroy();
+      return;
+    }
+    // X15: another upgrade (h2c) is an offer the shim does not take up: the request is answered
+    // as HTTP/1.1, on this connection, which then closes.
+    if (!isWebSocketUpgrade(req)) {
+      answerWithoutUpgrade(req, socket, head, onRequest);
+      return;
+    }
+    if (!toOriginForm(req)) {
+      socket.on('error', () => socket.destroy());
+      endSocketWithShimError(socket, badRequest('Malformed request target'));
+      return;
+    }
     distrustForwarded(req, trustedProxies); // X4
     // The same gate as for every other request, before the upstream hears of it.
     const refused = refusal(req);
@@ -315,6 +374,16 @@ export function createShim(o: ShimOptions): Shim {
   });
   // Long polls (GET /events, ~90 s) must never be cut by the shim's own server timeouts.
   allowLongPolls(server);
+  // X11: connections past the cap get a 503; descriptors stay for the shim's own work.
+  const maxConnections =
+    config.server.maxConnections === 'auto'
+      ? autoConnectionCap(descriptorLimit(), config.upstream.maxSockets)
+      : config.server.maxConnections;
+  const cap = capConnections(server, maxConnections, {
+    counted: (open) => metrics.clientConnections.set(open),
+    refused: () => metrics.clientConnectionsRefused.inc(),
+  });
+  if (Number.isFinite(cap.max)) metrics.clientConnectionsMax.set(cap.max);
 
   let closing: Promise<void> | undefined;
   return {

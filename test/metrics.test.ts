@@ -219,9 +219,11 @@ describe('event loop lag', () => {
     const m = createMetrics();
     await new Promise((r) => setTimeout(r, 6 * EVENT_LOOP_SAMPLE_MS));
     const e = parsePrometheusText(await m.registry.metrics());
-    // A timer never fires early: no gap between two samples is shorter than the interval.
+    // The gap between two samples is the interval, not the library's 10 ms default. Not the
+    // whole interval: under load libuv's cached loop time lets a timer fire a few ms early by
+    // the high-resolution clock (seen at 42.5 ms of 50 with both cores busy).
     expect(sampleValue(e, 'zulip_compat_shim_nodejs_eventloop_lag_min_seconds')).toBeGreaterThanOrEqual(
-      EVENT_LOOP_SAMPLE_MS / 1000 - 0.001,
+      (0.6 * EVENT_LOOP_SAMPLE_MS) / 1000,
     );
   });
 

@@ -112,13 +112,14 @@ export function sendShimError(res: ServerResponse, err: ShimError, headers: Outg
 }
 
 /** The same answer on a socket that has no response object (a parser error, CONNECT, an upgrade). */
-export function endSocketWithShimError(socket: Duplex, err: ShimError): void {
+export function endSocketWithShimError(socket: Duplex, err: ShimError, headers: Record<string, string> = {}): void {
   const body = errorBody(err.code, err.message);
   socket.end(
     [
       `HTTP/1.1 ${err.status} ${STATUS_CODES[err.status] ?? 'Error'}`,
       'Content-Type: application/json',
       `Content-Length: ${Buffer.byteLength(body)}`,
+      ...Object.entries(headers).map(([name, value]) => `${name}: ${value}`),
       'Connection: close',
       '',
       body,

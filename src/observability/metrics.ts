@@ -112,6 +112,22 @@ export function createMetrics() {
       buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 90, 120],
       registers: [registry],
     }),
+    /** X11: client connections open, the cap on them, and those refused past it. */
+    clientConnections: new Gauge({
+      name: `${p}client_connections`,
+      help: 'Client connections open',
+      registers: [registry],
+    }),
+    clientConnectionsMax: new Gauge({
+      name: `${p}client_connections_max`,
+      help: 'The cap on client connections (server.maxConnections; below the descriptors the process may open)',
+      registers: [registry],
+    }),
+    clientConnectionsRefused: new Counter({
+      name: `${p}client_connections_refused_total`,
+      help: 'Client connections answered 503 because the cap was reached',
+      registers: [registry],
+    }),
     storeErrors: new Counter({
       name: `${p}store_errors_total`,
       help: 'Errors talking to the shared store (Redis); presence degrades to pass-through meanwhile',

@@ -1,0 +1,83 @@
+import { readFileSync } from 'node:fs';
+import type { Server } from 'node:http';
+import type { Socket } from 'node:net';
+import type { Duplex } from 'node:stream';
+import { endSocketWithShimError, ShimError } from './errors.js';
+
+/**
+ * X11: client connections are capped below the descriptors the process may open (as nginx's
+ * `worker_connections`), so that held long polls and idle connections never leave the shim's
+ * own paths, its upstream calls and its store without descriptors. A connection past the cap
+ * is answered at once with a Zulip-shaped 503 and `Retry-After`, then closed.
+ */
+
+/** Past the cap: come back in a moment. */
+export class TooManyConnectionsError extends ShimError {
+  constructor() {
+    super(503, 'UPSTREAM_UNAVAILABLE', 'zulip-compat-shim has too many connections open; try again');
+  }
+}
+
+/** Seconds a refused client is asked to wait. */
+const RETRY_AFTER_SECONDS = 5;
+
+/**
+ * Descriptors kept out of the cap besides two upstream pools' worth: listening sockets, the
+ * store, log output, files, the worker threads, and a margin for descriptors in closing.
+ */
+const RESERVED_DESCRIPTORS = 512;
+
+/** The process's soft limit on open descriptors (Linux: /proc/self/limits), or undefined when unknown or unlimited. */
+export function descriptorLimit(limits = '/proc/self/limits'): number | undefined {
+  try {
+    const line = readFileSync(limits, 'utf8')
+      .split('\n')
+      .find((l) => l.startsWith('Max open files'));
+    const soft = line?.slice('Max open files'.length).trim().split(/\s+/)[0];
+    const n = Number(soft);
+    return Number.isSafeInteger(n) && n > 0 ? n : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * The cap for `auto`: each passed-through connection may hold two descriptors (the client's and
+ * its upstream request's, a long poll's own), after the shim's own pool and the reserve.
+ * Unknown limit: no cap beyond the operating system's.
+ */
+export function autoConnectionCap(limit: number | undefined, maxSockets: number): number {
+  if (limit === undefined) return Number.POSITIVE_INFINITY;
+  return Math.max(1, Math.floor((limit - RESERVED_DESCRIPTORS - maxSockets) / 2));
+}
+
+export interface ConnectionCap {
+  readonly max: number;
+  /** Client connections open now. */
+  open(): number;
+  /** Was this connection answered with the 503? Then a request the server still parses on it is not served. */
+  refused(socket: Socket | Duplex): boolean;
+}
+
+export interface ConnectionEvents {
+  /** The number of open connections changed. */
+  counted(open: number): void;
+  /** A connection was refused. */
+  refused(): void;
+}
+
+/** Counts the server's client connections and answers those past `max` with a 503. */
+export function capConnections(server: Server, max: number, events: ConnectionEvents): ConnectionCap {
+  let open = 0;
+  const refused = new WeakSet<object>();
+  server.on('connection', (socket: Socket) => {
+    events.counted(++open);
+    socket.once('close', () => events.counted(--open));
+    if (open <= max) return;
+    refused.add(socket);
+    events.refused();
+    socket.on('error', () => socket.destroy());
+    endSocketWithShimError(socket, new TooManyConnectionsError(), { 'Retry-After': String(RETRY_AFTER_SECONDS) });
+  });
+  return { max, open: () => open, refused: (socket) => refused.has(socket) };
+}

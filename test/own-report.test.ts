@@ -146,3 +146,29 @@ describe('P6: a register timed by its Date header is not older than a snapshot o
     expect((next.body.presences as Modern)['13'] ?? (reg.body.presences as Modern)['13']).toEqual((reg.body.presences as Modern)['13']);
   });
 });
+
+describe('X14: the upstream clock stepping back', () => {
+  it.each(['2.1', '7.0'] as const)('on %s: changes flow again at once, every client resyncs with full data', async (era) => {
+    fake = await startFake({ era });
+    for (const u of [10, 11, 12]) fake.report(u, 'active');
+    shim = await startShim(fake.url, { presence: { coalesceMs: 0 } });
+    const first = await poll(11, { status: 'active', last_update_id: '-1' });
+    const id = first.body.presence_last_update_id as number;
+    expect(Object.keys(first.body.presences).sort()).toEqual(['10', '11', '12']);
+    fake.now -= 3_600; // an NTP correction on the upstream
+    fake.report(13, 'active', 'ZulipMobile'); // someone who comes online meanwhile
+    const next = await poll(11, { status: 'active', last_update_id: String(id) });
+    expect(next.status).toBe(200);
+    const now = Math.floor(fake.now);
+    expect((next.body.presences as Modern)['13']).toEqual({ active_timestamp: now, idle_timestamp: now });
+    // Full data (the client's id is from before the step), with an id above it (X1).
+    expect(Object.keys(next.body.presences).sort()).toEqual(['10', '11', '12', '13']);
+    expect(next.body.presence_last_update_id).toBeGreaterThan(id);
+    // And deltas from then on.
+    fake.advance(60);
+    fake.report(14, 'active');
+    const delta = await poll(11, { status: 'active', last_update_id: String(next.body.presence_last_update_id) });
+    expect(Object.keys(delta.body.presences)).toContain('14');
+    expect(Object.keys(delta.body.presences)).not.toContain('10');
+  });
+});

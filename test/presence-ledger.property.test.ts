@@ -186,6 +186,25 @@ describe('ledger rules', () => {
     expect(l.users.get(1)!.changedAt).toBeGreaterThan(first);
   });
 
+  it('the upstream clock stepping back past what a late answer can be starts a new epoch above every id (X14)', () => {
+    let l = createLedger(5_000);
+    l = merge(l, obs(10_000, [[1, p(9_900, 9_950)]]));
+    const before = l;
+    // Late by less than the tolerance: an old answer, changing nothing.
+    expect(merge(l, obs(10_000 - 100, [[1, p(9_000, 9_000)]], true))).toBe(before);
+    // An hour back: the upstream's clock moved, not the answer.
+    l = merge(l, { ...obs(10_000 - 3_600, [[1, p(6_390, 6_399)]]), maxLateSeconds: 180 });
+    expect(l.epoch).toBeGreaterThan(before.lastId);
+    expect(vouchesFor(l, before.lastId)).toBe(false); // every client id gets full data (P5)
+    expect(l.users.get(1)).toMatchObject({ active: 6_390, idle: 6_399 });
+    // Changes flow again on the new time.
+    const next = merge(l, obs(10_000 - 3_590, [[1, p(6_405, 6_405)]]));
+    expect(next.users.get(1)).toMatchObject({ active: 6_405 });
+    expect(answer(next, { visible: [1], lastUpdateId: l.lastId, serverTimestamp: 6_410 }).presences).toEqual({
+      '1': { active_timestamp: 6_405, idle_timestamp: 6_405 },
+    });
+  });
+
   it('an older snapshot arriving late changes nothing (ordered by server_timestamp)', () => {
     let l = createLedger(5_000);
     l = merge(l, obs(20, [[1, p(900, 950)]]));

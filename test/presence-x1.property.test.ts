@@ -97,7 +97,13 @@ const log = createLogger('silent');
 const realm = { upstream: 'model', host: 'model', key: 'model|model' };
 
 function askerFor(store: PresenceStore): Asker {
-  const ctx = { store, log, metrics: { ledgerUsers: { set() {} } }, snapshots: { bodies: () => new Map() } } as unknown as ShimContext;
+  const ctx = {
+    store,
+    log,
+    config: { upstream: { timeoutMs: 120_000 } },
+    metrics: { ledgerUsers: { set() {} } },
+    snapshots: { bodies: () => new Map() },
+  } as unknown as ShimContext;
   return { ctx, req: {} as IncomingMessage, realm, era: 'exact-slim' };
 }
 

@@ -139,8 +139,13 @@ async function toModernPresences(
   return converted.presences;
 }
 
+/** X14: beyond the upstream deadline, how much later than it an answer may still be merged (parse, merge, store). */
+const LATE_MARGIN_SECONDS = 60;
+
 /** Records an observation; undefined when the store is down (answers then carry no ids of their own, P5). */
-export async function recordInLedger(asker: Asker, obs: Observation): Promise<LedgerState | undefined> {
+export async function recordInLedger(asker: Asker, observation: Observation): Promise<LedgerState | undefined> {
+  // X14: an answer can be late by the upstream deadline (X3); older than that, the clock stepped back.
+  const obs = { ...observation, maxLateSeconds: asker.ctx.config.upstream.timeoutMs / 1000 + LATE_MARGIN_SECONDS };
   try {
     // B7: merged in steps on the ledger this process holds; the store takes that result when
     // the realm's ledger is still the same one, and merges again otherwise (I7).

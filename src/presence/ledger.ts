@@ -47,6 +47,8 @@
  *   larger. Only an observation that moves the whole user back (its `idle_timestamp` older
  *   too) is the upstream backdating them on purpose (invisible mode, P6) and is taken as it is.
  *   A caller's own report (P15) only ever raises a user's timestamps.
+ * - I9 an observation older than the newest merged by more than an answer can be late is the
+ *   upstream's clock stepping back (X14): the realm starts a new epoch above every id it issued.
  */
 
 import { UserTable, type UserTableEdit } from './user-table.js';
@@ -100,9 +102,18 @@ export interface Observation {
    * about anyone else.
    */
   report?: boolean | undefined;
+  /**
+   * X14: how much older than the newest one merged an observation can arrive and still be a
+   * late answer (a slow fetch ends within the upstream deadline, X3). One older than that means
+   * the upstream's clock stepped back. Default: CLOCK_STEP_SECONDS.
+   */
+  maxLateSeconds?: number | undefined;
 }
 
 const MERGE_HISTORY = 32;
+
+/** X14: the default of `Observation.maxLateSeconds` (the default upstream deadline, 120 s, and a minute). */
+export const CLOCK_STEP_SECONDS = 180;
 
 /** I1: a new ledger's epoch, from the clock (milliseconds, with a fraction when the clock has it). */
 function epochFor(nowMs: number): number {
@@ -225,7 +236,25 @@ export async function mergeInSteps(state: LedgerState, obs: Observation, pause: 
   }
 }
 
-function* mergeSteps(state: LedgerState, obs: Observation): Generator<void, LedgerState> {
+/**
+ * X14: the ledger an observation is merged into. Normally `state`; but an observation older than
+ * the newest merged by more than any answer can arrive late means the upstream's clock stepped
+ * back (an NTP correction): ordered by that clock, every new observation would be discarded as
+ * older until it passed its old maximum. The realm then starts a new epoch above every id it
+ * issued, as after a failover: every client's id gets full data (I2), which the new epoch builds
+ * from observations on the upstream's new time.
+ */
+function clockChecked(state: LedgerState, obs: Observation): LedgerState {
+  const newest = state.merges[state.merges.length - 1]?.[0];
+  if (newest === undefined || obs.serverTimestamp >= newest - (obs.maxLateSeconds ?? CLOCK_STEP_SECONDS)) return state;
+  const epoch = state.lastId + 1;
+  const fresh: LedgerState = { epoch, lastId: epoch, users: UserTable.empty(), merges: [], completeAt: 0 };
+  indexes.set(fresh, { ids: [], users: [], length: 0 });
+  return fresh;
+}
+
+function* mergeSteps(current: LedgerState, obs: Observation): Generator<void, LedgerState> {
+  const state = clockChecked(current, obs);
   let looked = 0;
   const ts = obs.serverTimestamp;
   let lastId = state.lastId;

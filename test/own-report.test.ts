@@ -172,3 +172,36 @@ describe('X14: the upstream clock stepping back', () => {
     expect(Object.keys(delta.body.presences)).not.toContain('10');
   });
 });
+
+describe('X13: the upstream upgraded to the modern presence API while the shim runs', () => {
+  it('a client holding a shim id gets full data with the upstream’s own id, then goes on natively', async () => {
+    fake = await startFake({ era: '2.1' });
+    for (const u of fake.humans()) fake.report(u.user_id, 'active');
+    shim = await startShim(fake.url, { presence: { coalesceMs: 0 } });
+    const first = await poll(11, { status: 'active', last_update_id: '-1' });
+    let id = first.body.presence_last_update_id as number;
+    expect(id).toBeGreaterThan(10 ** 15);
+    // The upgrade: same address, now Zulip 9.0.
+    Object.assign(fake as unknown as Record<string, unknown>, { era: '9.0', featureLevel: 277 });
+    fake.advance(60);
+    for (const u of fake.humans()) fake.report(u.user_id, 'active');
+    // The shim learns it from the upstream's own answers, not only when its cached level expires.
+    for (let i = 0; i < 3 && id > 10 ** 15; i++) {
+      const r = await poll(11, { status: 'active', last_update_id: String(id), history_limit_days: '0' });
+      expect(r.status).toBe(200);
+      if ((r.body.presence_last_update_id as number) < 10 ** 15) {
+        // Handed over: everyone, with the upstream's own id (history_limit_days ignored, as for the positive id sent).
+        expect(Object.keys(r.body.presences).length).toBe(fake.humans().length);
+      }
+      id = r.body.presence_last_update_id as number;
+    }
+    expect(id).toBeLessThan(10 ** 15);
+    fake.advance(60);
+    fake.report(14, 'active');
+    const native = await poll(11, { status: 'active', last_update_id: String(id) });
+    expect(Object.keys(native.body.presences)).toContain('14');
+    expect(native.body.presence_last_update_id).toBeGreaterThan(id);
+    const sent = fake.seen.filter((r) => r.url.endsWith('/users/me/presence')).at(-1)!;
+    expect(new URLSearchParams(sent.body.toString()).get('last_update_id')).toBe(String(id)); // passed on as it came
+  });
+});

@@ -49,11 +49,11 @@ describe('request log at trace level', () => {
       s.on('error', () => resolve(text));
     });
     expect(answer).toMatch(/^HTTP\/1\.1 \d{3}/);
-    // The line is written when the answer is done.
-    for (let i = 0; i < 50 && !shim.logs.some((l) => l.includes('chat.example.com/api/v1/messages')); i++) {
+    // The line is written when the answer is done; the target went on in origin form (X15).
+    for (let i = 0; i < 50 && !shim.logs.some((l) => l.includes('"/api/v1/messages"')); i++) {
       await new Promise((r) => setTimeout(r, 20));
     }
-    expect(shim.logs.some((l) => l.includes('chat.example.com/api/v1/messages'))).toBe(true);
+    expect(shim.logs.some((l) => l.includes('"/api/v1/messages"'))).toBe(true);
     expect(shim.logs.filter((l) => l.includes('pa55word-abs'))).toEqual([]);
   });
 });

@@ -16,6 +16,7 @@ import { parsePresenceRequest, upstreamWillReject, wantsModern } from './params.
 import { report, UpstreamRefused, type Poll } from './report.js';
 import { obtainSnapshot } from './sharing.js';
 import { recordOwnReport } from './own-report.js';
+import { handedOver } from './handover.js';
 
 /**
  * POST /api/v1/users/me/presence and /json/users/me/presence. On an upstream at feature level
@@ -65,7 +66,12 @@ async function passThrough(req: IncomingMessage, res: ServerResponse, ctx: ShimC
   facts(req).kind = 'passthrough';
   const headers: Record<string, string> = { ...forwardedHeaders(req), 'accept-encoding': req.headers['accept-encoding'] ?? 'identity' };
   if (req.headers['content-type']) headers['content-type'] = req.headers['content-type'];
-  const r = await timedUpstream(req, () => ctx.client.request({ realm, method: 'POST', path: req.url ?? '/', headers, body: raw }));
+  // X13: a client still holding an id the shim issued before the upstream's upgrade.
+  const handover = await handedOver(req, raw).catch(() => undefined); // unreadable: the upstream words the error
+  if (handover) headers['content-type'] = 'application/x-www-form-urlencoded';
+  const path = handover?.path ?? req.url ?? '/';
+  const body = handover?.body ?? raw;
+  const r = await timedUpstream(req, () => ctx.client.request({ realm, method: 'POST', path, headers, body }));
   return relay(res, r);
 }
 

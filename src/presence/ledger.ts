@@ -132,6 +132,18 @@ export function createLedger(nowMs: number = Date.now(), floor = 0): LedgerState
   return state;
 }
 
+/**
+ * X13: the smallest id a ledger makes: ids come from a microsecond clock (I1), so every one
+ * issued since 2001 is above 10^15. A server's own `presence_last_update_id` counts its presence
+ * rows and is never near it.
+ */
+const FIRST_LEDGER_ID = 10 ** 15;
+
+/** X13: is this an id a ledger made (not the upstream's own)? */
+export function isLedgerId(id: number): boolean {
+  return Number.isSafeInteger(id) && id >= FIRST_LEDGER_ID;
+}
+
 /** I6: could an id have been issued by now? Ids come from a microsecond clock (I1). */
 function isPlausibleId(id: number, nowMs: number): boolean {
   return Number.isSafeInteger(id) && id > 0 && id <= epochFor(nowMs);

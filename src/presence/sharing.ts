@@ -330,6 +330,8 @@ async function takenIn(poll: Poll, format: Format, complete: boolean, answer: Ar
   const body = await timedUpstream(poll.req, () => answer.body);
   // B7: parsed and converted off the main thread; only the columns come back.
   const { columns: presences, bytes } = await readPresenceAnswer(poll, format, body);
+  // X13: only a server with the modern presence API sends this; the realm was upgraded.
+  if ('presence_last_update_id' in presences.top) ctx.featureLevels.raised(poll.realm, undefined);
   const serverTimestamp = upstreamTime(presences.top, answer.headers);
   const intake = await takeInAnswer(poll, format, presences, serverTimestamp, complete);
   return {

@@ -115,6 +115,11 @@ export const registerHandler: Handler = async (req, res, ctx) => {
   const started = performance.now();
   const answer = await parseRegisterAnswer(bounded.body);
   await setImmediate(); // a large register answer: let other requests run after parsing it
+  // X13: the upstream was upgraded while the shim runs; later requests see its new level.
+  const upstreamLevel = answer.zulip_feature_level;
+  if (typeof upstreamLevel === 'number' && Number.isInteger(upstreamLevel) && upstreamLevel > featureLevel) {
+    ctx.featureLevels.raised(realm, upstreamLevel);
+  }
   const sharedOwners = new Map<string, number | undefined>();
   const users = withUsers ? await backfillRegisterUsers(answer, featureLevel, types, sharedOwners, settingTypes) : undefined;
   ctx.users.logAmbiguousBotOwners(realm, sharedOwners); // X10

@@ -105,6 +105,22 @@ export class FeatureLevels {
     this.cache.set(realm.key, this.infoOf(settings));
   }
 
+  /**
+   * X13: an upstream answer showed a feature level above the one cached (the server was
+   * upgraded while the shim runs): a known level is taken at once; `undefined` (the answer
+   * only shows that the level rose) asks server_settings again on the next request.
+   */
+  raised(realm: Realm, featureLevel: number | undefined): void {
+    const cached = this.cache.peek(realm.key, { allowStale: true });
+    if (featureLevel === undefined) {
+      this.cache.delete(realm.key);
+      this.log.info({ realm: realm.host }, 'the upstream answers as a newer server: its feature level is asked again');
+    } else if (!cached || featureLevel > cached.featureLevel) {
+      this.cache.set(realm.key, { featureLevel });
+      this.log.info({ realm: realm.host, featureLevel, was: cached?.featureLevel }, 'the upstream now has a higher feature level');
+    }
+  }
+
   private infoOf(settings: Record<string, unknown>): ServerInfo {
     return { featureLevel: featureLevelOf(settings) };
   }

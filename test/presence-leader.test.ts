@@ -1,4 +1,5 @@
 import { afterEach, describe, expect, it, vi } from 'vitest';
+import { EVENT_WAIT } from './support/wait.js';
 import request from 'supertest';
 import { MemoryStore } from '../src/store/memory.js';
 import { startFake, type Era, type FakeZulip } from './support/fake-zulip.js';
@@ -167,7 +168,7 @@ describe.each(['2.1', '4.0'] as const)('a delta poll leading a refresh on %s (B7
     const fullBefore = fake.stats.presenceFull;
     const answer = poll(10, { status: 'active', ...form });
     try {
-      await vi.waitFor(() => expect(fake.stats.presenceFull).toBe(fullBefore + 1));
+      await vi.waitFor(() => expect(fake.stats.presenceFull).toBe(fullBefore + 1), EVENT_WAIT);
       // The body is all but sent by then: an early answer would have come.
       expect(await within(answer, 1_500)).toBe('late');
     } finally {
@@ -191,7 +192,7 @@ describe.each(['2.1', '4.0'] as const)('a delta poll leading a refresh on %s (B7
     const pingsBefore = fake.stats.presencePing;
     // A full poll waits for the refresh after its own ping.
     const waiter = poll(14, { status: 'active', last_update_id: '-1' });
-    await vi.waitFor(() => expect(fake.stats.presencePing).toBe(pingsBefore + 1));
+    await vi.waitFor(() => expect(fake.stats.presencePing).toBe(pingsBefore + 1), EVENT_WAIT);
     cut();
     expect(early).not.toBe('late');
     expect(early === 'late' ? 0 : early.status).toBe(200);
@@ -199,7 +200,7 @@ describe.each(['2.1', '4.0'] as const)('a delta poll leading a refresh on %s (B7
     expect(full.status).toBe(200);
     expect(full.body.presences['11'].active_timestamp).toBe(Math.floor(fake.now));
     expect(fake.stats.presenceFull).toBe(fullBefore + 2); // the failed refresh, and the waiter's own
-    await vi.waitFor(() => expect(shim.logs.join('')).toContain('presence refresh failed after its leader was answered'));
+    await vi.waitFor(() => expect(shim.logs.join('')).toContain('presence refresh failed after its leader was answered'), EVENT_WAIT);
   });
 });
 
@@ -234,10 +235,10 @@ describe('the refresh behind an early answer (B7)', () => {
         () => 'answered',
         () => 'gone',
       );
-    await vi.waitFor(() => expect(fake.stats.presenceFull).toBe(fullBefore + 1));
+    await vi.waitFor(() => expect(fake.stats.presenceFull).toBe(fullBefore + 1), EVENT_WAIT);
     const pingsBefore = fake.stats.presencePing;
     const waiter = poll(14, { status: 'active', last_update_id: '-1' });
-    await vi.waitFor(() => expect(fake.stats.presencePing).toBe(pingsBefore + 1));
+    await vi.waitFor(() => expect(fake.stats.presencePing).toBe(pingsBefore + 1), EVENT_WAIT);
     expect(await gone).toBe('gone');
     release();
     const full = await waiter;

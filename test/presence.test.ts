@@ -1,4 +1,5 @@
 import { afterEach, describe, expect, it, vi } from 'vitest';
+import { EVENT_WAIT } from './support/wait.js';
 import request from 'supertest';
 import { ERAS, startFake, type Era, type FakeZulip } from './support/fake-zulip.js';
 import { startShim, type RunningShim } from './support/shim.js';
@@ -374,7 +375,7 @@ describe('shared snapshots (P9)', () => {
         refreshed = true;
         return r;
       });
-      await vi.waitFor(() => expect(fake.stats.presenceFull).toBe(fullBefore + 1));
+      await vi.waitFor(() => expect(fake.stats.presenceFull).toBe(fullBefore + 1), EVENT_WAIT);
       for (let i = 0; i < 3; i++) {
         const pingsBefore = fake.stats.presencePing;
         const d = await poll(10, { status: 'active', last_update_id: String(id) });

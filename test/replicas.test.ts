@@ -2,6 +2,7 @@ import type { Redis } from 'ioredis';
 import request from 'supertest';
 import net from 'node:net';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
+import { EVENT_WAIT } from './support/wait.js';
 import { startFake, type FakeZulip } from './support/fake-zulip.js';
 import { adminRedis, deleteKeysUnder, describeRedis, REDIS_URL, testKeyPrefix } from './support/redis.js';
 import { pollThrough, replicaSuite } from './support/replica-suite.js';
@@ -136,7 +137,7 @@ describeRedis('a client whose polls alternate between replicas, during a refresh
       refreshed = true;
       return r;
     });
-    await vi.waitFor(() => expect(fake.stats.presenceFull).toBe(fullBefore + 1));
+    await vi.waitFor(() => expect(fake.stats.presenceFull).toBe(fullBefore + 1), EVENT_WAIT);
     const bounced = await pollThrough(other, fake, users[0]!, id);
     expect(bounced.status).toBe(200);
     expect(refreshed).toBe(false); // answered before the refresh completed
@@ -245,7 +246,7 @@ describeRedis('a client whose polls alternate between replicas, during a refresh
       return r;
     });
     try {
-      await vi.waitFor(() => expect(fake.stats.presenceFull).toBe(fullBefore + 1));
+      await vi.waitFor(() => expect(fake.stats.presenceFull).toBe(fullBefore + 1), EVENT_WAIT);
       // The second replica's leader follows that fetch (its report a ping), answered from the ledger.
       const following = await within(send(r1, users[2]!, id), 5_000);
       expect(following === 'late' ? 'late' : following.status).toBe(200);
@@ -272,7 +273,7 @@ describeRedis('a client whose polls alternate between replicas, during a refresh
     } finally {
       end();
     }
-    await vi.waitFor(() => expect(r1.logs.join('')).toContain('presence refresh failed after its leader was answered'));
+    await vi.waitFor(() => expect(r1.logs.join('')).toContain('presence refresh failed after its leader was answered'), EVENT_WAIT);
     // Its client has its answer: a full report sent for it now would be one the shim made up.
     expect(fake.stats.presenceFull).toBe(fullBefore + 1);
   });

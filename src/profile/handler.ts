@@ -31,10 +31,11 @@ export function ignoredParameters(url: string | undefined): string[] {
  * The realm's feature level for a user-object answer, or 0 when unknown: every change then
  * runs, and each adds only what is missing (U1).
  */
-export function levelOrZero(ctx: ShimContext, realm: Realm): Promise<number> {
-  return ctx.featureLevels.featureLevel(realm).catch((e: unknown) => {
-    ctx.log.warn({ realm: realm.host, err: e }, 'user objects: feature level unknown, checking every field');
-    return 0;
+export function levelOrZero(ctx: ShimContext, hostRealm: Realm): Promise<{ realm: Realm; featureLevel: number }> {
+  // X12: the realm the upstream serves for this Host keys the lookups.
+  return ctx.featureLevels.resolve(hostRealm).catch((e: unknown) => {
+    ctx.log.warn({ realm: hostRealm.host, err: e }, 'user objects: feature level unknown, checking every field');
+    return { realm: hostRealm, featureLevel: 0 };
   });
 }
 
@@ -43,17 +44,19 @@ export function levelOrZero(ctx: ShimContext, realm: Realm): Promise<number> {
  * the fields its feature level lacks, each from the version change that introduced it.
  */
 export const ownProfileHandler: Handler = async (req, res, ctx) => {
-  const realm = realmOf(ctx.upstreamId, req.headers);
+  const hostRealm = realmOf(ctx.upstreamId, req.headers);
   const headers = forwardedHeaders(req);
   const f = facts(req);
-  f.realm = realm.host;
+  f.realm = hostRealm.host;
   f.kind = 'own_profile';
   // server_settings needs no credentials, so it is asked alongside the caller's own call.
-  const level = levelOrZero(ctx, realm);
-  const r = await timedUpstream(req, () => ctx.client.fetch({ realm, method: 'GET', path: req.url ?? '/api/v1/users/me', headers }));
+  const level = levelOrZero(ctx, hostRealm);
+  const r = await timedUpstream(req, () =>
+    ctx.client.fetch({ realm: hostRealm, method: 'GET', path: req.url ?? '/api/v1/users/me', headers }),
+  );
   if (!isSuccess(r.status)) return relayBuffered(res, r); // E1
   const upstream = parseJsonObject(r.body);
-  const featureLevel = await level;
+  const { realm, featureLevel } = await level;
   f.featureLevel = featureLevel;
   // Who the caller is, for a GET /users that follows (it needs the id where addresses are hidden).
   if (featureLevel < COMPLETE_FROM_LEVEL) callers(ctx).remember(realm, req.headers, upstream);

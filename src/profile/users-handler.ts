@@ -108,10 +108,9 @@ async function ownRowOf(req: IncomingMessage, ctx: ShimContext, realm: Realm, ur
 /** GET /users: every member filled (V1, V2); the list's own rows resolve 2.1 bot owners. */
 export const usersHandler: Handler = async (req, res, ctx) => {
   const url = req.url ?? '/api/v1/users';
-  const realm = realmOf(ctx.upstreamId, req.headers);
   const f = facts(req);
-  f.realm = realm.host;
-  const featureLevel = await levelOrZero(ctx, realm);
+  f.realm = (req.headers.host ?? '').toLowerCase();
+  const { realm, featureLevel } = await levelOrZero(ctx, realmOf(ctx.upstreamId, req.headers));
   f.featureLevel = featureLevel;
   if (featureLevel >= COMPLETE_FROM_LEVEL) return passOn(req, res, ctx, realm, url);
   f.kind = 'users';
@@ -150,10 +149,9 @@ export function userKeyOf(url: string): { userId: number } | { email: string } |
 export const userHandler: Handler = async (req, res, ctx) => {
   const url = req.url ?? '';
   const key = userKeyOf(url);
-  const realm = realmOf(ctx.upstreamId, req.headers);
   const f = facts(req);
-  f.realm = realm.host;
-  const featureLevel = await levelOrZero(ctx, realm);
+  f.realm = (req.headers.host ?? '').toLowerCase();
+  const { realm, featureLevel } = await levelOrZero(ctx, realmOf(ctx.upstreamId, req.headers));
   f.featureLevel = featureLevel;
   const native = key !== undefined && featureLevel >= ('userId' in key ? USER_BY_ID_LEVEL : USER_BY_EMAIL_LEVEL);
   if (key === undefined || (native && featureLevel >= COMPLETE_FROM_LEVEL)) return passOn(req, res, ctx, realm, url);

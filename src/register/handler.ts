@@ -63,8 +63,8 @@ async function passOn(res: ServerResponse, r: UpstreamResponse, bounded: Bounded
 export const registerHandler: Handler = async (req, res, ctx) => {
   const raw = await readBody(req, ctx.config.server.bodyLimitBytes);
   const params = await parseParams(req, raw);
-  const realm = realmOf(ctx.upstreamId, req.headers);
-  const featureLevel = await timedUpstream(req, () => ctx.featureLevels.featureLevel(realm));
+  // X12: the realm the upstream serves for this Host keys its state.
+  const { realm, featureLevel } = await timedUpstream(req, () => ctx.featureLevels.resolve(realmOf(ctx.upstreamId, req.headers)));
   const f = facts(req);
   f.realm = realm.host;
   f.featureLevel = featureLevel;

@@ -27,6 +27,15 @@ export function featureLevelOf(settings: Record<string, unknown>): number {
 
 export interface ServerInfo {
   featureLevel: number;
+  /** X12: the realm the upstream serves for this Host (`realm_url`, before 9.0 `realm_uri`), normalised. */
+  realmUrl?: string | undefined;
+}
+
+/** X12: the realm a server_settings answer names, lower-cased, without a trailing slash; undefined when it names none. */
+export function realmUrlOf(settings: Record<string, unknown>): string | undefined {
+  const url = settings.realm_url ?? settings.realm_uri;
+  if (typeof url !== 'string' || url === '') return undefined;
+  return url.toLowerCase().replace(/\/+$/, '');
 }
 
 export interface FeatureLevelOptions {
@@ -44,6 +53,9 @@ export interface FeatureLevelOptions {
    */
   maxBytes?: number;
 }
+
+/** The cache is per Host (the realm it names is what server_settings tells). */
+const hostKey = (realm: Realm) => `${realm.upstream}|${realm.host}`;
 
 /** X2: what an entry costs, estimated from its key (a Host may be long) and a fixed part. */
 const entryBytes = (key: string) => 256 + 2 * key.length;
@@ -66,7 +78,7 @@ export class FeatureLevels {
     const maxBytes = options.maxBytes ?? 4 * 1024 * 1024;
     this.cache = new LRUCache<string, ServerInfo, Realm>({
       maxSize: maxBytes,
-      sizeCalculation: (_v, key) => entryBytes(key),
+      sizeCalculation: (v, key) => entryBytes(key) + 2 * (v.realmUrl?.length ?? 0),
       ttl: options.ttlMs,
       allowStale: true,
       noDeleteOnFetchRejection: true,
@@ -85,12 +97,13 @@ export class FeatureLevels {
   async info(realm: Realm): Promise<ServerInfo> {
     // Stale data stands in for a failed refresh; with none, the failure itself is the answer
     // (E2: a silent upstream is a timeout, not "unavailable"), so lru-cache must not swallow it.
-    const stale = this.cache.peek(realm.key, { allowStale: true }) !== undefined;
+    const key = hostKey(realm);
+    const stale = this.cache.peek(key, { allowStale: true }) !== undefined;
     if (!stale) {
-      const failed = this.failures.get(realm.key);
+      const failed = this.failures.get(key);
       if (failed) throw failed;
     }
-    const v = await this.cache.fetch(realm.key, { context: realm, allowStaleOnFetchRejection: stale });
+    const v = await this.cache.fetch(key, { context: realm, allowStaleOnFetchRejection: stale });
     if (!v) throw upstreamUnavailable('server_settings gave no answer');
     return v;
   }
@@ -99,10 +112,23 @@ export class FeatureLevels {
     return (await this.info(realm)).featureLevel;
   }
 
+  /**
+   * X12: the realm a request is for, and its feature level. Realm state (ledger, snapshots, user
+   * list, lookups) is keyed by the realm the upstream says it serves for the request's Host, so
+   * aliases of one realm share one state and one fetch stream, and a made-up Host on a one-realm
+   * server costs this one small cached call, not a realm's worth. Requests to the upstream keep
+   * the client's Host.
+   */
+  async resolve(hostRealm: Realm): Promise<{ realm: Realm; featureLevel: number }> {
+    const info = await this.info(hostRealm);
+    const realm = info.realmUrl ? { ...hostRealm, key: `${hostRealm.upstream}|realm:${info.realmUrl}` } : hostRealm;
+    return { realm, featureLevel: info.featureLevel };
+  }
+
   /** Primes the cache from a server_settings answer that passed through anyway. */
   observe(realm: Realm, settings: Record<string, unknown>): void {
-    this.failures.delete(realm.key);
-    this.cache.set(realm.key, this.infoOf(settings));
+    this.failures.delete(hostKey(realm));
+    this.cache.set(hostKey(realm), this.infoOf(settings));
   }
 
   /**
@@ -111,18 +137,19 @@ export class FeatureLevels {
    * only shows that the level rose) asks server_settings again on the next request.
    */
   raised(realm: Realm, featureLevel: number | undefined): void {
-    const cached = this.cache.peek(realm.key, { allowStale: true });
+    const key = hostKey(realm);
+    const cached = this.cache.peek(key, { allowStale: true });
     if (featureLevel === undefined) {
-      this.cache.delete(realm.key);
+      this.cache.delete(key);
       this.log.info({ realm: realm.host }, 'the upstream answers as a newer server: its feature level is asked again');
     } else if (!cached || featureLevel > cached.featureLevel) {
-      this.cache.set(realm.key, { featureLevel });
+      this.cache.set(key, { ...cached, featureLevel });
       this.log.info({ realm: realm.host, featureLevel, was: cached?.featureLevel }, 'the upstream now has a higher feature level');
     }
   }
 
   private infoOf(settings: Record<string, unknown>): ServerInfo {
-    return { featureLevel: featureLevelOf(settings) };
+    return { featureLevel: featureLevelOf(settings), realmUrl: realmUrlOf(settings) };
   }
 
   private async load(realm: Realm): Promise<ServerInfo> {
@@ -136,7 +163,7 @@ export class FeatureLevels {
       const err = upstreamBadResponse(`server_settings answered HTTP ${r.status}`);
       // X2: the upstream refused this Host (4xx): remembered. A 5xx or no answer at all is a
       // fault of the upstream that ends when it does, so the next request asks again.
-      if (r.status < 500) this.failures.set(realm.key, err);
+      if (r.status < 500) this.failures.set(hostKey(realm), err);
       this.log.warn({ realm: realm.host, status: r.status }, 'server_settings failed');
       throw err;
     }

@@ -2,10 +2,10 @@ import http, { type IncomingMessage, type ServerResponse } from 'node:http';
 import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { LedgerState } from '../src/presence/ledger.js';
-import { realmOf } from '../src/upstream/realm.js';
 import { startFake, type Era, type FakeZulip } from './support/fake-zulip.js';
 import { jsonOf, send, type Answer, type Outgoing } from './support/http-client.js';
 import { until } from './support/cli-run.js';
+import { realmKeyOf } from './support/realm-key.js';
 import { startShim, type RunningShim } from './support/shim.js';
 
 /**
@@ -263,7 +263,7 @@ describe.each<Era>(['2.1', '7.0'])('upstream faults, Zulip %s upstream', (era) =
     fake = await startFake({ era });
     for (const u of fake.humans()) fake.report(u.user_id, 'active');
     shim = await startShim(fake.url, { upstream: { timeoutMs: TIMEOUT_MS }, presence: { coalesceMs: 0 } });
-    realmKey = realmOf(fake.url, { host: new URL(shim.url).host }).key;
+    realmKey = await realmKeyOf(shim, fake.url, new URL(shim.url).host);
     for (const f of ['html-500', 'html-502', 'rate-limited', 'truncated-2xx', 'not-json-2xx'] as FaultName[])
       upstreamAnswers.set(f, await upstreamAnswer(f));
   });

@@ -3,6 +3,7 @@ import { EVENT_WAIT } from './support/wait.js';
 import request from 'supertest';
 import { MemoryStore } from '../src/store/memory.js';
 import { startFake, type Era, type FakeZulip } from './support/fake-zulip.js';
+import { realmKeyOf } from './support/realm-key.js';
 import { startShim, type RunningShim } from './support/shim.js';
 
 /**
@@ -213,12 +214,13 @@ describe('the refresh behind an early answer (B7)', () => {
     const release = slowLink();
     const early = await within(poll(10, { status: 'active', last_update_id: String(id) }), 5_000);
     expect(early).not.toBe('late');
+    const key = await realmKeyOf(shim, fake.url, new URL(shim.url).host);
     const closing = shim.close();
     // The rest of the body comes well after the server closed: the refresh must not be cut.
     await pause(300);
     release();
     await closing;
-    const ledger = await store.load(`${fake.url}|${new URL(shim.url).host}`);
+    const ledger = await store.load(key);
     expect(ledger?.users.get(11)?.active).toBe(Math.floor(fake.now));
   });
 

@@ -22,7 +22,7 @@ const poll = (host: string, user: number, form: Record<string, string>) =>
 
 describe('realm identity (X12)', () => {
   it('two Hosts of one realm share its ledger: an id from one is continued from through the other', async () => {
-    fake = await startFake({ era: '2.1' });
+    fake = await startFake({ era: '2.1', oneRealm: true });
     for (const u of fake.humans()) fake.report(u.user_id, 'active');
     shim = await startShim(fake.url, { presence: { coalesceMs: 60_000 } });
     const first = await poll('chat.example.com', 11, { status: 'active', last_update_id: '-1' });
@@ -34,7 +34,7 @@ describe('realm identity (X12)', () => {
   });
 
   it('a flood of made-up Hosts costs one server_settings call each, not a realm’s worth of fetches', async () => {
-    fake = await startFake({ era: '2.1' });
+    fake = await startFake({ era: '2.1', oneRealm: true });
     for (const u of fake.humans()) fake.report(u.user_id, 'active');
     shim = await startShim(fake.url, { presence: { coalesceMs: 60_000 } });
     const hosts = Array.from({ length: 40 }, (_, i) => `made-up-${i}.example.net`);

@@ -2,12 +2,12 @@ import http from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadConfig } from '../src/config.js';
 import type { LedgerState } from '../src/presence/ledger.js';
-import { realmOf } from '../src/upstream/realm.js';
 import { logLine, runCli, until } from './support/cli-run.js';
 import { startFake, type FakeZulip } from './support/fake-zulip.js';
 import { startHostRouter, type HostRouter } from './support/host-router.js';
 import { jsonOf, send, type Answer, type Outgoing } from './support/http-client.js';
 import { registerSecret } from './support/secrets.js';
+import { realmKeyOf } from './support/realm-key.js';
 import { startShim, type RunningShim } from './support/shim.js';
 import { selfSignedCertificate, startTlsFront, type TlsFront } from './support/tls-front.js';
 
@@ -185,7 +185,7 @@ describe('two realms on one upstream never see each other (P13)', () => {
     );
     for (const e of Object.values(bodyA.presences)) expect(e.idle_timestamp).toBeLessThanOrEqual(Math.floor(a.now));
 
-    const ledger = async (host: string) => (await shim.shim.context.store.load(realmOf(router.url, { host }).key)) as LedgerState;
+    const ledger = async (host: string) => (await shim.shim.context.store.load(await realmKeyOf(shim, router.url, host))) as LedgerState;
     const [la, lb] = [await ledger(A), await ledger(B)];
     expect([...la.users.keys()].sort()).toEqual(
       a
@@ -328,8 +328,8 @@ describe('a fault inside the shim costs one request a Zulip-shaped 500, never th
   const INTERNAL = { result: 'error', msg: 'Internal error in zulip-compat-shim', code: 'SHIM_INTERNAL_ERROR' };
 
   it('an exception in a handler is a 500 in Zulip shape, logged, and the shim keeps serving', async () => {
-    const levels = shim.shim.context.featureLevels as { featureLevel: (...a: unknown[]) => Promise<number> };
-    levels.featureLevel = async () => {
+    const levels = shim.shim.context.featureLevels as { resolve: (...a: unknown[]) => Promise<unknown> };
+    levels.resolve = async () => {
       throw new TypeError('a bug in a handler');
     };
     try {
@@ -339,7 +339,7 @@ describe('a fault inside the shim costs one request a Zulip-shaped 500, never th
       }
       expect(shim.logs.some((l) => l.includes('unexpected error in handler') && l.includes('a bug in a handler'))).toBe(true);
     } finally {
-      delete (levels as Partial<typeof levels>).featureLevel; // the prototype's again
+      delete (levels as Partial<typeof levels>).resolve; // the prototype's again
     }
     const agent = new http.Agent({ keepAlive: true, maxSockets: 8 });
     try {

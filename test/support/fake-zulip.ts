@@ -79,6 +79,12 @@ export interface FakeOptions {
   now?: number;
   realmHost?: string;
   /**
+   * X12: one realm answering any Host (a server whose realm is on its root domain), as
+   * `server_settings`' `realm_uri` says; by default each Host is a realm of its own (a server
+   * with a realm per subdomain).
+   */
+  oneRealm?: boolean;
+  /**
    * The realm's email_address_visibility. Users' `email` is a dummy address different from
    * `delivery_email`, as in a realm that hides addresses: "nobody" (default) shows nobody the
    * real one before 6.0; "admins" shows it to administrators (own user from 3.0, user lists).
@@ -91,6 +97,7 @@ const DAY = 86_400;
 export class FakeZulip {
   readonly era: Era;
   readonly featureLevel: number;
+  readonly oneRealm: boolean;
   readonly emailAddressVisibility: 'nobody' | 'admins';
   now: number;
   users: FakeUser[] = [];
@@ -118,6 +125,7 @@ export class FakeZulip {
 
   constructor(o: FakeOptions) {
     this.era = o.era;
+    this.oneRealm = o.oneRealm ?? false;
     this.featureLevel = ERA_FEATURE_LEVEL[o.era];
     this.emailAddressVisibility = o.emailAddressVisibility ?? 'nobody';
     this.now = o.now ?? 1_700_000_000.25;
@@ -457,7 +465,7 @@ export class FakeZulip {
     const apiPath = path.replace(/^\/(api\/v1|json)\//, '/');
     switch (`${req.method} ${apiPath}`) {
       case 'GET /server_settings':
-        return this.serverSettings(res);
+        return this.serverSettings(req, res);
       case 'POST /users/me/presence':
         return this.presence(req, res, body);
       case 'GET /users':
@@ -481,7 +489,7 @@ export class FakeZulip {
     this.error(res, 404, 'Endpoint does not exist.', 'BAD_REQUEST');
   }
 
-  private serverSettings(res: ServerResponse): void {
+  private serverSettings(req: IncomingMessage, res: ServerResponse): void {
     const body: Record<string, unknown> = {
       result: 'success',
       msg: '',
@@ -491,7 +499,7 @@ export class FakeZulip {
       is_incompatible: false,
       email_auth_enabled: true,
       require_email_format_usernames: true,
-      realm_uri: 'https://chat.example.com',
+      realm_uri: this.oneRealm ? 'https://chat.example.com' : `https://${(req.headers.host ?? 'chat.example.com').toLowerCase()}`,
       realm_name: 'Example',
       realm_icon: 'https://chat.example.com/static/images/logo.png',
       realm_description: '<p>An example realm</p>',

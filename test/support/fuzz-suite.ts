@@ -3,7 +3,7 @@ import { gunzipSync } from 'node:zlib';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SnapshotHub } from '../../src/presence/snapshots.js';
-import { realmOf } from '../../src/upstream/realm.js';
+import { realmKeyOf } from './realm-key.js';
 import { startFake, type FakeZulip } from './fake-zulip.js';
 import { jsonOf, send, sendRaw, type Answer, type Outgoing } from './http-client.js';
 import { findSecret, registerSecret } from './secrets.js';
@@ -991,9 +991,9 @@ export function fuzzSuite(part: number, parts: number): void {
       });
 
       it('afterwards, ordinary clients still get every update (P6)', async () => {
-        const realm = realmOf(fake.url, { host: new URL(shim.url).host });
+        const realmKey = await realmKeyOf(shim, fake.url, new URL(shim.url).host);
         // The ledger the generated requests left behind is the one these clients continue from.
-        expect(await shim.shim.context.store.load(realm.key)).toBeDefined();
+        expect(await shim.shim.context.store.load(realmKey)).toBeDefined();
         // The coalescing window on a clock of the test's own, so a poll is inside it or past it as
         // the test says, however slow the machine: the clock stands at the end of the window opened
         // at `windowStart`; snapshots fetched before that are stale, those fetched since are fresh.

@@ -161,7 +161,9 @@ export const configSchema = z
         userDirectoriesBytes: bytes.describe("X2: bytes for realms' user lists (compact email → id directories)."),
         snapshotsBytes: bytes.describe('X2: bytes for shared presence snapshots.'),
         answersBytes: bytes.describe('X2: bytes for presence answers built from snapshots and reused by callers at the same id.'),
-        ledgersBytes: bytes.describe('X2: bytes for presence ledgers of the in-memory store.'),
+        ledgersBytes: bytes.describe(
+          "X2: bytes for presence ledgers held in this process (the in-memory store's, or the Redis store's decoded copies).",
+        ),
         lookupsBytes: bytes.describe('X2: bytes for per-user lookups (delivery emails).'),
         callersBytes: bytes.describe(
           "X2: bytes for callers' own user ids (GET /users/me, asked before 6.0 by GET /users when addresses are hidden), kept per caller for lookups.ttlMs.",

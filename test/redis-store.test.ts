@@ -78,6 +78,19 @@ describeRedis('RedisStore (S1, P5)', () => {
     expect(a.peek('r-raise')!.lastId).toBe(plausible + 1);
   });
 
+  it('keeps its decoded copies within memory.ledgersBytes (X2), reading a realm again when it had to let it go', async () => {
+    const many = (n: number) =>
+      Object.fromEntries(Array.from({ length: n }, (_, i) => [i + 1, [100, 100 + i]])) as Record<number, [number, number]>;
+    // Room for one realm of 1,000 users (about 160 kB decoded), not two.
+    const store = open({ maxBytes: 250_000 });
+    const a = await store.merge('r-bytes-a', obs(10, many(1_000)));
+    expect(store.peek('r-bytes-a')).toBeDefined();
+    await store.merge('r-bytes-b', obs(10, many(1_000)));
+    expect(store.peek('r-bytes-b')).toBeDefined();
+    expect(store.peek('r-bytes-a')).toBeUndefined();
+    expect(plainLedger(await store.load('r-bytes-a'))).toEqual(plainLedger(a));
+  });
+
   it('has no ledger for a new realm, creates one on the first observation, and loads what it wrote', async () => {
     const store = open();
     expect(await store.load('r-new')).toBeUndefined();

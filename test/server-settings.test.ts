@@ -21,8 +21,8 @@ describe.each(ERAS)('GET /api/v1/server_settings on a Zulip %s upstream (T2)', (
   it('passes the answer on with one added field, zulip_feature_level unchanged', async () => {
     fake = await startFake({ era });
     shim = await startShim(fake.url);
-    const direct = await request(fake.url).get('/api/v1/server_settings');
-    const via = await request(shim.url).get('/api/v1/server_settings');
+    const direct = await request(fake.url).get('/api/v1/server_settings').set('Host', 'chat.example.com');
+    const via = await request(shim.url).get('/api/v1/server_settings').set('Host', 'chat.example.com');
     expect(via.status).toBe(200);
     const { zulip_compat_shim: added, ...rest } = via.body as Record<string, unknown>;
     expect(rest).toEqual(direct.body);

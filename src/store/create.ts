@@ -37,6 +37,7 @@ export function createStore(config: Config, log: Logger, metrics: Metrics): Pres
     log,
     storeErrors: metrics.storeErrors,
     maxRealms: config.presence.maxRealms,
+    maxBytes: config.memory.ledgersBytes,
   });
 }
 

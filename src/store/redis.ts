@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { LRUCache } from 'lru-cache';
+import { ledgerBytes } from './memory.js';
 import type { Logger } from '../observability/logger.js';
 import {
   applyChange,
@@ -67,6 +68,8 @@ export interface RedisStoreOptions {
   commandTimeoutMs?: number;
   /** Decoded ledgers kept in this process, keyed by write token (not the truth, just a cache). */
   maxRealms?: number;
+  /** X2: bytes the decoded ledger copies of this replica may take (see ledgerBytes). @default 128 MiB */
+  maxBytes?: number;
   /** Compare-and-set attempts per batch before giving up (StoreUnavailableError 'contention'). */
   maxAttempts?: number;
   clock?: () => number;
@@ -193,7 +196,12 @@ export class RedisStore implements PresenceStore {
     this.conn.redis.defineCommand('zcsCasLedger', { numberOfKeys: 2, lua: CAS_LUA });
     this.commands = this.conn.redis as unknown as StoreCommands;
     this.cacheBackend = new RedisCacheBackend(this.conn, o.keyPrefix);
-    this.known = new LRUCache({ max: o.maxRealms ?? 1_000 });
+    // X2: the decoded copies are bounded in bytes too (a realm of 100k users is megabytes).
+    this.known = new LRUCache({
+      max: o.maxRealms ?? 1_000,
+      maxSize: o.maxBytes ?? 128 * 1024 * 1024,
+      sizeCalculation: (k) => 256 + k.head.length + (k.state ? ledgerBytes(k.state) : 0),
+    });
   }
 
   get keyPrefix(): string {

@@ -198,3 +198,22 @@ describe('replay matching (H2)', () => {
     expect(m.describe).not.toMatch(/secret/);
   });
 });
+
+describe('a client spraying secrets (X2, X8)', () => {
+  it('keeps what the redactor remembers bounded, and still redacts every new secret at once', () => {
+    const r = new Redactor();
+    const first = r.placeholder('sprayed-secret-00000');
+    expect(r.placeholder('sprayed-secret-00000')).toBe(first); // stable while recent
+    for (let i = 1; i <= 20_000; i++) {
+      const secret = `sprayed-secret-${String(i).padStart(5, '0')}`;
+      const p = r.placeholder(secret);
+      // The textual layer knows the newest one: an echo of it anywhere is replaced.
+      if (i % 5_000 === 0) expect(r.scrub(`echo ${secret} echo`)).toBe(`echo ${p} echo`);
+    }
+    const internals = r as unknown as { placeholders: { size: number }; textual: { size: number } };
+    expect(internals.placeholders.size).toBeLessThanOrEqual(10_000);
+    expect(internals.textual.size).toBeLessThanOrEqual(256);
+    // Long gone: a new placeholder, never another secret's.
+    expect(r.placeholder('sprayed-secret-00000')).not.toBe(first);
+  });
+});

@@ -1,7 +1,10 @@
+import { LRUCache } from 'lru-cache';
+
 /**
  * H1, P13: credentials never reach a recording. Every secret gets a stable placeholder,
- * `[redacted-N]`, the same one for the same secret anywhere in the file, so a recording can
- * be shared and still tells different callers apart.
+ * `[redacted-N]`, the same one for the same secret anywhere in the file (while it is among the
+ * last 10,000 distinct secrets, X2), so a recording can be shared and still tells different
+ * callers apart.
  *
  * Two layers:
  * - structural: the places credentials live in Zulip traffic (Authorization, Cookie,
@@ -73,21 +76,47 @@ function spellings(secret: string): string[] {
   return [...forms].filter((f) => f.length >= LONG_SECRET);
 }
 
+/**
+ * X2, X8: what the redactor remembers is bounded, so a client sending a new secret with every
+ * request (spraying credentials) cannot grow a recording shim's memory or slow every request
+ * down. A secret keeps its placeholder while it is among the last PLACEHOLDERS_KEPT distinct
+ * ones (met again later, it gets a new one); the textual layer covers the last
+ * TEXTUAL_SECRETS long ones. The structural layer, where credentials live, has no such limit.
+ */
+const PLACEHOLDERS_KEPT = 10_000;
+const TEXTUAL_SECRETS = 256;
+
 export class Redactor {
-  private readonly placeholders = new Map<string, string>();
-  private readonly spelled = new Map<string, string>();
+  private readonly placeholders = new LRUCache<string, string>({ max: PLACEHOLDERS_KEPT });
+  /** Long secrets of the textual layer, most recent last, with their placeholders. */
+  private readonly textual = new LRUCache<string, string>({
+    max: TEXTUAL_SECRETS,
+    dispose: () => {
+      this.pattern = undefined;
+    },
+  });
+  private spelled = new Map<string, string>();
   private pattern: RegExp | undefined;
+  private allocated = 0;
   /** Grows whenever a secret joins the textual layer: older scrubs may have missed it. */
   generation = 0;
 
   /** The placeholder of a secret, allocated on first sight. */
   placeholder(secret: string): string {
     let p = this.placeholders.get(secret);
-    if (p) return p;
-    p = `[redacted-${this.placeholders.size + 1}]`;
+    if (p) {
+      // Seen again: back among the recent ones of the textual layer.
+      if (secret.length >= LONG_SECRET && !this.textual.has(secret)) {
+        this.textual.set(secret, p);
+        this.pattern = undefined;
+        this.generation++;
+      }
+      return p;
+    }
+    p = `[redacted-${++this.allocated}]`;
     this.placeholders.set(secret, p);
     if (secret.length >= LONG_SECRET) {
-      for (const s of spellings(secret)) if (!this.spelled.has(s)) this.spelled.set(s, p);
+      this.textual.set(secret, p);
       this.pattern = undefined;
       this.generation++;
     }
@@ -212,14 +241,18 @@ export class Redactor {
 
   /** Replaces every long secret seen so far, in any of its spellings, in a string. */
   scrub(s: string): string {
-    if (this.spelled.size === 0 || s.length < LONG_SECRET) return s;
-    this.pattern ??= new RegExp(
-      [...this.spelled.keys()]
-        .sort((a, b) => b.length - a.length)
-        .map(escapeRegExp)
-        .join('|'),
-      'g',
-    );
+    if (this.textual.size === 0 || s.length < LONG_SECRET) return s;
+    if (!this.pattern) {
+      this.spelled = new Map();
+      for (const [secret, p] of this.textual.entries()) for (const f of spellings(secret)) if (!this.spelled.has(f)) this.spelled.set(f, p);
+      this.pattern = new RegExp(
+        [...this.spelled.keys()]
+          .sort((a, b) => b.length - a.length)
+          .map(escapeRegExp)
+          .join('|'),
+        'g',
+      );
+    }
     return s.replace(this.pattern, (m) => this.spelled.get(m) ?? m);
   }
 

@@ -212,7 +212,7 @@ describe('a client spraying secrets (X2, X8)', () => {
     }
     const internals = r as unknown as { placeholders: { size: number }; textual: { size: number } };
     expect(internals.placeholders.size).toBeLessThanOrEqual(10_000);
-    expect(internals.textual.size).toBeLessThanOrEqual(256);
+    expect(internals.textual.size).toBeLessThanOrEqual(64);
     // Long gone: a new placeholder, never another secret's.
     expect(r.placeholder('sprayed-secret-00000')).not.toBe(first);
   });

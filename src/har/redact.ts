@@ -84,7 +84,7 @@ function spellings(secret: string): string[] {
  * TEXTUAL_SECRETS long ones. The structural layer, where credentials live, has no such limit.
  */
 const PLACEHOLDERS_KEPT = 10_000;
-const TEXTUAL_SECRETS = 256;
+const TEXTUAL_SECRETS = 64;
 
 export class Redactor {
   private readonly placeholders = new LRUCache<string, string>({ max: PLACEHOLDERS_KEPT });

@@ -27,6 +27,8 @@ interface UpstreamTarget {
   strictMisses(): string[];
   /** Plain words for stdout once listening (the demo says how to try it). */
   announce?(url: string): string;
+  /** X5: the target stands in for the upstream (recorder, replay) and is not sent a request twice. */
+  standIn?: boolean;
 }
 
 /**
@@ -50,7 +52,8 @@ async function openUpstream(config: Config, log: Logger, sources: ReadonlyMap<st
     const recorder = await startRecorder({ upstream: url, file, log, insecureTls: config.upstream.insecureTls }).catch((e: unknown) => {
       throw new ConfigError(`${recordKey}: cannot write ${file} (${(e as NodeJS.ErrnoException).code ?? (e as Error).message})`);
     });
-    return { target: recorder.url, upstreamId: url, describe: url, close: () => recorder.close(), strictMisses: () => [] };
+    // The recorder retries against the upstream itself (X5): a retry here too could send one GET four times.
+    return { target: recorder.url, upstreamId: url, describe: url, close: () => recorder.close(), strictMisses: () => [], standIn: true };
   }
 
   const demo = config.replay.demo;
@@ -64,6 +67,8 @@ async function openUpstream(config: Config, log: Logger, sources: ReadonlyMap<st
     describe: `replay:${file}`,
     close: () => replay.close(),
     strictMisses: () => (config.replay.strict ? replay.misses() : []),
+    // Replay answers identical requests in recorded order: a retry would take the next answer.
+    standIn: true,
     ...(demo ? { announce: demoAnnouncement } : {}),
   };
 }
@@ -267,6 +272,7 @@ async function main(argv: string[]): Promise<number> {
     log,
     target: upstream.target,
     upstreamId: upstream.upstreamId,
+    retryUpstream: !upstream.standIn,
     ...(metricsText ? { metricsText } : {}),
   });
   if (isWorker()) answerMetricsRequests(shim.context.metrics.registry);

@@ -56,6 +56,8 @@ export interface ShimOptions {
   readinessChecks?: Array<() => Promise<void>>;
   /** The `/metrics` text; by default this process's registry (a cluster worker: every worker's). */
   metricsText?: () => Promise<string>;
+  /** X5: retry safe requests on a broken kept-alive connection; off where `target` is a recorder or replay. @default true */
+  retryUpstream?: boolean;
 }
 
 export interface Shim {
@@ -168,6 +170,7 @@ export function createShim(o: ShimOptions): Shim {
     maxSockets: config.upstream.maxSockets,
     insecureTls: config.upstream.insecureTls,
     observe: observeUpstream,
+    retry: o.retryUpstream ?? true,
   });
   const client = new UpstreamClient({
     target: o.target,

@@ -190,6 +190,23 @@ describe('X5: an idempotent request cut on a reused kept-alive connection is ret
     expect(arrivals.get('POST /api/v1/messages')).toBe(1);
   });
 
+  it('not at all where the target stands in for the upstream (a recorder, which retries itself)', async () => {
+    arrivals = new Map();
+    const { server: broken, url: brokenUrl } = await upstream((req) => {
+      const key = `${req.method} ${req.url}`;
+      arrivals.set(key, (arrivals.get(key) ?? 0) + 1);
+      req.socket.destroy();
+    });
+    const t = createTransport({ target: brokenUrl, timeoutMs: 5_000, maxSockets: 1, insecureTls: false, retry: false });
+    try {
+      await expect(t.dispatcher.request({ method: 'GET', path: '/x' })).rejects.toBeInstanceOf(UpstreamUnavailableError);
+      expect(arrivals.get('GET /x')).toBe(1);
+    } finally {
+      await t.close();
+      await stop(broken);
+    }
+  });
+
   it('a GET whose retry fails too is answered 502 once', async () => {
     arrivals = new Map();
     const { server: broken, url: brokenUrl } = await upstream((req) => {

@@ -49,6 +49,8 @@ export interface TransportOptions {
   insecureTls: boolean;
   /** Metrics hook: told of every exchange when its headers arrive or it fails. */
   observe?: UpstreamObserver | undefined;
+  /** X5: send a safe request once more when its kept-alive connection broke first. @default true */
+  retry?: boolean;
 }
 
 export type Dispatch = (opts: UpstreamDispatchOptions, handler: Dispatcher.DispatchHandler) => boolean;
@@ -379,11 +381,12 @@ export function createTransport(o: TransportOptions): Transport {
   // maxSockets must never hold the rest of the traffic back (T1).
   const longPollPool = new Pool(o.target, { ...poolOptions, connections: null });
   const freshConnection = () => new Client(o.target, { ...poolOptions, pipelining: 1 });
-  const longPolls = applied(longPollPool, [retrySafely(freshConnection)]);
-  const passedThrough = applied(passThroughPool, [retrySafely(freshConnection)]);
+  const retry: Interceptor[] = o.retry === false ? [] : [retrySafely(freshConnection)];
+  const longPolls = applied(longPollPool, retry);
+  const passedThrough = applied(passThroughPool, retry);
   // Innermost first: the last one applied sees the request first.
   const dispatch = applied(pool, [
-    retrySafely(freshConnection),
+    ...retry,
     routePassThrough(passedThrough),
     routeLongPolls(longPolls),
     totalDeadline(),

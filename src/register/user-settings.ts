@@ -27,6 +27,12 @@ interface Setting {
   readonly since?: number;
   /** The old server's behaviour, below `since`. */
   readonly fixed?: Json;
+  /**
+   * Where an older server's register leaves the setting out although the server has it: the
+   * column's default, named as the server's fixed behaviour (marketing emails, which only Zulip
+   * Cloud sends, are not in a register answer before 5.0).
+   */
+  readonly unsent?: Json;
   /** Below `since`, the user's setting under another name and meaning, and its value as this key. */
   readonly older?: { readonly name: string; readonly convert: (legacy: unknown) => unknown };
   /** The JSON type 5.0 sends (checked: a value of another type is no value of this key). */
@@ -95,7 +101,7 @@ export const USER_SETTINGS_5_0: readonly Setting[] = [
   notification('enable_offline_push_notifications', 'boolean'),
   notification('enable_online_push_notifications', 'boolean'),
   notification('enable_digest_emails', 'boolean'),
-  notification('enable_marketing_emails', 'boolean'),
+  notification('enable_marketing_emails', 'boolean', { unsent: true }),
   notification('enable_login_emails', 'boolean'),
   notification('message_content_in_email_notifications', 'boolean'),
   notification('pm_content_in_desktop_notifications', 'boolean'),
@@ -151,6 +157,9 @@ export function userSettingsOf(body: Readonly<Record<string, unknown>>, featureL
       settings[s.key] = value;
     } else if (before && s.fixed !== undefined) {
       settings[s.key] = s.fixed;
+      fixed.push(s.key);
+    } else if (value === undefined && s.unsent !== undefined) {
+      settings[s.key] = s.unsent;
       fixed.push(s.key);
     } else {
       return { missing: s.older && before ? s.older.name : s.key };

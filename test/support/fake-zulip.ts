@@ -681,7 +681,6 @@ export class FakeZulip {
         enable_offline_push_notifications: true,
         enable_online_push_notifications: true,
         enable_digest_emails: true,
-        enable_marketing_emails: false,
         enable_login_emails: true,
         message_content_in_email_notifications: true,
         pm_content_in_desktop_notifications: true,
@@ -691,6 +690,8 @@ export class FakeZulip {
         available_notification_sounds: ['ding', 'zulip'],
       });
       if (fl >= 3) out.presence_enabled = u.presence_enabled;
+      // Not a notification setting of register's before 5.0 (only Zulip Cloud sends such email).
+      if (fl >= 89) out.enable_marketing_emails = false;
     }
     if (want('realm_user')) out.enter_sends = false;
     return out;
@@ -702,6 +703,7 @@ export class FakeZulip {
     return {
       ...legacy,
       color_scheme: 2,
+      enable_marketing_emails: false,
       default_view: 'recent_topics',
       escape_navigates_to_default_view: true,
       enable_drafts_synchronization: true,

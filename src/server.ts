@@ -34,7 +34,14 @@ import { InFlightAnswers } from './http/in-flight.js';
 import { allowLongPolls, listen } from './http/listen.js';
 import { watchBodyDeadline } from './http/body-deadline.js';
 import { isWebSocketUpgrade, toOriginForm, withoutUpgradeOffer } from './http/request-target.js';
-import { autoConnectionCap, capConnections, descriptorLimit } from './http/connection-cap.js';
+import {
+  autoConnectionCap,
+  capConnections,
+  descriptorLimit,
+  OVER_CAP_HEADERS,
+  refuseOverCap,
+  TooManyConnectionsError,
+} from './http/connection-cap.js';
 
 /**
  * A request comes in; its route is decided once (routes.ts): one of the shim's own paths, an
@@ -279,11 +286,6 @@ export function createShim(o: ShimOptions): Shim {
   /** Responses not yet finished, with their request ids, for the drain deadline (X9). */
   const inFlight = new InFlightAnswers();
   const onRequest = (req: IncomingMessage, res: ServerResponse) => {
-    // A connection past the cap was answered 503 when it opened (X11): nothing more on it.
-    if (cap.refused(req.socket)) {
-      res.destroy();
-      return;
-    }
     try {
       // X15: an absolute-form target names the realm; it goes on in origin form.
       if (!toOriginForm(req)) {
@@ -292,6 +294,15 @@ export function createShim(o: ShimOptions): Shim {
       }
       distrustForwarded(req, trustedProxies); // X4, before anything reads them
       const route = routeOf(req.method, req.url);
+      // X11: a connection past the cap gets one answer, then closes: its own paths answered
+      // (a probe tells a busy shim from a dead one), anything else a 503 with Retry-After.
+      if (cap.overCap(req.socket)) {
+        res.shouldKeepAlive = false;
+        if (route.kind !== 'own') {
+          sendShimError(res, new TooManyConnectionsError(), OVER_CAP_HEADERS);
+          return;
+        }
+      }
       const logged = logRequest(req, res, route.path, route.kind === 'own');
       let exchange: Exchange | undefined;
       // The one listener for all that ends with the answer: the drain list, the log line and
@@ -335,8 +346,9 @@ export function createShim(o: ShimOptions): Shim {
   };
   const server = http.createServer({ requireHostHeader: false }, onRequest);
   server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
-    if (cap.refused(socket)) {
-      socket.destroy();
+    if (cap.overCap(socket)) {
+      socket.on('error', () => socket.destroy());
+      refuseOverCap(socket);
       return;
     }
     // X15: another upgrade (h2c) is an offer the shim does not take up: the request is answered

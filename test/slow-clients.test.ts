@@ -80,7 +80,7 @@ describe('slow request bodies (X11)', () => {
 });
 
 describe('the connection cap (X11)', () => {
-  it('answers a connection past the cap with a Zulip-shaped 503 and Retry-After; the others are served', async () => {
+  it('answers a request on a connection past the cap with a Zulip-shaped 503 and Retry-After, its own paths with their answer; the others are served', async () => {
     fake = await startFake({ era: '2.1' });
     shim = await startShim(fake.url, { server: { maxConnections: 3 } });
     const { port } = new URL(shim.url);
@@ -103,13 +103,24 @@ describe('the connection cap (X11)', () => {
     expect(text).toMatch(/retry-after: 5/i);
     expect(JSON.parse(text.slice(text.indexOf('\r\n\r\n') + 4))).toMatchObject({ result: 'error', code: 'UPSTREAM_UNAVAILABLE' });
     expect(fake.stats.requests.get('GET /api/v1/users/me') ?? 0).toBe(0); // nothing of it reached the upstream
+    // The shim's own paths are answered past the cap too: a probe tells a busy shim from a dead one.
+    const probe = await open();
+    const health = await new Promise<string>((resolve) => {
+      let got = '';
+      probe.on('data', (d) => {
+        got += String(d);
+      });
+      probe.on('close', () => resolve(got));
+      probe.write('GET /healthz HTTP/1.1\r\nHost: chat.example.com\r\n\r\n');
+    });
+    expect(health).toMatch(/^HTTP\/1\.1 200/);
     // One held connection goes: a new one is served.
     held[0]!.destroy();
     await new Promise((r) => setTimeout(r, 50));
     const me = await request(shim.url).get('/metrics');
     expect(me.status).toBe(200);
     expect(me.text).toMatch(/zulip_compat_shim_client_connections_max 3/);
-    expect(me.text).toMatch(/zulip_compat_shim_client_connections_refused_total 1/);
+    expect(me.text).toMatch(/zulip_compat_shim_client_connections_refused_total 2/);
   });
 
   it('auto: below the descriptor limit, two descriptors a connection, after the shim’s own pool and a reserve', () => {

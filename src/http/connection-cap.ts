@@ -55,29 +55,53 @@ export interface ConnectionCap {
   readonly max: number;
   /** Client connections open now. */
   open(): number;
-  /** Was this connection answered with the 503? Then a request the server still parses on it is not served. */
-  refused(socket: Socket | Duplex): boolean;
+  /**
+   * Is this connection past the cap? Its request gets a 503 with `Retry-After`, but for the
+   * shim's own paths (/healthz, /readyz, /metrics), which are answered: a probe still tells a
+   * busy shim from a dead one. Either way the connection then closes.
+   */
+  overCap(socket: Socket | Duplex): boolean;
 }
 
 export interface ConnectionEvents {
   /** The number of open connections changed. */
   counted(open: number): void;
-  /** A connection was refused. */
+  /** A connection past the cap was refused. */
   refused(): void;
 }
 
-/** Counts the server's client connections and answers those past `max` with a 503. */
+/** How long a connection past the cap has to send its request (its descriptor is borrowed from the reserve). */
+const OVER_CAP_REQUEST_MS = 5_000;
+
+/**
+ * Counts the server's client connections. One past `max` is served a single request (see
+ * `overCap`) within OVER_CAP_REQUEST_MS and then closed; past `max` plus half the reserve it
+ * is closed at once, so the reserve itself is never used up.
+ */
 export function capConnections(server: Server, max: number, events: ConnectionEvents): ConnectionCap {
   let open = 0;
-  const refused = new WeakSet<object>();
+  const over = new WeakSet<object>();
+  const hardMax = max + RESERVED_DESCRIPTORS / 2;
   server.on('connection', (socket: Socket) => {
     events.counted(++open);
     socket.once('close', () => events.counted(--open));
     if (open <= max) return;
-    refused.add(socket);
     events.refused();
     socket.on('error', () => socket.destroy());
-    endSocketWithShimError(socket, new TooManyConnectionsError(), { 'Retry-After': String(RETRY_AFTER_SECONDS) });
+    if (open > hardMax) {
+      socket.destroy();
+      return;
+    }
+    over.add(socket);
+    socket.setTimeout(OVER_CAP_REQUEST_MS, () => socket.destroy());
   });
-  return { max, open: () => open, refused: (socket) => refused.has(socket) };
+  return { max, open: () => open, overCap: (socket) => over.has(socket) };
 }
+
+/** The answer to a request on a connection past the cap (`overCap`), on its socket. */
+export function refuseOverCap(socket: Duplex): void {
+  endSocketWithShimError(socket, new TooManyConnectionsError(), { 'Retry-After': String(RETRY_AFTER_SECONDS) });
+}
+
+/** The headers of the 503 for a request past the cap, answered through its response. */
+export const OVER_CAP_HEADERS = { 'retry-after': String(RETRY_AFTER_SECONDS), connection: 'close' } as const;

@@ -56,6 +56,8 @@ export interface UpstreamStats {
 /** The small JSON endpoint used for the pass-through figures (B4), and its answer. */
 export const SMALL_PATH = '/api/v1/users/me/alert_words';
 export const SMALL_BODY = '{"result":"success","msg":"","alert_words":["bench","compat"]}';
+const HEARTBEAT = Buffer.from('{"result":"success","msg":"","events":[{"type":"heartbeat","id":0}],"queue_id":"q"}');
+
 export const PRESENCE_PATH = '/api/v1/users/me/presence';
 
 export const emailOf = (i: number) => `user${i}@zulip.example.com`;
@@ -312,6 +314,13 @@ export class SyntheticZulip {
         case `GET ${SMALL_PATH}`:
           this.stats.small++;
           return send(res, [this.smallBody]);
+        case 'GET /api/v1/events': {
+          // A long poll: held until the client goes, or answered with a heartbeat after 90 s.
+          this.stats.other++;
+          const timer = setTimeout(() => send(res, [HEARTBEAT]), 90_000);
+          res.on('close', () => clearTimeout(timer));
+          return;
+        }
         case `POST ${PRESENCE_PATH}`: {
           const form = new URLSearchParams(Buffer.concat(chunks).toString('utf8'));
           if (form.get('ping_only') === 'true') {

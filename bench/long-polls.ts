@@ -1,0 +1,116 @@
+import net from 'node:net';
+import { parseArgs } from 'node:util';
+import { Pool } from 'undici';
+import { spawnChild } from './children.js';
+import { percentile, send } from './load.js';
+import { basicAuth, PRESENCE_PATH } from './synthetic-upstream.js';
+
+/**
+ * X11's descriptor figure: `npm run bench -- long-polls [--polls 12000]`. `polls` clients each
+ * hold a `GET /api/v1/events` long poll (two descriptors each in the shim: theirs and its
+ * upstream request) against a shim whose process may open 20,000 descriptors, its connection
+ * cap `auto`. Meanwhile 20 clients connected before them poll presence, and a probe opens a new
+ * connection to `/healthz` every 250 ms: are they answered, how fast, and what do the long
+ * polls past the cap get? The shim and a synthetic 2.1 upstream of 2,000 users run in child
+ * processes.
+ */
+
+const { values } = parseArgs({
+  args: process.argv.slice(2).filter((a) => a !== 'long-polls'),
+  options: { polls: { type: 'string' }, seconds: { type: 'string' } },
+  strict: true,
+});
+const polls = Number(values.polls ?? 12_000);
+const seconds = Number(values.seconds ?? 15);
+
+const upstream = await spawnChild('upstream-process.ts', ['2.1', '2000', '0.02', '60000']);
+const shim = await spawnChild('shim-process.ts', [upstream.url, '5000', 'warn'], { nodeArgs: [] });
+const { port } = new URL(shim.url);
+const pool = new Pool(shim.url, { connections: 20, pipelining: 1 });
+// The clients already connected: one request each, so their connections are open before the flood.
+await Promise.all(Array.from({ length: 20 }, (_, i) => send(pool, presenceReq(i, -1))));
+
+function presenceReq(i: number, id: number) {
+  return {
+    method: 'POST' as const,
+    path: PRESENCE_PATH,
+    headers: { authorization: basicAuth(i), 'content-type': 'application/x-www-form-urlencoded', host: 'bench.test' },
+    body: `status=active&last_update_id=${id}`,
+  };
+}
+
+/** One raw request on a new connection; its status line, or what went wrong. */
+function rawOnce(request: string, keep: net.Socket[]): Promise<string> {
+  return new Promise((resolve) => {
+    const s = net.connect(Number(port), '127.0.0.1', () => s.write(request));
+    keep.push(s);
+    let got = '';
+    s.on('data', (d) => {
+      got += String(d);
+      if (got.includes('\r\n')) resolve(got.slice(0, got.indexOf('\r\n')));
+    });
+    s.on('error', (e) => resolve(`error ${(e as NodeJS.ErrnoException).code}`));
+    s.on('close', () => resolve(got ? got.slice(0, got.indexOf('\r\n')) : 'held, no answer until the bench closed it'));
+  });
+}
+
+const held: net.Socket[] = [];
+const firstAnswers = new Map<string, number>();
+const longPoll = `GET /api/v1/events?queue_id=q&last_event_id=-1 HTTP/1.1\r\nHost: bench.test\r\nAuthorization: ${basicAuth(1)}\r\n\r\n`;
+const opened = Array.from({ length: polls }, async () => {
+  const line = await rawOnce(longPoll, held);
+  firstAnswers.set(line, (firstAnswers.get(line) ?? 0) + 1);
+});
+// Answered only for those past the cap (or at the heartbeat): not awaited.
+void Promise.all(opened);
+await new Promise((r) => setTimeout(r, 3_000));
+
+const presenceMs: number[] = [];
+let presenceErrors = 0;
+const probes = new Map<string, number>();
+const probeMs: number[] = [];
+const until = performance.now() + seconds * 1000;
+const ids = new Array<number>(20).fill(-1);
+await Promise.all([
+  ...Array.from({ length: 20 }, async (_, i) => {
+    while (performance.now() < until) {
+      try {
+        const s = await send(pool, presenceReq(i, ids[i]!));
+        presenceMs.push(s.ms);
+        if (s.status !== 200) presenceErrors++;
+        const m = /"presence_last_update_id":(-?\d+)/.exec(s.tail);
+        if (m) ids[i] = Number(m[1]);
+      } catch {
+        presenceErrors++;
+      }
+      await new Promise((r) => setTimeout(r, 200));
+    }
+  }),
+  (async () => {
+    const sockets: net.Socket[] = [];
+    while (performance.now() < until) {
+      const t = performance.now();
+      const line = await rawOnce('GET /healthz HTTP/1.1\r\nHost: bench.test\r\nConnection: close\r\n\r\n', sockets);
+      probeMs.push(performance.now() - t);
+      probes.set(line, (probes.get(line) ?? 0) + 1);
+      await new Promise((r) => setTimeout(r, 250));
+    }
+    for (const s of sockets) s.destroy();
+  })(),
+]);
+const stats = await shim.call<{ rss?: number }>('memory').catch(() => ({}) as { rss?: number });
+for (const s of held) s.destroy();
+await pool.close();
+await shim.stop();
+await upstream.stop();
+
+const sorted = Float64Array.from(presenceMs).sort();
+const probeSorted = Float64Array.from(probeMs).sort();
+const list = (m: Map<string, number>) => [...m].map(([k, n]) => `${n} × ${k || '(nothing yet)'}`).join('; ');
+process.stdout.write(
+  `X11 long polls: ${polls} held GET /events, ${seconds} s\n` +
+    `their first answers: ${list(firstAnswers)}\n` +
+    `presence (20 clients connected before): n=${presenceMs.length}, errors ${presenceErrors}, p50 ${percentile(sorted, 0.5).toFixed(1)} ms, p99 ${percentile(sorted, 0.99).toFixed(1)} ms\n` +
+    `/healthz on new connections: ${list(probes)}; p99 ${percentile(probeSorted, 0.99).toFixed(1)} ms\n` +
+    (stats.rss ? `shim RSS ${(stats.rss / 2 ** 20).toFixed(0)} MiB\n` : ''),
+);

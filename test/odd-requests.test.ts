@@ -328,47 +328,44 @@ describe("/readyz in the shim's own words", () => {
 });
 
 describe('X15: every request is answered', () => {
+  let fake: FakeZulip;
+  let shim: RunningShim;
+  let port: number;
+  beforeAll(async () => {
+    fake = await startFake({ era: '2.1' });
+    shim = await startShim(fake.url);
+    port = Number(new URL(shim.url).port);
+  });
+  afterAll(async () => {
+    await shim.close();
+    await fake.stop();
+  });
+
   it('an h2c upgrade offer is answered as plain HTTP/1.1, the offer not passed on', async () => {
-    const fake = await startFake({ era: '2.1' });
-    const shim = await startShim(fake.url);
-    try {
-      const { port } = new URL(shim.url);
-      const text = await rawExchange(
-        Number(port),
-        `GET /api/v1/users/me HTTP/1.1\r\nHost: chat.example.com\r\nAuthorization: ${fake.auth(11)}\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n\r\n`,
-      );
-      expect(text).toMatch(/^HTTP\/1\.1 200/);
-      expect(JSON.parse(text.slice(text.indexOf('\r\n\r\n') + 4))).toMatchObject({ result: 'success', user_id: 11 });
-      const passed = await rawExchange(
-        Number(port),
-        `GET /static/x.js HTTP/1.1\r\nHost: chat.example.com\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n\r\n`,
-      );
-      expect(passed).toMatch(/^HTTP\/1\.1 404/);
-      const seen = fake.seen.find((r) => r.url === '/static/x.js')!;
-      expect(seen.headers.upgrade).toBeUndefined();
-      expect(seen.headers['http2-settings']).toBeUndefined();
-    } finally {
-      await shim.close();
-      await fake.stop();
-    }
+    const text = await rawExchange(
+      port,
+      `GET /api/v1/users/me HTTP/1.1\r\nHost: chat.example.com\r\nAuthorization: ${fake.auth(11)}\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n\r\n`,
+    );
+    expect(text).toMatch(/^HTTP\/1\.1 200/);
+    expect(JSON.parse(text.slice(text.indexOf('\r\n\r\n') + 4))).toMatchObject({ result: 'success', user_id: 11 });
+    const passed = await rawExchange(
+      port,
+      `GET /static/x.js HTTP/1.1\r\nHost: chat.example.com\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n\r\n`,
+    );
+    expect(passed).toMatch(/^HTTP\/1\.1 404/);
+    const seen = fake.seen.find((r) => r.url === '/static/x.js')!;
+    expect(seen.headers.upgrade).toBeUndefined();
+    expect(seen.headers['http2-settings']).toBeUndefined();
   });
 
   it('an absolute-form target reaches the upstream in origin form, with its authority as Host', async () => {
-    const fake = await startFake({ era: '2.1' });
-    const shim = await startShim(fake.url);
-    try {
-      const { port } = new URL(shim.url);
-      const text = await rawExchange(
-        Number(port),
-        `GET http://chat.example.com/static/y.js HTTP/1.1\r\nHost: realm.test\r\nConnection: close\r\n\r\n`,
-      );
-      expect(text).toMatch(/^HTTP\/1\.1 404/);
-      const seen = fake.seen.find((r) => r.url === '/static/y.js')!;
-      expect(seen.headers.host).toBe('chat.example.com');
-    } finally {
-      await shim.close();
-      await fake.stop();
-    }
+    const text = await rawExchange(
+      port,
+      `GET http://chat.example.com/static/y.js HTTP/1.1\r\nHost: realm.test\r\nConnection: close\r\n\r\n`,
+    );
+    expect(text).toMatch(/^HTTP\/1\.1 404/);
+    const seen = fake.seen.find((r) => r.url === '/static/y.js')!;
+    expect(seen.headers.host).toBe('chat.example.com');
   });
 });
 

@@ -90,29 +90,25 @@ describe('the connection cap (X11)', () => {
         sockets.push(s);
       });
     const held = [await open(), await open(), await open()];
-    const extra = await open();
-    const text = await new Promise<string>((resolve) => {
-      let got = '';
-      extra.on('data', (d) => {
-        got += String(d);
+    /** A request on a new connection; everything the shim wrote before it closed the connection. */
+    const answerOf = async (request: string): Promise<string> => {
+      const s = await open();
+      return new Promise<string>((resolve) => {
+        let got = '';
+        s.on('data', (d) => {
+          got += String(d);
+        });
+        s.on('close', () => resolve(got));
+        s.write(request);
       });
-      extra.on('close', () => resolve(got));
-      extra.write('GET /api/v1/users/me HTTP/1.1\r\nHost: chat.example.com\r\n\r\n');
-    });
+    };
+    const text = await answerOf('GET /api/v1/users/me HTTP/1.1\r\nHost: chat.example.com\r\n\r\n');
     expect(text).toMatch(/^HTTP\/1\.1 503/);
     expect(text).toMatch(/retry-after: 5/i);
     expect(JSON.parse(text.slice(text.indexOf('\r\n\r\n') + 4))).toMatchObject({ result: 'error', code: 'UPSTREAM_UNAVAILABLE' });
     expect(fake.stats.requests.get('GET /api/v1/users/me') ?? 0).toBe(0); // nothing of it reached the upstream
     // The shim's own paths are answered past the cap too: a probe tells a busy shim from a dead one.
-    const probe = await open();
-    const health = await new Promise<string>((resolve) => {
-      let got = '';
-      probe.on('data', (d) => {
-        got += String(d);
-      });
-      probe.on('close', () => resolve(got));
-      probe.write('GET /healthz HTTP/1.1\r\nHost: chat.example.com\r\n\r\n');
-    });
+    const health = await answerOf('GET /healthz HTTP/1.1\r\nHost: chat.example.com\r\n\r\n');
     expect(health).toMatch(/^HTTP\/1\.1 200/);
     // One held connection goes: a new one is served.
     held[0]!.destroy();

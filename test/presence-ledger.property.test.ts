@@ -205,6 +205,16 @@ describe('ledger rules', () => {
     });
   });
 
+  it('a report timed by a skewed Date header never starts a new epoch (X14 reads the realm’s own merges)', () => {
+    let l = createLedger(5_000);
+    l = merge(l, obs(10_000, [[1, p(9_900, 9_950)]]));
+    // A front proxy's clock ten minutes ahead of the upstream's.
+    l = merge(l, { ...obs(10_600.999, [[2, p(10_600, 10_600)]], false), report: true });
+    const next = merge(l, obs(10_005, [[1, p(9_900, 10_004)]]));
+    expect(next.epoch).toBe(l.epoch);
+    expect(next.users.get(1)).toMatchObject({ idle: 10_004 });
+  });
+
   it('an older snapshot arriving late changes nothing (ordered by server_timestamp)', () => {
     let l = createLedger(5_000);
     l = merge(l, obs(20, [[1, p(900, 950)]]));

@@ -258,7 +258,7 @@ export async function mergeInSteps(state: LedgerState, obs: Observation, pause: 
  */
 function clockChecked(state: LedgerState, obs: Observation): LedgerState {
   const newest = state.merges[state.merges.length - 1]?.[0];
-  if (newest === undefined || obs.serverTimestamp >= newest - (obs.maxLateSeconds ?? CLOCK_STEP_SECONDS)) return state;
+  if (obs.report || newest === undefined || obs.serverTimestamp >= newest - (obs.maxLateSeconds ?? CLOCK_STEP_SECONDS)) return state;
   const epoch = state.lastId + 1;
   const fresh: LedgerState = { epoch, lastId: epoch, users: UserTable.empty(), merges: [], completeAt: 0 };
   indexes.set(fresh, { ids: [], users: [], length: 0 });
@@ -301,8 +301,10 @@ function* mergeSteps(current: LedgerState, obs: Observation): Generator<void, Le
   }
   const completeAt = obs.complete ? Math.max(state.completeAt, ts) : state.completeAt;
   const lastMerge = state.merges[state.merges.length - 1];
-  if (!users && lastMerge && lastMerge[0] >= ts && completeAt === state.completeAt) return state;
-  const merges = [...state.merges, [ts, lastId] as const].sort((a, b) => a[0] - b[0]).slice(-MERGE_HISTORY);
+  if (!users && (obs.report || (lastMerge && lastMerge[0] >= ts)) && completeAt === state.completeAt) return state;
+  // A report is timed by its answer's Date header, a clock that may be another machine's (a
+  // front proxy's): it orders its own user's data, never the realm's merges (idAsOf, X14).
+  const merges = obs.report ? state.merges : [...state.merges, [ts, lastId] as const].sort((a, b) => a[0] - b[0]).slice(-MERGE_HISTORY);
   const next: LedgerState = { epoch: state.epoch, lastId, users: users?.done() ?? state.users, merges, completeAt };
   extendIndex(state, next, changed);
   return next;

@@ -205,14 +205,18 @@ describe('ledger rules', () => {
     });
   });
 
-  it('a report timed by a skewed Date header never starts a new epoch (X14 reads the realm’s own merges)', () => {
+  it('an answer timed by a skewed Date header (a report, an old register) never starts a new epoch (X14 reads server_timestamp merges)', () => {
     let l = createLedger(5_000);
     l = merge(l, obs(10_000, [[1, p(9_900, 9_950)]]));
     // A front proxy's clock ten minutes ahead of the upstream's.
     l = merge(l, { ...obs(10_600.999, [[2, p(10_600, 10_600)]], false), report: true });
-    const next = merge(l, obs(10_005, [[1, p(9_900, 10_004)]]));
+    // A register before feature level 70, timed by the same skewed Date header.
+    l = merge(l, { ...obs(10_601.999, [[1, p(9_900, 9_990)]]), dateTimed: true });
+    const next = merge(l, obs(10_005, [[1, p(9_900, 10_004)]], false));
     expect(next.epoch).toBe(l.epoch);
-    expect(next.users.get(1)).toMatchObject({ idle: 10_004 });
+    // What the skewed answer showed is held until the upstream's clock passes it: the skew's
+    // cost, bounded by it (a Date header on the upstream's own machine has none).
+    expect(next.users.get(1)).toMatchObject({ idle: 9_990 });
   });
 
   it('an older snapshot arriving late changes nothing (ordered by server_timestamp)', () => {

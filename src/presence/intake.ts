@@ -253,6 +253,7 @@ export async function takeInAnswer(
   presences: UpstreamPresences,
   serverTimestamp: number,
   complete: boolean,
+  dateTimed = false,
 ): Promise<Intake> {
   let modern: Map<number, ModernPresence> | undefined;
   let modernError: Error | undefined;
@@ -265,6 +266,6 @@ export async function takeInAnswer(
   }
   // Let other requests run between converting and merging a large snapshot (B6).
   await setImmediate();
-  const ledger = modern ? await recordInLedger(asker, { serverTimestamp, presences: modern, complete }) : undefined;
+  const ledger = modern ? await recordInLedger(asker, { serverTimestamp, presences: modern, complete, dateTimed }) : undefined;
   return { serverTimestamp, modern, modernError, ledger };
 }

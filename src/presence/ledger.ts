@@ -103,6 +103,12 @@ export interface Observation {
    */
   report?: boolean | undefined;
   /**
+   * Timed by a `Date` header (a report's answer, a register before feature level 70), a clock
+   * that may be another machine's (a front proxy's): it orders the data it carries, but is not
+   * one of the realm's merges, which idAsOf and the clock-step rule (X14) read. Reports are.
+   */
+  dateTimed?: boolean | undefined;
+  /**
    * X14: how much older than the newest one merged an observation can arrive and still be a
    * late answer (a slow fetch ends within the upstream deadline, X3). One older than that means
    * the upstream's clock stepped back. Default: CLOCK_STEP_SECONDS.
@@ -258,7 +264,8 @@ export async function mergeInSteps(state: LedgerState, obs: Observation, pause: 
  */
 function clockChecked(state: LedgerState, obs: Observation): LedgerState {
   const newest = state.merges[state.merges.length - 1]?.[0];
-  if (obs.report || newest === undefined || obs.serverTimestamp >= newest - (obs.maxLateSeconds ?? CLOCK_STEP_SECONDS)) return state;
+  if (obs.report || obs.dateTimed || newest === undefined || obs.serverTimestamp >= newest - (obs.maxLateSeconds ?? CLOCK_STEP_SECONDS))
+    return state;
   const epoch = state.lastId + 1;
   const fresh: LedgerState = { epoch, lastId: epoch, users: UserTable.empty(), merges: [], completeAt: 0 };
   indexes.set(fresh, { ids: [], users: [], length: 0 });
@@ -301,10 +308,9 @@ function* mergeSteps(current: LedgerState, obs: Observation): Generator<void, Le
   }
   const completeAt = obs.complete ? Math.max(state.completeAt, ts) : state.completeAt;
   const lastMerge = state.merges[state.merges.length - 1];
-  if (!users && (obs.report || (lastMerge && lastMerge[0] >= ts)) && completeAt === state.completeAt) return state;
-  // A report is timed by its answer's Date header, a clock that may be another machine's (a
-  // front proxy's): it orders its own user's data, never the realm's merges (idAsOf, X14).
-  const merges = obs.report ? state.merges : [...state.merges, [ts, lastId] as const].sort((a, b) => a[0] - b[0]).slice(-MERGE_HISTORY);
+  const dateTimed = obs.dateTimed === true || obs.report === true;
+  if (!users && (dateTimed || (lastMerge && lastMerge[0] >= ts)) && completeAt === state.completeAt) return state;
+  const merges = dateTimed ? state.merges : [...state.merges, [ts, lastId] as const].sort((a, b) => a[0] - b[0]).slice(-MERGE_HISTORY);
   const next: LedgerState = { epoch: state.epoch, lastId, users: users?.done() ?? state.users, merges, completeAt };
   extendIndex(state, next, changed);
   return next;

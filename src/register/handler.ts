@@ -147,7 +147,8 @@ export const registerHandler: Handler = async (req, res, ctx) => {
   const serverTimestamp = upstreamTime(answer, r.headers);
   // A register answer shows the realm as the caller sees it: complete where all see the same.
   const complete = everyCallerSeesTheSameUsers(ctx.config.presence.shareSnapshots, featureLevel);
-  const intake = await takeInAnswer(asker, format, presences as Record<string, unknown>, serverTimestamp, complete);
+  const dateTimed = typeof answer.server_timestamp !== 'number'; // before feature level 70 (P6)
+  const intake = await takeInAnswer(asker, format, presences as Record<string, unknown>, serverTimestamp, complete, dateTimed);
 
   if (slimAsked && intake.modernError) throw intake.modernError; // no legacy map where modern was asked
   if (slimAsked && intake.modern) {

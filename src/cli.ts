@@ -9,7 +9,7 @@ import { logStartup } from './observability/startup.js';
 import { startRecorder } from './har/recorder.js';
 import { startReplay } from './har/replay.js';
 import { tuneRuntime } from './runtime.js';
-import { createShim } from './server.js';
+import { createShim, type Shim } from './server.js';
 import { realmOf } from './upstream/realm.js';
 import { VERSION } from './version.js';
 
@@ -231,6 +231,24 @@ async function healthcheck(argv: string[]): Promise<number> {
   });
 }
 
+/**
+ * X9: SIGHUP. The configuration is read again from the same flags, environment and file; what
+ * can change while serving is applied, what cannot is logged and kept until a restart, and a
+ * configuration that no longer validates is logged and changes nothing.
+ */
+function reload(argv: string[], shim: Shim, log: Logger): void {
+  let next: Config;
+  try {
+    next = loadConfig(argv).config;
+  } catch (e) {
+    log.error({ err: { message: (e as Error).message } }, 'reload (SIGHUP): the configuration is not valid; nothing changed');
+    return;
+  }
+  const { applied, kept } = shim.reload(next);
+  if (kept.length > 0) log.warn({ keys: kept }, 'reload (SIGHUP): these settings change only with a restart; kept as they were');
+  log.info({ applied }, applied.length ? 'reload (SIGHUP): settings applied' : 'reload (SIGHUP): nothing to change');
+}
+
 async function main(argv: string[]): Promise<number> {
   if (argv.includes('--healthcheck')) return healthcheck(argv);
   const info = infoRequest(argv);
@@ -316,8 +334,10 @@ async function main(argv: string[]): Promise<number> {
         );
     };
     onUncaught = () => stop('uncaughtException', EXIT_UNCAUGHT);
-    // X9: each of these drains (stop accepting, finish in-flight requests up to the deadline).
-    for (const signal of ['SIGTERM', 'SIGINT', 'SIGHUP'] as const) process.on(signal, () => stop(signal));
+    // X9: these drain (stop accepting, finish in-flight requests up to the deadline)…
+    for (const signal of ['SIGTERM', 'SIGINT'] as const) process.on(signal, () => stop(signal));
+    // …and SIGHUP reloads the configuration without dropping a connection, as nginx does.
+    process.on('SIGHUP', () => reload(argv, shim, log));
   });
 }
 

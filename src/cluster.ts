@@ -162,7 +162,11 @@ export function runPrimary(o: PrimaryOptions): Promise<number> {
       restarts.add(t);
     });
 
-    for (const signal of ['SIGTERM', 'SIGINT', 'SIGHUP'] as const) process.on(signal, () => stop(signal, 0));
+    for (const signal of ['SIGTERM', 'SIGINT'] as const) process.on(signal, () => stop(signal, 0));
+    // X9: each worker reloads its configuration; nothing stops.
+    process.on('SIGHUP', () => {
+      for (const w of Object.values(cluster.workers ?? {})) w?.process.kill('SIGHUP');
+    });
     log.info({ workers: o.workers }, 'starting worker processes');
     for (let i = 0; i < o.workers; i++) cluster.fork();
   });

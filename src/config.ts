@@ -101,7 +101,7 @@ export const configSchema = z
           "X11: a request's whole body must arrive within this long of its start (as nginx's client_body_timeout), else a 408 and its upstream connection is released.",
         ),
       shutdownGraceMs: ms.describe(
-        'On SIGTERM, SIGINT or SIGHUP: how long in-flight requests (long polls too) may take before they are ended (X9).',
+        'On SIGTERM or SIGINT: how long in-flight requests (long polls too) may take before they are ended (X9).',
       ),
       realmHosts: z
         .array(hostPattern)

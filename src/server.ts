@@ -70,9 +70,37 @@ export interface ShimOptions {
 export interface Shim {
   server: http.Server;
   context: ShimContext;
+  /**
+   * X9: SIGHUP. Takes the settings that can change while serving (LIVE_KEYS) from `next`;
+   * says which changed and were applied, and which changed but need a restart (kept as they are).
+   */
+  reload(next: Config): { applied: string[]; kept: string[] };
   listen(port?: number, host?: string): Promise<{ port: number; url: string }>;
   /** Graceful stop: no new connections, in-flight requests get shutdownGraceMs. */
   close(): Promise<void>;
+}
+
+/** X9: the settings a reload applies without a restart; every other change waits for one. */
+const LIVE_KEYS: ReadonlySet<string> = new Set([
+  'log.level',
+  'server.realmHosts',
+  'server.trustProxy',
+  'server.bodyTimeoutMs',
+  'server.shutdownGraceMs',
+]);
+
+/** The dotted keys whose values differ between two configurations. Pure. */
+export function changedKeys(a: Config, b: Config): string[] {
+  const out: string[] = [];
+  const walk = (x: unknown, y: unknown, path: string) => {
+    const isObj = (v: unknown) => typeof v === 'object' && v !== null && !Array.isArray(v);
+    if (isObj(x) && isObj(y)) {
+      const keys = new Set([...Object.keys(x as object), ...Object.keys(y as object)]);
+      for (const k of keys) walk((x as Record<string, unknown>)[k], (y as Record<string, unknown>)[k], path ? `${path}.${k}` : k);
+    } else if (JSON.stringify(x) !== JSON.stringify(y)) out.push(path);
+  };
+  walk(a, b, '');
+  return out.sort();
 }
 
 /** After a 413, how much more of the body is read and dropped, so the client reads the answer (X6). */
@@ -187,7 +215,7 @@ export function createShim(o: ShimOptions): Shim {
     maxResponseBytes: config.upstream.maxResponseBytes,
     transport,
   });
-  const trustedProxies = new TrustedProxies(config.server.trustProxy);
+  let trustedProxies = new TrustedProxies(config.server.trustProxy);
   const featureLevels = new FeatureLevels(client, log, { ...config.featureLevel, maxBytes: config.memory.featureLevelsBytes });
   const store = o.store ?? createStore(config, log, metrics);
   const parser = new ParsePool();
@@ -221,9 +249,9 @@ export function createShim(o: ShimOptions): Shim {
   const passThrough: PassThrough = createPassThrough({ target: o.target, transport, insecureTls: config.upstream.insecureTls, log });
 
   const logRequest = requestLogger(log, metrics);
-  const admitted = realmHostMatcher(config.server.realmHosts);
+  let admitted = realmHostMatcher(config.server.realmHosts);
   // /readyz asks the upstream as a client of an admitted realm would (X2: no call for another).
-  const readyHost = config.server.realmHosts.find((h) => !h.startsWith('*.'));
+  let readyHost = config.server.realmHosts.find((h) => !h.startsWith('*.'));
 
   const own: Record<OwnPath, (req: IncomingMessage, res: ServerResponse) => Promise<void>> = {
     '/healthz': async (_req, res) => sendJson(res, 200, { result: 'success', msg: '', status: 'alive' }),
@@ -404,6 +432,25 @@ export function createShim(o: ShimOptions): Shim {
   return {
     server,
     context,
+    reload(next) {
+      const changed = changedKeys(config, next);
+      const applied = changed.filter((k) => LIVE_KEYS.has(k));
+      for (const key of applied) {
+        if (key === 'log.level') log.level = next.log.level;
+        if (key === 'server.realmHosts') {
+          admitted = realmHostMatcher(next.server.realmHosts);
+          readyHost = next.server.realmHosts.find((h) => !h.startsWith('*.'));
+        }
+        if (key === 'server.trustProxy') trustedProxies = new TrustedProxies(next.server.trustProxy);
+      }
+      // Read where they are used, per request or at shutdown: the new values take effect now.
+      config.log.level = next.log.level;
+      config.server.realmHosts = next.server.realmHosts;
+      config.server.trustProxy = next.server.trustProxy;
+      config.server.bodyTimeoutMs = next.server.bodyTimeoutMs;
+      config.server.shutdownGraceMs = next.server.shutdownGraceMs;
+      return { applied, kept: changed.filter((k) => !LIVE_KEYS.has(k)) };
+    },
     listen(port = config.server.port, host = config.server.host) {
       return listen(server, port, host);
     },

@@ -1,4 +1,4 @@
-import { mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
@@ -220,7 +220,7 @@ describe.concurrent('start-up line and signals', CLI_TIMEOUT, () => {
     }
   });
 
-  it.each([['SIGTERM'], ['SIGINT'], ['SIGHUP']] as const)(
+  it.each([['SIGTERM'], ['SIGINT']] as const)(
     '%s drains: no new connections, the in-flight request finishes, exit 0 (X9)',
     async (signal) => {
       const run = runCli(['--upstream', fake.url, '--port', '0', '--log-level', 'info']);
@@ -245,6 +245,41 @@ describe.concurrent('start-up line and signals', CLI_TIMEOUT, () => {
       }
     },
   );
+
+  it('SIGHUP reloads the configuration: the in-flight request finishes, new settings apply, others wait for a restart (X9)', async () => {
+    const KEPT = 'reload (SIGHUP): these settings change only with a restart; kept as they were';
+    const dir = mkdtempSync(join(tmpdir(), 'zcs-reload-'));
+    const file = join(dir, 'shim.json');
+    writeFileSync(file, JSON.stringify({ server: { realmHosts: [] }, log: { level: 'info' } }));
+    const run = runCli(['--upstream', fake.url, '--port', '0', '--config', file]);
+    try {
+      const start = await until('the start-up line', () => logLine(run, 'zulip-compat-shim listening'));
+      const listen = new URL(String(start.listen));
+      const path = '/test/slow?ms=700&signal=SIGHUP';
+      const answer = request(listen, path);
+      await until('the request to reach the upstream', () => reached(path));
+      writeFileSync(file, JSON.stringify({ server: { realmHosts: ['only.example.com'], port: 1 }, log: { level: 'info' } }));
+      run.child.kill('SIGHUP');
+      const applied = await until('the reload', () => logLine(run, 'reload (SIGHUP): settings applied'));
+      expect(applied).toMatchObject({ applied: ['server.realmHosts'] });
+      // --port on the command line wins over the file: nothing to restart for.
+      expect(logLine(run, KEPT)).toBeUndefined();
+      expect(await answer).toMatchObject({ status: 200 });
+      // The new realm hosts apply to the next request; the shim keeps serving.
+      const refused = await request(listen, '/api/v1/server_settings');
+      expect(refused).toMatchObject({ status: 400 });
+      // A setting that cannot change while serving is named and kept.
+      writeFileSync(file, JSON.stringify({ server: { realmHosts: [] }, presence: { coalesceMs: 1 }, log: { level: 'info' } }));
+      run.child.kill('SIGHUP');
+      const kept = await until('the second reload', () => logLine(run, KEPT));
+      expect(kept).toMatchObject({ keys: ['presence.coalesceMs'] });
+      expect(await request(listen, '/api/v1/server_settings')).toMatchObject({ status: 200 });
+      expect(run.child.exitCode).toBeNull();
+    } finally {
+      run.child.kill('SIGKILL');
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
 
   it('--healthcheck asks /healthz of the shim its configuration describes: 0 when it answers, 1 when not', async () => {
     const shim = await startShim(fake.url);

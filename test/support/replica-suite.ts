@@ -133,8 +133,16 @@ export function replicaSuite(redis: () => SharedRedis): void {
     fake.resetStats();
     const users = fake.humans().map((u) => u.user_id);
     const callers = Array.from({ length: 30 }, (_, i) => poll(i % replicas.length, users[i % users.length]!, -1));
+    const storeErrors = async () =>
+      Promise.all(replicas.map(async (r) => (await r.shim.context.metrics.storeErrors.get()).values[0]?.value ?? 0));
+    const errorsBefore = await storeErrors();
     const answers = await Promise.all(callers);
-    expect(fake.stats.presenceFull).toBe(1);
+    // One fetch for the realm; a replica whose store call failed meanwhile (a busy machine: the
+    // Redis command timeout) fetches for itself, as S1 says it must, and no other does.
+    const errorsAfter = await storeErrors();
+    const replicasWithErrors = errorsAfter.filter((n, i) => n > errorsBefore[i]!).length;
+    expect(fake.stats.presenceFull).toBeGreaterThanOrEqual(1);
+    expect(fake.stats.presenceFull).toBeLessThanOrEqual(1 + replicasWithErrors);
     // P9: every caller's own status still reached the upstream.
     expect(fake.stats.presenceFull + fake.stats.presencePing).toBe(30);
     const stamps = new Set(answers.map((a) => a.server_timestamp));

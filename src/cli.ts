@@ -10,6 +10,11 @@ import { startRecorder } from './har/recorder.js';
 import { startReplay } from './har/replay.js';
 import { tuneRuntime } from './runtime.js';
 import { createShim, type Shim } from './server.js';
+import { Agent, request as undiciRequest } from 'undici';
+import { createMetrics } from './observability/metrics.js';
+import { createStore } from './store/create.js';
+import { StoreUnavailableError } from './store/types.js';
+import { featureLevelOf, realmUrlOf } from './upstream/feature-level.js';
 import { realmOf } from './upstream/realm.js';
 import { VERSION } from './version.js';
 
@@ -249,8 +254,66 @@ function reload(argv: string[], shim: Shim, log: Logger): void {
   log.info({ applied }, applied.length ? 'reload (SIGHUP): settings applied' : 'reload (SIGHUP): nothing to change');
 }
 
+/**
+ * `--check` (as `nginx -t`): the configuration as the shim would start with it, then the
+ * upstream's `server_settings` (its version, feature level and realm) and the store, each said
+ * in one line; exit 0 when everything answered, 2 when not. Nothing listens.
+ */
+async function check(argv: string[]): Promise<number> {
+  const say = (line: string) => process.stdout.write(`zulip-compat-shim: check: ${line}\n`);
+  let config: Config;
+  try {
+    ({ config } = loadConfig(argv.filter((a) => a !== '--check')));
+  } catch (e) {
+    if (e instanceof ConfigError) return configFailure(e);
+    throw e;
+  }
+  say('configuration: valid');
+  const log = createLogger('silent');
+  let ok = true;
+  let upstream: UpstreamTarget | undefined;
+  try {
+    // The upstream itself, also where the shim would record it: a check writes no recording.
+    const url = config.upstream.url;
+    upstream = url
+      ? { target: url, upstreamId: url, describe: url, close: async () => {}, strictMisses: () => [] }
+      : await openUpstream(config, log, new Map());
+    const r = await undiciRequest(new URL('/api/v1/server_settings', upstream.target), {
+      headersTimeout: 10_000,
+      bodyTimeout: 10_000,
+      ...(config.upstream.insecureTls ? { dispatcher: new Agent({ connect: { rejectUnauthorized: false } }) } : {}),
+    });
+    const text = await r.body.text();
+    if (r.statusCode !== 200) throw new Error(`server_settings answered HTTP ${r.statusCode}`);
+    const settings = JSON.parse(text) as Record<string, unknown>;
+    const level = featureLevelOf(settings);
+    say(
+      `upstream ${upstream.describe}: Zulip ${String(settings.zulip_version ?? '?')}, feature level ${level}, realm ${realmUrlOf(settings) ?? 'not named'}`,
+    );
+  } catch (e) {
+    ok = false;
+    say(`upstream ${upstream?.describe ?? config.upstream.url ?? ''}: does not answer (${oneLine((e as Error).message)})`);
+  } finally {
+    await upstream?.close();
+  }
+  const store = createStore(config, log, createMetrics());
+  try {
+    await store.ping();
+    say(store.kind === 'redis' ? 'store: Redis answers' : 'store: in this process');
+  } catch (e) {
+    ok = false;
+    // Our own words: the client library's say little to an operator.
+    const why = e instanceof StoreUnavailableError ? e.reason : oneLine((e as Error).message);
+    say(`store: Redis does not answer (${why})`);
+  } finally {
+    await store.close().catch(() => undefined);
+  }
+  return ok ? 0 : 2;
+}
+
 async function main(argv: string[]): Promise<number> {
   if (argv.includes('--healthcheck')) return healthcheck(argv);
+  if (argv.includes('--check')) return check(argv);
   const info = infoRequest(argv);
   if (info === 'help') {
     process.stdout.write(USAGE);

@@ -392,11 +392,13 @@ export const USAGE = `Usage: zulip-compat-shim [options]
   --upstream-timeout-ms N   504 after N ms of upstream silence            [UPSTREAM_TIMEOUT_MS]
   --replay-strict           a replay miss fails the process at shutdown   [REPLAY_STRICT]
   --insecure-upstream-tls   accept self-signed upstream certificates      [UPSTREAM_INSECURE_TLS]
-  --shutdown-grace-ms N     drain deadline on SIGTERM/SIGINT/SIGHUP       [SHUTDOWN_GRACE_MS]
+  --shutdown-grace-ms N     drain deadline on SIGTERM/SIGINT              [SHUTDOWN_GRACE_MS]
   --realm-hosts LIST        admit only these Host names (*. wildcards)    [REALM_HOSTS]
   --trust-proxy CIDRS       keep X-Forwarded-Host/Proto from these peers  [TRUST_PROXY]
   --workers N|auto          processes serving the port (needs Redis)      [WORKERS]
   --healthcheck             ask GET /healthz of the shim so configured: exit 0 or 1
+  --check                   check the configuration, the upstream and the store, say
+                            what was found, and exit: 0 when all answer, 2 when not
   -v, --version             print the version and exit
   -h, --help                print this help and exit
 

@@ -281,6 +281,23 @@ describe.concurrent('start-up line and signals', CLI_TIMEOUT, () => {
     }
   });
 
+  it('--check says what it found of the configuration, the upstream and the store: 0 when all answer, 2 when not', async () => {
+    const good = runCli(['--check', '--upstream', fake.url]);
+    expect(await good.exited).toBe(0);
+    const goodOut = good.stdout.join('');
+    expect(goodOut).toContain('zulip-compat-shim: check: configuration: valid');
+    expect(goodOut).toMatch(/check: upstream http:\/\/127\.0\.0\.1:\d+: Zulip 5\.0, feature level 122, realm https:\/\//);
+    expect(goodOut).toContain('check: store: in this process');
+    const bad = runCli(['--check', '--upstream', 'http://127.0.0.1:1', '--redis', 'redis://127.0.0.1:1']);
+    expect(await bad.exited).toBe(2);
+    const badOut = bad.stdout.join('');
+    expect(badOut).toMatch(/check: upstream http:\/\/127\.0\.0\.1:1: does not answer/);
+    expect(badOut).toMatch(/check: store: Redis does not answer/);
+    const invalid = runCli(['--check', '--upstream', fake.url, '--port', 'abc']);
+    expect(await invalid.exited).toBe(2);
+    expect(invalid.stderr.join('')).toMatch(/invalid configuration: server\.port/);
+  });
+
   it('--healthcheck asks /healthz of the shim its configuration describes: 0 when it answers, 1 when not', async () => {
     const shim = await startShim(fake.url);
     const port = new URL(shim.url).port;

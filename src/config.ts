@@ -177,6 +177,11 @@ export const configSchema = z
       ),
     log: z.strictObject({
       level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).describe('pino log level.'),
+      access: z
+        .enum(['on', 'off'])
+        .describe(
+          'One line per request (client address, user agent, bytes in and out, upstream time, what the shim did); off: none, the rest of the log as its level says.',
+        ),
     }),
   })
   .superRefine((c, ctx) => {
@@ -254,6 +259,7 @@ export const SETTINGS: Setting[] = [
   { flag: 'coalesce-ms', env: 'PRESENCE_COALESCE_MS', path: ['presence', 'coalesceMs'], kind: 'int' },
   { flag: 'share-snapshots', env: 'PRESENCE_SHARE_SNAPSHOTS', path: ['presence', 'shareSnapshots'], kind: 'string' },
   { flag: 'log-level', env: 'LOG_LEVEL', path: ['log', 'level'], kind: 'string' },
+  { flag: 'access-log', env: 'ACCESS_LOG', path: ['log', 'access'], kind: 'string' },
   { flag: 'upstream-timeout-ms', env: 'UPSTREAM_TIMEOUT_MS', path: ['upstream', 'timeoutMs'], kind: 'int' },
   { flag: 'replay-strict', env: 'REPLAY_STRICT', path: ['replay', 'strict'], kind: 'bool' },
   { flag: 'insecure-upstream-tls', env: 'UPSTREAM_INSECURE_TLS', path: ['upstream', 'insecureTls'], kind: 'bool' },
@@ -389,6 +395,7 @@ export const USAGE = `Usage: zulip-compat-shim [options]
   --coalesce-ms N           one full presence fetch per realm per N ms    [PRESENCE_COALESCE_MS]
   --share-snapshots MODE    auto | always | never                         [PRESENCE_SHARE_SNAPSHOTS]
   --log-level L             pino level (default info)                     [LOG_LEVEL]
+  --access-log on|off       one line per request (default on)             [ACCESS_LOG]
   --upstream-timeout-ms N   504 after N ms of upstream silence            [UPSTREAM_TIMEOUT_MS]
   --replay-strict           a replay miss fails the process at shutdown   [REPLAY_STRICT]
   --insecure-upstream-tls   accept self-signed upstream certificates      [UPSTREAM_INSECURE_TLS]

@@ -83,6 +83,7 @@ export interface Shim {
 /** X9: the settings a reload applies without a restart; every other change waits for one. */
 const LIVE_KEYS: ReadonlySet<string> = new Set([
   'log.level',
+  'log.access',
   'server.realmHosts',
   'server.trustProxy',
   'server.bodyTimeoutMs',
@@ -248,7 +249,7 @@ export function createShim(o: ShimOptions): Shim {
 
   const passThrough: PassThrough = createPassThrough({ target: o.target, transport, insecureTls: config.upstream.insecureTls, log });
 
-  const logRequest = requestLogger(log, metrics);
+  const logRequest = requestLogger(log, metrics, () => config.log.access === 'on');
   let admitted = realmHostMatcher(config.server.realmHosts);
   // /readyz asks the upstream as a client of an admitted realm would (X2: no call for another).
   let readyHost = config.server.realmHosts.find((h) => !h.startsWith('*.'));
@@ -445,6 +446,7 @@ export function createShim(o: ShimOptions): Shim {
       }
       // Read where they are used, per request or at shutdown: the new values take effect now.
       config.log.level = next.log.level;
+      config.log.access = next.log.access;
       config.server.realmHosts = next.server.realmHosts;
       config.server.trustProxy = next.server.trustProxy;
       config.server.bodyTimeoutMs = next.server.bodyTimeoutMs;

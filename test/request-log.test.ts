@@ -57,3 +57,44 @@ describe('request log at trace level', () => {
     expect(shim.logs.filter((l) => l.includes('pa55word-abs'))).toEqual([]);
   });
 });
+
+describe('the access log (log.access)', () => {
+  it('says who asked, with what, and how many bytes went each way; off, it says nothing and the metrics still count', async () => {
+    const fake = await startFake({ era: '2.1' });
+    const previous = process.env.TEST_LOG_LEVEL;
+    process.env.TEST_LOG_LEVEL = 'info';
+    const on = await startShim(fake.url);
+    const off = await startShim(fake.url, { log: { access: 'off' } });
+    try {
+      const body = 'status=active&last_update_id=-1';
+      for (const shim of [on, off]) {
+        const r = await fetch(`${shim.url}/api/v1/users/me/presence`, {
+          method: 'POST',
+          headers: {
+            authorization: fake.auth(11),
+            'content-type': 'application/x-www-form-urlencoded',
+            'user-agent': 'ZulipTerminal/0.7.0',
+          },
+          body,
+        });
+        expect(r.status).toBe(200);
+        await r.arrayBuffer();
+      }
+      const lines = () => on.logs.map((l) => JSON.parse(l) as Record<string, unknown>).filter((l) => l.msg === 'request completed');
+      for (let i = 0; i < 50 && lines().length === 0; i++) await new Promise((r) => setTimeout(r, 20));
+      const [line] = lines();
+      expect(line).toMatchObject({ remote: expect.stringMatching(/127\.0\.0\.1/), userAgent: 'ZulipTerminal/0.7.0' });
+      expect(line!.bytesIn as number).toBeGreaterThan(body.length);
+      expect(line!.bytesOut as number).toBeGreaterThan(100);
+      expect(off.logs.filter((l) => l.includes('request completed'))).toEqual([]);
+      const metrics = await (await fetch(`${off.url}/metrics`)).text();
+      expect(metrics).toMatch(/zulip_compat_shim_requests_total\{route="presence",method="POST",status="2xx"\} 1/);
+    } finally {
+      if (previous === undefined) delete process.env.TEST_LOG_LEVEL;
+      else process.env.TEST_LOG_LEVEL = previous;
+      await on.close();
+      await off.close();
+      await fake.stop();
+    }
+  });
+});

@@ -18,6 +18,12 @@ const METHOD_LABELS: ReadonlySet<string> = new Set(['GET', 'HEAD', 'POST', 'PUT'
 
 const noop = () => {};
 
+/** Per connection: its bytes read and written when its last answer ended. */
+const countedOf = new WeakMap<object, [number, number]>();
+
+/** A user agent is cut to this many characters in the line (a client controls it). */
+const USER_AGENT_CHARS = 200;
+
 /** The ISO time of the current millisecond, made at most once per millisecond. */
 let isoAt = 0;
 let iso = '';
@@ -41,7 +47,8 @@ export interface LoggedRequest {
 
 /**
  * One log line per request, when its answer is done: method, path without query values (they
- * can hold secrets, P13), status, time, upstream time and what the shim did (RequestFacts);
+ * can hold secrets, P13), status, time, the client's address, user agent and bytes in and out,
+ * upstream time and what the shim did (RequestFacts);
  * and the client-facing request metrics (issue 15): a counter and a latency histogram by route
  * class, method and status class. The request id is the client's `X-Request-Id` when it is
  * sane, else a fresh UUID; it is passed upstream and back.
@@ -51,7 +58,12 @@ export interface LoggedRequest {
  * serialisers, no redaction pass: it carries no header and no query value), the time string
  * is made once per millisecond, and metric label children are looked up once.
  */
-export function requestLogger(log: Logger, metrics?: Pick<Metrics, 'requests' | 'requestDuration'>) {
+export function requestLogger(
+  log: Logger,
+  metrics?: Pick<Metrics, 'requests' | 'requestDuration'>,
+  /** Whether to write the line (`log.access`); metrics are counted either way. Read per request (SIGHUP). */
+  access: () => boolean = () => true,
+) {
   const dest = (log as unknown as Record<symbol, { write(line: string): unknown }>)[pino.symbols.streamSym]!;
   const name = JSON.stringify((log.bindings() as { name?: string }).name ?? 'zulip-compat-shim');
   const count = metrics ? deferredCounter(metrics.requests) : undefined;
@@ -73,6 +85,13 @@ export function requestLogger(log: Logger, metrics?: Pick<Metrics, 'requests' | 
   };
 
   function written(req: IncomingMessage, res: ServerResponse, id: string, route: RouteLabel, elapsed: number): void {
+    // Bytes on the connection since the previous answer on it ended: one request at a time on
+    // a connection, so that is this one's (head and body).
+    const socket = req.socket;
+    const before = countedOf.get(socket);
+    const bytesIn = socket.bytesRead - (before?.[0] ?? 0);
+    const bytesOut = socket.bytesWritten - (before?.[1] ?? 0);
+    countedOf.set(socket, [socket.bytesRead, socket.bytesWritten]);
     const aborted = !res.writableFinished;
     const status = res.statusCode;
     if (count && durations) {
@@ -81,9 +100,12 @@ export function requestLogger(log: Logger, metrics?: Pick<Metrics, 'requests' | 
       if (!aborted) durations.get(route, method).observe(elapsed / 1000);
     }
     const level = aborted || status >= 500 ? WARN : INFO;
-    if (log.levelVal > level) return;
+    if (log.levelVal > level || !access()) return;
     const f = factsOf(req);
     let line = `{"level":${level},"time":"${isoNow()}","name":${name},"reqId":"${id}","req":{"method":${JSON.stringify(req.method)},"path":${JSON.stringify(loggablePath(req.url))}},"res":{"status":${status}},"responseTime":${Math.round(elapsed)}`;
+    line += `,"remote":${JSON.stringify(socket.remoteAddress ?? '')},"bytesIn":${bytesIn},"bytesOut":${bytesOut}`;
+    const agent = req.headers['user-agent'];
+    if (agent) line += `,"userAgent":${JSON.stringify(agent.length > USER_AGENT_CHARS ? agent.slice(0, USER_AGENT_CHARS) : agent)}`;
     if (aborted) line += ',"aborted":true';
     if (f.upstreamMs !== undefined) line += `,"upstreamMs":${f.upstreamMs}`;
     if (f.realm !== undefined) line += `,"realm":${JSON.stringify(f.realm)}`;

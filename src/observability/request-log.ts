@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Socket } from 'node:net';
 import { pino } from 'pino';
 import { factsOf } from '../context.js';
 import { loggablePath, type Logger } from './logger.js';
@@ -80,18 +81,23 @@ export function requestLogger(
     const id = typeof given === 'string' && REQUEST_ID.test(given) ? given : randomUUID();
     req.headers['x-request-id'] = id;
     const route = routeLabel(path);
-    const closed = quiet ? noop : () => written(req, res, id, route, performance.now() - started);
+    // The connection as the request came (an answer's close may find it detached).
+    const socket = req.socket as Socket | null;
+    const closed = quiet ? noop : () => written(req, res, id, route, performance.now() - started, socket);
     return { requestId: id, route, closed };
   };
 
-  function written(req: IncomingMessage, res: ServerResponse, id: string, route: RouteLabel, elapsed: number): void {
+  function written(req: IncomingMessage, res: ServerResponse, id: string, route: RouteLabel, elapsed: number, socket: Socket | null): void {
     // Bytes on the connection since the previous answer on it ended: one request at a time on
     // a connection, so that is this one's (head and body).
-    const socket = req.socket;
-    const before = countedOf.get(socket);
-    const bytesIn = socket.bytesRead - (before?.[0] ?? 0);
-    const bytesOut = socket.bytesWritten - (before?.[1] ?? 0);
-    countedOf.set(socket, [socket.bytesRead, socket.bytesWritten]);
+    let bytesIn = 0;
+    let bytesOut = 0;
+    if (socket) {
+      const before = countedOf.get(socket);
+      bytesIn = socket.bytesRead - (before?.[0] ?? 0);
+      bytesOut = socket.bytesWritten - (before?.[1] ?? 0);
+      countedOf.set(socket, [socket.bytesRead, socket.bytesWritten]);
+    }
     const aborted = !res.writableFinished;
     const status = res.statusCode;
     if (count && durations) {
@@ -103,7 +109,7 @@ export function requestLogger(
     if (log.levelVal > level || !access()) return;
     const f = factsOf(req);
     let line = `{"level":${level},"time":"${isoNow()}","name":${name},"reqId":"${id}","req":{"method":${JSON.stringify(req.method)},"path":${JSON.stringify(loggablePath(req.url))}},"res":{"status":${status}},"responseTime":${Math.round(elapsed)}`;
-    line += `,"remote":${JSON.stringify(socket.remoteAddress ?? '')},"bytesIn":${bytesIn},"bytesOut":${bytesOut}`;
+    line += `,"remote":${JSON.stringify(socket?.remoteAddress ?? '')},"bytesIn":${bytesIn},"bytesOut":${bytesOut}`;
     const agent = req.headers['user-agent'];
     if (agent) line += `,"userAgent":${JSON.stringify(agent.length > USER_AGENT_CHARS ? agent.slice(0, USER_AGENT_CHARS) : agent)}`;
     if (aborted) line += ',"aborted":true';

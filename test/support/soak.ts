@@ -55,6 +55,8 @@ export interface SoakReport {
   unexplainedErrors: number;
   errorSamples: string[];
   rssMiB: { start: number; afterWarmup: number; end: number; peak: number };
+  /** RSS at the end of each minute, MiB. */
+  rssCurveMiB: number[];
   /** (end − after warm-up) / after warm-up. */
   rssGrowth: number;
   heapMiB: { afterWarmup: number; end: number };
@@ -161,8 +163,13 @@ export async function runSoak(o: SoakOptions): Promise<SoakReport> {
   const rss = { start: process.memoryUsage().rss, afterWarmup: 0, end: 0, peak: 0 };
   const heap = { afterWarmup: 0, end: 0 };
   const external = { afterWarmup: 0, end: 0 };
+  /** RSS once a minute (MiB), for the curve a long soak prints. */
+  const rssCurve: number[] = [];
+  let ticks = 0;
   const sampler = setInterval(() => {
-    rss.peak = Math.max(rss.peak, process.memoryUsage().rss);
+    const now = process.memoryUsage().rss;
+    rss.peak = Math.max(rss.peak, now);
+    if (++ticks % 240 === 0) rssCurve.push(Math.round(now / 2 ** 20));
   }, 250);
   const warmMark = setTimeout(() => {
     gc();
@@ -312,6 +319,7 @@ export async function runSoak(o: SoakOptions): Promise<SoakReport> {
     unexplainedErrors: unexplained,
     errorSamples,
     rssMiB: { start: mib(rss.start), afterWarmup: mib(rss.afterWarmup), end: mib(rss.end), peak: mib(rss.peak) },
+    rssCurveMiB: rssCurve,
     rssGrowth: Math.round(((rss.end - rss.afterWarmup) / rss.afterWarmup) * 1000) / 1000,
     heapMiB: { afterWarmup: mib(heap.afterWarmup), end: mib(heap.end) },
     externalMiB: { afterWarmup: mib(external.afterWarmup), end: mib(external.end) },
@@ -333,6 +341,7 @@ export function describeSoak(r: SoakReport): string {
         `    ${(k === 'all' ? 'all but events' : k).padEnd(15)} n=${String(p.n).padStart(7)}  ${p.p50} / ${p.p95} / ${p.p99} / ${p.max}`,
     ),
     `  RSS MiB: start ${r.rssMiB.start}, after warm-up ${r.rssMiB.afterWarmup}, end ${r.rssMiB.end} (growth ${(r.rssGrowth * 100).toFixed(1)}%), peak ${r.rssMiB.peak}; heap after warm-up ${r.heapMiB.afterWarmup}, end ${r.heapMiB.end}; external ${r.externalMiB.afterWarmup} → ${r.externalMiB.end}`,
+    ...(r.rssCurveMiB.length > 1 ? [`  RSS MiB at the end of each minute: ${r.rssCurveMiB.join(' ')}`] : []),
     `  sampled clients off the upstream's data after the quiet period: ${r.sampleMismatches.length}`,
     `  log lines: ${r.logLines} (${r.warnLines} at warn); at error or above, or with a credential: ${r.logProblems.length}`,
   ];

@@ -146,6 +146,13 @@ export const configSchema = z
         "B7: how long the poll whose own report fetches a refresh waits for it before a delta poll is answered from the ledger (its next poll gets the refresh). A poll following another replica's fetch does not wait.",
       ),
       maxRealms: z.number().int().min(1).describe('Realms whose presence state is kept in this process.'),
+      newRealmsPerMinute: z
+        .number()
+        .int()
+        .min(1)
+        .describe(
+          'X12: realms taken on per minute (as many at once); a request for a realm past it gets a 503 with Retry-After, known realms never wait.',
+        ),
     }),
     lookups: z.strictObject({
       ttlMs: ms.min(1).describe('How long a looked-up user list or delivery email is reused (U2).'),

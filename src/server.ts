@@ -26,6 +26,7 @@ import type { PresenceStore } from './store/types.js';
 import { UpstreamClient } from './upstream/client.js';
 import { createTransport } from './upstream/transport.js';
 import { distrustForwarded, TrustedProxies } from './http/forwarded.js';
+import { RealmAdmission } from './upstream/realm-admission.js';
 import { FeatureLevels } from './upstream/feature-level.js';
 import { realmOf } from './upstream/realm.js';
 import { UserDirectory } from './upstream/user-directory.js';
@@ -217,7 +218,12 @@ export function createShim(o: ShimOptions): Shim {
     transport,
   });
   let trustedProxies = new TrustedProxies(config.server.trustProxy);
-  const featureLevels = new FeatureLevels(client, log, { ...config.featureLevel, maxBytes: config.memory.featureLevelsBytes });
+  const admission = new RealmAdmission({
+    perMinute: config.presence.newRealmsPerMinute,
+    maxKnown: config.presence.maxRealms * 4,
+    onRefused: () => metrics.realmsRefused.inc(),
+  });
+  const featureLevels = new FeatureLevels(client, log, { ...config.featureLevel, maxBytes: config.memory.featureLevelsBytes, admission });
   const store = o.store ?? createStore(config, log, metrics);
   const parser = new ParsePool();
   const users = new UserDirectory(client, log, metrics, {

@@ -57,3 +57,35 @@ describe('realm identity (X12)', () => {
     expect(realmUrlOf(settings)).toBe(expected);
   });
 });
+
+describe('new realms at a bounded rate (X12)', () => {
+  it('past presence.newRealmsPerMinute, a new realm gets a 503 with Retry-After and costs no realm fetch; known realms go on', async () => {
+    fake = await startFake({ era: '2.1' }); // a realm per Host
+    for (const u of fake.humans()) fake.report(u.user_id, 'active');
+    shim = await startShim(fake.url, { presence: { coalesceMs: 60_000, newRealmsPerMinute: 3 } });
+    for (const host of ['a.example.com', 'b.example.com', 'c.example.com']) {
+      expect((await poll(host, 11, { status: 'active', last_update_id: '-1' })).status).toBe(200);
+    }
+    const fetchesBefore = fake.stats.presenceFull;
+    const refused = await poll('d.example.com', 11, { status: 'active', last_update_id: '-1' });
+    expect(refused.status).toBe(503);
+    expect(refused.body).toMatchObject({ result: 'error', code: 'UPSTREAM_UNAVAILABLE' });
+    expect(Number(refused.headers['retry-after'])).toBeGreaterThanOrEqual(15);
+    expect(Number(refused.headers['retry-after'])).toBeLessThanOrEqual(20);
+    const profile = await request(shim.url).get('/api/v1/users/me').set('Host', 'e.example.com').set('Authorization', fake.auth(11));
+    expect(profile.status).toBe(503);
+    expect(profile.headers['retry-after']).toBeDefined();
+    const register = await request(shim.url)
+      .post('/api/v1/register')
+      .set('Host', 'f.example.com')
+      .set('Authorization', fake.auth(11))
+      .type('form')
+      .send({});
+    expect(register.status).toBe(503);
+    expect(fake.stats.presenceFull).toBe(fetchesBefore);
+    // A realm already taken on never waits.
+    expect((await poll('b.example.com', 11, { status: 'active', last_update_id: '-1' })).status).toBe(200);
+    const metrics = await request(shim.url).get('/metrics');
+    expect(metrics.text).toMatch(/zulip_compat_shim_new_realms_refused_total 3/);
+  });
+});

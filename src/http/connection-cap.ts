@@ -12,14 +12,14 @@ import { endSocketWithShimError, ShimError } from './errors.js';
  */
 
 /** Past the cap: come back in a moment. */
-export class TooManyConnectionsError extends ShimError {
-  constructor() {
-    super(503, 'UPSTREAM_UNAVAILABLE', 'zulip-compat-shim has too many connections open; try again');
-  }
-}
-
 /** Seconds a refused client is asked to wait. */
 const RETRY_AFTER_SECONDS = 5;
+
+export class TooManyConnectionsError extends ShimError {
+  constructor() {
+    super(503, 'UPSTREAM_UNAVAILABLE', 'zulip-compat-shim has too many connections open; try again', RETRY_AFTER_SECONDS);
+  }
+}
 
 /**
  * Descriptors kept out of the cap besides two upstream pools' worth: listening sockets, the
@@ -100,8 +100,8 @@ export function capConnections(server: Server, max: number, events: ConnectionEv
 
 /** The answer to a request on a connection past the cap (`overCap`), on its socket. */
 export function refuseOverCap(socket: Duplex): void {
-  endSocketWithShimError(socket, new TooManyConnectionsError(), { 'Retry-After': String(RETRY_AFTER_SECONDS) });
+  endSocketWithShimError(socket, new TooManyConnectionsError());
 }
 
 /** The headers of the 503 for a request past the cap, answered through its response. */
-export const OVER_CAP_HEADERS = { 'retry-after': String(RETRY_AFTER_SECONDS), connection: 'close' } as const;
+export const OVER_CAP_HEADERS = { connection: 'close' } as const;

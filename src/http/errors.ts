@@ -23,6 +23,8 @@ export class ShimError extends Error {
     readonly status: number,
     readonly code: ShimErrorCode,
     message: string,
+    /** A 503 the client should retry: the seconds it is asked to wait (sent as Retry-After). */
+    readonly retryAfterSeconds?: number,
   ) {
     super(message);
     this.name = 'ShimError';
@@ -108,12 +110,14 @@ export function sendShimError(res: ServerResponse, err: ShimError, headers: Outg
     res.destroy();
     return;
   }
-  sendJson(res, err.status, errorBody(err.code, err.message), headers);
+  const retry = err.retryAfterSeconds === undefined ? {} : { 'retry-after': String(err.retryAfterSeconds) };
+  sendJson(res, err.status, errorBody(err.code, err.message), { ...retry, ...headers });
 }
 
 /** The same answer on a socket that has no response object (a parser error, CONNECT, an upgrade). */
 export function endSocketWithShimError(socket: Duplex, err: ShimError, headers: Record<string, string> = {}): void {
   const body = errorBody(err.code, err.message);
+  if (err.retryAfterSeconds !== undefined) headers = { 'Retry-After': String(err.retryAfterSeconds), ...headers };
   socket.end(
     [
       `HTTP/1.1 ${err.status} ${STATUS_CODES[err.status] ?? 'Error'}`,

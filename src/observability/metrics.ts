@@ -128,6 +128,12 @@ export function createMetrics() {
       help: 'Client connections answered 503 because the cap was reached',
       registers: [registry],
     }),
+    /** X12: requests for a realm new to the shim refused past presence.newRealmsPerMinute. */
+    realmsRefused: new Counter({
+      name: `${p}new_realms_refused_total`,
+      help: 'Requests for a realm new to the shim answered 503 because new realms arrived faster than presence.newRealmsPerMinute',
+      registers: [registry],
+    }),
     storeErrors: new Counter({
       name: `${p}store_errors_total`,
       help: 'Errors talking to the shared store (Redis); presence degrades to pass-through meanwhile',

@@ -1,3 +1,4 @@
+import { NewRealmsTooFastError } from '../upstream/realm-admission.js';
 import { facts, timedUpstream, type Handler, type ShimContext } from '../context.js';
 import { sendJson } from '../http/errors.js';
 import { isSuccess, relayBuffered, rewrittenHeaders } from '../http/relay.js';
@@ -34,6 +35,7 @@ export function ignoredParameters(url: string | undefined): string[] {
 export function levelOrZero(ctx: ShimContext, hostRealm: Realm): Promise<{ realm: Realm; featureLevel: number }> {
   // X12: the realm the upstream serves for this Host keys the lookups.
   return ctx.featureLevels.resolve(hostRealm).catch((e: unknown) => {
+    if (e instanceof NewRealmsTooFastError) throw e; // X12: no state for a realm not admitted
     ctx.log.warn({ realm: hostRealm.host, err: e }, 'user objects: feature level unknown, checking every field');
     return { realm: hostRealm, featureLevel: 0 };
   });
@@ -51,6 +53,7 @@ export const ownProfileHandler: Handler = async (req, res, ctx) => {
   f.kind = 'own_profile';
   // server_settings needs no credentials, so it is asked alongside the caller's own call.
   const level = levelOrZero(ctx, hostRealm);
+  level.catch(() => undefined); // a refusal (X12) is answered after the caller's own call, not unhandled meanwhile
   const r = await timedUpstream(req, () =>
     ctx.client.fetch({ realm: hostRealm, method: 'GET', path: req.url ?? '/api/v1/users/me', headers }),
   );

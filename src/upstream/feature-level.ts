@@ -3,6 +3,7 @@ import type { Logger } from '../observability/logger.js';
 import { upstreamBadResponse, upstreamUnavailable } from '../http/errors.js';
 import { parseJsonObject, type UpstreamClient } from './client.js';
 import type { Realm } from './realm.js';
+import type { RealmAdmission } from './realm-admission.js';
 
 /**
  * The feature levels the shim's behaviour turns on, so code reads `level >= FL.LAST_UPDATE_ID`.
@@ -52,6 +53,8 @@ export interface FeatureLevelOptions {
    * @default 4 MiB
    */
   maxBytes?: number;
+  /** X12: the rate at which realms the shim keeps state for are taken on (absent: unbounded). */
+  admission?: RealmAdmission;
 }
 
 /** The cache is per Host (the realm it names is what server_settings tells). */
@@ -70,11 +73,14 @@ export class FeatureLevels {
   private readonly cache: LRUCache<string, ServerInfo, Realm>;
   private readonly failures: LRUCache<string, Error>;
 
+  private readonly admission: RealmAdmission | undefined;
+
   constructor(
     private readonly client: UpstreamClient,
     private readonly log: Logger,
     options: FeatureLevelOptions,
   ) {
+    this.admission = options.admission;
     const maxBytes = options.maxBytes ?? 4 * 1024 * 1024;
     this.cache = new LRUCache<string, ServerInfo, Realm>({
       maxSize: maxBytes,
@@ -117,11 +123,13 @@ export class FeatureLevels {
    * list, lookups) is keyed by the realm the upstream says it serves for the request's Host, so
    * aliases of one realm share one state and one fetch stream, and a made-up Host on a one-realm
    * server costs this one small cached call, not a realm's worth. Requests to the upstream keep
-   * the client's Host.
+   * the client's Host. A realm the shim keeps state for (below the modern presence API) must be
+   * admitted first: new ones at a bounded rate (NewRealmsTooFastError past it).
    */
   async resolve(hostRealm: Realm): Promise<{ realm: Realm; featureLevel: number }> {
     const info = await this.info(hostRealm);
     const realm = info.realmUrl ? { ...hostRealm, key: `${hostRealm.upstream}|realm:${info.realmUrl}` } : hostRealm;
+    if (info.featureLevel < FL.LAST_UPDATE_ID) this.admission?.admit(realm.key);
     return { realm, featureLevel: info.featureLevel };
   }
 

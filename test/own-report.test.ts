@@ -186,7 +186,9 @@ describe('X13: the upstream upgraded to the modern presence API while the shim r
     fake.advance(60);
     for (const u of fake.humans()) fake.report(u.user_id, 'active');
     // The shim learns it from the upstream's own answers, not only when its cached level expires.
+    let polls = 0;
     for (let i = 0; i < 3 && id > 10 ** 15; i++) {
+      polls++;
       const r = await poll(11, { status: 'active', last_update_id: String(id), history_limit_days: '0' });
       expect(r.status).toBe(200);
       if ((r.body.presence_last_update_id as number) < 10 ** 15) {
@@ -196,6 +198,8 @@ describe('X13: the upstream upgraded to the modern presence API while the shim r
       id = r.body.presence_last_update_id as number;
     }
     expect(id).toBeLessThan(10 ** 15);
+    // The first poll after the upgrade shows it (its answer carries the server's own id); the next is handed over.
+    expect(polls).toBe(2);
     fake.advance(60);
     fake.report(14, 'active');
     const native = await poll(11, { status: 'active', last_update_id: String(id) });

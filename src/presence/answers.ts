@@ -5,7 +5,6 @@ import {
   answerEntries,
   answerId,
   answerIdWithoutLedger,
-  answersWithDelta,
   historyCutoff,
   legacyAnswerId,
   type AnswerRequest,
@@ -14,7 +13,8 @@ import {
   type ModernPresence,
   withinHistory,
 } from './ledger.js';
-import { ledgerOrNew, ledgerToAnswerFrom, raisedForUnvouchedId, type Asker, type Intake } from './intake.js';
+import { ledgerOrNew, ledgerToAnswerFrom, raisedCounter, type Asker, type Intake } from './intake.js';
+import { planAnswer, viewOf } from './plan.js';
 import { limitLegacyHistory } from './convert.js';
 import type { PresenceRequest } from './params.js';
 import type { Poll } from './report.js';
@@ -131,11 +131,10 @@ export async function modernAnswer(poll: Poll, snapshot: Snapshot): Promise<Buil
   const lastUpdateId = request.lastUpdateId;
   let ledger = await ledgerToAnswerFrom(poll, snapshot.ledger, lastUpdateId);
   if (!ledger) return answerWithoutLedger(poll, snapshot);
-  const delta = answersWithDelta(ledger, lastUpdateId);
-  if (!delta) ledger = await raisedForUnvouchedId(poll, ledger, lastUpdateId);
+  const { delta, kind, raiseTo } = planAnswer(viewOf(ledger, lastUpdateId), lastUpdateId);
+  if (raiseTo !== undefined) ledger = await raisedCounter(poll, ledger, raiseTo);
   // P10: the upstream's time of the newest complete snapshot in the ledger answered from.
   const serverTimestamp = snapshot.complete ? Math.max(snapshot.serverTimestamp, ledger.completeAt) : snapshot.serverTimestamp;
-  const kind: AnswerKind = delta ? 'delta' : lastUpdateId !== undefined && lastUpdateId > 0 ? 'resync' : 'modern_full';
   const reusable = snapshot.complete && request.ignored.length === 0 && kind !== 'resync';
   const key = `${delta ? lastUpdateId : 'full'}|${request.historyLimitDays ?? ''}|${serverTimestamp}`;
   const bodies = reusable ? bodiesOf(poll.ctx.snapshots as SnapshotHub | undefined, ledger) : undefined;

@@ -7,8 +7,9 @@ import { fetchLargeHeadFirst } from '../upstream/large-fetch.js';
 import type { Realm } from '../upstream/realm.js';
 import type { Directory } from '../upstream/user-directory.js';
 import { modernFromColumns, type PresenceColumns } from '../upstream/large-answers.js';
+import { planLedger, viewOf } from './plan.js';
 import { toModern, type Converted, type PresenceEra, type UserLookup } from './convert.js';
-import { answersWithDelta, mergeInSteps, type LedgerState, type ModernPresence, type Observation } from './ledger.js';
+import { mergeInSteps, type LedgerState, type ModernPresence, type Observation } from './ledger.js';
 
 /**
  * The one path by which upstream presence reaches the realm's ledger, for presence polls and
@@ -177,13 +178,13 @@ function newerLedger(one: LedgerState | undefined, other: LedgerState | undefine
 }
 
 /**
- * X1: the ledger an answer for a client at `lastUpdateId` is built from: the newest this
- * process holds (the one merged with the snapshot, or a newer one it read or wrote since) when
- * that copy vouches for the client's id, so a delta from it misses nothing the client saw.
- * Otherwise the answer is full data, and the store is read first: the client may have seen
- * newer data through another replica (an id above this copy's, or one that says nothing, as a
- * garbage id or none does), and full data older than that would take it back in time.
- * Undefined when the store cannot be reached and this process holds no copy.
+ * X1: the ledger an answer for a client at `lastUpdateId` is built from (plan.ts `planLedger`):
+ * the newest this process holds (the one merged with the snapshot, or a newer one it read or
+ * wrote since) when that copy vouches for the client's id, so a delta from it misses nothing
+ * the client saw. Otherwise the answer is full data, and the store is read first: the client
+ * may have seen newer data through another replica (an id above this copy's, or one that says
+ * nothing, as a garbage id or none does), and full data older than that would take it back in
+ * time. Undefined when the store cannot be reached and this process holds no copy.
  */
 export async function ledgerToAnswerFrom(
   asker: Asker,
@@ -191,20 +192,18 @@ export async function ledgerToAnswerFrom(
   lastUpdateId: number | undefined,
 ): Promise<LedgerState | undefined> {
   const held = newerLedger(merged, asker.ctx.store.peek(asker.realm.key));
-  if (held && answersWithDelta(held, lastUpdateId)) return held;
+  if (planLedger(held && viewOf(held, lastUpdateId)) === 'held') return held;
   return newerLedger(held, await loadLedger(asker));
 }
 
 /**
- * X1, I6: for a client id this ledger cannot vouch for, above its counter: raise the counter
- * to it first (where it is plausible; the store decides by its epoch clock), so the id echoed
- * with the full answer is then vouched for and the next delta is exact.
+ * X1, I6: the counter raised to a client id this ledger cannot vouch for (plan.ts `planAnswer`
+ * says when), where plausible (the store decides by its epoch clock), so the id echoed with the
+ * full answer is then vouched for and the next delta is exact.
  */
-export async function raisedForUnvouchedId(asker: Asker, ledger: LedgerState, lastUpdateId: number | undefined): Promise<LedgerState> {
-  // At or below the counter there is nothing to raise (an id the ledger vouches for is, too: I2).
-  if (lastUpdateId === undefined || lastUpdateId <= ledger.lastId) return ledger;
+export async function raisedCounter(asker: Asker, ledger: LedgerState, to: number): Promise<LedgerState> {
   try {
-    return await asker.ctx.store.raiseCounter(asker.realm.key, lastUpdateId);
+    return await asker.ctx.store.raiseCounter(asker.realm.key, to);
   } catch (e) {
     storeFailed(asker, e);
     return ledger; // the id is echoed all the same (I6); it stays unvouched, so the next poll is full again

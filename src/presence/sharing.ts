@@ -2,9 +2,10 @@ import { timedUpstream } from '../context.js';
 import { isSuccess } from '../http/relay.js';
 import type { ArrivingResponse, UpstreamHead } from '../upstream/client.js';
 import { callerKey } from '../upstream/realm.js';
-import { answersWithDelta, type LedgerState } from './ledger.js';
+import type { LedgerState } from './ledger.js';
 import { loadLedger, readPresenceAnswer, takeInAnswer, upstreamTime, type Format } from './intake.js';
 import { wantsModern } from './params.js';
+import { planDuringRefresh, planLeader, planReplicaSource, planStart, pollPolicy, viewOf, type PollPolicy } from './plan.js';
 import { fullReport, report, UpstreamRefused, type Poll } from './report.js';
 import {
   everyCallerSeesTheSameUsers,
@@ -71,55 +72,64 @@ class Leader {
   }
 }
 
-/** P9: a scope is a realm and a format, or one caller of it where callers may see different users. */
-function scopeOf(poll: Poll, format: Format): { scope: string; shared: boolean } {
+/** P9, S1, B7: the poll's sharing rule, computed once (plan.ts). */
+function policyOf(poll: Poll, format: Format): PollPolicy {
   const { ctx, featureLevel, realm, req } = poll;
-  const shared = everyCallerSeesTheSameUsers(ctx.config.presence.shareSnapshots, featureLevel);
-  return { scope: shared ? `${realm.key}|${format}` : `${realm.key}|${format}|${callerKey(req.headers)}`, shared };
+  const { shareSnapshots, coalesceMs, leaderWaitMs } = ctx.config.presence;
+  return pollPolicy({
+    everyCallerSeesTheSameUsers: everyCallerSeesTheSameUsers(shareSnapshots, featureLevel),
+    coalesceMs,
+    leaderWaitMs,
+    replicas: ctx.clusterSnapshots !== undefined,
+    realmKey: realm.key,
+    format,
+    caller: () => callerKey(req.headers),
+  });
 }
 
 /** Throws UpstreamRefused when the upstream did not accept the caller's report (E1). */
 export async function obtainSnapshot(poll: Poll, format: Format): Promise<Obtained> {
-  const obtained = await sharedOrFetched(poll, format);
-  return wantsModern(poll.request) ? obtained : withLegacyBytes(poll, format, obtained);
+  const policy = policyOf(poll, format);
+  const obtained = await sharedOrFetched(poll, format, policy);
+  return wantsModern(poll.request) ? obtained : withLegacyBytes(poll, format, policy, obtained);
 }
 
-async function sharedOrFetched(poll: Poll, format: Format): Promise<Obtained> {
+/** The interpreter of plan.ts's steps for one full poll. */
+async function sharedOrFetched(poll: Poll, format: Format, policy: PollPolicy): Promise<Obtained> {
   const { ctx } = poll;
-  const { scope, shared } = scopeOf(poll, format);
   const hub = ctx.snapshots;
-  const fresh = hub.fresh(scope);
-  const pending = fresh ? undefined : hub.pending(scope);
-  if (fresh || pending) {
+  const fresh = hub.fresh(policy.scope);
+  const pending = fresh ? undefined : hub.pending(policy.scope);
+  const start = planStart({ fresh: fresh !== undefined, pending: pending !== undefined });
+  if (start !== 'lead') {
     const own = await acceptedPing(poll);
-    const now = fresh ?? (shared ? await answerableDuringRefresh(poll) : undefined);
+    const now = start === 'fromFresh' ? fresh : policy.shared ? await answerableDuringRefresh(poll) : undefined;
     if (now) {
       ctx.metrics.presenceSnapshots.inc({ source: 'shared' });
       return { snapshot: now, own };
     }
-    // A failed fetch is its leader's to report; this caller then fetches for itself below.
+    // A failed fetch is its leader's to report; this caller then leads one of its own.
     const snapshot = await pending!.catch(() => undefined);
     if (snapshot) {
       ctx.metrics.presenceSnapshots.inc({ source: 'shared' });
       return { snapshot, own };
     }
   }
+  return lead(poll, format, policy);
+}
+
+/** This caller's full report is the scope's refresh (P9 single flight); answered as planLeader says (B7). */
+async function lead(poll: Poll, format: Format, policy: PollPolicy): Promise<Obtained> {
   const leader = new Leader();
-  const refresh = fetchShared(poll, format, shared, scope, leader);
-  const snapshot = hub.lead(scope, () => refresh.then((r) => r.snapshot), shared);
+  const refresh = fetchShared(poll, format, policy, leader);
+  const snapshot = poll.ctx.snapshots.lead(policy.scope, () => refresh.then((r) => r.snapshot), policy.shared);
   // A refused or failed report reaches the leader through `refresh`; a failure after it, through
   // `snapshot` below while the leader waits, and the waiters' own fetches once it has its answer.
   snapshot.catch(() => undefined);
   const { own, followsFetch } = await refresh;
-  // Where sharing is off (coalesceMs 0) the leader waits for its own fetch, as every caller does.
-  if (!shared || ctx.config.presence.coalesceMs <= 0) return { snapshot: await snapshot, own };
-  // Most refreshes are taken in within presence.leaderWaitMs, and the leader's answer then holds
-  // what its own report brought. B7: a longer one (a realm of tens of thousands of users) does
-  // not hold it: a delta poll the ledger vouches for is answered from the ledger, as any other
-  // during a refresh, and its next poll gets what the refresh brings (P6). S1: a leader that
-  // follows another replica's fetch under way sent a ping, which that fetch need not hold:
-  // waiting would bring it nothing of its own, so it does not wait.
-  const taken = followsFetch ? undefined : await within(snapshot, ctx.config.presence.leaderWaitMs);
+  const plan = planLeader(policy, followsFetch === true);
+  if (plan.wait === 'wholeRefresh') return { snapshot: await snapshot, own };
+  const taken = plan.waitMs === undefined ? undefined : await within(snapshot, plan.waitMs);
   if (taken) return { snapshot: taken, own };
   const now = await answerableDuringRefresh(poll);
   if (now && leader.answer()) {
@@ -155,11 +165,14 @@ function refreshFailed(poll: Poll, e: unknown): void {
  */
 export async function answerableDuringRefresh(poll: Poll): Promise<Snapshot | undefined> {
   const { ctx, realm, request } = poll;
-  const id = request.lastUpdateId;
-  if (id === undefined || id <= 0 || !wantsModern(request)) return undefined;
+  const id = { lastUpdateId: request.lastUpdateId, modern: wantsModern(request) };
   let ledger = ctx.store.peek(realm.key);
-  if (ledger && id > ledger.lastId) ledger = (await loadLedger(poll)) ?? ledger;
-  if (!ledger || ledger.completeAt <= 0 || !answersWithDelta(ledger, id)) return undefined;
+  let step = planDuringRefresh(id, ledger && viewOf(ledger, id.lastUpdateId), false);
+  if (step === 'readStore') {
+    ledger = (await loadLedger(poll)) ?? ledger;
+    step = planDuringRefresh(id, ledger && viewOf(ledger, id.lastUpdateId), true);
+  }
+  if (step !== 'answer' || !ledger) return undefined;
   let snapshot = snapshotsOfLedgers.get(ledger);
   if (!snapshot) {
     // P10: the upstream's time of the newest complete snapshot the ledger holds.
@@ -188,7 +201,7 @@ const snapshotsOfLedgers = new WeakMap<LedgerState, Snapshot>();
  * When they are gone (the store failed, or the poll came after they expired) the caller
  * fetches for itself, as every caller does while the store is down.
  */
-async function withLegacyBytes(poll: Poll, format: Format, obtained: Obtained): Promise<Obtained> {
+async function withLegacyBytes(poll: Poll, format: Format, policy: PollPolicy, obtained: Obtained): Promise<Obtained> {
   const { snapshot } = obtained;
   if (snapshot.legacyBytes || !snapshot.readLegacyBytes) return obtained;
   let reading = legacyReads.get(snapshot);
@@ -200,7 +213,7 @@ async function withLegacyBytes(poll: Poll, format: Format, obtained: Obtained): 
         if (!bytes) return undefined;
         snapshot.legacyBytes = bytes;
         snapshot.readLegacyBytes = undefined;
-        poll.ctx.snapshots.resized(scopeOf(poll, format).scope);
+        poll.ctx.snapshots.resized(policy.scope);
         return bytes;
       });
     legacyReads.set(snapshot, reading);
@@ -221,22 +234,32 @@ async function acceptedPing(poll: Poll): Promise<UpstreamHead> {
 }
 
 /**
- * One fetch for the scope: another replica's snapshot when one has or is being fetched, else the
- * upstream's. Resolved once the leader's own report was accepted.
+ * One fetch for the scope: another replica's snapshot when one has been or is being fetched
+ * (planReplicaSource), else the upstream's. Resolved once the leader's own report was accepted.
  */
-async function fetchShared(poll: Poll, format: Format, shared: boolean, scope: string, leader: Leader): Promise<Refresh> {
-  const window = poll.ctx.config.presence.coalesceMs;
-  const cluster = shared && window > 0 ? poll.ctx.clusterSnapshots : undefined;
-  if (!cluster) return fetchFromUpstream(poll, format, shared);
-  const followed = await follow(poll, cluster, scope);
-  if (!followed) return fetchAndPublish(poll, cluster, format, scope);
-  const snapshot = followed.snapshot.then(async (published) => {
-    if (published) return published;
+async function fetchShared(poll: Poll, format: Format, policy: PollPolicy, leader: Leader): Promise<Refresh> {
+  const { ctx } = poll;
+  const cluster = ctx.clusterSnapshots;
+  if (!policy.acrossReplicas || !cluster) return fetchFromUpstream(poll, format, policy.shared);
+  const { scope } = policy;
+  // Store unreachable (counted by the store): no sharing between replicas meanwhile, each
+  // replica fetches for itself.
+  const published = await cluster.get(scope).catch(() => undefined);
+  // How long one replica's fetch may hold the others (X3: never past the upstream deadline): a
+  // fetch of a large realm can outlast a short window, and a waiter that gave up early would
+  // fetch the same snapshot a second time.
+  const fetchBudgetMs = Math.min(ctx.config.upstream.timeoutMs, Math.max(ctx.config.presence.coalesceMs, FETCH_BUDGET_FLOOR_MS));
+  const locked = published ? false : await cluster.tryLock(scope, fetchBudgetMs).catch(() => true);
+  const source = planReplicaSource({ published: published !== undefined, locked });
+  if (source === 'fetchAndPublish') return fetchAndPublish(poll, cluster, format, scope);
+  const own = await acceptedPing(poll);
+  const snapshot = readPublished(poll, cluster, scope, published, fetchBudgetMs).then(async (read) => {
+    if (read) return read;
     // Its report was a ping: sent again in full while its client waits, never once it has its answer (P9).
     if (!leader.reportAgain()) throw new Error('the replica fetching the shared presence snapshot gave up');
     return (await fetchAndPublish(poll, cluster, format, scope)).snapshot;
   });
-  return { own: followed.own, snapshot, followsFetch: followed.underWay };
+  return { own, snapshot, followsFetch: source === 'followFetch' };
 }
 
 /** S1: this replica's own fetch for the scope, published to the others once taken in. */
@@ -265,32 +288,6 @@ async function fetchAndPublish(poll: Poll, cluster: ClusterSnapshots, format: Fo
     },
   );
   return { own: fetched.own, snapshot };
-}
-
-/**
- * S1/P9 across replicas: after this caller's ping was accepted, the snapshot another replica
- * published in this window, or the one it is fetching (`underWay`), woken when it is published
- * (undefined when that failed: the caller then fetches for itself). Undefined: this replica
- * holds the lock and fetches.
- */
-async function follow(
-  poll: Poll,
-  cluster: ClusterSnapshots,
-  scope: string,
-): Promise<{ own: UpstreamHead; snapshot: Promise<Snapshot | undefined>; underWay: boolean } | undefined> {
-  const { ctx } = poll;
-  const window = ctx.config.presence.coalesceMs;
-  // Store unreachable (counted by the store): no sharing between replicas meanwhile, each
-  // replica fetches for itself.
-  const published = await cluster.get(scope).catch(() => undefined);
-  // How long one replica's fetch may hold the others (X3: never past the upstream deadline): a
-  // fetch of a large realm can outlast a short window, and a waiter that gave up early would
-  // fetch the same snapshot a second time.
-  const fetchBudgetMs = Math.min(ctx.config.upstream.timeoutMs, Math.max(window, FETCH_BUDGET_FLOOR_MS));
-  const locked = published ? false : await cluster.tryLock(scope, fetchBudgetMs).catch(() => true);
-  if (!published && locked) return undefined;
-  const own = await acceptedPing(poll);
-  return { own, snapshot: readPublished(poll, cluster, scope, published, fetchBudgetMs), underWay: !published };
 }
 
 async function readPublished(

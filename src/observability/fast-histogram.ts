@@ -59,6 +59,10 @@ export class FastHistogram<L extends string> {
     for (const r of o.registers) r.registerMetric(this as unknown as Parameters<Registry['registerMetric']>[0]);
   }
 
+  get labelNames(): readonly L[] {
+    return this.o.labelNames;
+  }
+
   /** The child of one label combination, in `labelNames` order; keep it, it is the fast path. */
   labels(...values: string[]): HistogramChild {
     const key = values.join('\u0000');

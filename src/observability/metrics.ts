@@ -37,14 +37,14 @@ export function createMetrics() {
      */
     upstreamRequests: new Counter({
       name: `${p}upstream_requests_total`,
-      help: 'Requests the shim sent to the upstream, by route and HTTP status class (error/timeout: no answer)',
+      help: 'Requests the shim sent to the upstream (pass-through and its own calls), by route and HTTP status class (error/timeout: no answer)',
       labelNames: ['route', 'status'] as const,
       registers: [registry],
     }),
     /** Up to the response headers, so a long poll (`events`) counts its whole wait. */
     upstreamDuration: new FastHistogram({
       name: `${p}upstream_request_duration_seconds`,
-      help: 'Time from sending a request to the upstream until its response headers arrived, by route',
+      help: 'Time from sending a request to the upstream until its response headers arrived (answered requests only), by route',
       labelNames: ['route'] as const,
       buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 90, 120],
       registers: [registry],
@@ -52,44 +52,44 @@ export function createMetrics() {
     /** kind: legacy_full | modern_full | delta | resync | ping | passthrough */
     presenceAnswers: new Counter({
       name: `${p}presence_answers_total`,
-      help: 'Presence answers by kind (resync = full data because the client id could not be vouched for)',
+      help: 'Presence answers by kind: legacy_full, modern_full, delta, resync (full data because the client id could not be vouched for), ping, passthrough',
       labelNames: ['kind'] as const,
       registers: [registry],
     }),
     /** source: upstream (a full fetch) | shared (answered from a shared snapshot) */
     presenceSnapshots: new Counter({
       name: `${p}presence_snapshot_uses_total`,
-      help: 'Full presence fetches from the upstream vs answers served from a shared snapshot',
+      help: 'Full presence fetched from the upstream (source upstream) vs answers served from a shared snapshot (source shared)',
       labelNames: ['source'] as const,
       registers: [registry],
     }),
     /** kind: legacy_full | modern_full | delta | resync (as presence_answers_total) */
     presenceBytesSent: new Counter({
       name: `${p}presence_sent_bytes_total`,
-      help: 'Bytes of presence answers sent to clients, by answer kind',
+      help: 'Bytes of presence answers sent to clients (as sent, gzipped or not), by answer kind as in presence_answers_total',
       labelNames: ['kind'] as const,
       registers: [registry],
     }),
     /** Per answer, never below its bytes sent: 1 - sent/full is the saving, 0 or more. */
     presenceBytesFull: new Counter({
       name: `${p}presence_full_equivalent_bytes_total`,
-      help: 'Uncompressed bytes of the full answer the same polls would have got (a delta: the full modern answer; other kinds: the answer itself), by answer kind',
+      help: 'Uncompressed bytes of the full answer the same polls would have got without deltas (a delta: the full modern answer; other kinds: the answer itself), by answer kind; never below the bytes sent',
       labelNames: ['kind'] as const,
       registers: [registry],
     }),
     ledgerUsers: boundedByLabel(
       new Gauge({
         name: `${p}ledger_users`,
-        help: 'Users held in the presence ledger, by realm host (the most recently active realms)',
+        help: `Users held in the presence ledger, by realm host (the ${MAX_REALM_LABELS} realms set most recently)`,
         labelNames: ['realm'] as const,
         registers: [registry],
       }),
       MAX_REALM_LABELS,
     ),
-    /** cache: user_directory | own_profile | feature_level; result: hit | miss */
+    /** cache: a SharedCache's name (user_directory | own_profile | caller); result: hit | miss */
     lookups: new Counter({
       name: `${p}lookup_cache_total`,
-      help: 'Lookup cache hits and misses',
+      help: 'Lookup cache hits and misses, by cache (user_directory, own_profile, caller) and result (hit, miss)',
       labelNames: ['cache', 'result'] as const,
       registers: [registry],
     }),

@@ -5,7 +5,7 @@ import { pino } from 'pino';
 import { factsOf } from '../context.js';
 import { loggablePath, type Logger } from './logger.js';
 import type { Metrics } from './metrics.js';
-import { routeLabel, statusLabel, type RouteLabel } from './route-label.js';
+import { METHOD_LABELS, routeLabel, statusLabel, type RouteLabel } from './route-label.js';
 import { deferredCounter, LabelChildren } from './upstream-metrics.js';
 
 const REQUEST_ID = /^[\w.:-]{1,128}$/;
@@ -13,9 +13,6 @@ const REQUEST_ID = /^[\w.:-]{1,128}$/;
 /** pino's numeric levels of the two lines written here. */
 const INFO = 30;
 const WARN = 40;
-
-/** Methods with a label of their own; any other (WebDAV, …) counts as `other`, so the series stay bounded. */
-const METHOD_LABELS: ReadonlySet<string> = new Set(['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS']);
 
 const noop = () => {};
 

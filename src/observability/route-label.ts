@@ -16,6 +16,12 @@ export const ROUTE_LABELS = [
 
 export type RouteLabel = (typeof ROUTE_LABELS)[number];
 
+/**
+ * The `method` label of client requests: methods with a label of their own; any other (WebDAV,
+ * …) counts as `other`, so the series stay bounded.
+ */
+export const METHOD_LABELS: ReadonlySet<string> = new Set(['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS']);
+
 /** Exact API paths (after `/api/v1` or `/json`) with a label of their own. */
 const EXACT: ReadonlyMap<string, RouteLabel> = new Map<string, RouteLabel>([
   ['/events', 'events'],
@@ -51,6 +57,9 @@ export function routeLabel(url: string): RouteLabel {
 export type StatusLabel = '1xx' | '2xx' | '3xx' | '4xx' | '5xx' | 'error' | 'timeout';
 
 const STATUS_CLASSES: readonly StatusLabel[] = ['1xx', '2xx', '3xx', '4xx', '5xx'];
+
+/** Every value `statusLabel` gives. */
+export const STATUS_LABELS: readonly StatusLabel[] = [...STATUS_CLASSES, 'error', 'timeout'];
 
 /** Runs for every client request and upstream exchange: a table lookup, no string built. */
 export function statusLabel(outcome: number | 'error' | 'timeout'): StatusLabel {

@@ -1,10 +1,13 @@
 import { spawn, spawnSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
+import https from 'node:https';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
+import tls from 'node:tls';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { selfSignedCertificate } from './support/tls-front.js';
 
 /**
  * The nginx files of deploy/ are checked by the nginx installed on this machine: `nginx -t` on a
@@ -28,6 +31,12 @@ const usable = atLeast(1, 19, 5);
 if (!usable) {
   console.warn(`nginx-config tests skipped: ${version ? `nginx ${version.join('.')} is older than 1.19.5` : 'nginx is not installed'}`);
 }
+
+// The load balancer's TLS listener needs a certificate: a self-signed one, made by openssl.
+const cert = usable ? selfSignedCertificate() : undefined;
+const certSkip = cert && 'skip' in cert ? cert.skip : undefined;
+if (certSkip) console.warn(`nginx-config load balancer tests skipped: ${certSkip}`);
+const withCert = usable && !certSkip;
 
 let dir = '';
 
@@ -93,6 +102,12 @@ describe.skipIf(!usable)('deploy/ nginx configuration', () => {
       'uwsgi_param QUERY_STRING $query_string;\nuwsgi_param REQUEST_METHOD $request_method;\n',
     );
     writeFileSync(join(dir, 'conf', 'api_headers'), ZULIP_API_HEADERS);
+    // The directory the compose files mount on /etc/nginx/certs.
+    if (cert && !('skip' in cert)) {
+      mkdirSync(join(dir, 'certs'));
+      writeFileSync(join(dir, 'certs', 'tls.crt'), cert.cert);
+      writeFileSync(join(dir, 'certs', 'tls.key'), cert.key, { mode: 0o600 });
+    }
   });
   afterAll(() => {
     if (dir) rmSync(dir, { recursive: true, force: true });
@@ -110,14 +125,103 @@ describe.skipIf(!usable)('deploy/ nginx configuration', () => {
     expect(r.ok).toBe(true);
   });
 
-  it('the replicas load balancer passes `nginx -t`', () => {
-    let lb = readFileSync(join(DEPLOY, 'nginx-lb.conf'), 'utf8').replace(/shim-[ab]:9991/g, '127.0.0.1:9991');
-    // `resolve` in an upstream server is open-source nginx 1.27.3+; the image uses 1.27.
-    if (!atLeast(1, 27, 3)) lb = lb.replace(/ resolve;/g, ';');
-    const r = nginxTest('lb', lb);
+  it.skipIf(!withCert)('the replicas load balancer passes `nginx -t`', () => {
+    const r = nginxTest('lb', loadBalancer({ shim: '127.0.0.1:9991' }));
     expect(r.output).toContain('test is successful');
     expect(r.ok).toBe(true);
   });
+
+  it.skipIf(!withCert)(
+    "the replicas load balancer: over TLS a request reaches a replica with X-Forwarded-Proto https and the balancer's own X-Forwarded-Host; plain HTTP redirects, except its health path",
+    async () => {
+      // The "replica": answers which forwarding headers it got.
+      const shim = http.createServer((req, res) => {
+        res.writeHead(200, { 'content-type': 'application/json' });
+        res.end(JSON.stringify({ by: 'shim', headers: req.headers }));
+      });
+      await new Promise<void>((r) => shim.listen(0, '127.0.0.1', r));
+      const shimPort = (shim.address() as net.AddressInfo).port;
+      const tlsPort = await freePort();
+      const plainPort = await freePort();
+      const conf = join(dir, 'conf', 'lb-live.conf');
+      writeFileSync(
+        conf,
+        `daemon off;\nmaster_process off;\npid ${join(dir, 'lb-live.pid')};\nevents {}\nhttp {\n    access_log off;\n${localPaths()}\n${loadBalancer(
+          {
+            shim: `127.0.0.1:${shimPort}`,
+            tlsListen: `127.0.0.1:${tlsPort}`,
+            plainListen: `127.0.0.1:${plainPort}`,
+          },
+        )}\n}\n`,
+      );
+      const nginx = spawn('nginx', ['-p', dir, '-c', conf, '-e', 'stderr'], { stdio: ['ignore', 'ignore', 'pipe'] });
+      let stderr = '';
+      nginx.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+      try {
+        await waitForPort(tlsPort, () => stderr);
+        await waitForPort(plainPort, () => stderr);
+        const ca = (cert as { cert: Buffer }).cert;
+
+        // A client claiming http and another realm's host gets neither passed on.
+        const seen = await answer(
+          tlsPort,
+          'GET',
+          '/api/v1/users/me',
+          {
+            host: 'chat.example.com',
+            'x-forwarded-for': '203.0.113.7',
+            'x-forwarded-proto': 'http',
+            'x-forwarded-host': 'other-realm.example.net',
+          },
+          ca,
+        );
+        const { by, headers } = JSON.parse(seen.body) as { by: string; headers: Record<string, string> };
+        expect(by).toBe('shim');
+        expect(headers['x-forwarded-proto']).toBe('https');
+        expect(headers['x-forwarded-host']).toBe('chat.example.com');
+        expect(headers.host).toBe('chat.example.com');
+        expect(headers['x-forwarded-for']).toBe('203.0.113.7, 127.0.0.1');
+        expect(headers['x-real-ip']).toBe('127.0.0.1');
+
+        // A POST over TLS arrives with its body.
+        const posted = await answer(
+          tlsPort,
+          'POST',
+          '/json/users/me/presence',
+          { host: 'chat.example.com', 'content-length': '13' },
+          ca,
+          'status=active',
+        );
+        expect((JSON.parse(posted.body) as { headers: Record<string, string> }).headers['x-forwarded-proto']).toBe('https');
+
+        // The replicas' /metrics are not the internet's; the balancer's health path answers itself.
+        expect((await answer(tlsPort, 'GET', '/metrics', { host: 'chat.example.com' }, ca)).status).toBe(404);
+        expect((await answer(tlsPort, 'GET', '/lb-healthz', { host: 'chat.example.com' }, ca)).body).toBe('ok\n');
+
+        // Plain HTTP: the health path (the container's healthcheck), a redirect for the rest.
+        const health = await answer(plainPort, 'GET', '/lb-healthz', { host: 'chat.example.com' });
+        expect({ status: health.status, body: health.body }).toEqual({ status: 200, body: 'ok\n' });
+        for (const [method, path] of [
+          ['GET', '/'],
+          ['POST', '/json/users/me/presence?x=1'],
+          ['GET', '/api/v1/users/me'],
+        ] as const) {
+          const r = await answer(plainPort, method, path, { host: 'chat.example.com' });
+          expect({ method, path, status: r.status, location: r.headers.location, by: r.body.includes('"shim"') }).toEqual({
+            method,
+            path,
+            status: 308,
+            location: `https://chat.example.com${path}`,
+            by: false,
+          });
+        }
+      } finally {
+        nginx.kill('SIGTERM');
+        await new Promise((r) => nginx.once('close', r));
+        shim.close();
+      }
+    },
+  );
 
   it("topology (b): exactly the intercepted endpoints reach the shim, /api/ ones with Zulip's CORS headers; /api/v1/users/me/… subpaths stay with Zulip", async () => {
     // The "shim": answers who it is and which forwarding headers it got.
@@ -216,26 +320,50 @@ describe.skipIf(!usable)('deploy/ nginx configuration', () => {
   });
 });
 
+/**
+ * deploy/nginx-lb.conf as it runs here: the replicas' names replaced by `shim`, the certificate
+ * directory by the one made for the test, and (for a live run) its listeners moved to free ports.
+ */
+function loadBalancer(o: { shim: string; tlsListen?: string; plainListen?: string }): string {
+  let lb = readFileSync(join(DEPLOY, 'nginx-lb.conf'), 'utf8')
+    .replace(/shim-[ab]:9991/g, o.shim)
+    .replaceAll('/etc/nginx/certs/', `${join(dir, 'certs')}/`);
+  expect(lb).toContain('listen 8443 ssl;');
+  expect(lb).toContain('listen 8080;');
+  if (o.tlsListen) lb = lb.replace('listen 8443 ssl;', `listen ${o.tlsListen} ssl;`);
+  if (o.plainListen) lb = lb.replace('listen 8080;', `listen ${o.plainListen};`);
+  // `resolve` in an upstream server is open-source nginx 1.27.3+; the image uses 1.27.
+  if (!atLeast(1, 27, 3)) lb = lb.replace(/ resolve;/g, ';');
+  return lb;
+}
+
 /** One request with exactly these headers (fetch may not set Host). */
 async function send(port: number, method: string, path: string, headers: Record<string, string>): Promise<string> {
   return (await answer(port, method, path, headers)).body;
 }
 
+/** One request; over TLS, verified against `ca`, when it is given. */
 function answer(
   port: number,
   method: string,
   path: string,
   headers: Record<string, string>,
-): Promise<{ headers: http.IncomingHttpHeaders; body: string }> {
+  ca?: Buffer,
+  body?: string,
+): Promise<{ status: number; headers: http.IncomingHttpHeaders; body: string }> {
   return new Promise((resolve, reject) => {
-    const req = http.request({ host: '127.0.0.1', port, method, path, headers, agent: false }, (res) => {
-      let body = '';
-      res.on('data', (d: Buffer) => (body += d.toString()));
-      res.on('end', () => resolve({ headers: res.headers, body }));
+    const options = { host: '127.0.0.1', port, method, path, headers, agent: false as const };
+    const onAnswer = (res: http.IncomingMessage) => {
+      let text = '';
+      res.on('data', (d: Buffer) => (text += d.toString()));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: text }));
       res.on('error', reject);
-    });
+    };
+    // The certificate is for 127.0.0.1, where the request goes; its Host header names a realm.
+    const checkServerIdentity = (_host: string, c: tls.PeerCertificate) => tls.checkServerIdentity('127.0.0.1', c);
+    const req = ca ? https.request({ ...options, ca, checkServerIdentity }, onAnswer) : http.request(options, onAnswer);
     req.on('error', reject);
-    req.end();
+    req.end(body);
   });
 }
 

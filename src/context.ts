@@ -4,6 +4,7 @@ import type { Logger } from './observability/logger.js';
 import type { Metrics } from './observability/metrics.js';
 import type { UpstreamClient } from './upstream/client.js';
 import type { ClusterSnapshots, SnapshotHub } from './presence/snapshots.js';
+import type { PresenceState } from './presence/state.js';
 import type { PresenceStore } from './store/types.js';
 import type { FeatureLevels } from './upstream/feature-level.js';
 import type { UserDirectory } from './upstream/user-directory.js';
@@ -22,6 +23,8 @@ export interface ShimContext {
   snapshots: SnapshotHub;
   /** …and across replicas (Redis), when there are several. */
   clusterSnapshots?: ClusterSnapshots | undefined;
+  /** What the presence poll derives and remembers beside the ledgers and snapshots. */
+  presence: PresenceState;
   metrics: Metrics;
   /** The realm's user list (GET /users), cached per realm: email ↔ user_id, own-profile rows. */
   users: UserDirectory;

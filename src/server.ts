@@ -26,6 +26,7 @@ import type { PresenceStore } from './store/types.js';
 import { UpstreamClient } from './upstream/client.js';
 import { createTransport } from './upstream/transport.js';
 import { distrustForwarded, TrustedProxies } from './http/forwarded.js';
+import { PresenceState } from './presence/state.js';
 import { RealmAdmission } from './upstream/realm-admission.js';
 import { FeatureLevels } from './upstream/feature-level.js';
 import { realmOf } from './upstream/realm.js';
@@ -249,6 +250,7 @@ export function createShim(o: ShimOptions): Shim {
     store,
     snapshots,
     clusterSnapshots: o.clusterSnapshots ?? clusterSnapshotsFor(store),
+    presence: new PresenceState(config.lookups.maxEntries),
     metrics,
     users,
   };

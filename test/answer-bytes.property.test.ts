@@ -2,6 +2,7 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { usersBytes } from '../src/presence/answers.js';
 import { applyChange, changesFrom, createLedger, withChanges, type LedgerChange, type LedgerState } from '../src/presence/ledger.js';
+import { PresenceState } from '../src/presence/state.js';
 import { decodeLedger, encodeLedger } from '../src/store/codec.js';
 
 /**
@@ -40,14 +41,15 @@ describe('full answer size, counted by the users that changed (B7)', () => {
   it('equals counting every user, for merges and for copies made from published changes', async () => {
     await fc.assert(
       fc.asyncProperty(fc.array(change, { maxLength: 20 }), async (changes) => {
+        const state = new PresenceState(100);
         let writer = createLedger(NOW_MS);
         let copy = decodeLedger(encodeLedger(writer));
         for (const c of changes) {
           const next = applyChange(writer, c, NOW_MS);
           copy = withChanges(copy, decodeLedger(encodeLedger(changesFrom(writer, next))))!;
           writer = next;
-          expect(await usersBytes(writer)).toBe(counted(writer));
-          expect(await usersBytes(copy)).toBe(counted(copy));
+          expect(await usersBytes(state, writer)).toBe(counted(writer));
+          expect(await usersBytes(state, copy)).toBe(counted(copy));
         }
       }),
       { numRuns: 100 },

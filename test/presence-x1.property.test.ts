@@ -1,3 +1,4 @@
+import { PresenceState } from '../src/presence/state.js';
 import type { IncomingMessage } from 'node:http';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
@@ -103,6 +104,7 @@ function askerFor(store: PresenceStore): Asker {
     config: { upstream: { timeoutMs: 120_000 } },
     metrics: { ledgerUsers: { set() {} } },
     snapshots: { bodies: () => new Map() },
+    presence: new PresenceState(100),
   } as unknown as ShimContext;
   return { ctx, req: {} as IncomingMessage, realm, era: 'exact-slim' };
 }

@@ -18,7 +18,8 @@ import { planAnswer, viewOf } from './plan.js';
 import { limitLegacyHistory } from './convert.js';
 import type { PresenceRequest } from './params.js';
 import type { Poll } from './report.js';
-import type { Snapshot, SnapshotHub } from './snapshots.js';
+import type { Snapshot } from './snapshots.js';
+import type { LedgerMemo, PresenceState } from './state.js';
 import { UserTable } from './user-table.js';
 
 /**
@@ -41,19 +42,15 @@ export interface Built {
   fullEquivalentBytes(): number | Promise<number>;
 }
 
-/** Bodies per ledger state (complete scopes): the same for every caller at the same id. */
-const bodiesByLedger = new WeakMap<LedgerState, Map<string, Encodable>>();
 /** Distinct bodies kept per ledger state: a client cannot grow it with made-up ids. */
 const MAX_BODIES_PER_LEDGER = 32;
 
-function bodiesOf(hub: SnapshotHub | undefined, ledger: LedgerState): Map<string, Encodable> {
-  let bodies = bodiesByLedger.get(ledger);
-  if (!bodies) {
-    bodies = hub ? hub.bodies() : new Map(); // X2: within the answers budget, too
-    bodiesByLedger.set(ledger, bodies);
-  }
-  if (bodies.size >= MAX_BODIES_PER_LEDGER) bodies.clear();
-  return bodies;
+/** The bodies kept for a ledger state (complete scopes): the same for every caller at the same id. */
+function bodiesOf(poll: Poll, ledger: LedgerState): LedgerMemo & { bodies: Map<string, Encodable> } {
+  const memo = poll.ctx.presence.memo(ledger);
+  memo.bodies ??= poll.ctx.snapshots.bodies(); // X2: within the answers budget, too
+  if (memo.bodies.size >= MAX_BODIES_PER_LEDGER) memo.bodies.clear();
+  return memo as LedgerMemo & { bodies: Map<string, Encodable> };
 }
 
 const ignoredMember = (ignored: string[]) => (ignored.length ? `,"ignored_parameters_unsupported":${JSON.stringify(ignored)}` : '');
@@ -109,12 +106,10 @@ export async function modernBodyInSteps(ledger: LedgerState, q: AnswerRequest, r
   return { raw: Buffer.concat([Buffer.from(head), ...parts, Buffer.from(tail)]) };
 }
 
-const inFlight = new WeakMap<Map<string, Encodable>, Map<string, Promise<Encodable>>>();
-
 /** One build per body at a time: later callers wait for the one in progress. */
-function building(bodies: Map<string, Encodable>, key: string, build: () => Promise<Encodable>): Promise<Encodable> {
-  const pending = inFlight.get(bodies) ?? new Map<string, Promise<Encodable>>();
-  inFlight.set(bodies, pending);
+function building(memo: LedgerMemo & { bodies: Map<string, Encodable> }, key: string, build: () => Promise<Encodable>): Promise<Encodable> {
+  memo.building ??= new Map();
+  const pending = memo.building;
   let made = pending.get(key);
   if (!made) {
     made = build().finally(() => pending.delete(key));
@@ -137,8 +132,8 @@ export async function modernAnswer(poll: Poll, snapshot: Snapshot): Promise<Buil
   const serverTimestamp = snapshot.complete ? Math.max(snapshot.serverTimestamp, ledger.completeAt) : snapshot.serverTimestamp;
   const reusable = snapshot.complete && request.ignored.length === 0 && kind !== 'resync';
   const key = `${delta ? lastUpdateId : 'full'}|${request.historyLimitDays ?? ''}|${serverTimestamp}`;
-  const bodies = reusable ? bodiesOf(poll.ctx.snapshots as SnapshotHub | undefined, ledger) : undefined;
-  let body = bodies?.get(key);
+  const kept = reusable ? bodiesOf(poll, ledger) : undefined;
+  let body = kept?.bodies.get(key);
   if (!body) {
     const q = {
       visible: snapshot.complete ? undefined : snapshot.modern?.keys(),
@@ -148,16 +143,16 @@ export async function modernAnswer(poll: Poll, snapshot: Snapshot): Promise<Buil
       serverTimestamp,
     };
     // Callers asking for the same body meanwhile share its building (B7).
-    const made = bodies ? building(bodies, key, () => modernBodyInSteps(ledger!, q, request)) : modernBodyInSteps(ledger, q, request);
+    const made = kept ? building(kept, key, () => modernBodyInSteps(ledger!, q, request)) : modernBodyInSteps(ledger, q, request);
     body = await made;
-    bodies?.set(key, body);
+    kept?.bodies.set(key, body);
   }
   const raw = body.raw.length;
   const answeredFrom = ledger;
   return {
     body,
     kind,
-    fullEquivalentBytes: () => (kind === 'delta' ? fullModernBytes(answeredFrom, snapshot, serverTimestamp) : raw),
+    fullEquivalentBytes: () => (kind === 'delta' ? fullModernBytes(poll.ctx.presence, answeredFrom, snapshot, serverTimestamp) : raw),
   };
 }
 
@@ -203,11 +198,6 @@ const ENVELOPE = 120;
 /** Shards (of 256 users at most) measured, or users looked at, between two pauses of a count. */
 const SHARDS_PER_STEP = 32;
 const USERS_PER_STEP = 8_192;
-/** What the present users of a ledger state take in its full modern answer (complete scopes). */
-const usersBytesByLedger = new WeakMap<LedgerState, number | Promise<number>>();
-/** The same per shard of a ledger's user table (user-table.ts shares shards between states). */
-const usersBytesByShard = new WeakMap<object, number>();
-
 const entryBytes = (e: LedgerEntry | undefined, userId: number) =>
   e?.present ? ENTRY_OVERHEAD + digits(userId) + digits(e.active) + digits(e.idle) : 0;
 
@@ -226,27 +216,26 @@ function shardBytes(shard: ReadonlyMap<number, LedgerEntry>): number {
  * a state that changed every shard is no single block. Exact for any state; callers of the
  * same state share one count.
  */
-export function usersBytes(ledger: LedgerState): number | Promise<number> {
-  let bytes = usersBytesByLedger.get(ledger);
-  if (bytes !== undefined) return bytes;
-  bytes =
+export function usersBytes(state: PresenceState, ledger: LedgerState): number | Promise<number> {
+  const memo = state.memo(ledger);
+  if (memo.usersBytes !== undefined) return memo.usersBytes;
+  memo.usersBytes =
     ledger.users instanceof UserTable
-      ? ledger.users.sumOfShards(usersBytesByShard, shardBytes, yieldTurn, SHARDS_PER_STEP).then((sum) => {
-          usersBytesByLedger.set(ledger, sum);
+      ? ledger.users.sumOfShards(state.usersBytesByShard, shardBytes, yieldTurn, SHARDS_PER_STEP).then((sum) => {
+          memo.usersBytes = sum;
           return sum;
         })
       : shardBytes(ledger.users);
-  usersBytesByLedger.set(ledger, bytes);
-  return bytes;
+  return memo.usersBytes;
 }
 
 /**
  * The size of the full modern answer at this ledger state, counted from the numbers rather
  * than by building it (a full answer is built only when a client asks for one).
  */
-async function fullModernBytes(ledger: LedgerState, snapshot: Snapshot, serverTimestamp: number): Promise<number> {
+async function fullModernBytes(state: PresenceState, ledger: LedgerState, snapshot: Snapshot, serverTimestamp: number): Promise<number> {
   const envelope = ENVELOPE + String(serverTimestamp).length + String(ledger.lastId).length;
-  if (snapshot.complete || !snapshot.modern) return envelope + (await usersBytes(ledger));
+  if (snapshot.complete || !snapshot.modern) return envelope + (await usersBytes(state, ledger));
   let bytes = envelope;
   let looked = 0;
   for (const userId of snapshot.modern.keys()) {

@@ -78,8 +78,6 @@ export async function readPresenceAnswer(a: Asker, format: Format, bytes: Buffer
   return a.ctx.users.parser.presenceAnswer(bytes, era, users?.emailTable());
 }
 
-const tooLargeLogged = new WeakSet<ShimContext>();
-
 /**
  * B7: a full presence fetch, bounded by memory.largeAnswerBytes (the limit is logged once),
  * resolved at its head: the body of a large realm's answer takes a while longer.
@@ -88,8 +86,8 @@ export function fetchFullPresence(a: Asker, call: UpstreamCall): Promise<Arrivin
   const { ctx } = a;
   const maxBytes = ctx.config.memory.largeAnswerBytes;
   return fetchLargeHeadFirst(ctx.client, call, maxBytes, (bytes) => {
-    if (tooLargeLogged.has(ctx)) return;
-    tooLargeLogged.add(ctx);
+    if (ctx.presence.tooLargeLogged) return;
+    ctx.presence.tooLargeLogged = true;
     ctx.log.warn(
       { realm: a.realm.host, bytes, maxBytes },
       'presence answer larger than memory.largeAnswerBytes: full polls fail with UPSTREAM_BAD_RESPONSE; raise memory.largeAnswerBytes',
@@ -221,12 +219,11 @@ export async function ledgerOrNew(asker: Asker, ledger: LedgerState | undefined)
   }
 }
 
-let lastStoreWarning = 0;
 /** The store counts its own errors (storeErrors); here only the degradation is logged. */
 function storeFailed(asker: Asker, e: unknown): void {
   const now = Date.now();
-  if (now - lastStoreWarning > 10_000) {
-    lastStoreWarning = now;
+  if (now - asker.ctx.presence.storeWarnedAt > 10_000) {
+    asker.ctx.presence.storeWarnedAt = now;
     asker.ctx.log.warn({ err: e }, 'presence store unavailable: answering with full data and no ids until it is back');
   }
 }

@@ -1,11 +1,11 @@
-import { LRUCache } from 'lru-cache';
-import { timedUpstream, type ShimContext } from '../context.js';
+import { timedUpstream } from '../context.js';
 import { forwardedHeaders, type UpstreamHead } from '../upstream/client.js';
 import { callers } from '../profile/lookups.js';
 import { dateHeaderTime, recordInLedger } from './intake.js';
 import type { LedgerState, ModernPresence } from './ledger.js';
 import type { Poll } from './report.js';
 import type { Snapshot } from './snapshots.js';
+import type { Reported } from './state.js';
 
 /**
  * P15: a caller that reported `active` sees its own user active as of that report, also when
@@ -33,26 +33,6 @@ const MIN_FREQ_SECONDS = 55;
 
 /** How long after a report (upstream seconds) a snapshot must be taken to show it: the upstream's queue. */
 const APPLIED_WITHIN_SECONDS = 1;
-
-interface Reported {
-  /** The upstream's time of the user's last accepted active report. */
-  at: number;
-  /** Whether the upstream applies the user's reports, as its snapshots last showed; undefined: not shown yet. */
-  applied: boolean | undefined;
-}
-
-/** Per shim: each user's last accepted report and what the upstream made of it (3.0+). */
-const reportsOf = new WeakMap<ShimContext, LRUCache<string, Reported>>();
-
-function reports(ctx: ShimContext): LRUCache<string, Reported> {
-  let r = reportsOf.get(ctx);
-  if (!r) {
-    // X2: a few dozen bytes a user, bounded like the other per-user lookups.
-    r = new LRUCache<string, Reported>({ max: ctx.config.lookups.maxEntries });
-    reportsOf.set(ctx, r);
-  }
-  return r;
-}
 
 /**
  * Whether the upstream applies the user's reports, from what `snapshot` shows of them after the
@@ -91,8 +71,8 @@ export async function recordOwnReport(poll: Poll, own: UpstreamHead | undefined,
   }
   if (featureLevel >= INVISIBLE_MODE_LEVEL) {
     const key = `${realm.key}|${userId}`;
-    const applied = appliesReports(reports(ctx).get(key), snapshot, userId);
-    reports(ctx).set(key, { at, applied });
+    const applied = appliesReports(ctx.presence.ownReports.get(key), snapshot, userId);
+    ctx.presence.ownReports.set(key, { at, applied });
     if (applied !== true) return;
   }
   const active = Math.floor(at);

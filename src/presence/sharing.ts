@@ -2,7 +2,6 @@ import { timedUpstream } from '../context.js';
 import { isSuccess } from '../http/relay.js';
 import type { ArrivingResponse, UpstreamHead } from '../upstream/client.js';
 import { callerKey } from '../upstream/realm.js';
-import type { LedgerState } from './ledger.js';
 import { loadLedger, readPresenceAnswer, takeInAnswer, upstreamTime, type Format } from './intake.js';
 import { wantsModern } from './params.js';
 import { planDuringRefresh, planLeader, planReplicaSource, planStart, pollPolicy, viewOf, type PollPolicy } from './plan.js';
@@ -173,10 +172,11 @@ export async function answerableDuringRefresh(poll: Poll): Promise<Snapshot | un
     step = planDuringRefresh(id, ledger && viewOf(ledger, id.lastUpdateId), true);
   }
   if (step !== 'answer' || !ledger) return undefined;
-  let snapshot = snapshotsOfLedgers.get(ledger);
-  if (!snapshot) {
+  // Derived from the state alone: every poll answered from it during a refresh shares one (and one body cache).
+  const memo = ctx.presence.memo(ledger);
+  if (!memo.snapshot) {
     // P10: the upstream's time of the newest complete snapshot the ledger holds.
-    snapshot = {
+    memo.snapshot = {
       serverTimestamp: ledger.completeAt,
       fetchedAt: 0,
       complete: true,
@@ -184,16 +184,9 @@ export async function answerableDuringRefresh(poll: Poll): Promise<Snapshot | un
       ledger,
       bodies: ctx.snapshots.bodies(),
     };
-    snapshotsOfLedgers.set(ledger, snapshot);
   }
-  return snapshot;
+  return memo.snapshot;
 }
-
-/**
- * The snapshot `answerableDuringRefresh` makes of a ledger state: derived from the state alone,
- * so every poll answered from it during a refresh shares one (and one empty body cache).
- */
-const snapshotsOfLedgers = new WeakMap<LedgerState, Snapshot>();
 
 /**
  * A legacy poll answered from a snapshot another replica published: its upstream bytes, read
@@ -204,7 +197,7 @@ const snapshotsOfLedgers = new WeakMap<LedgerState, Snapshot>();
 async function withLegacyBytes(poll: Poll, format: Format, policy: PollPolicy, obtained: Obtained): Promise<Obtained> {
   const { snapshot } = obtained;
   if (snapshot.legacyBytes || !snapshot.readLegacyBytes) return obtained;
-  let reading = legacyReads.get(snapshot);
+  let reading = snapshot.legacyRead;
   if (!reading) {
     reading = snapshot
       .readLegacyBytes()
@@ -216,15 +209,13 @@ async function withLegacyBytes(poll: Poll, format: Format, policy: PollPolicy, o
         poll.ctx.snapshots.resized(policy.scope);
         return bytes;
       });
-    legacyReads.set(snapshot, reading);
+    snapshot.legacyRead = reading;
   }
   if (await reading) return obtained;
-  legacyReads.delete(snapshot); // the next legacy poll tries again
+  snapshot.legacyRead = undefined; // the next legacy poll tries again
   const fetched = await fetchFromUpstream(poll, format, true);
   return { snapshot: await fetched.snapshot, own: fetched.own };
 }
-
-const legacyReads = new WeakMap<Snapshot, Promise<Buffer | undefined>>();
 
 /** P9: the caller's own report as a ping; throws UpstreamRefused unless the upstream accepted it. */
 async function acceptedPing(poll: Poll): Promise<UpstreamHead> {

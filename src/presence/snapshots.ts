@@ -46,6 +46,8 @@ export interface Snapshot {
    * per snapshot, sharing.ts), only for a legacy poll. Undefined bytes: gone (store down, expired).
    */
   readLegacyBytes?: (() => Promise<Buffer | undefined>) | undefined;
+  /** That read, under way or done (one per snapshot, for every legacy poll answered from it). */
+  legacyRead?: Promise<Buffer | undefined> | undefined;
   /** How many users the legacy answer shows (P4: -1 only when none). */
   legacyUsers?: number | undefined;
   /** The realm's ledger right after this snapshot was merged; undefined when not merged here. */

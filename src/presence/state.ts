@@ -1,0 +1,59 @@
+import { LRUCache } from 'lru-cache';
+import type { Encodable } from '../http/compress.js';
+import type { LedgerState } from './ledger.js';
+import type { Snapshot } from './snapshots.js';
+
+/**
+ * What is derived from one ledger state and reused by every answer built from it. A ledger
+ * state is a value (ledger.ts): what is derived from it never goes stale, and goes when the
+ * state does.
+ */
+export interface LedgerMemo {
+  /** The snapshot polls answered during a refresh are built from (B7, sharing.ts). */
+  snapshot?: Snapshot;
+  /** Modern answer bodies by key (the same for every caller at the same id), within the answers budget. */
+  bodies?: Map<string, Encodable>;
+  /** Bodies being built: later callers wait for the one in progress (B7). */
+  building?: Map<string, Promise<Encodable>>;
+  /** The users' part of the full modern answer at this state (the bytes-saved metric). */
+  usersBytes?: number | Promise<number>;
+}
+
+/** A user's last accepted active report, and whether the upstream applies their reports (P15, 3.0+). */
+export interface Reported {
+  /** The upstream's time of the user's last accepted active report. */
+  at: number;
+  /** Whether the upstream applies the user's reports, as its snapshots last showed; undefined: not shown yet. */
+  applied: boolean | undefined;
+}
+
+/**
+ * The presence service's own state in this process, beside the ledgers (the store) and the
+ * snapshots (SnapshotHub): one per shim, built in server.ts, so two shims in one process (tests,
+ * an embedding application) never share it.
+ */
+export class PresenceState {
+  private readonly memos = new WeakMap<LedgerState, LedgerMemo>();
+  /** The users' part of a full answer per shard of a user table (user-table.ts shares shards between states). */
+  readonly usersBytesByShard = new WeakMap<object, number>();
+  /** P15: each user's last accepted report (X2: a few dozen bytes a user, bounded like the other per-user lookups). */
+  readonly ownReports: LRUCache<string, Reported>;
+  /** memory.largeAnswerBytes was exceeded and logged (once per shim). */
+  tooLargeLogged = false;
+  /** When the store's unavailability was last logged (at most every 10 s). */
+  storeWarnedAt = 0;
+
+  constructor(maxUsers: number) {
+    this.ownReports = new LRUCache({ max: maxUsers });
+  }
+
+  /** What is derived from this ledger state. */
+  memo(state: LedgerState): LedgerMemo {
+    let m = this.memos.get(state);
+    if (!m) {
+      m = {};
+      this.memos.set(state, m);
+    }
+    return m;
+  }
+}

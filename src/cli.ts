@@ -1,20 +1,19 @@
 #!/usr/bin/env node
+import cluster from 'node:cluster';
 import { existsSync, readFileSync, renameSync, statSync } from 'node:fs';
 import http from 'node:http';
 import { basename, dirname, extname, join, resolve } from 'node:path';
 import { answerMetricsRequests, clusterMetricsText, exitWorker, isWorker, reportFailure, runPrimary } from './cluster.js';
-import { ConfigError, infoRequest, loadConfig, namedKey, PROJECT_ROOT, USAGE, workerCount, type Config } from './config.js';
+import { oneLine, probeStore, probeUpstream, warnAtStartup, type Probe } from './checks.js';
+import { ConfigError, envNearMisses, infoRequest, loadConfig, namedKey, PROJECT_ROOT, USAGE, workerCount, type Config } from './config.js';
 import { createLogger, type Logger } from './observability/logger.js';
-import { logStartup } from './observability/startup.js';
+import { loggableUrl, logStartup } from './observability/startup.js';
 import { startRecorder } from './har/recorder.js';
 import { startReplay } from './har/replay.js';
 import { tuneRuntime } from './runtime.js';
 import { createShim, type Shim } from './server.js';
-import { Agent, request as undiciRequest } from 'undici';
 import { createMetrics } from './observability/metrics.js';
 import { createStore } from './store/create.js';
-import { StoreUnavailableError } from './store/types.js';
-import { featureLevelOf, realmUrlOf } from './upstream/feature-level.js';
 import { realmOf } from './upstream/realm.js';
 import { VERSION } from './version.js';
 
@@ -133,11 +132,6 @@ function listenFailure(e: unknown, config: Config, sources: ReadonlyMap<string, 
   }
 }
 
-/** Error text on one line (a file's JSON error, say, may carry a newline). */
-function oneLine(text: string): string {
-  return text.replace(/\s*\n\s*/g, ' ').trim();
-}
-
 function configFailure(e: ConfigError): number {
   const line = `zulip-compat-shim: invalid configuration: ${oneLine(e.message)}`;
   if (isWorker()) reportFailure(line);
@@ -149,8 +143,7 @@ function configFailure(e: ConfigError): number {
  * `server.workers` above 1, in the first process: it becomes the cluster's primary, which
  * forks the workers (each runs main() again, as a worker) and serves nothing itself.
  */
-function startCluster(config: Config): Promise<number> {
-  const log = createLogger(config.log.level);
+function startCluster(config: Config, log: Logger): Promise<number> {
   return runPrimary({ workers: workerCount(config.server.workers), log, shutdownGraceMs: config.server.shutdownGraceMs });
 }
 
@@ -172,6 +165,17 @@ function demoAnnouncement(url: string): string {
     'Stop with Ctrl-C.',
     '',
   ].join('\n');
+}
+
+function nearMissLine(name: string, meant: string): string {
+  return `environment: ${name} is set but is no setting of the shim's (did you mean ${meant}?)`;
+}
+
+/** One warning per environment variable that is a near miss of a setting's (`PROT` for `PORT`). */
+function warnNearMisses(log: Logger): void {
+  for (const { name, meant } of envNearMisses(process.env)) {
+    log.warn({ variable: name, meant }, nearMissLine(name, meant));
+  }
 }
 
 /** Exit code after an uncaught exception (EX_SOFTWARE), for a supervisor to restart the shim. */
@@ -269,45 +273,29 @@ async function check(argv: string[]): Promise<number> {
     throw e;
   }
   say('configuration: valid');
+  // Near misses are worth a line, but they fail nothing: the variable may be meant for another program.
+  for (const { name, meant } of envNearMisses(process.env)) say(nearMissLine(name, meant));
   const log = createLogger('silent');
-  let ok = true;
   let upstream: UpstreamTarget | undefined;
+  let found: Probe;
   try {
     // The upstream itself, also where the shim would record it: a check writes no recording.
     const url = config.upstream.url;
     upstream = url
       ? { target: url, upstreamId: url, describe: url, close: async () => {}, strictMisses: () => [] }
       : await openUpstream(config, log, new Map());
-    const r = await undiciRequest(new URL('/api/v1/server_settings', upstream.target), {
-      headersTimeout: 10_000,
-      bodyTimeout: 10_000,
-      ...(config.upstream.insecureTls ? { dispatcher: new Agent({ connect: { rejectUnauthorized: false } }) } : {}),
-    });
-    const text = await r.body.text();
-    if (r.statusCode !== 200) throw new Error(`server_settings answered HTTP ${r.statusCode}`);
-    const settings = JSON.parse(text) as Record<string, unknown>;
-    const level = featureLevelOf(settings);
-    say(
-      `upstream ${upstream.describe}: Zulip ${String(settings.zulip_version ?? '?')}, feature level ${level}, realm ${realmUrlOf(settings) ?? 'not named'}`,
-    );
+    found = await probeUpstream(upstream.target, upstream.describe, { insecureTls: config.upstream.insecureTls });
   } catch (e) {
-    ok = false;
-    say(`upstream ${upstream?.describe ?? config.upstream.url ?? ''}: does not answer (${oneLine((e as Error).message)})`);
+    found = { ok: false, line: `upstream ${config.upstream.url ?? ''}: does not answer (${oneLine((e as Error).message)})` };
   } finally {
     await upstream?.close();
   }
+  say(found.line);
   const store = createStore(config, log, createMetrics());
-  try {
-    await store.ping();
-    say(store.kind === 'redis' ? 'store: Redis answers' : 'store: in this process');
-  } catch (e) {
-    ok = false;
-    // Our own words: the client library's say little to an operator.
-    const why = e instanceof StoreUnavailableError ? e.reason : oneLine((e as Error).message);
-    say(`store: Redis does not answer (${why})`);
-  } finally {
-    await store.close().catch(() => undefined);
-  }
+  const stored = await probeStore(store);
+  await store.close().catch(() => undefined);
+  say(stored.line);
+  const ok = found.ok && stored.ok;
   return ok ? 0 : 2;
 }
 
@@ -331,10 +319,12 @@ async function main(argv: string[]): Promise<number> {
     throw e;
   }
   const { config, sources } = loaded;
-  if (workerCount(config.server.workers) > 1 && !isWorker()) return startCluster(config);
+  const log = createLogger(config.log.level);
+  // Said once: by the primary of a cluster, or by the one process.
+  if (!isWorker()) warnNearMisses(log);
+  if (workerCount(config.server.workers) > 1 && !isWorker()) return startCluster(config, log);
   // A process that serves (one alone, or a cluster worker): not the primary, which serves nothing.
   tuneRuntime();
-  const log = createLogger(config.log.level);
   // Until the shim is up there is nothing to close: exit at once.
   let onUncaught: () => void = () => process.exit(EXIT_UNCAUGHT);
   handleEscapedErrors(log, () => onUncaught());
@@ -371,6 +361,17 @@ async function main(argv: string[]): Promise<number> {
   void logStartup(log, { version: VERSION, upstream: upstream.describe, store: shim.context.store.kind, listen: url }, () =>
     shim.context.featureLevels.featureLevel(realmOf(upstream.upstreamId, {})),
   );
+  // What --check would fail on, one warning each; not awaited: serving goes on. A cluster's
+  // first worker speaks for all. A replay is not asked (it answers in recorded order).
+  if (!isWorker() || cluster.worker?.id === 1) {
+    const upstreamUrl = config.upstream.url;
+    void warnAtStartup(log, {
+      ...(upstreamUrl
+        ? { upstream: () => probeUpstream(upstreamUrl, loggableUrl(upstreamUrl), { insecureTls: config.upstream.insecureTls }) }
+        : {}),
+      store: () => probeStore(shim.context.store),
+    });
+  }
 
   return new Promise<number>((done) => {
     let stopping = false;

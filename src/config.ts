@@ -360,7 +360,7 @@ function setPath(obj: Record<string, unknown>, [a, b]: [string, string], v: unkn
 }
 
 /** The closest of `known` to `key` within two edits: the likely intended spelling. */
-function closest(key: string, known: string[]): string | undefined {
+function closest(key: string, known: readonly string[]): string | undefined {
   let best: string | undefined;
   let bestDistance = 3;
   for (const k of known) {
@@ -370,14 +370,95 @@ function closest(key: string, known: string[]): string | undefined {
   return best;
 }
 
-function editDistance(a: string, b: string): number {
+/**
+ * Edits (insert, delete, replace, or swap two neighbours: `prot` is one from `port`) that turn
+ * `a` into `b`; the optimal-string-alignment distance.
+ */
+export function editDistance(a: string, b: string): number {
+  let before: number[] = [];
   let row = Array.from({ length: b.length + 1 }, (_, j) => j);
   for (let i = 1; i <= a.length; i++) {
     const next = [i];
-    for (let j = 1; j <= b.length; j++) next[j] = Math.min(row[j]! + 1, next[j - 1]! + 1, row[j - 1]! + (a[i - 1] === b[j - 1] ? 0 : 1));
-    row = next;
+    for (let j = 1; j <= b.length; j++) {
+      let d = Math.min(row[j]! + 1, next[j - 1]! + 1, row[j - 1]! + (a[i - 1] === b[j - 1] ? 0 : 1));
+      if (i > 1 && j > 1 && a[i - 1] === b[j - 2] && a[i - 2] === b[j - 1]) d = Math.min(d, before[j - 2]! + 1);
+      next[j] = d;
+    }
+    [before, row] = [row, next];
   }
   return row[b.length]!;
+}
+
+/** The environment variables the shim reads: every setting's, and CONFIG_FILE. */
+export function knownEnvNames(): string[] {
+  return [...SETTINGS.map((s) => s.env), 'CONFIG_FILE'];
+}
+
+/** Variables of the system, the shell or the tools around the shim: never taken for a misspelt setting. */
+const COMMON_ENV = new Set([
+  '_',
+  'PATH',
+  'HOME',
+  'HOSTNAME',
+  'HOSTTYPE',
+  'PWD',
+  'OLDPWD',
+  'TERM',
+  'USER',
+  'USERNAME',
+  'LOGNAME',
+  'SHELL',
+  'SHLVL',
+  'LANG',
+  'LANGUAGE',
+  'MAIL',
+  'TZ',
+  'TMPDIR',
+  'TEMP',
+  'TMP',
+  'EDITOR',
+  'PAGER',
+  'DISPLAY',
+  'COLUMNS',
+  'LINES',
+  'INIT_CWD',
+  'COLORTERM',
+]);
+const COMMON_ENV_PREFIXES = ['NODE_', 'npm_', 'LC_', 'XDG_', 'SSH_', 'DBUS_', 'SYSTEMD_', 'INVOCATION_ID', 'JOURNAL_STREAM', 'VITEST'];
+
+/** A setting's name as compared for near misses: no underscores, upper case. */
+const folded = (name: string) => name.replace(/_/g, '').toUpperCase();
+
+/**
+ * The known variable a name that is none is a near miss of, if any: the same once underscores
+ * are dropped and case is folded (`LOGLEVEL`, `log_level`), one edit away (`PROT`, two for names
+ * of 8 characters or more), or the known name without its last `_URL`, `_MS` or `_HAR` segment
+ * (`REDIS`, `UPSTREAM`).
+ */
+export function envNearMiss(name: string, known: readonly string[] = knownEnvNames()): string | undefined {
+  if (known.includes(name) || COMMON_ENV.has(name) || COMMON_ENV_PREFIXES.some((p) => name.startsWith(p))) return undefined;
+  const given = folded(name);
+  if (given === '') return undefined;
+  let best: string | undefined;
+  let bestDistance = Number.POSITIVE_INFINITY;
+  for (const k of known) {
+    const stem = /^(.+)_(URL|MS|HAR)$/.exec(k)?.[1];
+    const target = folded(k);
+    const d = stem !== undefined && folded(stem) === given ? 0 : editDistance(given, target);
+    if (d <= (target.length >= 8 ? 2 : 1) && d < bestDistance) [best, bestDistance] = [k, d];
+  }
+  return best;
+}
+
+/** Every variable of `env` (set, not empty) that is a near miss of a setting's, with the one likely meant. */
+export function envNearMisses(env: NodeJS.ProcessEnv): Array<{ name: string; meant: string }> {
+  const known = knownEnvNames();
+  return Object.keys(env)
+    .filter((name) => env[name])
+    .flatMap((name) => {
+      const meant = envNearMiss(name, known);
+      return meant ? [{ name, meant }] : [];
+    });
 }
 
 export interface CliResult {
@@ -453,6 +534,18 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv = process.env,
   try {
     values = parseArgs({ args: joinDashValues(argv, valued), options, strict: true, allowPositionals: false }).values as typeof values;
   } catch (e) {
+    const given =
+      (e as NodeJS.ErrnoException).code === 'ERR_PARSE_ARGS_UNKNOWN_OPTION' ? /'(-[^']*)'/.exec((e as Error).message)?.[1] : undefined;
+    if (given) {
+      const name = given.replace(/^-+/, '').split('=')[0]!;
+      // Read as a variable (--redis-url as REDIS_URL, --upstream-timeout as UPSTREAM_TIMEOUT), the
+      // near misses of the environment's apply; else the closest flag.
+      const asEnv = name.toUpperCase().replace(/-/g, '_');
+      const env = knownEnvNames().includes(asEnv) ? asEnv : envNearMiss(asEnv);
+      const byEnv = env === 'CONFIG_FILE' ? 'config' : SETTINGS.find((x) => x.env === env)?.flag;
+      const hint = byEnv ?? closest(name, [...Object.keys(options), 'check', 'healthcheck']);
+      throw new ConfigError(`${given}: unknown option${hint ? ` (did you mean --${hint}?)` : ''}`);
+    }
     throw new ConfigError((e as Error).message.split('\n')[0] ?? 'invalid arguments');
   }
 

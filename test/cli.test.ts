@@ -334,6 +334,49 @@ describe.concurrent('start-up line and signals', CLI_TIMEOUT, () => {
     }
   });
 
+  it('warns once about a variable one edit from a setting: PROT=1234 (did you mean PORT?)', async () => {
+    const run = runCli(['--upstream', fake.url, '--port', '0', '--log-level', 'info'], { env: { PROT: '1234' } });
+    try {
+      await until('the start-up line', () => logLine(run, 'zulip-compat-shim listening'));
+      const warning = logLine(run, /^environment: PROT /);
+      expect(warning).toMatchObject({ level: 40, variable: 'PROT', meant: 'PORT', msg: expect.stringContaining('did you mean PORT?') });
+      expect(run.stdout.filter((l) => l.includes('environment: PROT '))).toHaveLength(1);
+    } finally {
+      run.child.kill('SIGKILL');
+    }
+  });
+
+  it('warns, once listening, of each thing --check would fail on, and serves anyway', async () => {
+    const run = runCli(['--upstream', 'http://127.0.0.1:1', '--redis', 'redis://127.0.0.1:1', '--port', '0', '--log-level', 'info']);
+    try {
+      const start = await until('the start-up line', () => logLine(run, 'zulip-compat-shim listening'));
+      const upstream = await until('the upstream warning', () => logLine(run, /^start-up check: upstream /));
+      expect(upstream).toMatchObject({
+        level: 40,
+        msg: expect.stringMatching(/^start-up check: upstream http:\/\/127\.0\.0\.1:1: does not answer \(.+\); serving anyway$/),
+      });
+      const store = await until('the store warning', () => logLine(run, /^start-up check: store: /));
+      expect(store).toMatchObject({ level: 40, msg: 'start-up check: store: Redis does not answer (unreachable); serving anyway' });
+      const health = await fetch(new URL('/healthz', String(start.listen)));
+      expect(health.status).toBe(200);
+      expect(run.stdout.filter((l) => l.includes('start-up check:'))).toHaveLength(2);
+    } finally {
+      run.child.kill('SIGKILL');
+    }
+  });
+
+  it('says nothing of the start-up checks when the upstream and the store answer', async () => {
+    const run = runCli(['--upstream', fake.url, '--port', '0', '--log-level', 'info']);
+    try {
+      await until('the start-up line', () => logLine(run, 'zulip-compat-shim listening'));
+      // The probes ask a local upstream and the process's own store: well done within a second.
+      await new Promise((r) => setTimeout(r, 1000));
+      expect(logLine(run, /^start-up check/)).toBeUndefined();
+    } finally {
+      run.child.kill('SIGKILL');
+    }
+  });
+
   it('says "unknown" when the upstream does not answer, and starts anyway', async () => {
     const run = runCli(['--upstream', 'http://127.0.0.1:1', '--port', '0', '--log-level', 'info']);
     try {

@@ -1,0 +1,80 @@
+import { Agent, request } from 'undici';
+import type { Logger } from './observability/logger.js';
+import { StoreUnavailableError } from './store/types.js';
+import { featureLevelOf, realmUrlOf } from './upstream/feature-level.js';
+
+/**
+ * The probes of `--check`, also run once at start-up (after listening), where a failure is a
+ * warning line and serving goes on: the upstream may come up later, Redis may heal.
+ */
+
+/** What one probe found: `line` says it in one line, for `--check`'s output or a log line. */
+export interface Probe {
+  ok: boolean;
+  line: string;
+}
+
+/** How long the upstream's server_settings may take before the probe says it does not answer. */
+export const PROBE_TIMEOUT_MS = 10_000;
+
+/** Error text on one line (a file's JSON error, say, may carry a newline). */
+export function oneLine(text: string): string {
+  return text.replace(/\s*\n\s*/g, ' ').trim();
+}
+
+/**
+ * Asks `target` for `/api/v1/server_settings`: a Zulip server answers 200 with a JSON object
+ * naming its `zulip_version`. `name` is how the upstream is named in the line.
+ */
+export async function probeUpstream(target: string, name: string, o: { insecureTls?: boolean } = {}): Promise<Probe> {
+  let text: string;
+  let status: number;
+  try {
+    const r = await request(new URL('/api/v1/server_settings', target), {
+      headersTimeout: PROBE_TIMEOUT_MS,
+      bodyTimeout: PROBE_TIMEOUT_MS,
+      ...(o.insecureTls ? { dispatcher: new Agent({ connect: { rejectUnauthorized: false } }) } : {}),
+    });
+    status = r.statusCode;
+    text = await r.body.text();
+  } catch (e) {
+    return { ok: false, line: `upstream ${name}: does not answer (${oneLine((e as Error).message)})` };
+  }
+  if (status !== 200) return { ok: false, line: `upstream ${name}: does not answer (server_settings answered HTTP ${status})` };
+  let settings: unknown;
+  try {
+    settings = JSON.parse(text);
+  } catch {
+    settings = undefined;
+  }
+  if (!settings || typeof settings !== 'object' || typeof (settings as Record<string, unknown>).zulip_version !== 'string') {
+    return { ok: false, line: `upstream ${name}: answers, but is not a Zulip server (its server_settings names no zulip_version)` };
+  }
+  const s = settings as Record<string, unknown>;
+  return {
+    ok: true,
+    line: `upstream ${name}: Zulip ${String(s.zulip_version)}, feature level ${featureLevelOf(s)}, realm ${realmUrlOf(s) ?? 'not named'}`,
+  };
+}
+
+/** Pings the store: Redis answers, or the store is this process's own memory. */
+export async function probeStore(store: { kind: 'memory' | 'redis'; ping(): Promise<void> }): Promise<Probe> {
+  try {
+    await store.ping();
+    return { ok: true, line: store.kind === 'redis' ? 'store: Redis answers' : 'store: in this process' };
+  } catch (e) {
+    // Our own words: the client library's say little to an operator.
+    const why = e instanceof StoreUnavailableError ? e.reason : oneLine((e as Error).message);
+    return { ok: false, line: `store: Redis does not answer (${why})` };
+  }
+}
+
+/**
+ * At start-up, once listening: the probes `--check` runs, each failure one warning line; the
+ * shim keeps serving (pass-through answers 502 until the upstream answers, presence falls back
+ * without Redis). `upstream` is left out where nothing real stands behind the shim (a replay).
+ */
+export async function warnAtStartup(log: Logger, probes: { upstream?: () => Promise<Probe>; store: () => Promise<Probe> }): Promise<void> {
+  const found = await Promise.all([probes.upstream?.(), probes.store()]);
+  for (const p of found) if (p && !p.ok) log.warn(`start-up check: ${p.line}; serving anyway`);
+}

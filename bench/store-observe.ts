@@ -5,7 +5,7 @@ import type { ModernPresence, Observation } from '../src/presence/ledger.js';
 import { encodeLedger } from '../src/store/codec.js';
 import { MemoryStore } from '../src/store/memory.js';
 import { RedisStore } from '../src/store/redis.js';
-import type { PresenceStore } from '../src/store/types.js';
+import type { PresenceStore } from '../src/presence/ledger-store.js';
 
 /**
  * What the Redis store adds to one `observe` (S1): the same realm of N users (default 10,000),

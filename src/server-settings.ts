@@ -1,6 +1,7 @@
-import { timedUpstream, type Handler } from './context.js';
+import type { Handler } from './context.js';
+import { timedUpstream } from './observability/request-facts.js';
 import { sendJson } from './http/errors.js';
-import { isSuccess, relayBuffered, rewrittenHeaders } from './http/relay.js';
+import { isSuccess, relayBuffered, rewrittenHeaders } from './upstream/relay.js';
 import { forwardedHeaders, parseJsonObject } from './upstream/client.js';
 import { FL, featureLevelOf } from './upstream/feature-level.js';
 import { realmOf } from './upstream/realm.js';

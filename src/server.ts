@@ -22,7 +22,7 @@ import { realmHostMatcher } from './realm-hosts.js';
 import { encodePath, routeOf, type OwnPath } from './routes.js';
 import { SnapshotHub, type ClusterSnapshots } from './presence/snapshots.js';
 import { clusterSnapshotsFor, createStore } from './store/create.js';
-import type { PresenceStore } from './store/types.js';
+import type { PresenceStore } from './presence/ledger-store.js';
 import { UpstreamClient } from './upstream/client.js';
 import { createTransport } from './upstream/transport.js';
 import { distrustForwarded, TrustedProxies } from './http/forwarded.js';
@@ -31,7 +31,8 @@ import { RealmAdmission } from './upstream/realm-admission.js';
 import { FeatureLevels } from './upstream/feature-level.js';
 import { realmOf } from './upstream/realm.js';
 import { UserDirectory } from './upstream/user-directory.js';
-import { ParsePool } from './upstream/parse-worker.js';
+import { Callers } from './upstream/callers.js';
+import { ParsePool } from './parse/parse-worker.js';
 import { InFlightAnswers } from './http/in-flight.js';
 import { allowLongPolls, listen } from './http/listen.js';
 import { watchBodyDeadline } from './http/body-deadline.js';
@@ -251,6 +252,8 @@ export function createShim(o: ShimOptions): Shim {
     snapshots,
     clusterSnapshots: o.clusterSnapshots ?? clusterSnapshotsFor(store),
     presence: new PresenceState(config.lookups.maxEntries),
+    parser,
+    callers: new Callers(client, metrics, { ...config.lookups, maxBytes: config.memory.callersBytes }),
     metrics,
     users,
   };

@@ -2,16 +2,9 @@ import fc from 'fast-check';
 import { afterAll, describe, expect, it } from 'vitest';
 import { ShimError } from '../src/http/errors.js';
 import { toModern, type PresenceEra, type UserLookup } from '../src/presence/convert.js';
-import {
-  memberOf,
-  modernFromColumns,
-  packMember,
-  readPresenceAnswer,
-  readUserList,
-  unpackMember,
-  userColumnsFromRows,
-} from '../src/upstream/large-answers.js';
-import { ParsePool } from '../src/upstream/parse-worker.js';
+import { modernFromColumns, readPresenceAnswer } from '../src/presence/columns.js';
+import { memberOf, packMember, readUserList, unpackMember, userColumnsFromRows } from '../src/upstream/large-answers.js';
+import { ParsePool } from '../src/parse/parse-worker.js';
 import { Directory, emailPicks } from '../src/upstream/user-directory.js';
 
 /**

@@ -1,3 +1,4 @@
+import { defaultParsePool } from '../src/parse/parse-worker.js';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import request from 'supertest';
@@ -5,7 +6,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import type { LedgerState } from '../src/presence/ledger.js';
 import { SnapshotHub, type Snapshot } from '../src/presence/snapshots.js';
 import { ledgerBytes, MemoryStore } from '../src/store/memory.js';
-import { SharedCache } from '../src/store/shared-cache.js';
+import { SharedCache } from '../src/cache/shared-cache.js';
 import { createLogger } from '../src/observability/logger.js';
 import { createMetrics } from '../src/observability/metrics.js';
 import { UpstreamClient } from '../src/upstream/client.js';
@@ -169,7 +170,11 @@ describe('user list refresh (B7)', () => {
     await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
     const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
     const client = new UpstreamClient({ target: url, timeoutMs: 5000, maxSockets: 4, insecureTls: false, maxResponseBytes: 1 << 20 });
-    const users = new UserDirectory(client, createLogger('silent'), createMetrics(), { ttlMs: 1, maxEntries: 10 });
+    const users = new UserDirectory(client, createLogger('silent'), createMetrics(), {
+      ttlMs: 1,
+      maxEntries: 10,
+      parser: defaultParsePool(),
+    });
     const realm = { upstream: url, host: 'r.example', key: `${url}|r.example` };
     try {
       const first = await users.get(realm, { authorization: 'Basic eDp5' });

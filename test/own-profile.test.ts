@@ -1,3 +1,4 @@
+import { defaultParsePool } from '../src/parse/parse-worker.js';
 import request from 'supertest';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { UNKNOWN_DATE_JOINED } from '../src/profile/changes/fl010-avatar-guest-active-timezone-joined.js';
@@ -7,7 +8,7 @@ import { UserDirectory } from '../src/upstream/user-directory.js';
 import { createLogger } from '../src/observability/logger.js';
 import { createMetrics } from '../src/observability/metrics.js';
 import { MemoryStore } from '../src/store/memory.js';
-import type { CacheBackend } from '../src/store/shared-cache.js';
+import type { CacheBackend } from '../src/cache/shared-cache.js';
 import { failing, FakeZulip, OLD_ERAS, startFake, type Era, type FakeUser } from './support/fake-zulip.js';
 import { compileSchema, expectValid } from './support/schema.js';
 import { modernUserFields } from './support/modern-user.js';
@@ -337,7 +338,7 @@ describe('own profile lookups', () => {
     await fresh('2.1');
     await me(MEMBER);
     const ctx = shim.shim.context;
-    ctx.users = new UserDirectory(ctx.client, ctx.log, ctx.metrics, { ...ctx.config.lookups, minRefreshMs: 0 });
+    ctx.users = new UserDirectory(ctx.client, ctx.log, ctx.metrics, { ...ctx.config.lookups, minRefreshMs: 0, parser: defaultParsePool() });
     await me(MEMBER);
     const newcomer: FakeUser = {
       ...fake.user(MEMBER),
@@ -378,14 +379,24 @@ describe('the user directory', () => {
     const headers = { authorization: fake.auth(MEMBER) };
     const log = createLogger('silent');
     try {
-      const slow = new UserDirectory(client, log, createMetrics(), { ttlMs: 60_000, maxEntries: 10, minRefreshMs: 60_000 });
+      const slow = new UserDirectory(client, log, createMetrics(), {
+        ttlMs: 60_000,
+        maxEntries: 10,
+        minRefreshMs: 60_000,
+        parser: defaultParsePool(),
+      });
       const dir = await slow.get(realm, headers);
       expect(dir.member(dir.idOf(fake.user(GUEST).email)!)).toMatchObject({ user_id: GUEST, is_guest: true });
       expect(dir.member(BOT)).toMatchObject({ is_bot: true });
       await slow.get(realm, headers);
       await slow.refresh(realm, headers);
       expect(fake.stats.usersList).toBe(1);
-      const eager = new UserDirectory(client, log, createMetrics(), { ttlMs: 60_000, maxEntries: 10, minRefreshMs: 0 });
+      const eager = new UserDirectory(client, log, createMetrics(), {
+        ttlMs: 60_000,
+        maxEntries: 10,
+        minRefreshMs: 0,
+        parser: defaultParsePool(),
+      });
       await eager.get(realm, headers);
       await eager.refresh(realm, headers);
       expect(fake.stats.usersList).toBe(3);

@@ -12,7 +12,7 @@ import type { Poll } from '../src/presence/report.js';
 import { answerableDuringRefresh } from '../src/presence/sharing.js';
 import type { Snapshot } from '../src/presence/snapshots.js';
 import { MemoryStore } from '../src/store/memory.js';
-import type { PresenceStore } from '../src/store/types.js';
+import type { PresenceStore } from '../src/presence/ledger-store.js';
 
 /**
  * X1 as a model: two replicas share one store (a MemoryStore standing for Redis); each keeps

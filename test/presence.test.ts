@@ -3,7 +3,8 @@ import { EVENT_WAIT } from './support/wait.js';
 import request from 'supertest';
 import { ERAS, startFake, type Era, type FakeZulip } from './support/fake-zulip.js';
 import { startShim, type RunningShim } from './support/shim.js';
-import { StoreUnavailableError, type PresenceStore } from '../src/store/types.js';
+import type { PresenceStore } from '../src/presence/ledger-store.js';
+import { StoreUnavailableError } from '../src/store/types.js';
 import { MemoryStore } from '../src/store/memory.js';
 
 const OLD_ERAS = ERAS.filter((e) => e !== '9.0');

@@ -2,7 +2,7 @@ import type { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLogger } from '../src/observability/logger.js';
 import { RedisStore } from '../src/store/redis.js';
-import { SharedCache, type CacheBackend } from '../src/store/shared-cache.js';
+import { SharedCache, type CacheBackend } from '../src/cache/shared-cache.js';
 import { adminRedis, deleteKeysUnder, describeRedis, REDIS_URL, testKeyPrefix } from './support/redis.js';
 import { redisKey } from '../src/store/redis-keys.js';
 

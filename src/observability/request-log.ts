@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import { pino } from 'pino';
-import { factsOf } from '../context.js';
+import { factsOf } from './request-facts.js';
 import { loggablePath, type Logger } from './logger.js';
 import type { Metrics } from './metrics.js';
 import { METHOD_LABELS, routeLabel, statusLabel, type RouteLabel } from './route-label.js';

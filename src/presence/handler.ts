@@ -1,14 +1,14 @@
 import type { ServerResponse } from 'node:http';
-import { facts, timedUpstream, type Handler } from '../context.js';
+import { facts, timedUpstream } from '../observability/request-facts.js';
 import { parseParams, readBody } from '../http/body.js';
 import { sendEncoded } from '../http/compress.js';
 import { sendBytes } from '../http/errors.js';
-import { isSuccess, relay, relayBuffered, rewrittenHeaders } from '../http/relay.js';
+import { isSuccess, relay, relayBuffered, rewrittenHeaders } from '../upstream/relay.js';
 import { forwardedHeaders, parseJsonObject } from '../upstream/client.js';
 import { FL } from '../upstream/feature-level.js';
 import { realmOf, type Realm } from '../upstream/realm.js';
 import type { IncomingMessage } from 'node:http';
-import type { ShimContext } from '../context.js';
+import type { PresenceContext, PresenceHandler } from './context.js';
 import { legacyAnswer, modernAnswer, type Built } from './answers.js';
 import { presenceEra } from './convert.js';
 import type { Format } from './intake.js';
@@ -25,7 +25,7 @@ import { handedOver } from './handover.js';
  * taken into the realm's ledger (P2–P7, intake.ts), and each caller gets a full answer or a
  * delta built from the ledger (answers.ts).
  */
-export const presenceHandler: Handler = async (req, res, ctx) => {
+export const presenceHandler: PresenceHandler = async (req, res, ctx) => {
   const raw = await readBody(req, ctx.config.server.bodyLimitBytes);
   // X12: the realm the upstream serves for this Host keys its state.
   const { realm, featureLevel } = await timedUpstream(req, () => ctx.featureLevels.resolve(realmOf(ctx.upstreamId, req.headers)));
@@ -61,7 +61,7 @@ export const presenceHandler: Handler = async (req, res, ctx) => {
   }
 };
 
-async function passThrough(req: IncomingMessage, res: ServerResponse, ctx: ShimContext, realm: Realm, raw: Buffer): Promise<void> {
+async function passThrough(req: IncomingMessage, res: ServerResponse, ctx: PresenceContext, realm: Realm, raw: Buffer): Promise<void> {
   ctx.metrics.presenceAnswers.inc({ kind: 'passthrough' });
   facts(req).kind = 'passthrough';
   const headers: Record<string, string> = { ...forwardedHeaders(req), 'accept-encoding': req.headers['accept-encoding'] ?? 'identity' };

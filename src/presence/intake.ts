@@ -1,12 +1,13 @@
 import { setImmediate } from 'node:timers/promises';
 import type { IncomingMessage } from 'node:http';
-import { timedUpstream, type ShimContext } from '../context.js';
+import type { PresenceContext } from './context.js';
+import { timedUpstream } from '../observability/request-facts.js';
 import { upstreamBadResponse } from '../http/errors.js';
 import { forwardedHeaders, type ArrivingResponse, type BufferedResponse, type UpstreamCall } from '../upstream/client.js';
 import { fetchLargeHeadFirst } from '../upstream/large-fetch.js';
 import type { Realm } from '../upstream/realm.js';
 import type { Directory } from '../upstream/user-directory.js';
-import { modernFromColumns, type PresenceColumns } from '../upstream/large-answers.js';
+import { modernFromColumns, type PresenceColumns } from './columns.js';
 import { planLedger, viewOf } from './plan.js';
 import { toModern, type Converted, type PresenceEra, type UserLookup } from './convert.js';
 import { mergeInSteps, type LedgerState, type ModernPresence, type Observation } from './ledger.js';
@@ -22,7 +23,7 @@ import { mergeInSteps, type LedgerState, type ModernPresence, type Observation }
 
 /** Who is asking, about which realm, on which era. */
 export interface Asker {
-  ctx: ShimContext;
+  ctx: PresenceContext;
   req: IncomingMessage;
   realm: Realm;
   era: PresenceEra;
@@ -75,7 +76,7 @@ export async function readPresenceAnswer(a: Asker, format: Format, bytes: Buffer
     era === 'legacy'
       ? await timedUpstream(a.req, () => a.ctx.users.get(a.realm, forwardedHeaders(a.req))).catch(() => undefined)
       : undefined;
-  return a.ctx.users.parser.presenceAnswer(bytes, era, users?.emailTable());
+  return a.ctx.parser.presenceAnswer(bytes, era, users?.emailTable());
 }
 
 /**

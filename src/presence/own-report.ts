@@ -1,6 +1,5 @@
-import { timedUpstream } from '../context.js';
+import { timedUpstream } from '../observability/request-facts.js';
 import { forwardedHeaders, type UpstreamHead } from '../upstream/client.js';
-import { callers } from '../profile/lookups.js';
 import { dateHeaderTime, recordInLedger } from './intake.js';
 import type { LedgerState, ModernPresence } from './ledger.js';
 import type { Poll } from './report.js';
@@ -62,7 +61,7 @@ export async function recordOwnReport(poll: Poll, own: UpstreamHead | undefined,
   let userId: number;
   try {
     const path = req.url?.startsWith('/json/') ? '/json/users/me' : '/api/v1/users/me';
-    const caller = await timedUpstream(req, () => callers(ctx).get(realm, req.headers, path, forwardedHeaders(req)));
+    const caller = await timedUpstream(req, () => ctx.callers.get(realm, req.headers, path, forwardedHeaders(req)));
     if (caller.isBot) return; // bots have no presence (P7)
     userId = caller.userId;
   } catch (e) {

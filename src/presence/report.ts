@@ -1,4 +1,4 @@
-import { timedUpstream } from '../context.js';
+import { timedUpstream } from '../observability/request-facts.js';
 import { encodeForm } from '../http/body.js';
 import { forwardedHeaders, type ArrivingResponse, type BufferedResponse, type UpstreamCall } from '../upstream/client.js';
 import { FL } from '../upstream/feature-level.js';

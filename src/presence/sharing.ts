@@ -1,5 +1,5 @@
-import { timedUpstream } from '../context.js';
-import { isSuccess } from '../http/relay.js';
+import { timedUpstream } from '../observability/request-facts.js';
+import { isSuccess } from '../upstream/relay.js';
 import type { ArrivingResponse, UpstreamHead } from '../upstream/client.js';
 import { callerKey } from '../upstream/realm.js';
 import { loadLedger, readPresenceAnswer, takeInAnswer, upstreamTime, type Format } from './intake.js';

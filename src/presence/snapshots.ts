@@ -1,7 +1,7 @@
 import { LRUCache } from 'lru-cache';
 import type { Encodable } from '../http/compress.js';
 import { ShimError } from '../http/errors.js';
-import { ByteBudget } from '../store/byte-budget.js';
+import { ByteBudget } from '../cache/byte-budget.js';
 import { FL } from '../upstream/feature-level.js';
 import type { LedgerState, ModernPresence } from './ledger.js';
 

@@ -1,11 +1,12 @@
 import { NewRealmsTooFastError } from '../upstream/realm-admission.js';
-import { facts, timedUpstream, type Handler, type ShimContext } from '../context.js';
+import type { Handler, ShimContext } from '../context.js';
+import { facts, timedUpstream } from '../observability/request-facts.js';
 import { sendJson } from '../http/errors.js';
-import { isSuccess, relayBuffered, rewrittenHeaders } from '../http/relay.js';
+import { isSuccess, relayBuffered, rewrittenHeaders } from '../upstream/relay.js';
 import { forwardedHeaders, parseJsonObject } from '../upstream/client.js';
 import { realmOf, type Realm } from '../upstream/realm.js';
 import { applyChanges, COMPLETE_FROM_LEVEL, needsOf, pendingChanges, type Added } from './changes/index.js';
-import { callers, lookUp } from './lookups.js';
+import { lookUp } from './lookups.js';
 
 /** U4: the fields the shim added, so an operator can see what came from where. */
 export const BACKFILLED_HEADER = 'x-zulip-compat-backfilled';
@@ -62,7 +63,7 @@ export const ownProfileHandler: Handler = async (req, res, ctx) => {
   const { realm, featureLevel } = await level;
   f.featureLevel = featureLevel;
   // Who the caller is, for a GET /users that follows (it needs the id where addresses are hidden).
-  if (featureLevel < COMPLETE_FROM_LEVEL) callers(ctx).remember(realm, req.headers, upstream);
+  if (featureLevel < COMPLETE_FROM_LEVEL) ctx.callers.remember(realm, req.headers, upstream);
 
   const changes = pendingChanges(featureLevel, upstream);
   const userId = upstream.user_id;

@@ -1,7 +1,6 @@
 import type { ShimContext } from '../context.js';
 import type { Realm } from '../upstream/realm.js';
 import type { Lookups, Need } from './changes/index.js';
-import { Callers } from './callers.js';
 import { DeliveryEmails } from './delivery-email.js';
 
 /**
@@ -31,11 +30,6 @@ const deliveryEmails = perShim(
       maxBytes: ctx.config.memory.lookupsBytes,
       backend: ctx.store.cacheBackend,
     }),
-);
-
-/** The shim's caller cache (V2: who a GET /users caller is). */
-export const callers = perShim(
-  (ctx) => new Callers(ctx.client, ctx.metrics, { ...ctx.config.lookups, maxBytes: ctx.config.memory.callersBytes }),
 );
 
 /** The user's row in the realm's user list, and that list's email → id map (a bot's owner, V5). */

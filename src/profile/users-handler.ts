@@ -1,15 +1,16 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { facts, timedUpstream, type ShimContext } from '../context.js';
+import type { ShimContext } from '../context.js';
+import { facts, timedUpstream } from '../observability/request-facts.js';
 import { sendEncoded } from '../http/compress.js';
 import { errorBody, sendJson } from '../http/errors.js';
-import { isSuccess, relay, relayBuffered, rewrittenHeaders } from '../http/relay.js';
+import { isSuccess, relay, relayBuffered, rewrittenHeaders } from '../upstream/relay.js';
 import type { Handler } from '../context.js';
 import { forwardedHeaders, parseJsonObject, readAll, type BufferedResponse } from '../upstream/client.js';
 import { realmOf, type Realm } from '../upstream/realm.js';
 import { COMPLETE_FROM_LEVEL, changesAbove, noneAdded, type Added } from './changes/index.js';
 import { addedHeaders, levelOrZero } from './handler.js';
 import { emailIsPublic } from './changes/fl163-delivery-email.js';
-import { callers, lookUp } from './lookups.js';
+import { lookUp } from './lookups.js';
 import { backfillList, emailIndex, isRow, parseWithListInSteps, stringifyInSteps, type OwnRow } from './user-objects.js';
 
 /**
@@ -95,7 +96,7 @@ async function ownRowOf(req: IncomingMessage, ctx: ShimContext, realm: Realm, ur
   const headers = forwardedHeaders(req);
   try {
     const me = `${prefixOf(url)}/users/me`;
-    const { userId, deliveryEmail } = await timedUpstream(req, () => callers(ctx).get(realm, req.headers, me, headers));
+    const { userId, deliveryEmail } = await timedUpstream(req, () => ctx.callers.get(realm, req.headers, me, headers));
     if (deliveryEmail !== undefined) return { userId, deliveryEmail };
     const found = await timedUpstream(req, () => lookUp(ctx, new Set(['delivery_email']), realm, userId, headers));
     return { userId, deliveryEmail: found.deliveryEmail };

@@ -1,11 +1,12 @@
 import { setImmediate } from 'node:timers/promises';
 import type { ServerResponse } from 'node:http';
 import { pipeline } from 'node:stream/promises';
-import { facts, timedUpstream, type Handler } from '../context.js';
+import type { Handler } from '../context.js';
+import { facts, timedUpstream } from '../observability/request-facts.js';
 import { type Bounded, parseParams, readBody, readUpTo } from '../http/body.js';
 import { sendEncoded } from '../http/compress.js';
 import { endToEnd } from '../http/headers.js';
-import { isSuccess, relay, relayBuffered, rewrittenHeaders } from '../http/relay.js';
+import { isSuccess, relay, relayBuffered, rewrittenHeaders } from '../upstream/relay.js';
 import { forwardedHeaders, translate, type UpstreamResponse } from '../upstream/client.js';
 import { FL } from '../upstream/feature-level.js';
 import { realmOf } from '../upstream/realm.js';

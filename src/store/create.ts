@@ -6,7 +6,7 @@ import { MemoryStore } from './memory.js';
 import { parseRedisNodes, type RedisTarget } from './redis-connection.js';
 import { RedisSnapshots } from './redis-snapshots.js';
 import { RedisStore } from './redis.js';
-import type { PresenceStore } from './types.js';
+import type { PresenceStore } from '../presence/ledger-store.js';
 
 /** The Redis the configuration names (`--redis`, `--redis-sentinels`, `--redis-cluster`), if any. */
 export function redisTargetOf(store: Config['store']): RedisTarget | undefined {

@@ -7,7 +7,7 @@ import {
   type Observation,
   type PreparedMerge,
 } from '../presence/ledger.js';
-import type { PresenceStore } from './types.js';
+import type { PresenceStore } from '../presence/ledger-store.js';
 
 /**
  * X2: what a ledger costs in this process, estimated from its user count (B5 measures about

@@ -1,6 +1,6 @@
 import type { RedisConnection } from './redis-connection.js';
 import { redisKey } from './redis-keys.js';
-import type { CacheBackend } from './shared-cache.js';
+import type { CacheBackend } from '../cache/shared-cache.js';
 
 /**
  * SharedCache values in Redis: JSON text with PX expiry (S1). A SharedCache key is

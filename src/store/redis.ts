@@ -16,7 +16,8 @@ import { CodecError, decodeLedger, encodeLedger } from './codec.js';
 import { RedisCacheBackend } from './redis-cache.js';
 import { RedisConnection, type RedisTarget } from './redis-connection.js';
 import { redisKey } from './redis-keys.js';
-import { StoreUnavailableError, type PresenceStore } from './types.js';
+import type { PresenceStore } from '../presence/ledger-store.js';
+import { StoreUnavailableError } from './types.js';
 
 /**
  * Realm ledgers in Redis, shared by every replica (S1).

@@ -1,7 +1,3 @@
-import { setImmediate as nextTurn } from 'node:timers/promises';
-import { legacyUserToModern, oldSlimToModern, type Converted, type PresenceEra, type UserLookup } from '../presence/convert.js';
-import type { ModernPresence } from '../presence/ledger.js';
-
 /**
  * Pure readers of the two upstream answers that grow with a realm (B7: at 100k users on 2.1
  * the user list is 35 MB and the legacy presence answer 19.7 MB). Each takes the raw body bytes
@@ -197,7 +193,7 @@ export function userColumnsFromRows(rows: string): UserColumns {
   return columnsOf(rows === '' ? [] : rows.split('\n').map(unpackMember));
 }
 
-function parseObject(bytes: Uint8Array): Record<string, unknown> {
+export function parseObject(bytes: Uint8Array): Record<string, unknown> {
   let v: unknown;
   try {
     v = JSON.parse(Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString('utf8'));
@@ -214,100 +210,12 @@ export function readUserList(bytes: Uint8Array): UserColumns {
 }
 
 /**
- * An upstream presence answer in columns: its top-level fields but `presences`, and each
- * convertible user's modern timestamps (P2). `active` is NaN where the era's data has no active
- * time: the reader fills it with the user's date_joined (P2), which the user list knows.
- */
-export interface PresenceColumns {
-  top: Record<string, unknown>;
-  /** Legacy answers read without an email table: the keys (emails), by position, joined by "\n". */
-  emails?: string | undefined;
-  /**
-   * The user ids, by position: slim answers' keys, or legacy keys resolved through the email
-   * table, -1 where the table does not know the email (those are in `unknown`, in order).
-   */
-  ids?: Int32Array | undefined;
-  /** Legacy emails the table did not know, in the order of their -1 ids, joined by "\n". */
-  unknown?: string | undefined;
-  active: Float64Array;
-  idle: Float64Array;
-  /** Users in the columns; 0 with no conversion asked for. */
-  count: number;
-  /** Users the answer shows (its keys), converted or not. */
-  keys: number;
-}
-
-/**
- * Presence answer bytes → columns. `era` is the format's conversion (zulip-server.md §3.5):
- * `legacy` for email-keyed answers of any era, the upstream's era for slim ones; undefined when
- * the answer is not converted (7.0–8.x legacy answers: only its top-level fields are read).
- */
-/**
  * The realm's email → id map as the user directory decided it (X10), to resolve legacy keys
  * where the answer is read: each email (joined by "\n") and the id it stands for, by position.
  */
 export interface EmailTable {
   emails: string;
   ids: Int32Array;
-}
-
-function tableMap(t: EmailTable): Map<string, number> {
-  const m = new Map<string, number>();
-  let i = 0;
-  for (const email of lines(t.emails)) {
-    const id = t.ids[i++]!;
-    if (id >= 0) m.set(email, id); // -1: an email shared by several, standing for none (X10)
-  }
-  return m;
-}
-
-export function readPresenceAnswer(bytes: Uint8Array, era: PresenceEra | undefined, table?: EmailTable): PresenceColumns {
-  const body = parseObject(bytes);
-  const { presences, ...top } = body;
-  if (!presences || typeof presences !== 'object' || Array.isArray(presences)) {
-    throw new BadAnswer('presence answer without a presences object');
-  }
-  const entries = Object.entries(presences as Record<string, unknown>);
-  if (!era) return { top, active: new Float64Array(0), idle: new Float64Array(0), count: 0, keys: entries.length };
-  const active = new Float64Array(entries.length);
-  const idle = new Float64Array(entries.length);
-  const byEmail = era === 'legacy' && table ? tableMap(table) : undefined;
-  const slim = era !== 'legacy';
-  const ids = slim || byEmail ? new Int32Array(entries.length) : undefined;
-  const emails: string[] = [];
-  let n = 0;
-  const convert = era === 'legacy' ? legacyUserToModern : oldSlimToModern;
-  for (const [key, entry] of entries) {
-    if (slim) {
-      if (!/^\d+$/.test(key)) continue;
-      ids![n] = Number(key);
-    } else if (key.includes('\n')) continue;
-    // A never-active user's active time is the one thing this thread cannot know: marked NaN.
-    let joinedAsked = false;
-    const p = convert(entry, () => {
-      joinedAsked = true;
-      return undefined;
-    });
-    if (!p) continue;
-    active[n] = joinedAsked ? Number.NaN : p.active_timestamp;
-    idle[n] = p.idle_timestamp;
-    if (byEmail) {
-      const id = byEmail.get(key);
-      ids![n] = id ?? -1;
-      if (id === undefined) emails.push(key);
-    } else if (!slim) emails.push(key);
-    n++;
-  }
-  return {
-    top,
-    emails: slim || byEmail ? undefined : emails.join('\n'),
-    unknown: byEmail ? emails.join('\n') : undefined,
-    ids: ids?.slice(0, n),
-    active: active.slice(0, n),
-    idle: idle.slice(0, n),
-    count: n,
-    keys: entries.length,
-  };
 }
 
 /** Users handled per step on the main thread (B7: each step stays far below 50 ms). */
@@ -329,33 +237,4 @@ export function* lines(joined: string): Generator<string> {
     yield joined.slice(at, end);
     at = end + 1;
   }
-}
-
-/**
- * Columns → the modern entries by user id (P2), as convert.ts's toModern gives them: legacy keys
- * through the realm's email → id map, a missing active time from date_joined (or 0).
- */
-export async function modernFromColumns(c: PresenceColumns, users: UserLookup): Promise<Converted> {
-  const presences = new Map<number, ModernPresence>();
-  const unknownEmails: string[] = [];
-  const emails = c.emails === undefined ? undefined : lines(c.emails);
-  const unknown = lines(c.unknown ?? '');
-  for (let i = 0; i < c.count; i++) {
-    if (i > 0 && i % STEP === 0) await nextTurn();
-    let id: number | undefined = emails ? undefined : c.ids![i]!;
-    if (id === undefined || id === -1) {
-      // A key the worker could not resolve: through the caller's map (a fresher one, after a refresh).
-      const email = (emails ?? unknown).next().value as string;
-      id = users.idOf(email);
-      if (id === undefined) {
-        unknownEmails.push(email);
-        continue;
-      }
-    }
-    const idle = c.idle[i]!;
-    let active = c.active[i]!;
-    if (Number.isNaN(active)) active = Math.min(users.dateJoinedOf(id) ?? 0, idle);
-    presences.set(id, { active_timestamp: active, idle_timestamp: Math.max(idle, active) });
-  }
-  return { presences, unknownEmails };
 }

@@ -1,13 +1,12 @@
 import { setImmediate as nextTurn } from 'node:timers/promises';
-import { isSuccess } from '../http/relay.js';
+import { isSuccess } from './relay.js';
 import { upstreamBadResponse } from '../http/errors.js';
 import type { Logger } from '../observability/logger.js';
 import type { Metrics } from '../observability/metrics.js';
-import { SharedCache, type CacheBackend } from '../store/shared-cache.js';
+import { SharedCache, type CacheBackend } from '../cache/shared-cache.js';
 import type { UpstreamClient } from './client.js';
 import { fetchLarge } from './large-fetch.js';
 import { BadAnswer, lines, STEP, unpackMember, userColumnsOf, type EmailTable, type Member, type UserColumns } from './large-answers.js';
-import { defaultParsePool, type ParsePool } from './parse-worker.js';
 import type { Realm } from './realm.js';
 
 /**
@@ -157,10 +156,16 @@ export interface UserDirectoryOptions {
   minRefreshMs?: number;
   /** S1: where replicas share the lists (the store's cache backend); absent: this process only. */
   backend?: CacheBackend | undefined;
-  /** B7: where large lists are parsed (off the main thread). */
-  parser?: ParsePool | undefined;
+  /** B7: where large lists are parsed (off the main thread: src/parse/). */
+  parser: UserListParser;
   /** B7: the largest list read (memory.largeAnswerBytes). @default 512 MiB */
   maxAnswerBytes?: number | undefined;
+}
+
+/** B7: reads a user list's bytes (or a stored list's rows) into columns, off the main thread where large. */
+export interface UserListParser {
+  userList(bytes: Buffer): Promise<UserColumns>;
+  userRows(rows: string): Promise<UserColumns>;
 }
 
 interface LoadContext {
@@ -192,7 +197,7 @@ export class UserDirectory {
   private readonly minRefreshMs: number;
   private readonly maxBytes: number;
   private readonly refreshing = new Map<string, Promise<Directory>>();
-  readonly parser: ParsePool;
+  private readonly parser: UserListParser;
   private readonly maxAnswerBytes: number;
   private tooLargeLogged = false;
   /** Realms whose shared emails were logged already (X10: once). */
@@ -208,7 +213,7 @@ export class UserDirectory {
   ) {
     this.minRefreshMs = options.minRefreshMs ?? 1_000;
     this.maxBytes = options.maxBytes ?? 128 * 1024 * 1024;
-    this.parser = options.parser ?? defaultParsePool();
+    this.parser = options.parser;
     this.maxAnswerBytes = options.maxAnswerBytes ?? 512 * 1024 * 1024;
     this.cache = new SharedCache<Directory, LoadContext>({
       name: 'user_directory',

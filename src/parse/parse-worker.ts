@@ -3,15 +3,8 @@ import { setImmediate as nextTurn } from 'node:timers/promises';
 import { Worker } from 'node:worker_threads';
 import { upstreamBadResponse } from '../http/errors.js';
 import type { PresenceEra } from '../presence/convert.js';
-import {
-  BadAnswer,
-  readPresenceAnswer,
-  readUserList,
-  userColumnsFromRows,
-  type EmailTable,
-  type PresenceColumns,
-  type UserColumns,
-} from './large-answers.js';
+import { readPresenceAnswer, type PresenceColumns } from '../presence/columns.js';
+import { BadAnswer, readUserList, userColumnsFromRows, type EmailTable, type UserColumns } from '../upstream/large-answers.js';
 import type { PresenceRead, Reply, Task } from './parse-worker-thread.js';
 
 /**

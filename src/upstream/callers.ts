@@ -1,9 +1,9 @@
 import { upstreamBadResponse } from '../http/errors.js';
-import { isSuccess } from '../http/relay.js';
+import { isSuccess } from './relay.js';
 import type { Metrics } from '../observability/metrics.js';
-import { SharedCache } from '../store/shared-cache.js';
-import { parseJsonObject, type UpstreamClient } from '../upstream/client.js';
-import { callerKey, type Realm } from '../upstream/realm.js';
+import { SharedCache } from '../cache/shared-cache.js';
+import { parseJsonObject, type UpstreamClient } from './client.js';
+import { callerKey, type Realm } from './realm.js';
 import type { IncomingHttpHeaders } from 'node:http';
 
 /**

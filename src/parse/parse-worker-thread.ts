@@ -1,13 +1,7 @@
 import { parentPort } from 'node:worker_threads';
 import type { PresenceEra } from '../presence/convert.js';
-import {
-  BadAnswer,
-  readPresenceAnswer,
-  readUserList,
-  userColumnsFromRows,
-  type EmailTable,
-  type PresenceColumns,
-} from './large-answers.js';
+import { readPresenceAnswer, type PresenceColumns } from '../presence/columns.js';
+import { BadAnswer, readUserList, userColumnsFromRows, type EmailTable } from '../upstream/large-answers.js';
 
 /** The worker side of parse-worker.ts: one task at a time, results back with their buffers moved. */
 

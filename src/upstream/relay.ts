@@ -1,7 +1,7 @@
 import type { ServerResponse } from 'node:http';
 import { pipeline } from 'node:stream/promises';
-import type { BufferedResponse, UpstreamResponse } from '../upstream/client.js';
-import { endToEnd } from './headers.js';
+import type { BufferedResponse, UpstreamResponse } from './client.js';
+import { endToEnd } from '../http/headers.js';
 
 const headersOf = (h: UpstreamResponse['headers']) => endToEnd(h);
 

@@ -16,7 +16,8 @@
  * later one the next recorded change.
  */
 import { resolve } from 'node:path';
-import { loadConfig, PROJECT_ROOT } from '../src/config.js';
+import { loadConfig } from '../src/config.js';
+import { PROJECT_ROOT } from '../src/version.js';
 import { startRecorder } from '../src/har/recorder.js';
 import { createLogger } from '../src/observability/logger.js';
 import { createShim } from '../src/server.js';

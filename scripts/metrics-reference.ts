@@ -9,7 +9,7 @@
  */
 import { readFileSync, writeFileSync } from 'node:fs';
 import { resolve } from 'node:path';
-import { PROJECT_ROOT } from '../src/config.js';
+import { PROJECT_ROOT } from '../src/version.js';
 import { createMetrics, EVENT_LOOP_SAMPLE_MS, MAX_REALM_LABELS } from '../src/observability/metrics.js';
 import { METHOD_LABELS, ROUTE_LABELS, STATUS_LABELS } from '../src/observability/route-label.js';
 

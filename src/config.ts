@@ -1,11 +1,10 @@
 import { readFileSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
 import { dirname, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { z } from 'zod';
 import { parseCidr } from './http/forwarded.js';
-import { parseRedisNodes } from './store/redis-connection.js';
+import { PROJECT_ROOT } from './version.js';
 
 /**
  * Layered, validated configuration (contract "Interface"):
@@ -54,6 +53,30 @@ const hostPattern = z
   .refine((s) => /^(\*\.)?[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:\d{1,5})?$/.test(s) || /^\[[0-9a-f:.]+\](:\d{1,5})?$/.test(s), {
     message: 'must be host names, optionally starting with *. (e.g. chat.example.com,*.example.org)',
   });
+
+/** host and port of a Redis server or Sentinel. */
+export interface RedisNode {
+  host: string;
+  port: number;
+}
+
+/**
+ * `host:port,host:port` (IPv6 in brackets: `[::1]:26379`) as nodes; the port defaults to
+ * `defaultPort`. Throws an Error naming the bad entry.
+ */
+export function parseRedisNodes(list: string, defaultPort: number): RedisNode[] {
+  const nodes: RedisNode[] = [];
+  for (const raw of list.split(',')) {
+    const entry = raw.trim();
+    if (entry === '') continue;
+    const m = /^(?:\[([^\]]+)\]|([^:[\]]+))(?::(\d+))?$/.exec(entry);
+    const port = m?.[3] === undefined ? defaultPort : Number(m[3]);
+    if (!m || !Number.isInteger(port) || port < 1 || port > 65535) throw new Error(`${JSON.stringify(entry)} is not host:port`);
+    nodes.push({ host: (m[1] ?? m[2])!, port });
+  }
+  if (nodes.length === 0) throw new Error('no host:port given');
+  return nodes;
+}
 
 export const configSchema = z
   .strictObject({
@@ -282,8 +305,6 @@ const PATH_KEYS: ReadonlyArray<[string, string]> = [
   ['record', 'har'],
 ];
 
-const here = dirname(fileURLToPath(import.meta.url));
-export const PROJECT_ROOT = resolve(here, '..');
 export const DEFAULT_FILE = resolve(PROJECT_ROOT, 'config', 'default.json');
 const DEFAULT_SOURCE = 'config/default.json';
 

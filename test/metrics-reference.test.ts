@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { DEPLOYMENT_DOC, metricDefinitions, metricsReference, PREFIX, withMetricsReference } from '../scripts/metrics-reference.js';
-import { PROJECT_ROOT } from '../src/config.js';
+import { PROJECT_ROOT } from '../src/version.js';
 
 /** The metrics table of docs/deployment.md is the code's, metric for metric. */
 describe('docs/deployment.md metrics reference', () => {

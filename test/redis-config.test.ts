@@ -1,7 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { ConfigError, loadConfig } from '../src/config.js';
 import { redisTargetOf } from '../src/store/create.js';
-import { describeRedisTarget, parseRedisNodes } from '../src/store/redis-connection.js';
+import { parseRedisNodes } from '../src/config.js';
+import { describeRedisTarget } from '../src/store/redis-connection.js';
 
 /** The three ways to name the shared Redis: a URL, Sentinels, a Cluster. */
 

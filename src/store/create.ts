@@ -1,9 +1,9 @@
-import type { Config } from '../config.js';
+import { parseRedisNodes, type Config } from '../config.js';
 import type { Logger } from '../observability/logger.js';
 import type { Metrics } from '../observability/metrics.js';
 import type { ClusterSnapshots } from '../presence/snapshots.js';
 import { MemoryStore } from './memory.js';
-import { parseRedisNodes, type RedisTarget } from './redis-connection.js';
+import type { RedisTarget } from './redis-connection.js';
 import { RedisSnapshots } from './redis-snapshots.js';
 import { RedisStore } from './redis.js';
 import type { PresenceStore } from '../presence/ledger-store.js';

@@ -2,12 +2,7 @@ import { Cluster, Redis } from 'ioredis';
 import type { Logger } from '../observability/logger.js';
 import { StoreHealth } from './redis-health.js';
 import { StoreUnavailableError } from './types.js';
-
-/** host and port of a Redis server or Sentinel. */
-export interface RedisNode {
-  host: string;
-  port: number;
-}
+import type { RedisNode } from '../config.js';
 
 /**
  * Where the shared store is: one Redis by URL; a primary found through Sentinels (failover
@@ -165,22 +160,4 @@ export function describeRedisTarget(t: RedisTarget): string {
   if (t.kind === 'url') return describeRedisUrl(t.url);
   if (t.kind === 'sentinel') return `sentinel ${t.name} (${list(t.sentinels)})`;
   return `cluster (${list(t.nodes)})`;
-}
-
-/**
- * `host:port,host:port` (IPv6 in brackets: `[::1]:26379`) as nodes; the port defaults to
- * `defaultPort`. Throws an Error naming the bad entry.
- */
-export function parseRedisNodes(list: string, defaultPort: number): RedisNode[] {
-  const nodes: RedisNode[] = [];
-  for (const raw of list.split(',')) {
-    const entry = raw.trim();
-    if (entry === '') continue;
-    const m = /^(?:\[([^\]]+)\]|([^:[\]]+))(?::(\d+))?$/.exec(entry);
-    const port = m?.[3] === undefined ? defaultPort : Number(m[3]);
-    if (!m || !Number.isInteger(port) || port < 1 || port > 65535) throw new Error(`${JSON.stringify(entry)} is not host:port`);
-    nodes.push({ host: (m[1] ?? m[2])!, port });
-  }
-  if (nodes.length === 0) throw new Error('no host:port given');
-  return nodes;
 }

@@ -1,0 +1,58 @@
+/**
+ * The layer check (`npm run lint:layers`, in CI): no import cycle between modules, and each
+ * folder of src/ imports only the folders below it. Read bottom to top: a folder may import
+ * itself and those it names, nothing else in src/. Type-only imports count: an arrow is an arrow.
+ */
+const LAYERS = {
+  // primitives
+  version: [],
+  http: [],
+  observability: ['version'],
+  config: ['http', 'version'],
+  cache: [],
+  // the upstream: its client, answers, users and feature levels
+  upstream: ['cache', 'http', 'observability'],
+  // presence semantics: the ledger, conversions, the poll's plan and its interpreter
+  presence: ['cache', 'config', 'http', 'observability', 'upstream'],
+  // where large answers are read off the main thread (both kinds)
+  parse: ['http', 'presence', 'upstream'],
+  // where ledgers live (implements presence/ledger-store.ts)
+  store: ['cache', 'config', 'observability', 'presence'],
+  // the composition's types: what every handler may be given
+  context: ['config', 'observability', 'parse', 'presence', 'upstream'],
+  profile: ['cache', 'context', 'http', 'observability', 'upstream'],
+  register: ['context', 'http', 'observability', 'presence', 'profile', 'upstream'],
+  proxy: ['http', 'observability', 'upstream'],
+  har: ['http', 'observability', 'proxy', 'upstream', 'version'],
+  'server-settings': ['context', 'http', 'observability', 'profile', 'register', 'upstream', 'version'],
+  'realm-hosts': [],
+  runtime: [],
+};
+
+/** A folder of src/, or a module at its top (src/config.ts is "config"). */
+const pathOf = (layer) => `^src/${layer}(/|\\.ts$)`;
+
+module.exports = {
+  forbidden: [
+    {
+      name: 'no-circular',
+      severity: 'error',
+      comment: 'An import cycle: split the module or move what both need below them.',
+      from: { path: '^src/' },
+      to: { circular: true },
+    },
+    ...Object.entries(LAYERS).map(([layer, below]) => ({
+      name: `layer-${layer}`,
+      severity: 'error',
+      comment: `src/${layer} may import only: ${below.join(', ') || 'nothing else in src/'}`,
+      from: { path: pathOf(layer) },
+      to: { path: '^src/', pathNot: [layer, ...below].map(pathOf) },
+    })),
+  ],
+  options: {
+    doNotFollow: { path: 'node_modules' },
+    tsPreCompilationDeps: true,
+    tsConfig: { fileName: 'tsconfig.json' },
+    includeOnly: '^src/',
+  },
+};

@@ -5,6 +5,7 @@ import type { LedgerState, ModernPresence } from './ledger.js';
 import type { Poll } from './report.js';
 import type { Snapshot } from './snapshots.js';
 import type { Reported } from './state.js';
+import { apiPrefixOf } from '../http/api-prefix.js';
 
 /**
  * P15: a caller that reported `active` sees its own user active as of that report, also when
@@ -60,7 +61,7 @@ export async function recordOwnReport(poll: Poll, own: UpstreamHead | undefined,
   if (at === undefined) return;
   let userId: number;
   try {
-    const path = req.url?.startsWith('/json/') ? '/json/users/me' : '/api/v1/users/me';
+    const path = `${apiPrefixOf(req.url)}/users/me`;
     const caller = await timedUpstream(req, () => ctx.callers.get(realm, req.headers, path, forwardedHeaders(req)));
     if (caller.isBot) return; // bots have no presence (P7)
     userId = caller.userId;

@@ -4,6 +4,7 @@ import { forwardedHeaders, type ArrivingResponse, type BufferedResponse, type Up
 import { FL } from '../upstream/feature-level.js';
 import { fetchFullPresence, type Asker } from './intake.js';
 import type { PresenceRequest } from './params.js';
+import { apiPrefixOf } from '../http/api-prefix.js';
 
 /**
  * The caller's own presence report to the upstream (P9: every caller's status reaches it), as a
@@ -56,6 +57,6 @@ function reportCall(poll: Poll, extra: { ping_only?: string | undefined; slim_pr
   if (extra.ping_only !== undefined) form.push(['ping_only', extra.ping_only]);
   if (extra.slim_presence !== undefined && poll.featureLevel >= FL.SLIM_PRESENCE) form.push(['slim_presence', extra.slim_presence]);
   const headers = { ...forwardedHeaders(req), 'content-type': 'application/x-www-form-urlencoded' };
-  const path = req.url?.startsWith('/json/') ? '/json/users/me/presence' : '/api/v1/users/me/presence';
+  const path = `${apiPrefixOf(req.url)}/users/me/presence`;
   return { realm, method: 'POST', path, headers, body: encodeForm(form) };
 }

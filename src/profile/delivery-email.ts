@@ -6,6 +6,7 @@ import type { Metrics } from '../observability/metrics.js';
 import { SharedCache, type CacheBackend } from '../cache/shared-cache.js';
 import type { UpstreamClient } from '../upstream/client.js';
 import type { Realm } from '../upstream/realm.js';
+import { apiPrefixFor } from '../http/api-prefix.js';
 
 /**
  * The caller's real email address on servers that do not put it in their own user (before
@@ -39,11 +40,6 @@ const REGISTER_BODY = encodeForm([
   ['event_types', '["realm_user"]'],
   ['fetch_event_types', '["realm_user"]'],
 ]);
-
-/** A web-app caller (session cookie, no Basic auth) is served only under /json. */
-function apiPrefixFor(headers: Record<string, string>): '/api/v1' | '/json' {
-  return headers.authorization ? '/api/v1' : '/json';
-}
 
 /**
  * A session-authenticated POST under /json needs Django's CSRF token, which the web app keeps

@@ -12,6 +12,7 @@ import { addedHeaders, levelOrZero } from './handler.js';
 import { emailIsPublic } from './changes/fl163-delivery-email.js';
 import { lookUp } from './lookups.js';
 import { backfillList, emailIndex, isRow, parseWithListInSteps, stringifyInSteps, type OwnRow } from './user-objects.js';
+import { apiPrefixOf } from '../http/api-prefix.js';
 
 /**
  * V1–V4: `GET /users`, `GET /users/{user_id}` and `GET /users/{email}` (under /api/v1 and
@@ -71,11 +72,6 @@ async function readList(
   return { status: r.status, headers: r.headers, body: await timedUpstream(req, () => readAll(r.body, limit)) };
 }
 
-/** `/api/v1` or `/json`, as the client called it. */
-function prefixOf(url: string): string {
-  return url.startsWith('/json/') ? '/json' : '/api/v1';
-}
-
 function queryOf(url: string): string {
   const q = url.indexOf('?');
   return q < 0 ? '' : url.slice(q);
@@ -95,7 +91,7 @@ const hidden = (row: unknown) => isRow(row) && !('delivery_email' in row) && !em
 async function ownRowOf(req: IncomingMessage, ctx: ShimContext, realm: Realm, url: string): Promise<OwnRow | undefined> {
   const headers = forwardedHeaders(req);
   try {
-    const me = `${prefixOf(url)}/users/me`;
+    const me = `${apiPrefixOf(url)}/users/me`;
     const { userId, deliveryEmail } = await timedUpstream(req, () => ctx.callers.get(realm, req.headers, me, headers));
     if (deliveryEmail !== undefined) return { userId, deliveryEmail };
     const found = await timedUpstream(req, () => lookUp(ctx, new Set(['delivery_email']), realm, userId, headers));
@@ -174,7 +170,7 @@ export const userHandler: Handler = async (req, res, ctx) => {
 
   // The upstream lacks the endpoint: the realm's user list as the caller sees it, read with the
   // caller's credentials and query (client_gravatar, include_custom_profile_fields).
-  const listPath = `${prefixOf(url)}/users${queryOf(url)}`;
+  const listPath = `${apiPrefixOf(url)}/users${queryOf(url)}`;
   const r = await timedUpstream(req, () => ctx.client.fetch({ realm, method: 'GET', path: listPath, headers: forwardedHeaders(req) }));
   if (!isSuccess(r.status)) return relayBuffered(res, r); // E1: the caller's credentials refused
   const members = (await parseWithListInSteps(r.body, 'members', parseJsonObject)).members; // V4

@@ -8,6 +8,7 @@ import type { UpstreamClient } from './client.js';
 import { fetchLarge } from './large-fetch.js';
 import { BadAnswer, lines, STEP, unpackMember, userColumnsOf, type EmailTable, type Member, type UserColumns } from './large-answers.js';
 import type { Realm } from './realm.js';
+import { apiPrefixFor } from '../http/api-prefix.js';
 
 /**
  * The realm's user directory: one cached, single-flight `GET /api/v1/users` per realm, bounded
@@ -267,7 +268,7 @@ export class UserDirectory {
 
   private async load({ realm, headers }: LoadContext): Promise<Directory> {
     // A web-app caller (session cookie, no Basic auth) can only read the list under /json.
-    const path = headers.authorization ? '/api/v1/users' : '/json/users';
+    const path = `${apiPrefixFor(headers)}/users`;
     const r = await fetchLarge(this.client, { realm, method: 'GET', path, headers }, this.maxAnswerBytes, () => this.tooLarge(realm));
     if (!isSuccess(r.status)) {
       this.log.warn({ realm: realm.host, status: r.status }, 'user directory: GET /users failed');

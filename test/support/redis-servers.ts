@@ -10,9 +10,10 @@ import { REDIS_REQUIRED } from './redis.js';
 
 /**
  * Redis servers of a test's own (never the shared one on 6379): a Sentinel group (a primary, a
- * replica, three Sentinels) and a three-primary Cluster, on free ports, in a temp dir, with no
- * persistence. Every process started is killed by `stop()`. Without `redis-server` the tests
- * are skipped loudly, unless REQUIRE_REDIS=1, which makes a missing binary a failure.
+ * replica, three Sentinels) and a three-primary Cluster, on ports the system hands out, in a
+ * temp dir, with no persistence. Every process started is killed by `stop()`. Without
+ * `redis-server` the tests are skipped loudly, unless REQUIRE_REDIS=1, which makes a missing
+ * binary a failure.
  */
 
 const run = promisify(execFile);
@@ -42,25 +43,31 @@ export function describeRedisServers(name: string, fn: () => void): void {
   });
 }
 
-function listenable(port: number): Promise<boolean> {
-  return new Promise((resolve) => {
+/** A port the system hands out: listened on (port 0), read, and closed again. */
+function systemPort(): Promise<number> {
+  return new Promise((resolve, reject) => {
     const s = net.createServer();
-    s.once('error', () => resolve(false));
-    s.listen(port, '127.0.0.1', () => s.close(() => resolve(true)));
+    s.once('error', reject);
+    s.listen(0, '127.0.0.1', () => {
+      const { port } = s.address() as net.AddressInfo;
+      s.close(() => resolve(port));
+    });
   });
 }
 
+/** Ports handed to a server of this process: never handed out twice. */
 const taken = new Set<number>();
 
-/** A free port whose cluster bus port (+10000) is free too. */
+/**
+ * A port free a moment ago, as the system picked it. Something else may take it before the
+ * server listens: startProcess then starts the server again on another (a collision).
+ */
 export async function freePort(): Promise<number> {
   for (;;) {
-    const port = 20_000 + Math.floor(Math.random() * 30_000);
+    const port = await systemPort();
     if (taken.has(port)) continue;
-    if ((await listenable(port)) && (await listenable(port + 10_000))) {
-      taken.add(port);
-      return port;
-    }
+    taken.add(port);
+    return port;
   }
 }
 
@@ -71,6 +78,9 @@ export interface RedisProcess {
   kill(signal?: NodeJS.Signals): Promise<void>;
 }
 
+/** Ends a wait at once: waiting longer cannot help (the server exited, or its port is another's). */
+class StopWaiting extends Error {}
+
 async function waitUntil<T>(what: string, probe: () => Promise<T | undefined>, timeoutMs = 15_000): Promise<T> {
   const until = Date.now() + timeoutMs;
   let last: unknown;
@@ -79,6 +89,7 @@ async function waitUntil<T>(what: string, probe: () => Promise<T | undefined>, t
       const v = await probe();
       if (v !== undefined) return v;
     } catch (e) {
+      if (e instanceof StopWaiting) throw e;
       last = e;
     }
     if (Date.now() > until) throw new Error(`timed out waiting for ${what}${last ? `: ${(last as Error).message}` : ''}`);
@@ -87,22 +98,78 @@ async function waitUntil<T>(what: string, probe: () => Promise<T | undefined>, t
 }
 
 async function cli(port: number, ...args: string[]): Promise<string> {
-  const { stdout } = await run('redis-cli', ['-h', '127.0.0.1', '-p', String(port), ...args]);
+  // A port held by something that is no Redis may accept and never answer: give up after a while.
+  const { stdout } = await run('redis-cli', ['-h', '127.0.0.1', '-p', String(port), ...args], { timeout: 3_000 });
   return stdout;
 }
 
-/** Starts `redis-server` (or a Sentinel with `--sentinel`) with a config file in `dir`. */
-async function startProcess(dir: string, name: string, lines: string[], sentinel = false, port?: number): Promise<RedisProcess> {
-  port ??= await freePort();
+/** The process id of the server answering on `port` (INFO server), if one answers. */
+async function serverPid(port: number): Promise<number | undefined> {
+  const m = /^process_id:(\d+)/m.exec(await cli(port, 'INFO', 'server'));
+  return m ? Number(m[1]) : undefined;
+}
+
+/** A server that could not listen on the port it was given (something else took it first). */
+class PortTaken extends StopWaiting {}
+
+/** How often a server is started again on fresh ports after its port was taken. */
+const PORT_ATTEMPTS = 5;
+
+/**
+ * Starts `redis-server` (or a Sentinel with `--sentinel`) with a config file in `dir`, on a
+ * port the system hands out (or `port`). `ports(port)` adds lines that depend on the port or
+ * need ports of their own (a Cluster node's bus port), made afresh for each attempt. When another process took a port first, the server is started
+ * again on fresh ones; the server that answers is checked to be this one (its process id).
+ */
+async function startProcess(
+  dir: string,
+  name: string,
+  lines: string[],
+  o: { sentinel?: boolean; port?: number; ports?: (port: number) => Promise<string[]> } = {},
+): Promise<RedisProcess> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      const port = o.port ?? (await freePort());
+      return await startOn(dir, name, port, [...lines, ...((await o.ports?.(port)) ?? [])], o.sentinel ?? false);
+    } catch (e) {
+      // A port given by the caller is not replaced: the server must come back on it.
+      if (!(e instanceof PortTaken) || o.port !== undefined || attempt >= PORT_ATTEMPTS) throw e;
+    }
+  }
+}
+
+async function startOn(dir: string, name: string, port: number, lines: string[], sentinel: boolean): Promise<RedisProcess> {
   const file = join(dir, `${name}.conf`);
   writeFileSync(file, [`port ${port}`, 'bind 127.0.0.1', `dir ${dir}`, ...lines, ''].join('\n'));
-  const proc = spawn('redis-server', sentinel ? [file, '--sentinel'] : [file], { stdio: ['ignore', 'ignore', 'pipe'] });
+  const proc = spawn('redis-server', sentinel ? [file, '--sentinel'] : [file], { stdio: ['ignore', 'pipe', 'pipe'] });
   let exited = false;
-  proc.once('exit', () => (exited = true));
-  await waitUntil(`${name} on port ${port}`, async () => {
-    if (exited) throw new Error(`${name} exited`);
-    return (await cli(port, 'PING')).trim() === 'PONG' ? true : undefined;
-  });
+  let output = '';
+  const keep = (d: Buffer) => {
+    output = (output + d.toString()).slice(-4_000);
+  };
+  proc.stdout!.on('data', keep);
+  proc.stderr!.on('data', keep);
+  const gone = new Promise<void>((resolve) =>
+    proc.once('exit', () => {
+      exited = true;
+      resolve();
+    }),
+  );
+  try {
+    await waitUntil(`${name} on port ${port}`, async () => {
+      if (exited) throw new StopWaiting(`${name} exited`);
+      const pid = await serverPid(port);
+      if (pid === undefined) return undefined;
+      // Another server on the port: ours could not listen, or will not.
+      if (pid !== proc.pid) throw new PortTaken(`port ${port} answers for another process`);
+      return true;
+    });
+  } catch (e) {
+    if (!exited) proc.kill('SIGKILL');
+    await gone;
+    if (e instanceof PortTaken || /Address already in use/i.test(output)) throw new PortTaken(`${name}: port ${port} taken`, { cause: e });
+    throw new Error(`${name} did not start on port ${port}: ${(e as Error).message}\n${output.trim()}`, { cause: e });
+  }
   return {
     port,
     proc,
@@ -145,7 +212,7 @@ export async function startPersistentRedis(): Promise<PersistentRedis> {
     server: await startProcess(dir, 'aof', lines),
     async restart() {
       await r.server.kill('SIGTERM');
-      r.server = await startProcess(dir, 'aof', lines, false, r.server.port);
+      r.server = await startProcess(dir, 'aof', lines, { port: r.server.port });
     },
     async stop() {
       await r.server.kill();
@@ -211,7 +278,7 @@ export async function startSentinelGroup(o: { downAfterMs?: number; failoverTime
           `sentinel failover-timeout ${name} ${o.failoverTimeoutMs ?? 2_000}`,
           `sentinel parallel-syncs ${name} 1`,
         ],
-        true,
+        { sentinel: true },
       );
       sentinels.push(s);
       started.push(s);
@@ -263,12 +330,14 @@ export async function startRedisCluster(): Promise<RedisClusterProcesses> {
   try {
     for (let i = 0; i < 3; i++) {
       nodes.push(
-        await startProcess(dir, `node-${i}`, [
-          ...NO_PERSISTENCE,
-          'cluster-enabled yes',
-          `cluster-config-file nodes-${i}.conf`,
-          'cluster-node-timeout 2000',
-        ]),
+        await startProcess(
+          dir,
+          `node-${i}`,
+          [...NO_PERSISTENCE, 'cluster-enabled yes', 'cluster-node-timeout 2000'],
+          // The cluster bus on a port of its own (not the port + 10000, which may be past 65535);
+          // a node's file per port, so a start again after a collision begins afresh.
+          { ports: async (port) => [`cluster-config-file nodes-${port}.conf`, `cluster-port ${await freePort()}`] },
+        ),
       );
     }
     const addresses = nodes.map((n) => `127.0.0.1:${n.port}`);

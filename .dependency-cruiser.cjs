@@ -7,7 +7,7 @@ const LAYERS = {
   // primitives
   version: [],
   http: [],
-  observability: ['version'],
+  observability: ['http', 'version'],
   config: ['http', 'version'],
   cache: [],
   // the upstream: its client, answers, users and feature levels

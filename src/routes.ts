@@ -1,4 +1,5 @@
 import type { Handler } from './context.js';
+import { API_PREFIXES, API_ROUTES, interceptOf, type InterceptName } from './http/api-routes.js';
 import { presenceHandler } from './presence/handler.js';
 import { registerHandler } from './register/handler.js';
 import { ownProfileHandler } from './profile/handler.js';
@@ -14,73 +15,35 @@ import { serverSettingsHandler } from './server-settings.js';
 export const OWN_PATHS = ['/healthz', '/readyz', '/metrics'] as const;
 export type OwnPath = (typeof OWN_PATHS)[number];
 
+/** The handler of each endpoint the shim answers itself (http/api-routes.ts names them). */
+const HANDLERS: Readonly<Record<InterceptName, Handler>> = {
+  serverSettings: serverSettingsHandler,
+  presence: presenceHandler,
+  register: registerHandler,
+  ownProfile: ownProfileHandler,
+  users: usersHandler,
+  user: userHandler,
+};
+
 /**
- * The intercepted endpoints: method + path (no query). A `{name}` segment matches any one
- * non-empty segment; an exact path wins over a pattern. Everything not listed here, and not
- * one of the shim's own paths, is passed through (T1).
+ * The intercepted endpoints as `METHOD /prefix/path` → handler, read from the one route table
+ * (API_ROUTES). Everything not listed here, and not one of the shim's own paths, is passed
+ * through (T1).
  */
-export const INTERCEPTED: ReadonlyMap<string, Handler> = new Map<string, Handler>([
-  ['GET /api/v1/server_settings', serverSettingsHandler],
-  ['POST /api/v1/users/me/presence', presenceHandler],
-  ['POST /json/users/me/presence', presenceHandler],
-  ['POST /api/v1/register', registerHandler],
-  ['POST /json/register', registerHandler],
-  ['GET /api/v1/users/me', ownProfileHandler],
-  // V1: the user object wherever one appears, under both prefixes.
-  ['GET /json/users/me', ownProfileHandler],
-  ['GET /api/v1/users', usersHandler],
-  ['GET /json/users', usersHandler],
-  ['GET /api/v1/users/{user_id_or_email}', userHandler],
-  ['GET /json/users/{user_id_or_email}', userHandler],
-]);
+export const INTERCEPTED: ReadonlyMap<string, Handler> = new Map(
+  API_ROUTES.flatMap((route) =>
+    Object.entries(route.intercept ?? {}).flatMap(([method, name]) =>
+      (route.prefixes ?? API_PREFIXES).map((prefix): [string, Handler] => [`${method} ${prefix}${route.path}`, HANDLERS[name]]),
+    ),
+  ),
+);
 
 export type Route =
   | { kind: 'own'; path: OwnPath }
   | { kind: 'intercepted'; path: string; handler: Handler }
   | { kind: 'upstream'; path: string };
 
-interface Pattern {
-  /** The literal text before the first `{name}` segment: a path that lacks it cannot match. */
-  prefix: string;
-  /** Segments after the leading `/`; undefined stands for a `{name}` segment. */
-  segments: Array<string | undefined>;
-  handler: Handler;
-}
-
-interface Compiled {
-  /** By method, then exact path. */
-  exact: Map<string, Map<string, Handler>>;
-  /** By method. */
-  patterns: Map<string, Pattern[]>;
-}
-
-function compile(table: ReadonlyMap<string, Handler>): Compiled {
-  const exact = new Map<string, Map<string, Handler>>();
-  const patterns = new Map<string, Pattern[]>();
-  for (const [key, handler] of table) {
-    const [method, path] = key.split(' ') as [string, string];
-    const brace = path.indexOf('{');
-    if (brace < 0) {
-      if (!exact.has(method)) exact.set(method, new Map());
-      exact.get(method)!.set(path, handler);
-      continue;
-    }
-    if (!patterns.has(method)) patterns.set(method, []);
-    patterns.get(method)!.push({
-      prefix: path.slice(0, brace),
-      segments: path
-        .slice(1)
-        .split('/')
-        .map((s) => (/^\{\w+\}$/.test(s) ? undefined : s)),
-      handler,
-    });
-  }
-  return { exact, patterns };
-}
-
-const compiled = compile(INTERCEPTED);
 const OWN: ReadonlySet<string> = new Set(OWN_PATHS);
-const NO_PATTERNS: readonly Pattern[] = [];
 
 /**
  * The route of a request: its method and its request target as sent. Runs on every request, so
@@ -89,25 +52,8 @@ const NO_PATTERNS: readonly Pattern[] = [];
 export function routeOf(method: string | undefined, target: string | undefined): Route {
   const path = routingPath(target ?? '/');
   if (OWN.has(path)) return { kind: 'own', path: path as OwnPath };
-  const exact = compiled.exact.get(method ?? '')?.get(path);
-  if (exact) return { kind: 'intercepted', path, handler: exact };
-  let segments: string[] | undefined;
-  for (const p of compiled.patterns.get(method ?? '') ?? NO_PATTERNS) {
-    if (!path.startsWith(p.prefix)) continue;
-    segments ??= path.slice(1).split('/');
-    if (matches(p.segments, segments)) return { kind: 'intercepted', path, handler: p.handler };
-  }
-  return { kind: 'upstream', path };
-}
-
-/** Does a path's segments fit a pattern's (undefined: any one non-empty segment)? */
-function matches(pattern: ReadonlyArray<string | undefined>, segments: readonly string[]): boolean {
-  if (pattern.length !== segments.length) return false;
-  for (let i = 0; i < pattern.length; i++) {
-    const want = pattern[i];
-    if (want === undefined ? segments[i] === '' : want !== segments[i]) return false;
-  }
-  return true;
+  const name = interceptOf(method ?? '', path);
+  return name ? { kind: 'intercepted', path, handler: HANDLERS[name] } : { kind: 'upstream', path };
 }
 
 /**

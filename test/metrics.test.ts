@@ -4,7 +4,7 @@ import { resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import request from 'supertest';
 import { createMetrics, EVENT_LOOP_SAMPLE_MS } from '../src/observability/metrics.js';
-import { routeLabel } from '../src/observability/route-label.js';
+import { routeLabel } from '../src/http/api-routes.js';
 import { upstreamObserver } from '../src/observability/upstream-metrics.js';
 import { VERSION } from '../src/version.js';
 import { startFake, type FakeZulip } from './support/fake-zulip.js';

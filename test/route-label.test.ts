@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { ROUTE_LABELS, routeLabel, statusLabel } from '../src/observability/route-label.js';
+import { ROUTE_LABELS, routeLabel } from '../src/http/api-routes.js';
+import { statusLabel } from '../src/observability/route-label.js';
 
 /**
  * The route and status labels of the metrics: a fixed, small set whatever paths and statuses

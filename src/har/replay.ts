@@ -2,7 +2,7 @@ import http, { type IncomingMessage, type ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { readUpTo } from '../http/body.js';
 import { endSocketWithShimError, ReplayMissError, sendShimError } from '../http/errors.js';
-import { LONG_POLL_PATH } from '../upstream/transport.js';
+import { isLongPoll } from '../http/api-routes.js';
 import type { Logger } from '../observability/logger.js';
 import { loadHar, type Recorded } from './load.js';
 import { matchOf } from './match.js';
@@ -115,8 +115,7 @@ export async function startReplay(o: ReplayOptions): Promise<Replay> {
     const r = q.entries[Math.min(q.next, q.entries.length - 1)]!;
     q.next++;
     o.log.debug({ entry: r.index, repeat }, 'replayed');
-    const wait =
-      repeat && method === 'GET' && LONG_POLL_PATH.test(new URL(url, 'http://x').pathname) ? Math.min(r.time, LONG_POLL_CAP_MS) : 0;
+    const wait = repeat && isLongPoll(method, new URL(url, 'http://x').pathname) ? Math.min(r.time, LONG_POLL_CAP_MS) : 0;
     if (wait < 1) return send(res, method, r);
     const t = setTimeout(() => {
       timers.delete(t);

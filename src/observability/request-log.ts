@@ -5,7 +5,8 @@ import { pino } from 'pino';
 import { factsOf } from './request-facts.js';
 import { loggablePath, type Logger } from './logger.js';
 import type { Metrics } from './metrics.js';
-import { METHOD_LABELS, routeLabel, statusLabel, type RouteLabel } from './route-label.js';
+import { routeLabel, type RouteLabel } from '../http/api-routes.js';
+import { METHOD_LABELS, statusLabel } from './route-label.js';
 import { deferredCounter, LabelChildren } from './upstream-metrics.js';
 
 const REQUEST_ID = /^[\w.:-]{1,128}$/;

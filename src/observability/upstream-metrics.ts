@@ -1,6 +1,7 @@
 import type { Counter } from 'prom-client';
 import type { Metrics } from './metrics.js';
-import { statusLabel, type RouteLabel } from './route-label.js';
+import type { RouteLabel } from '../http/api-routes.js';
+import { statusLabel } from './route-label.js';
 
 /**
  * The metrics hook of both upstream paths (the pass-through and the shim's own calls): one call

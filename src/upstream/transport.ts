@@ -2,7 +2,7 @@ import type { IncomingHttpHeaders } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { Client, Pool, errors as undiciErrors, type Dispatcher } from 'undici';
 import { ShimError, UpstreamTimeoutError, upstreamBadResponse, upstreamUnavailable } from '../http/errors.js';
-import { routeLabel, type RouteLabel } from '../observability/route-label.js';
+import { isLongPoll, routeLabel, type RouteLabel } from '../http/api-routes.js';
 import type { UpstreamObserver } from '../observability/upstream-metrics.js';
 
 /**
@@ -65,11 +65,6 @@ export interface Transport {
 
 /** Idle upstream connections are kept this long (below a typical upstream nginx's 75 s). */
 const KEEP_ALIVE_MS = 30_000;
-
-/** Zulip's long poll: each connected client holds one, ~90 s at a time. The one pattern for it. */
-export const LONG_POLL_PATH = /^\/(?:api\/v1|json)\/events(?:\?|$)/;
-
-const isLongPoll = (method: string, path: string): boolean => method === 'GET' && LONG_POLL_PATH.test(path);
 
 /** X5: only these may be sent twice (RFC 9110 §9.2.2 safe methods; nginx's non-idempotent rule). */
 const SAFE_METHODS: ReadonlySet<string> = new Set(['GET', 'HEAD', 'OPTIONS']);

@@ -1,0 +1,115 @@
+import type { ApiPrefix } from './api-prefix.js';
+
+/**
+ * The one table of the Zulip API paths the shim knows: each route's metric label, whether the
+ * shim takes it (and by which handler, bound by name in routes.ts), and whether it is a long
+ * poll (its own upstream pool, T1). Everything not here is passed through under `other`.
+ */
+
+/** The `route` label of request and upstream metrics: a small fixed set, never a raw path. */
+export const ROUTE_LABELS = [
+  'events',
+  'messages',
+  'register',
+  'presence',
+  'users_me',
+  'users',
+  'user',
+  'server_settings',
+  'other',
+] as const;
+export type RouteLabel = (typeof ROUTE_LABELS)[number];
+
+/** The endpoints the shim answers itself; routes.ts binds each to its handler. */
+export type InterceptName = 'serverSettings' | 'presence' | 'register' | 'ownProfile' | 'users' | 'user';
+
+export interface ApiRoute {
+  /** The path after the prefix; a `{name}` segment matches any one non-empty segment. */
+  path: string;
+  /** Paths below this one (`/messages/123/reactions`) take the same label, not intercepted. */
+  andBelow?: boolean;
+  label: RouteLabel;
+  /** Intercepted: by method, the handler's name. */
+  intercept?: Partial<Record<'GET' | 'POST', InterceptName>>;
+  /** Intercepted only under these prefixes (default: both). */
+  prefixes?: readonly ApiPrefix[];
+  /** GET on it is a long poll (held up to ~90 s by the upstream). */
+  longPoll?: boolean;
+}
+
+export const API_ROUTES: readonly ApiRoute[] = [
+  // Only the API prefix: /json/server_settings does not exist.
+  { path: '/server_settings', label: 'server_settings', intercept: { GET: 'serverSettings' }, prefixes: ['/api/v1'] },
+  { path: '/users/me/presence', label: 'presence', intercept: { POST: 'presence' } },
+  { path: '/register', label: 'register', intercept: { POST: 'register' } },
+  // V1: the user object wherever one appears, under both prefixes.
+  { path: '/users/me', label: 'users_me', intercept: { GET: 'ownProfile' } },
+  { path: '/users', label: 'users', intercept: { GET: 'users' } },
+  { path: '/users/{user_id_or_email}', label: 'user', intercept: { GET: 'user' } },
+  { path: '/events', label: 'events', longPoll: true },
+  { path: '/messages', label: 'messages', andBelow: true },
+];
+
+export const API_PREFIXES: readonly ApiPrefix[] = ['/api/v1', '/json'];
+
+interface Match {
+  route: ApiRoute;
+  prefix: ApiPrefix;
+}
+
+/** Segments after the leading `/`; undefined stands for a `{name}` segment. */
+const segmentsOf = (path: string) =>
+  path
+    .slice(1)
+    .split('/')
+    .map((s) => (/^\{\w+\}$/.test(s) ? undefined : s));
+
+const EXACT = new Map<string, ApiRoute>();
+const PATTERNS: Array<{ route: ApiRoute; segments: Array<string | undefined> }> = [];
+const BELOW: ApiRoute[] = [];
+for (const route of API_ROUTES) {
+  if (route.path.includes('{')) PATTERNS.push({ route, segments: segmentsOf(route.path) });
+  else EXACT.set(route.path, route);
+  if (route.andBelow) BELOW.push(route);
+}
+
+/**
+ * The route of a path (no query), and the prefix it came under; undefined for a path outside
+ * the API or not in the table. Runs on every request: a map lookup for most paths.
+ */
+export function apiRouteOf(path: string): Match | undefined {
+  const prefix = path.startsWith('/api/v1/') ? '/api/v1' : path.startsWith('/json/') ? '/json' : undefined;
+  if (!prefix) return undefined;
+  const rest = path.slice(prefix.length);
+  const exact = EXACT.get(rest);
+  if (exact) return { route: exact, prefix };
+  let segments: string[] | undefined;
+  for (const p of PATTERNS) {
+    segments ??= rest.slice(1).split('/');
+    if (p.segments.length === segments.length && p.segments.every((s, i) => (s === undefined ? segments![i] !== '' : s === segments![i]))) {
+      return { route: p.route, prefix };
+    }
+  }
+  for (const route of BELOW) if (rest.startsWith(`${route.path}/`)) return { route, prefix };
+  return undefined;
+}
+
+/** The endpoint the shim answers itself for this method and path, if any. */
+export function interceptOf(method: string, path: string): InterceptName | undefined {
+  const m = apiRouteOf(path);
+  if (!m || (m.route.prefixes && !m.route.prefixes.includes(m.prefix))) return undefined;
+  return m.route.intercept?.[method as 'GET' | 'POST'];
+}
+
+/** Maps a request path (query allowed) to its route label. */
+export function routeLabel(url: string): RouteLabel {
+  const q = url.indexOf('?');
+  return apiRouteOf(q < 0 ? url : url.slice(0, q))?.route.label ?? 'other';
+}
+
+/** Whether an upstream request is a long poll (its own pool). */
+export function isLongPoll(method: string, url: string): boolean {
+  if (method !== 'GET') return false;
+  const q = url.indexOf('?');
+  return apiRouteOf(q < 0 ? url : url.slice(0, q))?.route.longPoll === true;
+}

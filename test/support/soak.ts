@@ -66,6 +66,8 @@ export interface SoakReport {
   sampleMismatches: string[];
   logLines: number;
   warnLines: number;
+  /** The distinct messages of warn lines (up to 10), each with how often it was logged. */
+  warnMessages: Record<string, number>;
   /** Log lines at error or above, and any that showed a credential. */
   logProblems: string[];
 }
@@ -127,13 +129,18 @@ export async function runSoak(o: SoakOptions): Promise<SoakReport> {
   // and a sample of them searched for credentials).
   let logLines = 0;
   let warnLines = 0;
+  const warnMessages: Record<string, number> = {};
   const logProblems: string[] = [];
   const sink = new Writable({
     write(chunk, _enc, cb) {
       logLines++;
       const line = String(chunk);
       const level = Number(/"level":(\d+)/.exec(line)?.[1] ?? 0);
-      if (level >= 40) warnLines++;
+      if (level >= 40) {
+        warnLines++;
+        const msg = /"msg":"((?:[^"\\]|\\.)*)"/.exec(line)?.[1] ?? '?';
+        if (msg in warnMessages || Object.keys(warnMessages).length < 10) warnMessages[msg] = (warnMessages[msg] ?? 0) + 1;
+      }
       if (level >= 40 || logLines % 50 === 0) {
         const secret = findSecret(line);
         if (secret) logProblems.push(`credential in a log line: ${secret}`);
@@ -326,6 +333,7 @@ export async function runSoak(o: SoakOptions): Promise<SoakReport> {
     sampleMismatches,
     logLines,
     warnLines,
+    warnMessages,
     logProblems,
   };
 }
@@ -344,6 +352,7 @@ export function describeSoak(r: SoakReport): string {
     ...(r.rssCurveMiB.length > 1 ? [`  RSS MiB at the end of each minute: ${r.rssCurveMiB.join(' ')}`] : []),
     `  sampled clients off the upstream's data after the quiet period: ${r.sampleMismatches.length}`,
     `  log lines: ${r.logLines} (${r.warnLines} at warn); at error or above, or with a credential: ${r.logProblems.length}`,
+    ...Object.entries(r.warnMessages).map(([msg, n]) => `    warn ×${n}: ${msg.slice(0, 160)}`),
   ];
   return lines.join('\n');
 }

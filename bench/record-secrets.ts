@@ -1,19 +1,19 @@
-import { mkdtempSync, rmSync, statSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { Pool } from 'undici';
-import { spawnChild } from './children.js';
+import { shippedCli, spawnChild, startCli } from './children.js';
 import { send, type Req } from './load.js';
-import { emailOf, PRESENCE_PATH } from './synthetic-upstream.js';
+import { emailOf, PRESENCE_PATH, SMALL_PATH } from './synthetic-upstream.js';
 
 /**
  * X2/X8's recording figure: `npm run bench -- record-secrets [--requests 10000] [--users 3000]`.
  * A recording shim in front of a synthetic 2.1 realm gets `requests` requests, 4 at a time,
- * each with credentials of its own (a client spraying secrets): presence polls and own-profile
- * requests in turn. Prints the request rate of each tenth of the run (the first and the last
+ * each with credentials of its own (a client spraying secrets): presence polls and passed-through
+ * GETs in turn. Prints the request rate of each tenth of the run (the first and the last
  * compared: the redactor must not slow down as secrets accumulate), the shim's RSS along the
- * way, and the HAR's size.
+ * way (the shipped CLI, in a process of its own), and the HAR's size.
  */
 
 const { values } = parseArgs({
@@ -28,14 +28,17 @@ const concurrency = Number(values.concurrency ?? 4);
 const dir = mkdtempSync(join(tmpdir(), 'record-secrets-'));
 const har = join(dir, 'run.har');
 const upstream = await spawnChild('upstream-process.ts', ['2.1', String(users), '0.02', '60000']);
-const shim = await spawnChild('shim-process.ts', [upstream.url, '5000', 'warn'], { env: { BENCH_SHIM_ARGS: `--record ${har}` } });
+// The shipped CLI: recording is set up there (a recorder standing in for the upstream).
+const shim = await startCli(shippedCli(), upstream.url, { dir, args: ['--record', har, '--access-log', 'off'] });
 const pool = new Pool(shim.url, { connections: concurrency, pipelining: 1 });
-const rssMiB = async () => ((await shim.call<{ rss: number }>('memory', { gc: false })).rss / 2 ** 20).toFixed(0);
+/** The shim process's resident memory (Linux: /proc). */
+const rssMiB = async () => (Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${shim.pid}/status`, 'utf8'))?.[1] ?? 0) / 1024).toFixed(0);
 
 const slices: { rps: number; rss: string }[] = [];
 const slice = Math.max(1, Math.floor(total / 10));
 let next = 0;
 let errors = 0;
+const statuses = new Map<string, number>();
 let rssPeak = 0;
 const started = performance.now();
 let sliceStart = started;
@@ -53,10 +56,14 @@ await Promise.all(
               headers: { authorization: auth, host: 'bench.test', 'content-type': 'application/x-www-form-urlencoded' },
               body: 'status=active&last_update_id=-1',
             }
-          : { method: 'GET', path: '/api/v1/users/me', headers: { authorization: auth, host: 'bench.test' } };
+          : { method: 'GET', path: SMALL_PATH, headers: { authorization: auth, host: 'bench.test' } };
       try {
         const s = await send(pool, r);
-        if (s.status !== 200) errors++;
+        if (s.status !== 200) {
+          errors++;
+          const key = `${r.method} ${r.path} → ${s.status}`;
+          statuses.set(key, (statuses.get(key) ?? 0) + 1);
+        }
       } catch {
         errors++;
       }
@@ -72,7 +79,7 @@ await Promise.all(
 );
 const seconds = (performance.now() - started) / 1000;
 await pool.close();
-await shim.stop(); // the HAR is complete once the shim has stopped
+await shim.stop(); // the HAR is complete once the shim has stopped (SIGTERM: drained, written)
 const harMiB = (statSync(har).size / 2 ** 20).toFixed(1);
 await upstream.stop();
 rmSync(dir, { recursive: true, force: true });
@@ -83,5 +90,6 @@ process.stdout.write(
   `record-secrets: ${total} requests, each with its own credentials, ${concurrency} at a time, against a ${users}-user 2.1 realm, recorded (${seconds.toFixed(0)} s, ${errors} errors, HAR ${harMiB} MiB)\n` +
     `req/s by tenth: ${slices.map((s) => s.rps.toFixed(0)).join(', ')}\n` +
     `RSS MiB by tenth: ${slices.map((s) => s.rss).join(', ')} (peak ${rssPeak})\n` +
+    (statuses.size ? `not 200: ${[...statuses].map(([k, n]) => `${k} ×${n}`).join(', ')}\n` : '') +
     `last tenth / first tenth: ${(last.rps / first.rps).toFixed(2)}× (target: no slower as secrets accumulate)\n`,
 );

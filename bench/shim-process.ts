@@ -11,17 +11,15 @@ import { serveParent } from './children.js';
  * The shim in a process of its own, started with createShim as the CLI would, and reporting
  * its own measurements over IPC: event-loop delay, CPU time, memory (after a GC when the
  * process runs with --expose-gc).
- * argv: upstreamUrl coalesceMs logLevel [redisUrl keyPrefix]; BENCH_SHIM_ARGS: more options
+ * argv: upstreamUrl coalesceMs logLevel [redisUrl keyPrefix]
  */
 
 // As the CLI starts a shim process.
 tuneRuntime();
 const [upstream = '', coalesceMs = '5000', logLevel = 'info', redisUrl, keyPrefix] = process.argv.slice(2);
 const redisArgs = redisUrl ? ['--redis', redisUrl] : [];
-// BENCH_SHIM_ARGS: more command-line options, space-separated (e.g. `--record /tmp/x.har`).
-const extraArgs = (process.env.BENCH_SHIM_ARGS ?? '').split(' ').filter(Boolean);
 const { config } = loadConfig(
-  ['--upstream', upstream, '--port', '0', '--coalesce-ms', coalesceMs, '--log-level', logLevel, ...redisArgs, ...extraArgs],
+  ['--upstream', upstream, '--port', '0', '--coalesce-ms', coalesceMs, '--log-level', logLevel, ...redisArgs],
   {},
 );
 if (keyPrefix) config.store.keyPrefix = keyPrefix;

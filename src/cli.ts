@@ -5,7 +5,17 @@ import http from 'node:http';
 import { basename, dirname, extname, join, resolve } from 'node:path';
 import { answerMetricsRequests, clusterMetricsText, exitWorker, isWorker, reportFailure, runPrimary } from './cluster.js';
 import { oneLine, probeStore, probeUpstream, warnAtStartup, type Probe } from './checks.js';
-import { ConfigError, envNearMisses, infoRequest, loadConfig, namedKey, USAGE, workerCount, type Config } from './config.js';
+import {
+  ConfigError,
+  envNearMisses,
+  infoRequest,
+  loadConfig,
+  namedKey,
+  parseListenAddress,
+  USAGE,
+  workerCount,
+  type Config,
+} from './config.js';
 import { PROJECT_ROOT } from './version.js';
 import { createLogger, type Logger } from './observability/logger.js';
 import { loggableUrl, logStartup } from './observability/startup.js';
@@ -107,12 +117,15 @@ function setAsideRecording(file: string, key: string): string | undefined {
   }
 }
 
-/** Why listening failed, in one line that names the key and where its value came from (X9). */
-function listenFailure(e: unknown, config: Config, sources: ReadonlyMap<string, string>): ConfigError | undefined {
+/**
+ * Why listening failed, in one line that names the key and where its value came from: the
+ * public listener's (`server.port`, `server.host`) or, with `admin`, `server.adminListen`.
+ */
+function listenFailure(e: unknown, config: Config, sources: ReadonlyMap<string, string>, admin = false): ConfigError | undefined {
   const code = (e as NodeJS.ErrnoException).code;
-  const { port, host } = config.server;
-  const portKey = namedKey('server.port', sources, 'default');
-  const hostKey = namedKey('server.host', sources, 'default');
+  const { port, host } = admin && config.server.adminListen ? parseListenAddress(config.server.adminListen) : config.server;
+  const portKey = namedKey(admin ? 'server.adminListen' : 'server.port', sources, 'default');
+  const hostKey = admin ? portKey : namedKey('server.host', sources, 'default');
   switch (code) {
     case 'EADDRINUSE':
       return new ConfigError(`${portKey}: port ${port} on ${host} is already in use`);
@@ -214,8 +227,9 @@ function runningShimArgs(): string[] | undefined {
 
 /**
  * `--healthcheck`: asks GET /healthz of the shim this configuration describes (same flags,
- * environment and config file) and exits 0 when it answers 200, 1 otherwise. A listener on every
- * interface is asked on loopback.
+ * environment and config file) and exits 0 when it answers 200, 1 otherwise: on the admin
+ * listener with --admin-listen, else on the public one. A listener on every interface is asked
+ * on loopback.
  */
 async function healthcheck(argv: string[]): Promise<number> {
   const args = argv.filter((a) => a !== '--healthcheck');
@@ -226,8 +240,10 @@ async function healthcheck(argv: string[]): Promise<number> {
     process.stderr.write(`zulip-compat-shim: healthcheck: ${oneLine((e as Error).message)}\n`);
     return 1;
   }
-  const { port } = config.server;
-  const host = config.server.host === '0.0.0.0' ? '127.0.0.1' : config.server.host === '::' ? '::1' : config.server.host;
+  // With --admin-listen, /healthz is answered there only.
+  const at = config.server.adminListen ? parseListenAddress(config.server.adminListen) : config.server;
+  const { port } = at;
+  const host = at.host === '0.0.0.0' ? '127.0.0.1' : at.host === '::' ? '::1' : at.host;
   return new Promise<number>((done) => {
     const req = http.get({ host, port, path: '/healthz', timeout: 4_000 }, (res) => {
       res.resume();
@@ -349,17 +365,22 @@ async function main(argv: string[]): Promise<number> {
   });
   if (isWorker()) answerMetricsRequests(shim.context.metrics.registry);
   let url: string;
+  let adminUrl: string | undefined;
+  let listening = 'public';
   try {
     ({ url } = await shim.listen());
+    listening = 'admin';
+    adminUrl = (await shim.listenAdmin())?.url;
   } catch (e) {
-    const failure = listenFailure(e, config, sources);
+    const failure = listenFailure(e, config, sources, listening === 'admin');
     if (!failure) throw e;
     await shim.close().then(() => upstream.close());
     return configFailure(failure);
   }
   if (upstream.announce) process.stdout.write(upstream.announce(url));
   // Not awaited: the line waits briefly for the upstream's feature level while serving goes on.
-  void logStartup(log, { version: VERSION, upstream: upstream.describe, store: shim.context.store.kind, listen: url }, () =>
+  const facts = { version: VERSION, upstream: upstream.describe, store: shim.context.store.kind, listen: url };
+  void logStartup(log, { ...facts, ...(adminUrl ? { admin: adminUrl } : {}) }, () =>
     shim.context.featureLevels.featureLevel(realmOf(upstream.upstreamId, {})),
   );
   // What --check would fail on, one warning each; not awaited: serving goes on. A cluster's

@@ -54,6 +54,18 @@ const hostPattern = z
     message: 'must be host names, optionally starting with *. (e.g. chat.example.com,*.example.org)',
   });
 
+/**
+ * `HOST:PORT` of a listener (IPv6 in brackets: `[::1]:9993`); port 0 picks a free one. Throws
+ * an Error saying what is wrong.
+ */
+export function parseListenAddress(text: string): { host: string; port: number } {
+  const m = /^(?:\[([0-9a-fA-F:.]+)\]|([^:[\]\s]+)):(\d{1,5})$/.exec(text.trim());
+  if (!m) throw new Error(`must be HOST:PORT, e.g. 127.0.0.1:9993 or [::1]:9993 (got ${JSON.stringify(text)})`);
+  const port = Number(m[3]);
+  if (port > 65535) throw new Error(`the port must be 0 to 65535 (got ${port})`);
+  return { host: (m[1] ?? m[2])!, port };
+}
+
 /** host and port of a Redis server or Sentinel. */
 export interface RedisNode {
   host: string;
@@ -133,6 +145,19 @@ export const configSchema = z
         .array(z.string().refine((s) => parseCidr(s) !== undefined, 'must be IP addresses or CIDR ranges (10.0.0.0/8, fd00::/8)'))
         .describe(
           "Peers (addresses or CIDR ranges) whose X-Forwarded-Host and X-Forwarded-Proto are kept; anyone else's are replaced by the shim's own view (X4). Empty: none.",
+        ),
+      adminListen: z
+        .string()
+        .superRefine((s, ctx) => {
+          try {
+            parseListenAddress(s);
+          } catch (e) {
+            ctx.addIssue({ code: 'custom', message: (e as Error).message });
+          }
+        })
+        .optional()
+        .describe(
+          'HOST:PORT of a second listener for /healthz, /readyz and /metrics (e.g. 127.0.0.1:9993); the public port then answers those paths with a 404. Absent: they are answered on the public port. With several workers, they share it as they share the public port.',
         ),
       workers: z
         .preprocess(
@@ -297,6 +322,7 @@ export const SETTINGS: Setting[] = [
   { flag: 'realm-hosts', env: 'REALM_HOSTS', path: ['server', 'realmHosts'], kind: 'list' },
   { flag: 'trust-proxy', env: 'TRUST_PROXY', path: ['server', 'trustProxy'], kind: 'list' },
   { flag: 'workers', env: 'WORKERS', path: ['server', 'workers'], kind: 'string' },
+  { flag: 'admin-listen', env: 'ADMIN_LISTEN', path: ['server', 'adminListen'], kind: 'string' },
 ];
 
 /** Config keys holding file paths: in a config file they are relative to that file's directory. */
@@ -512,6 +538,7 @@ export const USAGE = `Usage: zulip-compat-shim [options]
   --realm-hosts LIST        admit only these Host names (*. wildcards)    [REALM_HOSTS]
   --trust-proxy CIDRS       keep X-Forwarded-Host/Proto from these peers  [TRUST_PROXY]
   --workers N|auto          processes serving the port (needs Redis)      [WORKERS]
+  --admin-listen HOST:PORT  serve /healthz, /readyz, /metrics there only  [ADMIN_LISTEN]
   --healthcheck             ask GET /healthz of the shim so configured: exit 0 or 1
   --check                   check the configuration, the upstream and the store, say
                             what was found, and exit: 0 when all answer, 2 when not

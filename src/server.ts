@@ -1,7 +1,7 @@
 import http, { STATUS_CODES, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
-import type { Config } from './config.js';
+import { parseListenAddress, type Config } from './config.js';
 import type { Handler, ShimContext } from './context.js';
 import {
   BadRequestError,
@@ -79,6 +79,13 @@ export interface Shim {
    */
   reload(next: Config): { applied: string[]; kept: string[] };
   listen(port?: number, host?: string): Promise<{ port: number; url: string }>;
+  /**
+   * With `server.adminListen`: the listener that answers the shim's own paths (/healthz, /readyz,
+   * /metrics) and nothing else; the public one then answers them with a 404. Undefined without.
+   */
+  adminServer?: http.Server;
+  /** Opens the admin listener (at `server.adminListen`, or where given); undefined without one. */
+  listenAdmin(port?: number, host?: string): Promise<{ port: number; url: string } | undefined>;
   /** Graceful stop: no new connections, in-flight requests get shutdownGraceMs. */
   close(): Promise<void>;
 }
@@ -118,6 +125,7 @@ const FINAL_CLOSE_MS = 1_000;
 
 const missingHost = () => badRequest('Missing Host header: the Zulip organization is chosen by it');
 const unknownRealm = () => badRequest('This server hosts no Zulip organization by that Host name');
+const notFound = () => new BadRequestError('Not Found', 404);
 const shuttingDown = () => new ShimError(503, 'UPSTREAM_UNAVAILABLE', 'zulip-compat-shim is restarting; try again');
 
 /**
@@ -334,16 +342,18 @@ export function createShim(o: ShimOptions): Shim {
       }
       distrustForwarded(req, trustedProxies); // X4, before anything reads them
       const route = routeOf(req.method, req.url);
+      // With --admin-listen, the shim's own paths are answered on that listener only.
+      const own = route.kind === 'own' && !admin;
       // X11: a connection past the cap gets one answer, then closes: its own paths answered
       // (a probe tells a busy shim from a dead one), anything else a 503 with Retry-After.
       if (cap.overCap(req.socket)) {
         res.shouldKeepAlive = false;
-        if (route.kind !== 'own') {
+        if (!own) {
           sendShimError(res, new TooManyConnectionsError(), OVER_CAP_HEADERS);
           return;
         }
       }
-      const logged = logRequest(req, res, route.path, route.kind === 'own');
+      const logged = logRequest(req, res, route.path, own);
       let exchange: Exchange | undefined;
       // The one listener for all that ends with the answer: the drain list, the log line and
       // metrics, and a pass-through's upstream request.
@@ -353,7 +363,7 @@ export function createShim(o: ShimOptions): Shim {
         logged.closed();
         exchange?.closed();
       });
-      const gate = route.kind === 'own' ? undefined : refusal(req);
+      const gate = own ? undefined : refusal(req);
       if (route.kind === 'upstream' && !gate) {
         // The pass-through writes the request id into its one answer head.
         const x = passThrough.web(req, res, logged);
@@ -363,12 +373,17 @@ export function createShim(o: ShimOptions): Shim {
       }
       // Every answer the shim writes itself carries the request id.
       res.setHeader('x-request-id', logged.requestId);
-      if (route.kind === 'own') {
+      if (route.kind === 'own' && own) {
         void serveOwn(route.path, req, res);
         return;
       }
       if (gate) {
         sendShimError(res, gate, req.headers.host ? {} : { connection: 'close' });
+        return;
+      }
+      if (route.kind === 'own') {
+        // Served on the admin listener: here a Zulip-shaped 404 (Zulip has no such path), no upstream call.
+        sendShimError(res, notFound());
         return;
       }
       if (route.kind === 'intercepted') {
@@ -385,6 +400,21 @@ export function createShim(o: ShimOptions): Shim {
     }
   };
   const server = http.createServer({ requireHostHeader: false }, onRequest);
+  /** --admin-listen: the shim's own paths only, on a listener of their own; anything else a 404. */
+  const onAdminRequest = (req: IncomingMessage, res: ServerResponse) => {
+    try {
+      const route = routeOf(req.method, req.url);
+      const logged = logRequest(req, res, route.path, true);
+      res.on('close', () => logged.closed());
+      res.setHeader('x-request-id', logged.requestId);
+      if (route.kind === 'own') void serveOwn(route.path, req, res);
+      else sendShimError(res, notFound());
+    } catch (e) {
+      log.error({ err: e }, 'unexpected error routing a request on the admin listener');
+      sendShimError(res, toShimError(e));
+    }
+  };
+  const admin = config.server.adminListen ? http.createServer({ requireHostHeader: false }, onAdminRequest) : undefined;
   server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
     if (cap.overCap(socket)) {
       socket.on('error', () => socket.destroy());
@@ -467,6 +497,12 @@ export function createShim(o: ShimOptions): Shim {
     listen(port = config.server.port, host = config.server.host) {
       return listen(server, port, host);
     },
+    ...(admin ? { adminServer: admin } : {}),
+    async listenAdmin(port?: number, host?: string) {
+      if (!admin || !config.server.adminListen) return undefined;
+      const at = parseListenAddress(config.server.adminListen);
+      return listen(admin, port ?? at.port, host ?? at.host);
+    },
     close() {
       if (closing) return closing;
       const drainEnds = Date.now() + config.server.shutdownGraceMs;
@@ -482,19 +518,31 @@ export function createShim(o: ShimOptions): Shim {
           // WebSocket tunnels are dropped now. (The shared transport is closed after the server,
           // below: client.destroy() would be a no-op here, the client does not own it.)
           void passThrough.close();
-          setTimeout(() => server.closeAllConnections(), FINAL_CLOSE_MS).unref();
+          setTimeout(() => {
+            server.closeAllConnections();
+            admin?.closeAllConnections();
+          }, FINAL_CLOSE_MS).unref();
         }, config.server.shutdownGraceMs);
         deadline.unref();
         // A kept-alive connection goes idle when its in-flight request ends: close it then,
         // rather than holding shutdown for the whole grace period.
-        const sweep = setInterval(() => server.closeIdleConnections(), 100);
+        const sweep = setInterval(() => {
+          server.closeIdleConnections();
+          admin?.closeIdleConnections();
+        }, 100);
         sweep.unref();
-        server.close(() => {
+        // The admin listener (if any) stops with the public one; both closed ends the drain.
+        let open = admin?.listening ? 2 : 1;
+        const closed = () => {
+          if (--open > 0) return;
           clearTimeout(deadline);
           clearInterval(sweep);
           resolve();
-        });
+        };
+        server.close(closed);
+        if (admin?.listening) admin.close(closed);
         server.closeIdleConnections();
+        admin?.closeIdleConnections();
       }).then(async () => {
         // A presence refresh whose leader already had its answer (B7) ends within the same deadline.
         await snapshots.settled(drainEnds - Date.now());

@@ -7,6 +7,8 @@ export interface StartupFacts {
   /** `memory` or `redis`. */
   store: string;
   listen: string;
+  /** The admin listener's URL (--admin-listen), if there is one. */
+  admin?: string;
 }
 
 /** How long the start-up line waits for the upstream's feature level before saying "unknown". */
@@ -53,7 +55,14 @@ export async function logStartup(
 ): Promise<void> {
   const level = await featureLevelOrUnknown(featureLevel, waitMs);
   log.info(
-    { version: facts.version, upstream: loggableUrl(facts.upstream), featureLevel: level, store: facts.store, listen: facts.listen },
+    {
+      version: facts.version,
+      upstream: loggableUrl(facts.upstream),
+      featureLevel: level,
+      store: facts.store,
+      listen: facts.listen,
+      ...(facts.admin ? { admin: facts.admin } : {}),
+    },
     'zulip-compat-shim listening',
   );
 }

@@ -71,7 +71,7 @@ async function passThrough(req: IncomingMessage, res: ServerResponse, ctx: Prese
   if (handover) headers['content-type'] = 'application/x-www-form-urlencoded';
   const path = handover?.path ?? req.url ?? '/';
   const body = handover?.body ?? raw;
-  const r = await timedUpstream(req, () => ctx.client.request({ realm, method: 'POST', path, headers, body }));
+  const r = await timedUpstream(req, () => ctx.client.stream({ realm, method: 'POST', path, headers, body }));
   return relay(res, r);
 }
 

@@ -5,7 +5,7 @@ import { sendEncoded } from '../http/compress.js';
 import { errorBody, sendJson } from '../http/errors.js';
 import { isSuccess, relay, relayBuffered, rewrittenHeaders } from '../upstream/relay.js';
 import type { Handler } from '../context.js';
-import { forwardedHeaders, parseJsonObject, readAll, type BufferedResponse } from '../upstream/client.js';
+import { forwardedHeaders, parseJsonObject, type BufferedResponse } from '../upstream/client.js';
 import { realmOf, type Realm } from '../upstream/realm.js';
 import { COMPLETE_FROM_LEVEL, changesAbove, noneAdded, type Added } from './changes/index.js';
 import { addedHeaders, levelOrZero } from './handler.js';
@@ -39,7 +39,7 @@ async function passOn(req: IncomingMessage, res: ServerResponse, ctx: ShimContex
   const headers = forwardedHeaders(req);
   headers['accept-encoding'] = req.headers['accept-encoding'] ?? 'identity';
   facts(req).kind = 'passthrough';
-  const r = await timedUpstream(req, () => ctx.client.request({ realm, method: 'GET', path, headers }));
+  const r = await timedUpstream(req, () => ctx.client.stream({ realm, method: 'GET', path, headers }));
   await relay(res, r);
 }
 
@@ -56,8 +56,7 @@ async function readList(
   path: string,
 ): Promise<BufferedResponse | undefined> {
   // X3: read whole, so the exchange has a total deadline (also when passed on as too large).
-  const deadlineMs = ctx.config.upstream.timeoutMs;
-  const r = await timedUpstream(req, () => ctx.client.request({ realm, method: 'GET', path, headers: forwardedHeaders(req), deadlineMs }));
+  const r = await timedUpstream(req, () => ctx.client.open({ realm, method: 'GET', path, headers: forwardedHeaders(req) }));
   const limit = ctx.client.maxResponseBytes;
   const declared = Number(r.headers['content-length']);
   if (isSuccess(r.status) && declared > limit) {
@@ -69,7 +68,7 @@ async function readList(
     await relay(res, r);
     return undefined;
   }
-  return { status: r.status, headers: r.headers, body: await timedUpstream(req, () => readAll(r.body, limit)) };
+  return { status: r.status, headers: r.headers, body: await timedUpstream(req, () => r.read(limit)) };
 }
 
 function queryOf(url: string): string {

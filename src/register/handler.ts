@@ -3,11 +3,11 @@ import type { ServerResponse } from 'node:http';
 import { pipeline } from 'node:stream/promises';
 import type { Handler } from '../context.js';
 import { facts, timedUpstream } from '../observability/request-facts.js';
-import { type Bounded, parseParams, readBody, readUpTo } from '../http/body.js';
+import { type Bounded, parseParams, readBody } from '../http/body.js';
 import { sendEncoded } from '../http/compress.js';
 import { endToEnd } from '../http/headers.js';
 import { isSuccess, relay, relayBuffered, rewrittenHeaders } from '../upstream/relay.js';
-import { forwardedHeaders, translate, type UpstreamResponse } from '../upstream/client.js';
+import { forwardedHeaders, type UpstreamResponse } from '../upstream/client.js';
 import { FL } from '../upstream/feature-level.js';
 import { realmOf } from '../upstream/realm.js';
 import { limitLegacyHistory, presenceEra } from '../presence/convert.js';
@@ -84,27 +84,22 @@ export const registerHandler: Handler = async (req, res, ctx) => {
     ? parseJsonInt('presence_history_limit_days', params.get('presence_history_limit_days'))
     : undefined;
   if (!withPresence && !withUsers) headers['accept-encoding'] = req.headers['accept-encoding'] ?? 'identity';
-  const r = await timedUpstream(req, () =>
-    ctx.client.request({
-      realm,
-      method: 'POST',
-      path: req.url ?? '/api/v1/register',
-      headers,
-      body,
-      // X3: an answer the shim buffers ends within the deadline; one passed on streams.
-      ...(withPresence || withUsers ? { deadlineMs: ctx.config.upstream.timeoutMs } : {}),
-    }),
-  );
-  if ((!withPresence && !withUsers) || !isSuccess(r.status)) {
+  const call = { realm, method: 'POST' as const, path: req.url ?? '/api/v1/register', headers, body };
+  // X3: an answer the shim reads ends within the deadline; one passed on streams.
+  if (!withPresence && !withUsers) {
+    const streamed = await timedUpstream(req, () => ctx.client.stream(call));
+    f.kind = 'passthrough';
+    return relay(res, streamed);
+  }
+  const r = await timedUpstream(req, () => ctx.client.open(call));
+  if (!isSuccess(r.status)) {
     f.kind = 'passthrough';
     return relay(res, r);
   }
 
-  const limit = ctx.config.upstream.maxResponseBytes;
   // A reset or a silent upstream mid-answer is E2's, not an internal error.
-  const bounded = await readUpTo(r.body, limit).catch((e: unknown) => {
-    throw translate(e);
-  });
+  const limit = ctx.config.upstream.maxResponseBytes;
+  const bounded = await r.readUpTo(limit);
   if (!bounded.complete) {
     ctx.log.warn(
       { realm: realm.host, limit },

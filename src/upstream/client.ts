@@ -21,8 +21,6 @@ export interface UpstreamCall {
   /** End-to-end headers to send (see forwardedHeaders); `host` selects the realm. */
   headers: Record<string, string>;
   body?: string | Buffer;
-  /** X3: a total deadline for the whole exchange (fetch sets upstream.timeoutMs). */
-  deadlineMs?: number;
 }
 
 export interface UpstreamResponse {
@@ -39,6 +37,14 @@ export interface UpstreamHead {
 
 export interface BufferedResponse extends UpstreamHead {
   body: Buffer;
+}
+
+/** An answer of `open`: under its total deadline (X3), read whole or up to a limit. */
+export interface OpenedResponse extends UpstreamResponse {
+  /** The whole body, failing with UPSTREAM_BAD_RESPONSE past `maxBytes` (default upstream.maxResponseBytes). */
+  read(maxBytes?: number): Promise<Buffer>;
+  /** Up to `maxBytes`: all of it (`complete`), or what was read and the rest of the stream. */
+  readUpTo(maxBytes?: number): ReturnType<typeof readUpTo>;
 }
 
 /**
@@ -78,26 +84,37 @@ export class UpstreamClient {
   }
 
   /**
-   * Sends a request; the body is left for the caller to stream or read (the raw bytes as the
-   * upstream sent them). Failures are ShimErrors (E2); `deadlineMs` makes it a buffered
-   * exchange with a total deadline (X3).
+   * Sends a request whose answer is passed on as it streams (T1): no total deadline, only the
+   * upstream's silence timeout; there is no way to read it whole here (X3).
    */
-  async request(call: UpstreamCall): Promise<UpstreamResponse> {
-    const r = await this.transport.dispatcher.request({
-      method: call.method,
-      path: call.path,
-      headers: { ...call.headers, host: call.realm.host || this.targetHost },
-      body: call.body ?? null,
-      ...(call.deadlineMs === undefined ? {} : { deadlineMs: call.deadlineMs }),
-    } as UpstreamDispatchOptions);
-    return { status: r.statusCode, headers: r.headers as IncomingHttpHeaders, body: r.body };
+  async stream(call: UpstreamCall): Promise<UpstreamResponse> {
+    return this.dispatch(call, undefined);
   }
 
   /**
-   * Sends a request and reads the whole body, bounded by maxResponseBytes, within
-   * `upstream.timeoutMs` from start to last byte however slowly it drips (X3): callers waiting
-   * on this promise (a single-flight fetch) are released at that deadline too. Past `maxBytes`
-   * it fails with UpstreamAnswerTooLargeError.
+   * Sends a request whose answer the shim may read whole (`read`, or `readUpTo` to pass on what
+   * is too large): the exchange ends within `upstream.timeoutMs` from its start to its last byte
+   * however slowly the answer drips (X3); past it, the body fails with UPSTREAM_TIMEOUT.
+   */
+  async open(call: UpstreamCall): Promise<OpenedResponse> {
+    const r = await this.dispatch(call, this.options.timeoutMs);
+    return {
+      ...r,
+      read: (maxBytes = this.maxResponseBytes) => readAll(r.body, maxBytes),
+      readUpTo: async (maxBytes = this.maxResponseBytes) => {
+        try {
+          return await readUpTo(r.body, maxBytes);
+        } catch (e) {
+          throw translate(e);
+        }
+      },
+    };
+  }
+
+  /**
+   * Sends a request and reads the whole body, bounded by maxResponseBytes, within the total
+   * deadline (`open`): callers waiting on this promise (a single-flight fetch) are released at
+   * that deadline too. Past `maxBytes` it fails with UpstreamAnswerTooLargeError.
    */
   async fetch(call: UpstreamCall, maxBytes = this.maxResponseBytes): Promise<BufferedResponse> {
     const r = await this.fetchHeadFirst(call, maxBytes);
@@ -106,8 +123,19 @@ export class UpstreamClient {
 
   /** `fetch`, resolved as soon as the head arrived; the body goes on being read meanwhile. */
   async fetchHeadFirst(call: UpstreamCall, maxBytes = this.maxResponseBytes): Promise<ArrivingResponse> {
-    const r = await this.request({ ...call, deadlineMs: call.deadlineMs ?? this.options.timeoutMs });
-    return { status: r.status, headers: r.headers, body: readAll(r.body, maxBytes) };
+    const r = await this.open(call);
+    return { status: r.status, headers: r.headers, body: r.read(maxBytes) };
+  }
+
+  private async dispatch(call: UpstreamCall, deadlineMs: number | undefined): Promise<UpstreamResponse> {
+    const r = await this.transport.dispatcher.request({
+      method: call.method,
+      path: call.path,
+      headers: { ...call.headers, host: call.realm.host || this.targetHost },
+      body: call.body ?? null,
+      ...(deadlineMs === undefined ? {} : { deadlineMs }),
+    } as UpstreamDispatchOptions);
+    return { status: r.statusCode, headers: r.headers as IncomingHttpHeaders, body: r.body };
   }
 
   /** Closes the transport if this client made it (the shim closes the shared one itself). */
@@ -119,7 +147,7 @@ export class UpstreamClient {
 export { translate };
 
 /** Reads an upstream body to the end, failing with UPSTREAM_BAD_RESPONSE past `limit` bytes. */
-export async function readAll(body: Readable, limit: number): Promise<Buffer> {
+async function readAll(body: Readable, limit: number): Promise<Buffer> {
   let read: Awaited<ReturnType<typeof readUpTo>>;
   try {
     read = await readUpTo(body, limit);

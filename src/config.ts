@@ -104,13 +104,19 @@ export const configSchema = z
         .int()
         .min(1)
         .describe(
-          "Kept-alive upstream connections for the shim's own calls, and as many again for passed-through requests (X11: apart, so clients cannot take the shim's); long polls have their own, uncapped.",
+          "Kept-alive upstream connections for the shim's own calls, and as many again for passed-through requests (kept apart, so clients cannot take all of the shim's); long polls have their own, uncapped.",
         ),
       insecureTls: z.boolean().describe('Accept self-signed upstream certificates (logged loudly at start-up).'),
       maxResponseBytes: z.number().int().min(1024).describe('Largest upstream body the shim buffers on an intercepted endpoint.'),
     }),
     replay: z.strictObject({
-      har: z.string().min(1).optional().describe('Serve a recorded HAR as the upstream instead (H2).'),
+      har: z
+        .string()
+        .min(1)
+        .optional()
+        .describe(
+          'Serve a recorded HAR file as the upstream instead: each request gets the answer recorded for it, a request without one a 502 REPLAY_MISS (H2).',
+        ),
       strict: z.boolean().describe('A replay miss also fails the process at shutdown (exit code 1).'),
       demo: z.boolean().describe('Replay the bundled recording of a Zulip 2.1 server (what `npm start` does).'),
     }),
@@ -119,7 +125,9 @@ export const configSchema = z
         .string()
         .min(1)
         .optional()
-        .describe('Write every upstream exchange to this HAR, redacted (H1). An existing file is moved aside, never overwritten.'),
+        .describe(
+          'Write every upstream exchange to this HAR file, with credentials (Authorization, cookies, API keys, passwords) replaced by placeholders (H1). An existing file is moved aside, never overwritten.',
+        ),
     }),
     server: z.strictObject({
       port: port.describe('Listen port; 0 picks a free one.'),
@@ -128,12 +136,12 @@ export const configSchema = z
       maxConnections: z
         .union([z.literal('auto'), z.number().int().min(1)])
         .describe(
-          "X11: client connections served at once; past it a 503 with Retry-After. auto = below the process's descriptor limit, two per connection (a passed-through request holds one upstream too).",
+          "Client connections served at once; past it a 503 with Retry-After. auto = below the process's descriptor limit, two per connection (a passed-through request holds one upstream too).",
         ),
       bodyTimeoutMs: ms
         .min(1)
         .describe(
-          "X11: a request's whole body must arrive within this long of its start (as nginx's client_body_timeout), else a 408 and its upstream connection is released.",
+          "A request's whole body must arrive within this long of its start (as nginx's client_body_timeout), else a 408 and its upstream connection is released.",
         ),
       shutdownGraceMs: ms.describe(
         'On SIGTERM or SIGINT: how long in-flight requests (long polls too) may take before they are ended (X9).',
@@ -167,7 +175,7 @@ export const configSchema = z
           }),
         )
         .describe(
-          'Processes serving the port (node:cluster), each a full shim; auto = one per CPU. Above 1 needs a Redis store (S1); not with record.har, replay.har or replay.demo.',
+          'Processes serving the port (node:cluster), each a full shim; auto = one per CPU. Above 1 needs a Redis store, through which the workers share presence state as replicas do (S1); not with record.har, replay.har or replay.demo.',
         ),
     }),
     store: z.strictObject({
@@ -175,7 +183,9 @@ export const configSchema = z
         .string()
         .refine((s) => /^rediss?:\/\//.test(s), 'must be a redis:// or rediss:// URL')
         .optional()
-        .describe('Shared state for several replicas (S1); absent = in-memory.'),
+        .describe(
+          'A Redis server (redis:// or rediss://) where several replicas or workers share presence state and lookups (S1); absent = in-memory, this process only.',
+        ),
       keyPrefix: z.string().describe('Prefix of every Redis key; the same for every replica.'),
       redisSentinels: redisNodes
         .optional()
@@ -184,14 +194,16 @@ export const configSchema = z
       redisCluster: redisNodes.optional().describe('Instead of redisUrl: some nodes (`host:port,host:port`) of a Redis Cluster.'),
     }),
     presence: z.strictObject({
-      coalesceMs: ms.describe('P9: one full upstream presence fetch per realm per this many ms; 0 = no sharing.'),
+      coalesceMs: ms.describe(
+        'At most one full upstream presence fetch per realm per this many ms, its answer shared by the callers in that window (P9); 0 = no sharing.',
+      ),
       shareSnapshots: z
         .enum(['auto', 'always', 'never'])
         .describe(
-          'P9: share one realm snapshot among callers. auto = only below feature level 228, where every caller sees the same users; always = the operator vouches for it.',
+          'Share one realm presence snapshot among callers (P9). auto = only below feature level 228, where every caller sees the same users; always = the operator vouches for it.',
         ),
       leaderWaitMs: ms.describe(
-        "B7: how long the poll whose own report fetches a refresh waits for it before a delta poll is answered from the ledger (its next poll gets the refresh). A poll following another replica's fetch does not wait.",
+        "How long the poll whose own report fetches a refresh waits for it before a delta poll is answered from the ledger (its next poll gets the refresh). A poll following another replica's fetch does not wait.",
       ),
       maxRealms: z.number().int().min(1).describe('Realms whose presence state is kept in this process.'),
       newRealmsPerMinute: z
@@ -199,7 +211,7 @@ export const configSchema = z
         .int()
         .min(1)
         .describe(
-          'X12: realms taken on per minute (as many at once); a request for a realm past it gets a 503 with Retry-After, known realms never wait.',
+          'Realms (Host names) new to the shim taken on per minute (as many at once); a request for a realm past it gets a 503 with Retry-After, known realms never wait.',
         ),
     }),
     lookups: z.strictObject({
@@ -208,27 +220,29 @@ export const configSchema = z
     }),
     featureLevel: z.strictObject({
       ttlMs: ms.min(1).describe("How long an upstream's feature level (from server_settings) is reused."),
-      failureTtlMs: ms.min(1).describe('X2: a Host whose server_settings the upstream refused (4xx) is not asked again for this long.'),
+      failureTtlMs: ms.min(1).describe('A Host whose server_settings the upstream refused (4xx) is not asked again for this long.'),
     }),
     memory: z
       .strictObject({
-        featureLevelsBytes: bytes.describe("X2: bytes for realms' server_settings results, failures included."),
-        userDirectoriesBytes: bytes.describe("X2: bytes for realms' user lists (compact email → id directories)."),
-        snapshotsBytes: bytes.describe('X2: bytes for shared presence snapshots.'),
-        answersBytes: bytes.describe('X2: bytes for presence answers built from snapshots and reused by callers at the same id.'),
-        ledgersBytes: bytes.describe(
-          "X2: bytes for presence ledgers held in this process (the in-memory store's, or the Redis store's decoded copies).",
+        featureLevelsBytes: bytes.describe("Memory budget, in bytes, for realms' server_settings results, failures included."),
+        userDirectoriesBytes: bytes.describe("Memory budget, in bytes, for realms' user lists (compact email → id directories)."),
+        snapshotsBytes: bytes.describe('Memory budget, in bytes, for shared presence snapshots.'),
+        answersBytes: bytes.describe(
+          'Memory budget, in bytes, for presence answers built from snapshots and reused by callers at the same id.',
         ),
-        lookupsBytes: bytes.describe('X2: bytes for per-user lookups (delivery emails).'),
+        ledgersBytes: bytes.describe(
+          "Memory budget, in bytes, for presence ledgers held in this process (the in-memory store's, or the Redis store's decoded copies).",
+        ),
+        lookupsBytes: bytes.describe('Memory budget, in bytes, for per-user lookups (delivery emails).'),
         callersBytes: bytes.describe(
-          "X2: bytes for callers' own user ids (GET /users/me, asked before 6.0 by GET /users when addresses are hidden), kept per caller for lookups.ttlMs.",
+          "Memory budget, in bytes, for callers' own user ids (GET /users/me, asked before 6.0 by GET /users when addresses are hidden), kept per caller for lookups.ttlMs.",
         ),
         largeAnswerBytes: bytes.describe(
-          'B7: largest full presence answer or user list read (35 MB at 100k users on 2.1); other intercepted answers keep upstream.maxResponseBytes.',
+          'Largest full presence answer or user list read, in bytes (35 MB at 100k users on 2.1); other intercepted answers keep upstream.maxResponseBytes.',
         ),
       })
       .describe(
-        'X2: byte budgets, each evicting least recently used entries within it; sizes are estimated from the upstream bytes each structure was built from.',
+        'Memory budgets in bytes, each evicting least recently used entries within it (X2); sizes are estimated from the upstream bytes each structure was built from.',
       ),
     log: z.strictObject({
       level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).describe('pino log level.'),
@@ -272,7 +286,8 @@ export const configSchema = z
         ctx.addIssue({
           code: 'custom',
           path: ['server', 'workers'],
-          message: 'more than one worker needs a shared store: give --redis, --redis-sentinels or --redis-cluster (S1)',
+          message:
+            'more than one worker needs a shared store, where the workers keep the presence state they all answer from: give --redis, --redis-sentinels or --redis-cluster',
         });
       }
     }

@@ -52,7 +52,7 @@ describe.concurrent('--workers: refused where replicas cannot hold the rules (ex
   it.each([
     [
       ['--upstream', 'http://127.0.0.1:1', '--workers', '2'],
-      'more than one worker needs a shared store: give --redis, --redis-sentinels or --redis-cluster (S1)',
+      'more than one worker needs a shared store, where the workers keep the presence state they all answer from: give --redis, --redis-sentinels or --redis-cluster',
     ],
     [
       ['--demo', '--workers', '2', '--redis', 'redis://127.0.0.1:1'],

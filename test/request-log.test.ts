@@ -98,3 +98,56 @@ describe('the access log (log.access)', () => {
     }
   });
 });
+
+describe('the request line written around pino', () => {
+  it('is byte for byte the line pino itself writes for the same fields (but the time)', async () => {
+    const { Writable } = await import('node:stream');
+    const http = await import('node:http');
+    const { createLogger } = await import('../src/observability/logger.js');
+    const { requestLogger } = await import('../src/observability/request-log.js');
+    const { facts } = await import('../src/observability/request-facts.js');
+    const lines: string[] = [];
+    const sink = new Writable({
+      write(chunk, _enc, cb) {
+        lines.push(String(chunk));
+        cb();
+      },
+    });
+    const log = createLogger('info', sink);
+    const logRequest = requestLogger(log);
+    const server = http.createServer((req, res) => {
+      const logged = logRequest(req, res, req.url ?? '/');
+      res.on('close', () => logged.closed());
+      Object.assign(facts(req), { upstreamMs: 12, realm: 'chat.example.com', featureLevel: 0, kind: 'delta' });
+      res.end('{"result":"success"}');
+    });
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    const { port } = server.address() as import('node:net').AddressInfo;
+    await new Promise<void>((resolve, reject) => {
+      http
+        .get(
+          {
+            port,
+            host: '127.0.0.1',
+            path: '/api/v1/users/me/presence?api_key=x',
+            headers: { 'user-agent': 'ZulipMobile/27.0', 'x-request-id': 'req-1' },
+          },
+          (res) => {
+            res.resume();
+            res.on('end', () => resolve());
+          },
+        )
+        .on('error', reject);
+    });
+    await new Promise((r) => server.close(r));
+    await new Promise((r) => setImmediate(r));
+    const ours = lines.find((l) => l.includes('"request completed"'))!;
+    expect(ours).toBeDefined();
+    const fields = JSON.parse(ours) as Record<string, unknown>;
+    const { level: _level, time, name: _name, msg, ...rest } = fields;
+    lines.length = 0;
+    log.info(rest, msg as string);
+    const pinos = lines[0]!.replace(/"time":"[^"]*"/, `"time":"${time}"`);
+    expect(ours).toBe(pinos);
+  });
+});

@@ -2,6 +2,7 @@ import { LRUCache } from 'lru-cache';
 import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client';
 import { VERSION } from '../version.js';
 import { FastHistogram } from './fast-histogram.js';
+import { PendingCounts } from './label-children.js';
 
 /**
  * How often the event loop's delay is sampled for `nodejs_eventloop_lag_*` (ms), which every
@@ -28,6 +29,8 @@ export function createMetrics() {
     aggregator: 'first',
   });
   buildInfo.set({ version: VERSION, nodejs: process.version }, 1);
+  const upstreamRequestCounts = new PendingCounts(['route', 'status']);
+  const requestCounts = new PendingCounts(['route', 'method', 'status']);
   return {
     registry,
     /**
@@ -40,7 +43,12 @@ export function createMetrics() {
       help: 'Requests the shim sent to the upstream (pass-through and its own calls), by route and HTTP status class (error/timeout: no answer)',
       labelNames: ['route', 'status'] as const,
       registers: [registry],
+      collect() {
+        upstreamRequestCounts.flushInto(this);
+      },
     }),
+    /** Counted on the hot path, handed to upstream_requests_total when it is collected. */
+    upstreamRequestCounts,
     /** Up to the response headers, so a long poll (`events`) counts its whole wait. */
     upstreamDuration: new FastHistogram({
       name: `${p}upstream_request_duration_seconds`,
@@ -103,7 +111,12 @@ export function createMetrics() {
       help: 'Requests from clients, by route class, method and status class (aborted: the client left first)',
       labelNames: ['route', 'method', 'status'] as const,
       registers: [registry],
+      collect() {
+        requestCounts.flushInto(this);
+      },
     }),
+    /** Counted on the hot path, handed to requests_total when it is collected. */
+    requestCounts,
     /** To the last byte of the answer; `events` counts each long poll's whole wait. */
     requestDuration: new FastHistogram({
       name: `${p}request_duration_seconds`,

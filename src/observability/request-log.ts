@@ -7,7 +7,7 @@ import { loggablePath, type Logger } from './logger.js';
 import type { Metrics } from './metrics.js';
 import { routeLabel, type RouteLabel } from '../http/api-routes.js';
 import { METHOD_LABELS, statusLabel } from './route-label.js';
-import { deferredCounter, LabelChildren } from './upstream-metrics.js';
+import { LabelChildren } from './label-children.js';
 
 const REQUEST_ID = /^[\w.:-]{1,128}$/;
 
@@ -59,13 +59,13 @@ export interface LoggedRequest {
  */
 export function requestLogger(
   log: Logger,
-  metrics?: Pick<Metrics, 'requests' | 'requestDuration'>,
+  metrics?: Pick<Metrics, 'requestCounts' | 'requestDuration'>,
   /** Whether to write the line (`log.access`); metrics are counted either way. Read per request (SIGHUP). */
   access: () => boolean = () => true,
 ) {
   const dest = (log as unknown as Record<symbol, { write(line: string): unknown }>)[pino.symbols.streamSym]!;
   const name = JSON.stringify((log.bindings() as { name?: string }).name ?? 'zulip-compat-shim');
-  const count = metrics ? deferredCounter(metrics.requests) : undefined;
+  const count = metrics ? (route: string, method: string, status: string) => metrics.requestCounts.of(route, method, status) : undefined;
   const durations = metrics ? new LabelChildren((route, method) => metrics.requestDuration.labels(route, method)) : undefined;
 
   /**

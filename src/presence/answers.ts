@@ -16,7 +16,7 @@ import {
 import { ledgerOrNew, ledgerToAnswerFrom, raisedCounter, type Asker, type Intake } from './intake.js';
 import { planAnswer, viewOf } from './plan.js';
 import { limitLegacyHistory } from './convert.js';
-import type { PresenceRequest } from './params.js';
+import { ignoredMember, withIgnored, type PresenceRequest } from './params.js';
 import type { Poll } from './report.js';
 import type { Snapshot } from './snapshots.js';
 import type { LedgerMemo, PresenceState } from './state.js';
@@ -52,8 +52,6 @@ function bodiesOf(poll: Poll, ledger: LedgerState): LedgerMemo & { bodies: Map<s
   if (memo.bodies.size >= MAX_BODIES_PER_LEDGER) memo.bodies.clear();
   return memo as LedgerMemo & { bodies: Map<string, Encodable> };
 }
-
-const ignoredMember = (ignored: string[]) => (ignored.length ? `,"ignored_parameters_unsupported":${JSON.stringify(ignored)}` : '');
 
 /**
  * The id as written in the answer: the client's own digits when it is their id echoed and a
@@ -243,12 +241,6 @@ async function fullModernBytes(state: PresenceState, ledger: LedgerState, snapsh
     bytes += entryBytes(ledger.users.get(userId), userId);
   }
   return bytes;
-}
-
-/** P11: the upstream's own list replaced by the shim's, which knows every parameter. */
-function withIgnored(body: Record<string, unknown>, ignored: string[]): Record<string, unknown> {
-  const { ignored_parameters_unsupported: _dropped, ...rest } = body;
-  return ignored.length ? { ...rest, ignored_parameters_unsupported: ignored } : rest;
 }
 
 /** P1, P4, P12: the upstream's legacy answer as made, with `presence_last_update_id` added. */

@@ -12,7 +12,7 @@ import type { PresenceContext, PresenceHandler } from './context.js';
 import { legacyAnswer, modernAnswer, type Built } from './answers.js';
 import { presenceEra } from './convert.js';
 import type { Format } from './intake.js';
-import { parsePresenceRequest, upstreamWillReject, wantsModern } from './params.js';
+import { parsePresenceRequest, upstreamWillReject, wantsModern, withIgnored } from './params.js';
 import { report, UpstreamRefused, type Poll } from './report.js';
 import { obtainSnapshot } from './sharing.js';
 import { recordOwnReport } from './own-report.js';
@@ -81,8 +81,7 @@ async function pingOnly(poll: Poll, res: ServerResponse): Promise<void> {
   if (!isSuccess(r.status)) return relayBuffered(res, r);
   poll.ctx.metrics.presenceAnswers.inc({ kind: 'ping' });
   facts(poll.req).kind = 'ping';
-  const { ignored_parameters_unsupported: _dropped, ...body } = parseJsonObject(r.body);
-  if (poll.request.ignored.length) body.ignored_parameters_unsupported = poll.request.ignored;
+  const body = withIgnored(parseJsonObject(r.body), poll.request.ignored);
   sendBytes(res, r.status, Buffer.from(JSON.stringify(body)), rewrittenHeaders(r.headers));
 }
 

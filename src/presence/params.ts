@@ -96,3 +96,16 @@ export function upstreamWillReject(r: PresenceRequest, featureLevel: number): bo
 export function wantsModern(r: PresenceRequest): boolean {
   return r.lastUpdateId !== undefined || r.slimPresence;
 }
+
+/**
+ * P11: the parameters the shim ignored, as the answer says them. The upstream's own list (it
+ * knows fewer parameters) is replaced by the shim's, which knows every one; none: no member.
+ */
+export function withIgnored(body: Record<string, unknown>, ignored: readonly string[]): Record<string, unknown> {
+  const { ignored_parameters_unsupported: _dropped, ...rest } = body;
+  return ignored.length ? { ...rest, ignored_parameters_unsupported: ignored } : rest;
+}
+
+/** P11 for an answer written as bytes: the member (with its leading comma), or nothing. */
+export const ignoredMember = (ignored: readonly string[]): string =>
+  ignored.length ? `,"ignored_parameters_unsupported":${JSON.stringify(ignored)}` : '';

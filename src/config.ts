@@ -203,7 +203,7 @@ export const configSchema = z
           'Share one realm presence snapshot among callers (P9). auto = only below feature level 228, where every caller sees the same users; always = the operator vouches for it.',
         ),
       leaderWaitMs: ms.describe(
-        "How long the poll whose own report fetches a refresh waits for it before a delta poll is answered from the ledger (its next poll gets the refresh). A poll following another replica's fetch does not wait.",
+        "How long the poll whose own report fetches a refresh waits for it at least before a delta poll is answered from the ledger (its next poll gets the refresh); where the realm's last refresh took longer, that long and a quarter more, at most 3 s. A poll following another replica's fetch does not wait.",
       ),
       maxRealms: z.number().int().min(1).describe('Realms whose presence state is kept in this process.'),
       newRealmsPerMinute: z

@@ -127,6 +127,24 @@ describe.each(['2.1', '4.0'] as const)('a delta poll leading a refresh on %s (B7
     expect(led.body.presences['11'].active_timestamp).toBe(Math.floor(fake.now));
   });
 
+  it('gets what its own refresh brought when the refresh takes as long as the last one, past leaderWaitMs (a large realm)', async () => {
+    await setup(era);
+    const { id, after } = await clientBehindTheLedger();
+    // Every full fetch now takes about 700 ms, as a large realm's does: the last refresh (the
+    // other caller's, above, was quick) sets the next leader's wait, so one slow refresh first.
+    fake.fullPresenceDrip = { ms: 700, until: Promise.resolve(), cut: false };
+    await changeUpstream();
+    await poll(13, { status: 'active', last_update_id: '-1' });
+    await changeUpstream();
+    fake.report(11, 'active');
+    const led = await poll(10, { status: 'active', last_update_id: String(id) });
+    fake.fullPresenceDrip = undefined;
+    expect(led.status).toBe(200);
+    // Not answered from the ledger at 200 ms: the refresh it led, with user 11's newest data.
+    expect(led.body.presences['12']).toEqual(after['12']);
+    expect(led.body.presences['11'].active_timestamp).toBe(Math.floor(fake.now));
+  });
+
   it.each([401, 429])('still gets a %i on its own report as the upstream sent it (E1)', async (status) => {
     await setup(era);
     const { id } = await clientBehindTheLedger();

@@ -1,6 +1,8 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import {
+  LEADER_WAIT_CAP_MS,
+  leaderWait,
   planAnswer,
   planDuringRefresh,
   planLeader,
@@ -141,6 +143,37 @@ describe('planLedger and planAnswer: which ledger, delta or full, counter raised
         if (p.delta) expect(p.raiseTo).toBeUndefined();
         if (p.raiseTo !== undefined) expect(p.raiseTo).toBeGreaterThan(lastId);
       }),
+    );
+  });
+});
+
+describe('leaderWait: a large realm’s refresh still reaches the poll that started it (B7)', () => {
+  it.each([
+    // configured, the scope's last refresh (ms) → wait
+    [200, undefined, 200], // no refresh seen yet: the configured wait
+    [200, 50, 200], // a small realm: never below the configured wait
+    [200, 2_000, 2_500], // 100k users: as long as the last refresh took, with a margin
+    [200, 2_400, 3_000], // capped
+    [200, 60_000, 3_000], // an upstream in trouble holds no poll longer than the cap
+    [60_000, 2_000, 60_000], // an operator's longer wait stands
+  ] as const)('configured %d ms, last refresh %s ms → waits %d ms', (configured, last, wait) => {
+    expect(leaderWait(configured, last)).toBe(wait);
+    const p = pollPolicy(input({ leaderWaitMs: configured, lastFetchMs: (scope) => (scope.endsWith('|slim') ? last : undefined) }));
+    expect(p.leaderWaitMs).toBe(wait);
+    expect(planLeader(p, false)).toEqual({ wait: 'then-ledger', waitMs: wait });
+  });
+
+  it('never waits past the cap, nor less than configured, for any refresh time', () => {
+    fc.assert(
+      fc.property(
+        fc.integer({ min: 0, max: 10_000 }),
+        fc.option(fc.double({ min: 0, max: 1e6, noNaN: true }), { nil: undefined }),
+        (configured, last) => {
+          const w = leaderWait(configured, last);
+          expect(w).toBeGreaterThanOrEqual(configured);
+          if (configured < LEADER_WAIT_CAP_MS) expect(w).toBeLessThanOrEqual(LEADER_WAIT_CAP_MS);
+        },
+      ),
     );
   });
 });

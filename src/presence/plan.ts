@@ -24,15 +24,31 @@ export interface PollPolicy {
   windowed: boolean;
   /** S1: replicas fetch the scope once between them (shared, windowed, and replicas share a store). */
   acrossReplicas: boolean;
-  /** B7: how long a refresh's leader waits for it before a delta poll is answered from the ledger. */
+  /**
+   * B7: how long a refresh's leader waits for it before a delta poll is answered from the
+   * ledger: `presence.leaderWaitMs`, or as long as the scope's last refresh took (a large
+   * realm's), up to LEADER_WAIT_CAP_MS.
+   */
   leaderWaitMs: number;
 }
+
+/**
+ * B7: the longest a refresh holds its leader. A large realm's refresh (seconds at 100k users)
+ * then still reaches the poll that started it when it takes about as long as the last one did;
+ * a refresh far slower than that (an upstream in trouble) holds no poll longer than this.
+ */
+export const LEADER_WAIT_CAP_MS = 3_000;
+
+/** A refresh taking up to this much longer than the scope's last one is still waited for. */
+const FETCH_TIME_MARGIN = 1.25;
 
 export interface PolicyInput {
   /** P9: the operator's `presence.shareSnapshots`, and the realm's feature level. */
   everyCallerSeesTheSameUsers: boolean;
   coalesceMs: number;
   leaderWaitMs: number;
+  /** How long the scope's last refresh took (ms), if this process saw one. */
+  lastFetchMs?: ((scope: string) => number | undefined) | undefined;
   /** Replicas coordinate through a shared store. */
   replicas: boolean;
   realmKey: string;
@@ -44,13 +60,20 @@ export interface PolicyInput {
 export function pollPolicy(i: PolicyInput): PollPolicy {
   const shared = i.everyCallerSeesTheSameUsers;
   const windowed = i.coalesceMs > 0;
+  const scope = shared ? `${i.realmKey}|${i.format}` : `${i.realmKey}|${i.format}|${i.caller()}`;
   return {
-    scope: shared ? `${i.realmKey}|${i.format}` : `${i.realmKey}|${i.format}|${i.caller()}`,
+    scope,
     shared,
     windowed,
     acrossReplicas: shared && windowed && i.replicas,
-    leaderWaitMs: i.leaderWaitMs,
+    leaderWaitMs: leaderWait(i.leaderWaitMs, i.lastFetchMs?.(scope)),
   };
+}
+
+/** B7: the configured wait, or the scope's last refresh time with a margin, capped. */
+export function leaderWait(configuredMs: number, lastFetchMs: number | undefined): number {
+  if (lastFetchMs === undefined || configuredMs >= LEADER_WAIT_CAP_MS) return configuredMs;
+  return Math.max(configuredMs, Math.min(LEADER_WAIT_CAP_MS, Math.ceil(lastFetchMs * FETCH_TIME_MARGIN)));
 }
 
 /** What this process holds for the scope as a full poll arrives. */

@@ -79,6 +79,7 @@ function policyOf(poll: Poll, format: Format): PollPolicy {
     everyCallerSeesTheSameUsers: everyCallerSeesTheSameUsers(shareSnapshots, featureLevel),
     coalesceMs,
     leaderWaitMs,
+    lastFetchMs: (scope) => ctx.presence.fetchTimes.get(scope),
     replicas: ctx.clusterSnapshots !== undefined,
     realmKey: realm.key,
     format,
@@ -120,8 +121,14 @@ async function sharedOrFetched(poll: Poll, format: Format, policy: PollPolicy): 
 /** This caller's full report is the scope's refresh (P9 single flight); answered as planLeader says (B7). */
 async function lead(poll: Poll, format: Format, policy: PollPolicy): Promise<Obtained> {
   const leader = new Leader();
+  const started = performance.now();
   const refresh = fetchShared(poll, format, policy, leader);
   const snapshot = poll.ctx.snapshots.lead(policy.scope, () => refresh.then((r) => r.snapshot), policy.shared);
+  // B7: how long this refresh took is how long the scope's next leader may wait for its own.
+  snapshot.then(
+    () => poll.ctx.presence.fetchTimes.set(policy.scope, performance.now() - started),
+    () => undefined,
+  );
   // A refused or failed report reaches the leader through `refresh`; a failure after it, through
   // `snapshot` below while the leader waits, and the waiters' own fetches once it has its answer.
   snapshot.catch(() => undefined);

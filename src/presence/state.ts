@@ -38,6 +38,8 @@ export class PresenceState {
   readonly usersBytesByShard = new WeakMap<object, number>();
   /** P15: each user's last accepted report (X2: a few dozen bytes a user, bounded like the other per-user lookups). */
   readonly ownReports: LRUCache<string, Reported>;
+  /** B7: how long each scope's last refresh took, from its leader's fetch to the snapshot taken in (ms). */
+  readonly fetchTimes = new LRUCache<string, number>({ max: 10_000 });
   /** memory.largeAnswerBytes was exceeded and logged (once per shim). */
   tooLargeLogged = false;
   /** When the store's unavailability was last logged (at most every 10 s). */

@@ -21,3 +21,24 @@ describe('docs/behaviour.md', () => {
     expect(cited.size).toBeGreaterThan(30);
   });
 });
+
+describe('bench/README.md', () => {
+  it('defines every benchmark id the code, the docs and the results cite (B1–B8), each with its run and target', () => {
+    const citing = [
+      ...files(join(ROOT, 'src')),
+      ...files(join(ROOT, 'bench')).filter((f) => /\.(ts|md)$/.test(f)),
+      join(ROOT, 'README.md'),
+      ...files(join(ROOT, 'docs')),
+    ];
+    const cited = new Set(citing.flatMap((f) => readFileSync(f, 'utf8').match(/\bB[1-9]\b/g) ?? []));
+    const doc = readFileSync(join(ROOT, 'bench', 'README.md'), 'utf8');
+    const rows = [...doc.matchAll(/^\| (B\d) \| [^|]+ \| ([^|]+) \| ([^|]+) \|$/gm)];
+    const defined = new Set(rows.map((m) => m[1]));
+    expect([...cited].filter((id) => !defined.has(id)).sort()).toEqual([]);
+    expect([...defined].sort()).toEqual(['B1', 'B2', 'B3', 'B4', 'B5', 'B6', 'B7', 'B8']);
+    for (const [, , run, target] of rows) {
+      expect(run).toMatch(/npm run bench/);
+      expect(target!.trim().length).toBeGreaterThan(3);
+    }
+  });
+});

@@ -18,11 +18,14 @@ export interface PresenceParser {
   presenceAnswer(bytes: Buffer, era: PresenceEra | undefined, table?: EmailTable): Promise<{ columns: PresenceColumns; bytes: Buffer }>;
 }
 
-/** What the presence poll and the register's presence use: the shim's context, as far as presence reaches. */
+/**
+ * What the presence poll and the register's presence use: the shim's shared parts, as far as
+ * presence reaches (context.ts adds the rest for every other handler).
+ */
 export interface PresenceContext {
   config: Config;
   log: Logger;
-  /** The upstream's identity: part of every realm key. */
+  /** The upstream's identity (its configured URL, or `replay:` + file): part of every realm key. */
   upstreamId: string;
   client: UpstreamClient;
   featureLevels: FeatureLevels;
@@ -32,12 +35,13 @@ export interface PresenceContext {
   snapshots: SnapshotHub;
   /** …and across replicas (Redis), when there are several. */
   clusterSnapshots?: ClusterSnapshots | undefined;
+  /** What the presence poll derives and remembers beside the ledgers and snapshots. */
   presence: PresenceState;
   parser: PresenceParser;
   metrics: Metrics;
-  /** The realm's user list: email → id for 2.1's answers, date_joined for users never active. */
+  /** The realm's user list (GET /users), cached per realm: email ↔ user_id, date_joined, own-profile rows. */
   users: UserDirectory;
-  /** Who a caller is (P15: whose report is recorded). */
+  /** Who a caller is (their GET /users/me), cached per credentials (V2, P15). */
   callers: Callers;
 }
 

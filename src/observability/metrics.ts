@@ -8,7 +8,7 @@ import { PendingCounts } from './label-children.js';
  * How often the event loop's delay is sampled for `nodejs_eventloop_lag_*` (ms), which every
  * reading includes (an idle loop reads about this much). prom-client's 10 ms woke an idle
  * process 100 times a second: 7.5 of the 9 ms of CPU an idle shim took each second (3 ms in
- * all at 50 ms), paid again by every replica and worker (bench/RESULTS.md, issue 19 §3).
+ * all at 50 ms), paid again by every replica and worker (bench/RESULTS.md, B8).
  */
 export const EVENT_LOOP_SAMPLE_MS = 50;
 
@@ -102,7 +102,7 @@ export function createMetrics() {
       registers: [registry],
     }),
     /**
-     * Client-facing (issue 15): every request a client sent, answered by the shim or passed
+     * Client-facing: every request a client sent, answered by the shim or passed
      * through. route: observability/route-label.ts; method: a fixed set (other methods: `other`);
      * status: 1xx..5xx (statusLabel), or `aborted` (the client left before the answer was complete).
      */

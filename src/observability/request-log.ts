@@ -48,7 +48,7 @@ export interface LoggedRequest {
  * One log line per request, when its answer is done: method, path without query values (they
  * can hold secrets, P13), status, time, the client's address, user agent and bytes in and out,
  * upstream time and what the shim did (RequestFacts);
- * and the client-facing request metrics (issue 15): a counter and a latency histogram by route
+ * and the client-facing request metrics: a counter and a latency histogram by route
  * class, method and status class. The request id is the client's `X-Request-Id` when it is
  * sane, else a fresh UUID; it is passed upstream and back.
  *

@@ -9,7 +9,7 @@ import { forwardedHeaders, parseJsonObject, type BufferedResponse } from '../ups
 import { realmOf, type Realm } from '../upstream/realm.js';
 import { COMPLETE_FROM_LEVEL, changesAbove, noneAdded, type Added } from './changes/index.js';
 import { addedHeaders, levelOrZero } from './handler.js';
-import { emailIsPublic } from './changes/fl163-delivery-email.js';
+import { deliveryEmailHidden } from './changes/fl163-delivery-email.js';
 import { lookUp } from './lookups.js';
 import { backfillList, emailIndex, isRow, parseWithListInSteps, stringifyInSteps, type OwnRow } from './user-objects.js';
 import { apiPrefixOf } from '../http/api-prefix.js';
@@ -77,7 +77,7 @@ function queryOf(url: string): string {
 }
 
 /** Would the delivery_email rule hide this object's address (V2)? Then it may be the caller's own. */
-const hidden = (row: unknown) => isRow(row) && !('delivery_email' in row) && !emailIsPublic(row);
+const hidden = (row: unknown) => isRow(row) && deliveryEmailHidden(row);
 
 /**
  * V2: the caller always sees its own real address, so its own row carries it. Asked only when

@@ -12,6 +12,15 @@ export function emailIsPublic(user: UserObject): boolean {
 }
 
 /**
+ * V2: whether this change gives another user's object `delivery_email: null`: the upstream did
+ * not send one and the API email is not the real address. (Such an object may be the caller's
+ * own, whose real address the caller always sees.) Pure.
+ */
+export function deliveryEmailHidden(user: UserObject): boolean {
+  return !('delivery_email' in user) && !emailIsPublic(user);
+}
+
+/**
  * Feature level 163 (Zulip 7.0): `delivery_email` in every user object (V2), `null` where the
  * caller cannot see the real address. Before, it was sent only where the realm hid addresses
  * and the caller could see them (6.0 also sends the own user's).

@@ -107,6 +107,34 @@ export function replicaSuite(redis: () => SharedRedis): void {
     expect(Math.max(...clients.map((c) => c.id))).toBeGreaterThanOrEqual(highest);
   });
 
+  it.each([
+    ['2.1', 0],
+    ['2.1', 1], // every poll past its window: each leads a refresh on its replica
+    ['2.1', 5_000],
+    ['5.0', 5_000],
+  ] as const)(
+    'an id any replica issued is vouched for by every replica: a client alternating replicas gets deltas (X1, S1; %s, coalesceMs %d)',
+    async (era, coalesceMs) => {
+      await setup(era, 3, coalesceMs, 30);
+      const humans = fake.humans().length;
+      let id = (await poll(0, 10, -1)).presence_last_update_id;
+      let full = 0;
+      let answers = 0;
+      for (let step = 1; step <= 18; step++) {
+        // Idle but for the client itself, whose own report may change now and then (P15).
+        fake.advance(3);
+        const a = await poll(step % replicas.length, 10, id);
+        expect(a.presence_last_update_id).toBeGreaterThanOrEqual(id);
+        const others = Object.keys(a.presences).filter((u) => u !== '10');
+        answers++;
+        if (others.length >= humans - 1) full++;
+        id = a.presence_last_update_id;
+      }
+      // Not one switch of replica answered with the whole realm.
+      expect({ full, answers }).toEqual({ full: 0, answers: 18 });
+    },
+  );
+
   it('after the shared keys are deleted, a client with an old id gets everything, never an empty answer (P5)', async () => {
     await setup('3.0', 2, 0);
     const first = await poll(0, 10, -1);

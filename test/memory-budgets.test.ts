@@ -1,4 +1,5 @@
 import { defaultParsePool } from '../src/parse/parse-worker.js';
+import { testConfig } from './support/shim.js';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import request from 'supertest';
@@ -13,6 +14,10 @@ import { UpstreamClient } from '../src/upstream/client.js';
 import { UserDirectory } from '../src/upstream/user-directory.js';
 import { startShim, type RunningShim } from './support/shim.js';
 import { SyntheticZulip } from './support/synthetic-zulip.js';
+
+/** The default budgets of the user directory, from the configuration. */
+const { userDirectoriesBytes: maxBytes, largeAnswerBytes: maxAnswerBytes } = testConfig('http://127.0.0.1:1').memory;
+const DIRECTORY_BUDGETS = { maxBytes, maxAnswerBytes };
 
 /**
  * X2: every cache and per-realm structure evicts within a byte budget, and an unknown realm
@@ -174,6 +179,7 @@ describe('user list refresh (B7)', () => {
       ttlMs: 1,
       maxEntries: 10,
       parser: defaultParsePool(),
+      ...DIRECTORY_BUDGETS,
     });
     const realm = { upstream: url, host: 'r.example', key: `${url}|r.example` };
     try {

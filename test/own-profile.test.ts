@@ -1,4 +1,5 @@
 import { defaultParsePool } from '../src/parse/parse-worker.js';
+import { testConfig } from './support/shim.js';
 import request from 'supertest';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { UNKNOWN_DATE_JOINED } from '../src/profile/changes/fl010-avatar-guest-active-timezone-joined.js';
@@ -13,6 +14,10 @@ import { failing, FakeZulip, OLD_ERAS, startFake, type Era, type FakeUser } from
 import { compileSchema, expectValid } from './support/schema.js';
 import { modernUserFields } from './support/modern-user.js';
 import { startShim, type RunningShim } from './support/shim.js';
+
+/** The default budgets of the user directory, from the configuration. */
+const { userDirectoriesBytes: maxBytes, largeAnswerBytes: maxAnswerBytes } = testConfig('http://127.0.0.1:1').memory;
+const DIRECTORY_BUDGETS = { maxBytes, maxAnswerBytes };
 
 const validateOwnUser = compileSchema('own-user.schema.json');
 const expectModern = (body: unknown) => expectValid(validateOwnUser, body);
@@ -338,7 +343,12 @@ describe('own profile lookups', () => {
     await fresh('2.1');
     await me(MEMBER);
     const ctx = shim.shim.context;
-    ctx.users = new UserDirectory(ctx.client, ctx.log, ctx.metrics, { ...ctx.config.lookups, minRefreshMs: 0, parser: defaultParsePool() });
+    ctx.users = new UserDirectory(ctx.client, ctx.log, ctx.metrics, {
+      ...ctx.config.lookups,
+      minRefreshMs: 0,
+      parser: defaultParsePool(),
+      ...DIRECTORY_BUDGETS,
+    });
     await me(MEMBER);
     const newcomer: FakeUser = {
       ...fake.user(MEMBER),
@@ -384,6 +394,7 @@ describe('the user directory', () => {
         maxEntries: 10,
         minRefreshMs: 60_000,
         parser: defaultParsePool(),
+        ...DIRECTORY_BUDGETS,
       });
       const dir = await slow.get(realm, headers);
       expect(dir.member(dir.idOf(fake.user(GUEST).email)!)).toMatchObject({ user_id: GUEST, is_guest: true });
@@ -396,6 +407,7 @@ describe('the user directory', () => {
         maxEntries: 10,
         minRefreshMs: 0,
         parser: defaultParsePool(),
+        ...DIRECTORY_BUDGETS,
       });
       await eager.get(realm, headers);
       await eager.refresh(realm, headers);

@@ -44,15 +44,11 @@ export interface FeatureLevelOptions {
   ttlMs: number;
   /**
    * X2: how long a server_settings the upstream refused (4xx: an unknown Host) is answered from
-   * memory before the upstream is asked again.
-   * @default 30000
+   * memory before the upstream is asked again (featureLevel.failureTtlMs).
    */
-  failureTtlMs?: number;
-  /**
-   * X2: bytes for every realm's entry, failures included (least recently used evicted).
-   * @default 4 MiB
-   */
-  maxBytes?: number;
+  failureTtlMs: number;
+  /** X2: bytes for every realm's entry, failures included, least recently used evicted (memory.featureLevelsBytes). */
+  maxBytes: number;
   /** X12: the rate at which realms the shim keeps state for are taken on (absent: unbounded). */
   admission?: RealmAdmission;
 }
@@ -81,7 +77,7 @@ export class FeatureLevels {
     options: FeatureLevelOptions,
   ) {
     this.admission = options.admission;
-    const maxBytes = options.maxBytes ?? 4 * 1024 * 1024;
+    const { maxBytes } = options;
     this.cache = new LRUCache<string, ServerInfo, Realm>({
       maxSize: maxBytes,
       sizeCalculation: (v, key) => entryBytes(key) + 2 * (v.realmUrl?.length ?? 0),
@@ -96,7 +92,7 @@ export class FeatureLevels {
     this.failures = new LRUCache<string, Error>({
       maxSize: Math.max(1024, Math.floor(maxBytes / 4)),
       sizeCalculation: (_v, key) => entryBytes(key),
-      ttl: options.failureTtlMs ?? 30_000,
+      ttl: options.failureTtlMs,
     });
   }
 

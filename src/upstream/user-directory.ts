@@ -148,8 +148,8 @@ export interface UserDirectoryOptions {
   ttlMs: number;
   /** Realms kept in this process at most (least recently used go first). */
   maxEntries: number;
-  /** X2: bytes the realms' lists may take in this process (see Directory.bytes). */
-  maxBytes?: number | undefined;
+  /** X2: bytes the realms' lists may take in this process (memory.userDirectoriesBytes; see Directory.bytes). */
+  maxBytes: number;
   /**
    * refresh() re-reads a list only when it is older than this (default 1000), so a user the
    * list cannot show (another realm's bot) costs at most one read per this many ms.
@@ -159,8 +159,8 @@ export interface UserDirectoryOptions {
   backend?: CacheBackend | undefined;
   /** B7: where large lists are parsed (off the main thread: src/parse/). */
   parser: UserListParser;
-  /** B7: the largest list read (memory.largeAnswerBytes). @default 512 MiB */
-  maxAnswerBytes?: number | undefined;
+  /** B7: the largest list read (memory.largeAnswerBytes). */
+  maxAnswerBytes: number;
 }
 
 /** B7: reads a user list's bytes (or a stored list's rows) into columns, off the main thread where large. */
@@ -213,9 +213,9 @@ export class UserDirectory {
     options: UserDirectoryOptions,
   ) {
     this.minRefreshMs = options.minRefreshMs ?? 1_000;
-    this.maxBytes = options.maxBytes ?? 128 * 1024 * 1024;
+    this.maxBytes = options.maxBytes;
     this.parser = options.parser;
-    this.maxAnswerBytes = options.maxAnswerBytes ?? 512 * 1024 * 1024;
+    this.maxAnswerBytes = options.maxAnswerBytes;
     this.cache = new SharedCache<Directory, LoadContext>({
       name: 'user_directory',
       ttlMs: options.ttlMs,

@@ -1,5 +1,9 @@
 import { createLedger, merge, type ModernPresence, type LedgerState } from '../src/presence/ledger.js';
 import { MemoryStore } from '../src/store/memory.js';
+import { loadConfig } from '../src/config.js';
+
+/** The default budgets, as the shim runs with them. */
+const defaults = loadConfig([], {}, { needsUpstream: false }).config;
 
 /**
  * B5: heap held by one realm's presence ledger, per user. Run with --expose-gc (and
@@ -40,7 +44,7 @@ state = merge(state, { serverTimestamp: now + 60.5, presences: second, complete:
 const afterSteady = heap();
 
 // The same through the in-memory store the shim uses by default.
-const store = new MemoryStore(1000);
+const store = new MemoryStore({ maxRealms: 1000, maxBytes: defaults.memory.ledgersBytes });
 const beforeStore = heap();
 await store.merge('bench|realm', { serverTimestamp: now + 0.5, presences: first, complete: true });
 await store.merge('bench|realm', { serverTimestamp: now + 60.5, presences: second, complete: true });

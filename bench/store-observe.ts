@@ -6,6 +6,10 @@ import { encodeLedger } from '../src/store/codec.js';
 import { MemoryStore } from '../src/store/memory.js';
 import { RedisStore } from '../src/store/redis.js';
 import type { PresenceStore } from '../src/presence/ledger-store.js';
+import { loadConfig } from '../src/config.js';
+
+/** The default budgets, as the shim runs with them. */
+const defaults = loadConfig([], {}, { needsUpstream: false }).config;
 
 /**
  * What the Redis store adds to one `observe` (S1): the same realm of N users (default 10,000),
@@ -61,12 +65,18 @@ async function run(scenarios: Scenario[]): Promise<Array<{ name: string; medianM
 }
 
 const admin = new Redis(url);
-const one = new RedisStore({ url, keyPrefix: prefix, log });
-const other = new RedisStore({ url, keyPrefix: prefix, log });
+const one = new RedisStore({ url, keyPrefix: prefix, log, maxRealms: defaults.presence.maxRealms, maxBytes: defaults.memory.ledgersBytes });
+const other = new RedisStore({
+  url,
+  keyPrefix: prefix,
+  log,
+  maxRealms: defaults.presence.maxRealms,
+  maxBytes: defaults.memory.ledgersBytes,
+});
 try {
   await Promise.all([one.ping(), other.ping()]); // connected before the clock starts
   const [memory, redis, turns] = await run([
-    { name: 'memory', stores: [new MemoryStore(10)], times: [] },
+    { name: 'memory', stores: [new MemoryStore({ maxRealms: 10, maxBytes: defaults.memory.ledgersBytes })], times: [] },
     { name: 'redis-one-replica', stores: [one], times: [] },
     { name: 'redis-two-replicas-alternating', stores: [one, other], times: [] },
   ]);

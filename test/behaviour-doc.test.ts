@@ -32,7 +32,7 @@ describe('bench/README.md', () => {
     ];
     const cited = new Set(citing.flatMap((f) => readFileSync(f, 'utf8').match(/\bB[1-9]\b/g) ?? []));
     const doc = readFileSync(join(ROOT, 'bench', 'README.md'), 'utf8');
-    const rows = [...doc.matchAll(/^\| (B\d) \| [^|]+ \| ([^|]+) \| ([^|]+) \|$/gm)];
+    const rows = [...doc.matchAll(/^\| (B\d) +\| [^|]+ \| ([^|]+) \| ([^|]+) \|$/gm)];
     const defined = new Set(rows.map((m) => m[1]));
     expect([...cited].filter((id) => !defined.has(id)).sort()).toEqual([]);
     expect([...defined].sort()).toEqual(['B1', 'B2', 'B3', 'B4', 'B5', 'B6', 'B7', 'B8']);

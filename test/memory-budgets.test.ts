@@ -14,6 +14,7 @@ import { UpstreamClient } from '../src/upstream/client.js';
 import { UserDirectory } from '../src/upstream/user-directory.js';
 import { startShim, type RunningShim } from './support/shim.js';
 import { SyntheticZulip } from './support/synthetic-zulip.js';
+import { BUDGETS } from './support/budgets.js';
 
 /** The default budgets of the user directory, from the configuration. */
 const { userDirectoriesBytes: maxBytes, largeAnswerBytes: maxAnswerBytes } = testConfig('http://127.0.0.1:1').memory;
@@ -42,7 +43,7 @@ describe('byte budgets', () => {
   });
 
   it('SnapshotHub keeps snapshots within maxBytes, sized by the bytes they hold', async () => {
-    const hub = new SnapshotHub(60_000, 100, Date.now, 1.5 * 1024 * 1024);
+    const hub = new SnapshotHub(60_000, 100, Date.now, 1.5 * 1024 * 1024, BUDGETS.answersBytes);
     const big = (): Snapshot => ({
       serverTimestamp: 1,
       fetchedAt: Date.now(),

@@ -8,12 +8,12 @@ import { realmOf } from '../src/upstream/realm.js';
 import { UserDirectory } from '../src/upstream/user-directory.js';
 import { createLogger } from '../src/observability/logger.js';
 import { createMetrics } from '../src/observability/metrics.js';
-import { MemoryStore } from '../src/store/memory.js';
 import type { CacheBackend } from '../src/cache/shared-cache.js';
 import { failing, FakeZulip, OLD_ERAS, startFake, type Era, type FakeUser } from './support/fake-zulip.js';
 import { compileSchema, expectValid } from './support/schema.js';
 import { modernUserFields } from './support/modern-user.js';
 import { startShim, type RunningShim } from './support/shim.js';
+import { memoryStore } from './support/budgets.js';
 
 /** The default budgets of the user directory, from the configuration. */
 const { userDirectoriesBytes: maxBytes, largeAnswerBytes: maxAnswerBytes } = testConfig('http://127.0.0.1:1').memory;
@@ -436,7 +436,7 @@ describe('lookup caches shared by replicas (S1)', () => {
       delete: async (key) => void shared.delete(key),
     };
     const replica = () => {
-      const store = new MemoryStore(10);
+      const store = memoryStore(10);
       Object.defineProperty(store, 'cacheBackend', { value: backend });
       return startShim(fake.url, {}, { store });
     };

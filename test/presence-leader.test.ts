@@ -1,10 +1,10 @@
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { EVENT_WAIT } from './support/wait.js';
 import request from 'supertest';
-import { MemoryStore } from '../src/store/memory.js';
 import { startFake, type Era, type FakeZulip } from './support/fake-zulip.js';
 import { realmKeyOf } from './support/realm-key.js';
 import { startShim, type RunningShim } from './support/shim.js';
+import { memoryStore } from './support/budgets.js';
 
 /**
  * B7, P9: a delta poll whose own report is its scope's refresh (the full upstream fetch) gets
@@ -225,7 +225,7 @@ describe.each(['2.1', '4.0'] as const)('a delta poll leading a refresh on %s (B7
 
 describe('the refresh behind an early answer (B7)', () => {
   it('is finished by the drain, within its deadline (X9)', async () => {
-    const store = new MemoryStore(10);
+    const store = memoryStore(10);
     await setup('2.1', { server: { shutdownGraceMs: 5_000 } }, { store });
     const { id } = await clientBehindTheLedger();
     await changeUpstream();

@@ -11,8 +11,9 @@ import type { PresenceRequest } from '../src/presence/params.js';
 import type { Poll } from '../src/presence/report.js';
 import { answerableDuringRefresh } from '../src/presence/sharing.js';
 import type { Snapshot } from '../src/presence/snapshots.js';
-import { MemoryStore } from '../src/store/memory.js';
+import type { MemoryStore } from '../src/store/memory.js';
 import type { PresenceStore } from '../src/presence/ledger-store.js';
+import { memoryStore } from './support/budgets.js';
 
 /**
  * X1 as a model: two replicas share one store (a MemoryStore standing for Redis); each keeps
@@ -135,7 +136,7 @@ interface Client {
 
 async function run(steps: Step[]): Promise<void> {
   let clockMs = 1_800_000_000_000;
-  const shared = new MemoryStore(10, () => clockMs);
+  const shared = memoryStore(10, () => clockMs);
   const replicas = Array.from({ length: REPLICAS }, () => {
     const store = new ReplicaStore(shared);
     return { store, asker: askerFor(store), snapshot: undefined as Snapshot | undefined };

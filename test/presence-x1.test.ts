@@ -1,9 +1,9 @@
 import request from 'supertest';
 import { afterEach, describe, expect, it } from 'vitest';
-import { MemoryStore } from '../src/store/memory.js';
 import { ERAS, startFake, type Era, type FakeZulip } from './support/fake-zulip.js';
 import { describeRedis, REDIS_URL, suiteKeyPrefix } from './support/redis.js';
 import { startShim, type RunningShim } from './support/shim.js';
+import { memoryStore } from './support/budgets.js';
 
 /**
  * X1: ids never go backwards and no user's data reverts, across register, polls answered from
@@ -139,7 +139,7 @@ describe('a plausible id the shim cannot vouch for (X1)', () => {
   it('raises the counter past it, so the next poll is an exact delta', async () => {
     await upstream('5.0');
     let clockMs = Date.now();
-    const store = new MemoryStore(10, () => clockMs);
+    const store = memoryStore(10, () => clockMs);
     const shim = await startShim(fake.url, { presence: { coalesceMs: 0 } }, { store });
     shims.push(shim);
     const full = await poll(shim, 10, { status: 'active', last_update_id: '-1' });

@@ -5,7 +5,7 @@ import { ERAS, startFake, type Era, type FakeZulip } from './support/fake-zulip.
 import { startShim, type RunningShim } from './support/shim.js';
 import type { PresenceStore } from '../src/presence/ledger-store.js';
 import { StoreUnavailableError } from '../src/store/types.js';
-import { MemoryStore } from '../src/store/memory.js';
+import { memoryStore } from './support/budgets.js';
 
 const OLD_ERAS = ERAS.filter((e) => e !== '9.0');
 
@@ -195,7 +195,7 @@ describe('presence details', () => {
   });
 
   it('reads the store once for a 7.0 legacy answer it passes on unmerged (P4)', async () => {
-    const memory = new MemoryStore(10);
+    const memory = memoryStore(10);
     const load = vi.spyOn(memory, 'load');
     fake = await startFake({ era: '7.0' });
     shim = await startShim(fake.url, { presence: { coalesceMs: 0 } }, { store: memory });

@@ -11,6 +11,7 @@ import {
   type PersistentRedis,
   type ReplicatedPair,
 } from './support/redis-servers.js';
+import { REDIS_STORE_BUDGETS } from './support/budgets.js';
 
 /**
  * What a failover does to the ledger (P5, P6, X1): a replica promoted with a lagging copy holds
@@ -31,7 +32,7 @@ describeRedisServers('a Redis failover to a replica that lags (P5, P6, X1)', () 
   const stores: RedisStore[] = [];
   const log = createLogger('silent');
   const storeOn = (port: number) => {
-    const s = new RedisStore({ url: `redis://127.0.0.1:${port}`, keyPrefix: 'zcs:', log });
+    const s = new RedisStore({ ...REDIS_STORE_BUDGETS, url: `redis://127.0.0.1:${port}`, keyPrefix: 'zcs:', log });
     stores.push(s);
     return s;
   };
@@ -109,14 +110,14 @@ describeRedisServers('a Redis restarted from its append-only file (P5)', () => {
   });
 
   it('does not vouch for a ledger read back from disk: a new epoch above it (writes after the last fsync may be gone)', async () => {
-    const store = new RedisStore({ url: `redis://127.0.0.1:${redis.server.port}`, keyPrefix: 'zcs:', log });
+    const store = new RedisStore({ ...REDIS_STORE_BUDGETS, url: `redis://127.0.0.1:${redis.server.port}`, keyPrefix: 'zcs:', log });
     stores.push(store);
     const before = await store.merge('r', obs(1, { 1: [1, 1] }));
     await redis.restart();
     const admin = redisAt(redis.server.port);
     expect(await admin.exists(store.key('r'))).toBe(1); // read back from the append-only file
     admin.disconnect();
-    const fresh = new RedisStore({ url: `redis://127.0.0.1:${redis.server.port}`, keyPrefix: 'zcs:', log });
+    const fresh = new RedisStore({ ...REDIS_STORE_BUDGETS, url: `redis://127.0.0.1:${redis.server.port}`, keyPrefix: 'zcs:', log });
     stores.push(fresh);
     expect(await fresh.load('r')).toBeUndefined();
     const after = await fresh.merge('r', obs(2, { 1: [2, 2] }));

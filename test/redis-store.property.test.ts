@@ -7,6 +7,7 @@ import { answer, merge, vouchesFor, type LedgerState, type ModernPresence, type 
 import { RedisStore } from '../src/store/redis.js';
 import { plainLedger } from './support/ledgers.js';
 import { adminRedis, deleteKeysUnder, describeRedis, REDIS_URL, testKeyPrefix } from './support/redis.js';
+import { REDIS_STORE_BUDGETS } from './support/budgets.js';
 
 /**
  * Observations applied through Redis, from one replica or two at once, give exactly what the
@@ -62,8 +63,8 @@ describeRedis('RedisStore against the pure ledger (property, S1, P5)', () => {
 
   beforeAll(() => {
     admin = adminRedis();
-    a = new RedisStore({ url: REDIS_URL, keyPrefix: prefix, log });
-    b = new RedisStore({ url: REDIS_URL, keyPrefix: prefix, log });
+    a = new RedisStore({ ...REDIS_STORE_BUDGETS, url: REDIS_URL, keyPrefix: prefix, log });
+    b = new RedisStore({ ...REDIS_STORE_BUDGETS, url: REDIS_URL, keyPrefix: prefix, log });
   });
   afterAll(async () => {
     await Promise.all([a.close(), b.close()]);

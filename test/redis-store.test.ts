@@ -10,6 +10,7 @@ import { StoreUnavailableError } from '../src/store/types.js';
 import { plainLedger, realisticLedger } from './support/ledgers.js';
 import { adminRedis, deleteKeysUnder, describeRedis, keysUnder, REDIS_URL, suiteKeyPrefix, testKeyPrefix } from './support/redis.js';
 import { redisKey } from '../src/store/redis-keys.js';
+import { REDIS_STORE_BUDGETS } from './support/budgets.js';
 
 const obs = (serverTimestamp: number, users: Record<number, [number, number]>, complete = true): Observation => ({
   serverTimestamp,
@@ -45,7 +46,7 @@ describeRedis('RedisStore (S1, P5)', () => {
   let admin: Redis;
   const stores: RedisStore[] = [];
   const open = (o: Partial<RedisStoreOptions> = {}) => {
-    const s = new RedisStore({ url: REDIS_URL, keyPrefix: prefix, log: logSink().log, ...o });
+    const s = new RedisStore({ ...REDIS_STORE_BUDGETS, url: REDIS_URL, keyPrefix: prefix, log: logSink().log, ...o });
     stores.push(s);
     return s;
   };
@@ -263,6 +264,7 @@ describeRedis('RedisStore when Redis goes away and comes back (S1)', () => {
     const { log, lines } = logSink();
     const errors = counter();
     const store = new RedisStore({
+      ...REDIS_STORE_BUDGETS,
       url: `redis://127.0.0.1:${relay.port}`,
       keyPrefix: prefix,
       log,
@@ -329,7 +331,13 @@ it('fails fast with StoreUnavailableError when nothing listens at the Redis URL'
   const port = (server.address() as net.AddressInfo).port;
   await new Promise<void>((r) => server.close(() => r()));
   const errors = counter();
-  const store = new RedisStore({ url: `redis://127.0.0.1:${port}`, keyPrefix: 'x:', log: logSink().log, storeErrors: errors });
+  const store = new RedisStore({
+    ...REDIS_STORE_BUDGETS,
+    url: `redis://127.0.0.1:${port}`,
+    keyPrefix: 'x:',
+    log: logSink().log,
+    storeErrors: errors,
+  });
   try {
     await expect(store.merge('r', obs(1, { 1: [1, 1] }))).rejects.toBeInstanceOf(StoreUnavailableError);
     await expect(store.load('r')).rejects.toBeInstanceOf(StoreUnavailableError);

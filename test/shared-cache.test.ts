@@ -5,6 +5,7 @@ import { RedisStore } from '../src/store/redis.js';
 import { SharedCache, type CacheBackend } from '../src/cache/shared-cache.js';
 import { adminRedis, deleteKeysUnder, describeRedis, REDIS_URL, testKeyPrefix } from './support/redis.js';
 import { redisKey } from '../src/store/redis-keys.js';
+import { REDIS_STORE_BUDGETS } from './support/budgets.js';
 
 /**
  * SharedCache (S1): a key loaded once for concurrent callers, failures not kept, in one process
@@ -94,8 +95,8 @@ describeRedis('SharedCache through Redis (S1)', () => {
 
   beforeAll(() => {
     admin = adminRedis();
-    one = new RedisStore({ url: REDIS_URL, keyPrefix: prefix, log });
-    two = new RedisStore({ url: REDIS_URL, keyPrefix: prefix, log });
+    one = new RedisStore({ ...REDIS_STORE_BUDGETS, url: REDIS_URL, keyPrefix: prefix, log });
+    two = new RedisStore({ ...REDIS_STORE_BUDGETS, url: REDIS_URL, keyPrefix: prefix, log });
   });
   afterAll(async () => {
     await Promise.all([one.close(), two.close()]);

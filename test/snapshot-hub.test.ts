@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { SnapshotHub, type Snapshot } from '../src/presence/snapshots.js';
+import type { Snapshot } from '../src/presence/snapshots.js';
+import { snapshotHub } from './support/budgets.js';
 
 /**
  * SnapshotHub (P9, S2): one upstream fetch per scope in flight, its snapshot serving the rest of
@@ -18,7 +19,7 @@ const snapshot = (serverTimestamp: number, fetchedAt: number): Snapshot => ({
 describe('SnapshotHub (P9, S2)', () => {
   it('one fetch per scope in flight; the snapshot serves its window, then not', async () => {
     let now = 1_000;
-    const hub = new SnapshotHub(5_000, 10, () => now);
+    const hub = snapshotHub(5_000, 10, () => now);
     let calls = 0;
     const p = hub.lead('realm|legacy', async () => {
       calls++;
@@ -33,21 +34,21 @@ describe('SnapshotHub (P9, S2)', () => {
   });
 
   it('keeps nothing for a per-caller scope once its fetch is done (memory does not grow with callers)', async () => {
-    const hub = new SnapshotHub(5_000, 10);
+    const hub = snapshotHub(5_000, 10);
     await hub.lead('realm|slim|caller', async () => snapshot(1, Date.now()), false);
     expect(hub.fresh('realm|slim|caller')).toBeUndefined();
     expect(hub.pending('realm|slim|caller')).toBeUndefined();
   });
 
   it('never keeps an older snapshot over a newer one', async () => {
-    const hub = new SnapshotHub(5_000, 10);
+    const hub = snapshotHub(5_000, 10);
     await hub.lead('s', async () => snapshot(20, Date.now()));
     await hub.lead('s', async () => snapshot(10, Date.now()));
     expect(hub.fresh('s')?.serverTimestamp).toBe(20);
   });
 
   it('sizes a kept snapshot again once its legacy bytes are read in, within the byte budget (X2)', async () => {
-    const hub = new SnapshotHub(5_000, 10, Date.now, 3 * 1024);
+    const hub = snapshotHub(5_000, 10, Date.now, 3 * 1024);
     const a = await hub.lead('a', async () => snapshot(1, Date.now()));
     await hub.lead('b', async () => snapshot(1, Date.now()));
     // Another replica's legacy answer, read after the snapshot was kept (sharing.ts).
@@ -58,7 +59,7 @@ describe('SnapshotHub (P9, S2)', () => {
   });
 
   it('with coalesceMs 0 every poll fetches', async () => {
-    const hub = new SnapshotHub(0, 10);
+    const hub = snapshotHub(0, 10);
     await hub.lead('s', async () => snapshot(1, Date.now()));
     expect(hub.fresh('s')).toBeUndefined();
     expect(hub.pending('s')).toBeUndefined();

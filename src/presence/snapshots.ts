@@ -149,11 +149,11 @@ export class SnapshotHub {
   constructor(
     readonly coalesceMs: number,
     maxScopes: number,
-    private readonly clock: () => number = Date.now,
-    /** X2: bytes the kept snapshots may take (see slotBytes). */
-    maxBytes = 192 * 1024 * 1024,
-    /** X2: bytes the answer bodies built from snapshots and ledgers may take, all together. */
-    answersMaxBytes = 64 * 1024 * 1024,
+    private readonly clock: () => number,
+    /** X2: bytes the kept snapshots may take (memory.snapshotsBytes; see slotBytes). */
+    maxBytes: number,
+    /** X2: bytes the answer bodies built from snapshots and ledgers may take, all together (memory.answersBytes). */
+    answersMaxBytes: number,
   ) {
     this.answersBudget = new ByteBudget(answersMaxBytes);
     // A snapshot is of no use after its window: dropped then, so memory follows live realms.

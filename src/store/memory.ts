@@ -20,8 +20,8 @@ export function ledgerBytes(state: LedgerState): number {
 export interface MemoryStoreOptions {
   /** Realms kept at most. */
   maxRealms: number;
-  /** X2: bytes the ledgers may take together (see ledgerBytes). @default 128 MiB */
-  maxBytes?: number | undefined;
+  /** X2: bytes the ledgers may take together (memory.ledgersBytes; see ledgerBytes). */
+  maxBytes: number;
   /** Told once when a realm's ledger alone is larger than maxBytes (it cannot be kept). */
   onTooLarge?: ((realm: string, bytes: number, maxBytes: number) => void) | undefined;
 }
@@ -39,11 +39,10 @@ export class MemoryStore implements PresenceStore {
   private onTooLarge: MemoryStoreOptions['onTooLarge'];
 
   constructor(
-    options: number | MemoryStoreOptions,
+    o: MemoryStoreOptions,
     private readonly clock: () => number = Date.now,
   ) {
-    const o: MemoryStoreOptions = typeof options === 'number' ? { maxRealms: options } : options;
-    this.maxBytes = o.maxBytes ?? 128 * 1024 * 1024;
+    this.maxBytes = o.maxBytes;
     this.onTooLarge = o.onTooLarge;
     this.ledgers = new LRUCache({ max: o.maxRealms, maxSize: this.maxBytes, sizeCalculation: ledgerBytes });
   }

@@ -67,10 +67,10 @@ export interface RedisStoreOptions {
   idleTtlMs?: number;
   /** Store calls fail after this long, so presence falls back to the upstream quickly. */
   commandTimeoutMs?: number;
-  /** Decoded ledgers kept in this process, keyed by write token (not the truth, just a cache). */
-  maxRealms?: number;
-  /** X2: bytes the decoded ledger copies of this replica may take (see ledgerBytes). @default 128 MiB */
-  maxBytes?: number;
+  /** Decoded ledgers kept in this process, keyed by write token (not the truth, just a cache; presence.maxRealms). */
+  maxRealms: number;
+  /** X2: bytes the decoded ledger copies of this replica may take (memory.ledgersBytes; see ledgerBytes). */
+  maxBytes: number;
   /** Compare-and-set attempts per batch before giving up (StoreUnavailableError 'contention'). */
   maxAttempts?: number;
   clock?: () => number;
@@ -199,8 +199,8 @@ export class RedisStore implements PresenceStore {
     this.cacheBackend = new RedisCacheBackend(this.conn, o.keyPrefix);
     // X2: the decoded copies are bounded in bytes too (a realm of 100k users is megabytes).
     this.known = new LRUCache({
-      max: o.maxRealms ?? 1_000,
-      maxSize: o.maxBytes ?? 128 * 1024 * 1024,
+      max: o.maxRealms,
+      maxSize: o.maxBytes,
       sizeCalculation: (k) => 256 + k.head.length + (k.state ? ledgerBytes(k.state) : 0),
     });
   }

@@ -2,13 +2,13 @@ import http from 'node:http';
 import { gunzipSync } from 'node:zlib';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { SnapshotHub } from '../../src/presence/snapshots.js';
 import { realmKeyOf } from './realm-key.js';
 import { startFake, type FakeZulip } from './fake-zulip.js';
 import { jsonOf, send, sendRaw, type Answer, type Outgoing } from './http-client.js';
 import { findSecret, registerSecret } from './secrets.js';
 import { startShim, type RunningShim } from './shim.js';
 import { PRESENCE_PARAMS } from '../../src/presence/params.js';
+import { snapshotHub } from './budgets.js';
 
 /**
  * Bad input (E1–E4, P13): thousands of generated requests (malformed and mixed-up content
@@ -999,7 +999,7 @@ export function fuzzSuite(part: number, parts: number): void {
         // at `windowStart`; snapshots fetched before that are stale, those fetched since are fresh.
         const WINDOW_MS = 60_000;
         let windowStart = Date.now();
-        shim.shim.context.snapshots = new SnapshotHub(WINDOW_MS, 64, () => windowStart + WINDOW_MS);
+        shim.shim.context.snapshots = snapshotHub(WINDOW_MS, 64, () => windowStart + WINDOW_MS);
         const windowPasses = () => {
           windowStart = Date.now();
         };

@@ -4,6 +4,13 @@
  * itself and those it names, nothing else in src/. Type-only imports count: an arrow is an arrow.
  */
 const LAYERS = {
+  // the embedding API's entry points (package.json "exports"), above all the rest
+  testing: ['index'],
+  express: ['index', 'routes'],
+  index: ['config', 'embed', 'observability', 'open-upstream'],
+  // a shim composed as its configuration asks (the CLI's and the embedding API's one way)
+  embed: ['config', 'observability', 'open-upstream', 'server'],
+  'open-upstream': ['config', 'har', 'observability', 'version'],
   // primitives
   version: [],
   http: [],

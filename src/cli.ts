@@ -1,8 +1,7 @@
 #!/usr/bin/env node
 import cluster from 'node:cluster';
-import { existsSync, readFileSync, renameSync, statSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import http from 'node:http';
-import { basename, dirname, extname, join, resolve } from 'node:path';
 import { answerMetricsRequests, clusterMetricsText, exitWorker, isWorker, reportFailure, runPrimary } from './cluster.js';
 import { oneLine, probeStore, probeUpstream, warnAtStartup, type Probe } from './checks.js';
 import {
@@ -16,106 +15,16 @@ import {
   workerCount,
   type Config,
 } from './config.js';
-import { PROJECT_ROOT } from './version.js';
 import { createLogger, type Logger } from './observability/logger.js';
 import { loggableUrl, logStartup } from './observability/startup.js';
-import { startRecorder } from './har/recorder.js';
-import { startReplay } from './har/replay.js';
+import { openShim } from './embed.js';
+import { directUpstream, openUpstream, type UpstreamTarget } from './open-upstream.js';
 import { tuneRuntime } from './runtime.js';
-import { createShim, type Shim } from './server.js';
+import type { Shim } from './server.js';
 import { createMetrics } from './observability/metrics.js';
 import { createStore } from './store/create.js';
 import { realmOf } from './upstream/realm.js';
 import { VERSION } from './version.js';
-
-/** The bundled recording of a Zulip 2.1 server that `--demo` (and so `npm start`) replays. */
-export const DEMO_HAR = resolve(PROJECT_ROOT, 'examples', 'demo-zulip-2.1.har');
-
-interface UpstreamTarget {
-  /** Where the shim sends upstream traffic. */
-  target: string;
-  /** The upstream's identity in realm keys. */
-  upstreamId: string;
-  describe: string;
-  close(): Promise<void>;
-  /** H2 strict mode: the requests replay could not answer, reported at shutdown. */
-  strictMisses(): string[];
-  /** Plain words for stdout once listening (the demo says how to try it). */
-  announce?(url: string): string;
-  /** X5: the target stands in for the upstream (recorder, replay) and is not sent a request twice. */
-  standIn?: boolean;
-}
-
-/**
- * Recording and replay stand in for the upstream on loopback (H1, H2), so the shim has one
- * code path: `target` is the recorder or the replayer, `upstreamId` the upstream they stand for.
- */
-async function openUpstream(config: Config, log: Logger, sources: ReadonlyMap<string, string>): Promise<UpstreamTarget> {
-  const recordKey = namedKey('record.har', sources, '--record');
-  const replayKey = namedKey('replay.har', sources, '--replay');
-  const record = config.record.har;
-  if (record && !config.upstream.url) {
-    const with_ = config.replay.har ? ', not with --replay' : '';
-    throw new ConfigError(`${recordKey}: recording needs --upstream URL${with_}`);
-  }
-  if (config.upstream.url) {
-    const url = config.upstream.url;
-    if (!record) return { target: url, upstreamId: url, describe: url, close: async () => {}, strictMisses: () => [] };
-    const file = resolve(record);
-    const aside = setAsideRecording(file, recordKey);
-    if (aside) log.warn({ file, movedTo: aside }, 'record.har: the existing recording was moved aside, not overwritten');
-    const recorder = await startRecorder({ upstream: url, file, log, insecureTls: config.upstream.insecureTls }).catch((e: unknown) => {
-      throw new ConfigError(`${recordKey}: cannot write ${file} (${(e as NodeJS.ErrnoException).code ?? (e as Error).message})`);
-    });
-    // The recorder retries against the upstream itself (X5): a retry here too could send one GET four times.
-    return { target: recorder.url, upstreamId: url, describe: url, close: () => recorder.close(), strictMisses: () => [], standIn: true };
-  }
-
-  const demo = config.replay.demo;
-  const file = resolve(demo ? DEMO_HAR : config.replay.har!);
-  const replay = await startReplay({ file, strict: config.replay.strict, log }).catch((e: unknown) => {
-    throw new ConfigError(`${replayKey}: ${(e as Error).message}`);
-  });
-  return {
-    target: replay.url,
-    upstreamId: `replay:${file}`,
-    describe: `replay:${file}`,
-    close: () => replay.close(),
-    strictMisses: () => (config.replay.strict ? replay.misses() : []),
-    // Replay answers identical requests in recorded order: a retry would take the next answer.
-    standIn: true,
-    ...(demo ? { announce: demoAnnouncement } : {}),
-  };
-}
-
-/**
- * `--record` never destroys a recording: an existing non-empty file is renamed to
- * `NAME.<UTC time>.har` (a free name) before recording starts. Returns the new name, if any.
- */
-function setAsideRecording(file: string, key: string): string | undefined {
-  let size: number;
-  try {
-    size = statSync(file).size;
-  } catch {
-    return undefined; // nothing there (or nothing readable: opening it reports that)
-  }
-  if (size === 0) return undefined;
-  const ext = extname(file);
-  const stem = join(dirname(file), basename(file, ext));
-  const stamp = new Date().toISOString().replace(/[:.]/g, '-');
-  for (let n = 0; ; n++) {
-    const aside = `${stem}.${stamp}${n ? `-${n}` : ''}${ext}`;
-    if (existsSync(aside)) continue;
-    try {
-      renameSync(file, aside);
-    } catch (e) {
-      throw new ConfigError(
-        `${key}: ${file} exists and cannot be moved aside (${(e as NodeJS.ErrnoException).code ?? 'error'}); choose another file`,
-      );
-    }
-    return aside;
-  }
-}
 
 /**
  * Why listening failed, in one line that names the key and where its value came from: the
@@ -159,26 +68,6 @@ function configFailure(e: ConfigError): number {
  */
 function startCluster(config: Config, log: Logger): Promise<number> {
   return runPrimary({ workers: workerCount(config.server.workers), log, shutdownGraceMs: config.server.shutdownGraceMs });
-}
-
-function demoAnnouncement(url: string): string {
-  const poll = (id: string) =>
-    `curl -s -u demo@example.com:any-key -d status=active -d last_update_id=${id} ${url}/api/v1/users/me/presence`;
-  return [
-    '',
-    `zulip-compat-shim is listening on ${url}, in front of a recorded Zulip 2.1 server (the bundled demo).`,
-    'A Zulip 2.1 server has no incremental presence; through the shim it has. Try a full modern poll:',
-    '',
-    `  ${poll('-1')}`,
-    '',
-    'then poll again with the presence_last_update_id of the answer (wait 5 seconds between polls to',
-    'get the next recorded change; closer polls are answered from the shared snapshot):',
-    '',
-    `  ${poll('<presence_last_update_id>')}`,
-    '',
-    'Stop with Ctrl-C.',
-    '',
-  ].join('\n');
 }
 
 function nearMissLine(name: string, meant: string): string {
@@ -298,9 +187,7 @@ async function check(argv: string[]): Promise<number> {
   try {
     // The upstream itself, also where the shim would record it: a check writes no recording.
     const url = config.upstream.url;
-    upstream = url
-      ? { target: url, upstreamId: url, describe: url, close: async () => {}, strictMisses: () => [] }
-      : await openUpstream(config, log, new Map());
+    upstream = url ? directUpstream(url) : await openUpstream(config, log, new Map());
     found = await probeUpstream(upstream.target, upstream.describe, { insecureTls: config.upstream.insecureTls });
   } catch (e) {
     found = { ok: false, line: `upstream ${config.upstream.url ?? ''}: does not answer (${oneLine((e as Error).message)})` };
@@ -345,24 +232,17 @@ async function main(argv: string[]): Promise<number> {
   // Until the shim is up there is nothing to close: exit at once.
   let onUncaught: () => void = () => process.exit(EXIT_UNCAUGHT);
   handleEscapedErrors(log, () => onUncaught());
-  let upstream: UpstreamTarget;
+  const metricsText = isWorker() ? clusterMetricsText() : undefined;
+  let opened: Awaited<ReturnType<typeof openShim>>;
   try {
-    upstream = await openUpstream(config, log, sources);
+    opened = await openShim({ config, log, sources, ...(metricsText ? { metricsText } : {}) });
   } catch (e) {
     if (e instanceof ConfigError) return configFailure(e);
     throw e;
   }
+  const { shim, upstream } = opened;
   if (config.upstream.insecureTls) log.warn('upstream TLS certificates are NOT verified (--insecure-upstream-tls)');
 
-  const metricsText = isWorker() ? clusterMetricsText() : undefined;
-  const shim = createShim({
-    config,
-    log,
-    target: upstream.target,
-    upstreamId: upstream.upstreamId,
-    retryUpstream: !upstream.standIn,
-    ...(metricsText ? { metricsText } : {}),
-  });
   if (isWorker()) answerMetricsRequests(shim.context.metrics.registry);
   let url: string;
   let adminUrl: string | undefined;
@@ -374,7 +254,7 @@ async function main(argv: string[]): Promise<number> {
   } catch (e) {
     const failure = listenFailure(e, config, sources, listening === 'admin');
     if (!failure) throw e;
-    await shim.close().then(() => upstream.close());
+    await opened.close();
     return configFailure(failure);
   }
   if (upstream.announce) process.stdout.write(upstream.announce(url));
@@ -403,21 +283,18 @@ async function main(argv: string[]): Promise<number> {
       log.info({ signal }, 'shutting down');
       // After an uncaught exception, closing itself may hang: exit regardless in the end.
       if (exitCode !== undefined) setTimeout(() => done(exitCode), config.server.shutdownGraceMs + 2_000);
-      void shim
-        .close()
-        .then(() => upstream.close())
-        .then(
-          () => {
-            // H2 strict mode: every miss on stderr, one line each, and a failing exit code.
-            const misses = upstream.strictMisses();
-            for (const m of misses) process.stderr.write(`zulip-compat-shim: replay miss: ${m}\n`);
-            done(exitCode ?? (misses.length ? 1 : 0));
-          },
-          (e) => {
-            log.error({ err: e }, 'error during shutdown');
-            done(exitCode ?? 1);
-          },
-        );
+      void opened.close().then(
+        () => {
+          // H2 strict mode: every miss on stderr, one line each, and a failing exit code.
+          const misses = upstream.strictMisses();
+          for (const m of misses) process.stderr.write(`zulip-compat-shim: replay miss: ${m}\n`);
+          done(exitCode ?? (misses.length ? 1 : 0));
+        },
+        (e) => {
+          log.error({ err: e }, 'error during shutdown');
+          done(exitCode ?? 1);
+        },
+      );
     };
     onUncaught = () => stop('uncaughtException', EXIT_UNCAUGHT);
     // X9: these drain (stop accepting, finish in-flight requests up to the deadline)…

@@ -654,6 +654,34 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv = process.env,
   return { config, sources };
 }
 
+/**
+ * The configuration from settings given as an object (the embedding API's options, src/index.ts):
+ * config/default.json with `given` merged over it, validated by the same schema and worded as
+ * loadConfig words it, each key's source named `source`. Reads no flag, variable or file.
+ */
+export function configFromObject(given: unknown, source = 'options', o: { needsUpstream?: boolean } = {}): CliResult {
+  if (given === null || typeof given !== 'object' || Array.isArray(given)) {
+    throw new ConfigError(`${source}: must be an object of settings (as in a config file)`);
+  }
+  const over = JSON.parse(JSON.stringify(given)) as Record<string, unknown>;
+  const sources = new Map<string, string>();
+  const defaults = readJson(DEFAULT_FILE, DEFAULT_SOURCE);
+  for (const k of keyPaths(defaults)) sources.set(k, DEFAULT_SOURCE);
+  for (const k of keyPaths(over)) sources.set(k, source);
+  const parsed = configSchema.safeParse(merge(defaults, over));
+  if (!parsed.success) {
+    const issues = parsed.error.issues;
+    throw new ConfigError(describeIssue(issues.find((i) => i.code === 'unrecognized_keys') ?? issues[0]!, sources));
+  }
+  const config = parsed.data;
+  if ((o.needsUpstream ?? true) && !config.upstream.url && !config.replay.har && !config.replay.demo) {
+    throw new ConfigError(
+      `no upstream: give upstream.url for a Zulip server, replay.har for a recording, or replay.demo: true for the bundled one (${source})`,
+    );
+  }
+  return { config, sources };
+}
+
 /** One line for the first schema problem, naming the key and where its value came from. */
 function describeIssue(issue: z.core.$ZodIssue, sources: ReadonlyMap<string, string>): string {
   const at = issue.path.map(String);

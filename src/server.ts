@@ -86,7 +86,17 @@ export interface Shim {
   adminServer?: http.Server;
   /** Opens the admin listener (at `server.adminListen`, or where given); undefined without one. */
   listenAdmin(port?: number, host?: string): Promise<{ port: number; url: string } | undefined>;
-  /** Graceful stop: no new connections, in-flight requests get shutdownGraceMs. */
+  /**
+   * Serves one request handed over by another server (a Connect/Express app, `http.createServer`)
+   * as the shim's own listener would. With `next`, only the intercepted endpoints are answered:
+   * any other request (for the upstream, or one of the shim's own paths) is given to `next`
+   * untouched.
+   */
+  handle(req: IncomingMessage, res: ServerResponse, next?: () => void): void;
+  /**
+   * Graceful stop: no new connections, in-flight requests (those handed over by `handle` too)
+   * get shutdownGraceMs.
+   */
   close(): Promise<void>;
 }
 
@@ -497,6 +507,15 @@ export function createShim(o: ShimOptions): Shim {
     listen(port = config.server.port, host = config.server.host) {
       return listen(server, port, host);
     },
+    handle(req, res, next) {
+      if (next && routeOf(req.method, req.url).kind !== 'intercepted') {
+        next();
+        return;
+      }
+      // Another server's request after close(): no listener of ours to stop accepting it.
+      if (closing) sendShimError(res, shuttingDown(), { 'retry-after': '1' });
+      else onRequest(req, res);
+    },
     ...(admin ? { adminServer: admin } : {}),
     async listenAdmin(port?: number, host?: string) {
       if (!admin || !config.server.adminListen) return undefined;
@@ -526,18 +545,26 @@ export function createShim(o: ShimOptions): Shim {
         deadline.unref();
         // A kept-alive connection goes idle when its in-flight request ends: close it then,
         // rather than holding shutdown for the whole grace period.
+        // Answers to requests handed over by `handle` keep no connection of the shim's open:
+        // the drain waits for them by the in-flight list.
+        let serversClosed = false;
+        const drained = () => {
+          clearTimeout(deadline);
+          clearInterval(sweep);
+          resolve();
+        };
         const sweep = setInterval(() => {
           server.closeIdleConnections();
           admin?.closeIdleConnections();
+          if (serversClosed && inFlight.empty) drained();
         }, 100);
         sweep.unref();
         // The admin listener (if any) stops with the public one; both closed ends the drain.
         let open = admin?.listening ? 2 : 1;
         const closed = () => {
           if (--open > 0) return;
-          clearTimeout(deadline);
-          clearInterval(sweep);
-          resolve();
+          serversClosed = true;
+          if (inFlight.empty) drained();
         };
         server.close(closed);
         if (admin?.listening) admin.close(closed);

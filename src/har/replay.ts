@@ -23,6 +23,8 @@ interface ReplayOptions {
   log: Logger;
   /** Largest request body read (default 64 MiB). */
   maxBodyBytes?: number;
+  /** Told of each miss as it happens (the embedding API's testing helper reports it to the test). */
+  onMiss?: (what: string) => void;
 }
 
 export interface Replay {
@@ -101,6 +103,7 @@ export async function startReplay(o: ReplayOptions): Promise<Replay> {
     if (misses.length < LISTED_MISSES) misses.push(what);
     else unlisted++;
     o.log.warn({ request: what }, 'replay miss: no recorded answer');
+    o.onMiss?.(what);
     if (res) sendShimError(res, new ReplayMissError(what));
   };
 

@@ -52,13 +52,15 @@ export function zulipCompatShim(options: ZulipCompatShimOptions = {}): ZulipComp
   const { passThrough = true, ...shimOptions } = options;
   resolveConfig(shimOptions);
   const ready = createShim(shimOptions);
-  // Reported to each request through next(err), and to whoever awaits `ready`.
-  ready.catch(() => {});
   let shim: Shim | undefined;
   let closed = false;
-  void ready.then((s) => {
-    shim = s;
-  });
+  // A failure is reported to each request through next(err), and to whoever awaits `ready`.
+  ready.then(
+    (s) => {
+      shim = s;
+    },
+    () => {},
+  );
 
   const serve = (s: Shim, req: IncomingMessage, res: ServerResponse, next: NextFunction) => {
     if (!passThrough && routeOf(req.method, req.url).kind !== 'intercepted') {

@@ -85,20 +85,25 @@ export interface Shim {
  * command would print) when it is not valid. createShim calls it first; it starts nothing.
  */
 export function resolveConfig(options: ShimOptions = {}): ShimConfig {
+  return validated(options).config;
+}
+
+/** The configuration, and where each key's value came from (for the words of a later ConfigError). */
+function validated(options: ShimOptions): { config: ShimConfig; sources: ReadonlyMap<string, string> } {
   const { logDestination: _d, onReplayMiss: _m, ...settings } = options;
-  const { config } = configFromObject(settings);
+  const { config, sources } = configFromObject(settings);
   // Several worker processes are the command's business (node:cluster); an embedded shim is one.
   if (config.server.workers !== 1) {
     throw new ConfigError(`server.workers (options): an embedded shim runs in one process; give 1, or run the command for several`);
   }
-  return config;
+  return { config, sources };
 }
 
 /** Starts a shim: its upstream (or replay, or recorder) opened, not yet listening. */
 export async function createShim(options: ShimOptions = {}): Promise<Shim> {
-  const config = resolveConfig(options);
+  const { config, sources } = validated(options);
   const log = createLogger(config.log.level, options.logDestination);
-  const opened = await openShim({ config, log, ...(options.onReplayMiss ? { onMiss: options.onReplayMiss } : {}) });
+  const opened = await openShim({ config, log, sources, ...(options.onReplayMiss ? { onMiss: options.onReplayMiss } : {}) });
   const { shim, upstream } = opened;
   return {
     config,

@@ -1,0 +1,111 @@
+import express4 from 'express4';
+import express5 from 'express';
+import request from 'supertest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ConfigError } from '../src/index.js';
+import { BodyConsumedError, zulipCompatShim, type ZulipCompatShimMiddleware } from '../src/express.js';
+import { startFake, type FakeZulip } from './support/fake-zulip.js';
+
+/**
+ * `import { zulipCompatShim } from 'zulip-compat-shim/express'` in an Express app, 4 and 5, as
+ * its users mount it: at `/` or a path, answering everything (the default) or only what it
+ * intercepts (`passThrough: false`), before a body parser (and what happens after one).
+ */
+
+type App = ReturnType<typeof express5>;
+const EXPRESSES: Array<[string, () => App]> = [
+  ['Express 5', () => express5()],
+  ['Express 4', () => express4() as unknown as App],
+];
+
+describe.each(EXPRESSES)('%s', (_name, makeApp) => {
+  let fake: FakeZulip;
+  const middlewares: ZulipCompatShimMiddleware[] = [];
+  const shim = (o: Parameters<typeof zulipCompatShim>[0] = {}) => {
+    const m = zulipCompatShim({ upstream: { url: fake.url }, log: { level: 'silent' }, ...o });
+    middlewares.push(m);
+    return m;
+  };
+  const presence = (app: App, path = '/api/v1/users/me/presence') =>
+    request(app).post(path).set('Authorization', fake.auth(10)).type('form').send('status=active&last_update_id=-1');
+
+  beforeAll(async () => {
+    fake = await startFake({ era: '2.1' });
+  });
+  afterAll(async () => {
+    for (const m of middlewares) await m.close();
+    await fake.stop();
+  });
+
+  it('mounted at /: answers the modern API, passes everything else to the upstream, and its own /healthz', async () => {
+    const app = makeApp();
+    app.get('/app/route', (_req, res) => {
+      res.json({ app: true });
+    });
+    app.use(shim());
+    const poll = await presence(app);
+    expect(poll.status).toBe(200);
+    expect(poll.body).toHaveProperty('presence_last_update_id');
+    expect(poll.headers['x-request-id']).toBeTruthy();
+    const echo = await request(app).put('/test/echo?a=1').type('form').send('x=1');
+    expect(echo.status).toBe(200);
+    expect(echo.body).toMatchObject({ method: 'PUT', url: '/test/echo?a=1' });
+    expect(Buffer.from((echo.body as { body: string }).body, 'base64').toString()).toBe('x=1');
+    expect((await request(app).get('/healthz')).body).toMatchObject({ status: 'alive' });
+    // Routes before it are the app's.
+    expect((await request(app).get('/app/route')).body).toEqual({ app: true });
+  });
+
+  it('passThrough: false answers only the intercepted endpoints and calls next() for the rest', async () => {
+    const app = makeApp();
+    app.use(shim({ passThrough: false }));
+    app.use(express5.json());
+    app.all('/test/echo', (req, res) => {
+      res.json({ fromApp: true, body: req.body as unknown });
+    });
+    app.use((_req, res) => {
+      res.status(404).json({ fromApp: 404 });
+    });
+    const poll = await presence(app);
+    expect(poll.status).toBe(200);
+    expect(poll.body).toHaveProperty('presence_last_update_id');
+    const before = fake.stats.requests.get('POST /test/echo') ?? 0;
+    const echo = await request(app).post('/test/echo').send({ a: 1 });
+    expect(echo.body).toEqual({ fromApp: true, body: { a: 1 } });
+    expect(fake.stats.requests.get('POST /test/echo') ?? 0).toBe(before);
+    expect((await request(app).get('/healthz')).body).toEqual({ fromApp: 404 });
+    expect((await request(app).get('/api/v1/messages')).body).toEqual({ fromApp: 404 });
+  });
+
+  it('mounted at a path: the upstream sees the path below the mount point', async () => {
+    const app = makeApp();
+    app.use('/zulip', shim());
+    expect((await presence(app, '/zulip/api/v1/users/me/presence')).body).toHaveProperty('presence_last_update_id');
+    expect((await request(app).get('/zulip/test/echo?q=2')).body).toMatchObject({ url: '/test/echo?q=2' });
+  });
+
+  it('after a body parser: the request goes to the error handler, saying to mount it first', async () => {
+    const app = makeApp();
+    app.use(express5.urlencoded({ extended: false }));
+    app.use(shim());
+    app.use((err: Error, _req: unknown, res: { status(n: number): { json(b: unknown): void } }, _next: unknown) => {
+      res.status(500).json({ name: err.name, message: err.message });
+    });
+    const poll = await presence(app);
+    expect(poll.status).toBe(500);
+    expect(poll.body).toMatchObject({ name: 'BodyConsumedError', message: expect.stringMatching(/before any body parser/) });
+    expect(new BodyConsumedError('x').status).toBe(500);
+  });
+
+  it('an unreadable HAR is given to next(); invalid options throw at once', async () => {
+    const app = makeApp();
+    const broken = zulipCompatShim({ replay: { har: '/nonexistent.har' }, log: { level: 'silent' } });
+    middlewares.push(broken);
+    app.use(broken);
+    app.use((err: Error, _req: unknown, res: { status(n: number): { json(b: unknown): void } }, _next: unknown) => {
+      res.status(500).json({ name: err.name });
+    });
+    expect((await request(app).get('/api/v1/users')).body).toEqual({ name: 'ConfigError' });
+    expect(() => zulipCompatShim({ upstream: { url: fake.url }, server: { port: -1 } })).toThrow(ConfigError);
+  });
+});

@@ -9,6 +9,7 @@ import { BaseSequencer, type TestSpecification } from 'vitest/node';
  * files, a line each, last.
  */
 const LONGEST_FIRST = [
+  'test/package.test.ts',
   'test/fuzz.test.ts',
   'test/bench-smoke.test.ts',
   'test/fuzz-more.test.ts',

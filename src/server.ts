@@ -343,6 +343,8 @@ export function createShim(o: ShimOptions): Shim {
 
   /** Responses not yet finished, with their request ids, for the drain deadline (X9). */
   const inFlight = new InFlightAnswers();
+  /** Requests handed over by `handle` (another server's) whose answers are not done yet. */
+  let handedOver = 0;
   const onRequest = (req: IncomingMessage, res: ServerResponse) => {
     try {
       // X15: an absolute-form target names the realm; it goes on in origin form.
@@ -513,8 +515,16 @@ export function createShim(o: ShimOptions): Shim {
         return;
       }
       // Another server's request after close(): no listener of ours to stop accepting it.
-      if (closing) sendShimError(res, shuttingDown(), { 'retry-after': '1' });
-      else onRequest(req, res);
+      if (closing) {
+        sendShimError(res, shuttingDown(), { 'retry-after': '1' });
+        return;
+      }
+      // Its connection is not the shim's: the drain waits for its answer by this count.
+      handedOver++;
+      res.once('close', () => {
+        handedOver--;
+      });
+      onRequest(req, res);
     },
     ...(admin ? { adminServer: admin } : {}),
     async listenAdmin(port?: number, host?: string) {
@@ -546,7 +556,8 @@ export function createShim(o: ShimOptions): Shim {
         // A kept-alive connection goes idle when its in-flight request ends: close it then,
         // rather than holding shutdown for the whole grace period.
         // Answers to requests handed over by `handle` keep no connection of the shim's open:
-        // the drain waits for them by the in-flight list.
+        // the drain waits for them by their count (the listeners' own requests hold their
+        // connections, which the servers' close waits for).
         let serversClosed = false;
         const drained = () => {
           clearTimeout(deadline);
@@ -556,7 +567,7 @@ export function createShim(o: ShimOptions): Shim {
         const sweep = setInterval(() => {
           server.closeIdleConnections();
           admin?.closeIdleConnections();
-          if (serversClosed && inFlight.empty) drained();
+          if (serversClosed && handedOver === 0) drained();
         }, 100);
         sweep.unref();
         // The admin listener (if any) stops with the public one; both closed ends the drain.
@@ -564,7 +575,7 @@ export function createShim(o: ShimOptions): Shim {
         const closed = () => {
           if (--open > 0) return;
           serversClosed = true;
-          if (inFlight.empty) drained();
+          if (handedOver === 0) drained();
         };
         server.close(closed);
         if (admin?.listening) admin.close(closed);

@@ -135,7 +135,7 @@ console.log(JSON.stringify({
       demo: join(project, 'node_modules', 'zulip-compat-shim', 'examples', 'demo-zulip-2.1.har'),
       version: expect.stringMatching(/^2\.1/),
     });
-  });
+  }, 120_000); // a compiler and a module graph in a child process: slow beside the rest of the suite
 
   it('type-checks a consumer of every entry (NodeNext, strict), and refuses a misspelt setting', async () => {
     linkRepoModules(); // typescript, express and @types, as a consumer's devDependencies
@@ -205,7 +205,7 @@ export async function tester(): Promise<string[]> {
       (e: { code: number; stdout: string; stderr: string }) => e,
     );
     expect({ code: result.code, stdout: result.stdout, stderr: result.stderr }).toEqual({ code: 0, stdout: '', stderr: '' });
-  });
+  }, 120_000); // a compiler and a module graph in a child process: slow beside the rest of the suite
 });
 
 describe("the README's examples, run against the installed package", () => {

@@ -32,11 +32,6 @@ export class InFlightAnswers implements Iterable<InFlightAnswer> {
   private first: InFlightAnswer | undefined;
   private last: InFlightAnswer | undefined;
 
-  /** No answer is open. */
-  get empty(): boolean {
-    return this.first === undefined;
-  }
-
   add(res: ServerResponse, requestId: string): InFlightAnswer {
     const entry = new InFlightAnswer(res, requestId);
     entry.list = this;

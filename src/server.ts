@@ -20,8 +20,8 @@ import { upstreamObserver } from './observability/upstream-metrics.js';
 import { createPassThrough, type Exchange, type PassThrough } from './proxy/passthrough.js';
 import { realmHostMatcher } from './realm-hosts.js';
 import { encodePath, routeOf, type OwnPath } from './routes.js';
-import { SnapshotHub, type ClusterSnapshots } from './presence/snapshots.js';
-import { clusterSnapshotsFor, createStore } from './store/create.js';
+import { SnapshotHub, type ReplicaSnapshots } from './presence/snapshots.js';
+import { replicaSnapshotsFor, createStore } from './store/create.js';
 import type { PresenceStore } from './presence/ledger-store.js';
 import { UpstreamClient } from './upstream/client.js';
 import { createTransport } from './upstream/transport.js';
@@ -61,7 +61,7 @@ export interface ShimOptions {
   /** Where realm state lives; by default the one config.store asks for (Redis or in-memory). */
   store?: PresenceStore;
   /** Cross-replica snapshot sharing; by default on the store's Redis, if it has one. */
-  clusterSnapshots?: ClusterSnapshots;
+  replicaSnapshots?: ReplicaSnapshots;
   /** Extra readiness checks (store reachable, …); each throws when not ready. */
   readinessChecks?: Array<() => Promise<void>>;
   /** The `/metrics` text; by default this process's registry (a cluster worker: every worker's). */
@@ -268,7 +268,7 @@ export function createShim(o: ShimOptions): Shim {
     featureLevels,
     store,
     snapshots,
-    clusterSnapshots: o.clusterSnapshots ?? clusterSnapshotsFor(store),
+    replicaSnapshots: o.replicaSnapshots ?? replicaSnapshotsFor(store),
     presence: new PresenceState(config.lookups.maxEntries),
     parser,
     callers: new Callers(client, metrics, { ...config.lookups, maxBytes: config.memory.callersBytes }),

@@ -10,7 +10,7 @@ import type { UserDirectory } from '../upstream/user-directory.js';
 import type { PresenceColumns } from './columns.js';
 import type { PresenceEra } from './convert.js';
 import type { PresenceStore } from './ledger-store.js';
-import type { ClusterSnapshots, SnapshotHub } from './snapshots.js';
+import type { ReplicaSnapshots, SnapshotHub } from './snapshots.js';
 import type { PresenceState } from './state.js';
 
 /** B7: reads a full presence answer into columns off the main thread (src/parse/), handing its bytes back. */
@@ -34,7 +34,7 @@ export interface PresenceContext {
   /** P9: shared presence snapshots in this process… */
   snapshots: SnapshotHub;
   /** …and across replicas (Redis), when there are several. */
-  clusterSnapshots?: ClusterSnapshots | undefined;
+  replicaSnapshots?: ReplicaSnapshots | undefined;
   /** What the presence poll derives and remembers beside the ledgers and snapshots. */
   presence: PresenceState;
   parser: PresenceParser;

@@ -11,7 +11,7 @@ import {
   fromData,
   toData,
   within,
-  type ClusterSnapshots,
+  type ReplicaSnapshots,
   type PublishedSnapshot,
   type Snapshot,
 } from './snapshots.js';
@@ -80,7 +80,7 @@ function policyOf(poll: Poll, format: Format): PollPolicy {
     coalesceMs,
     leaderWaitMs,
     lastFetchMs: (scope) => ctx.presence.fetchTimes.get(scope),
-    replicas: ctx.clusterSnapshots !== undefined,
+    replicas: ctx.replicaSnapshots !== undefined,
     realmKey: realm.key,
     format,
     caller: () => callerKey(req.headers),
@@ -237,34 +237,34 @@ async function acceptedPing(poll: Poll): Promise<UpstreamHead> {
  */
 async function fetchShared(poll: Poll, format: Format, policy: PollPolicy, leader: Leader): Promise<Refresh> {
   const { ctx } = poll;
-  const cluster = ctx.clusterSnapshots;
-  if (!policy.acrossReplicas || !cluster) return fetchFromUpstream(poll, format, policy.shared);
+  const replicas = ctx.replicaSnapshots;
+  if (!policy.acrossReplicas || !replicas) return fetchFromUpstream(poll, format, policy.shared);
   const { scope } = policy;
   // Store unreachable (counted by the store): no sharing between replicas meanwhile, each
   // replica fetches for itself.
-  const published = await cluster.get(scope).catch(() => undefined);
+  const published = await replicas.get(scope).catch(() => undefined);
   // How long one replica's fetch may hold the others (X3: never past the upstream deadline): a
   // fetch of a large realm can outlast a short window, and a waiter that gave up early would
   // fetch the same snapshot a second time.
   const fetchBudgetMs = Math.min(ctx.config.upstream.timeoutMs, Math.max(ctx.config.presence.coalesceMs, FETCH_BUDGET_FLOOR_MS));
-  const locked = published ? false : await cluster.tryLock(scope, fetchBudgetMs).catch(() => true);
+  const locked = published ? false : await replicas.tryLock(scope, fetchBudgetMs).catch(() => true);
   const source = planReplicaSource({ published: published !== undefined, locked });
-  if (source === 'fetchAndPublish') return fetchAndPublish(poll, cluster, format, scope);
+  if (source === 'fetchAndPublish') return fetchAndPublish(poll, replicas, format, scope);
   const own = await acceptedPing(poll);
-  const snapshot = readPublished(poll, cluster, scope, published, fetchBudgetMs).then(async (read) => {
+  const snapshot = readPublished(poll, replicas, scope, published, fetchBudgetMs).then(async (read) => {
     if (read) return read;
     // Its report was a ping: sent again in full while its client waits, never once it has its answer (P9).
     if (!leader.reportAgain()) throw new Error('the replica fetching the shared presence snapshot gave up');
-    return (await fetchAndPublish(poll, cluster, format, scope)).snapshot;
+    return (await fetchAndPublish(poll, replicas, format, scope)).snapshot;
   });
   return { own, snapshot, followsFetch: source === 'followFetch' };
 }
 
 /** S1: this replica's own fetch for the scope, published to the others once taken in. */
-async function fetchAndPublish(poll: Poll, cluster: ClusterSnapshots, format: Format, scope: string): Promise<Refresh> {
+async function fetchAndPublish(poll: Poll, replicas: ReplicaSnapshots, format: Format, scope: string): Promise<Refresh> {
   const window = poll.ctx.config.presence.coalesceMs;
   // A failed fetch: the lock then expires at the end of the window instead of now.
-  const release = () => cluster.release(scope).catch(() => undefined);
+  const release = () => replicas.release(scope).catch(() => undefined);
   let fetched: Refresh;
   try {
     fetched = await fetchFromUpstream(poll, format, true);
@@ -277,7 +277,7 @@ async function fetchAndPublish(poll: Poll, cluster: ClusterSnapshots, format: Fo
       const remainingMs = window - (Date.now() - snapshot.fetchedAt);
       // The store counts its own errors (store_errors_total); the other replicas then fetch for
       // themselves, which costs the upstream more calls but keeps every P-rule.
-      await cluster.publish(scope, toData(snapshot), remainingMs).catch(() => undefined);
+      await replicas.publish(scope, toData(snapshot), remainingMs).catch(() => undefined);
       return snapshot;
     },
     async (e: unknown) => {
@@ -290,14 +290,14 @@ async function fetchAndPublish(poll: Poll, cluster: ClusterSnapshots, format: Fo
 
 async function readPublished(
   poll: Poll,
-  cluster: ClusterSnapshots,
+  replicas: ReplicaSnapshots,
   scope: string,
   published: PublishedSnapshot | undefined,
   fetchBudgetMs: number,
 ): Promise<Snapshot | undefined> {
   const { ctx } = poll;
   // A wait that fails (store gone) or times out: this caller fetches for itself, as above.
-  published ??= await cluster.waitFor(scope, fetchBudgetMs).catch(() => undefined);
+  published ??= await replicas.waitFor(scope, fetchBudgetMs).catch(() => undefined);
   if (!published) return undefined;
   const snapshot = fromData(published.data, published.remainingMs, ctx.config.presence.coalesceMs, Date.now(), ctx.snapshots.bodies());
   // The publisher merged it into the store's ledger: read that once, so answers include it (X1).

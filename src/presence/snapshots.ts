@@ -112,7 +112,7 @@ export interface PublishedSnapshot {
  * Cross-replica coordination (S1): at most one replica fetches a scope per window; the others
  * read its snapshot once, when it is published. Implemented on Redis; absent with a single replica.
  */
-export interface ClusterSnapshots {
+export interface ReplicaSnapshots {
   /** A snapshot another replica published in this window, if any. */
   get(scope: string): Promise<PublishedSnapshot | undefined>;
   /** Takes the scope's fetch lock for `ttlMs`; false when another replica holds it. */

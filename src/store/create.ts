@@ -1,7 +1,7 @@
 import { parseRedisNodes, type Config } from '../config.js';
 import type { Logger } from '../observability/logger.js';
 import type { Metrics } from '../observability/metrics.js';
-import type { ClusterSnapshots } from '../presence/snapshots.js';
+import type { ReplicaSnapshots } from '../presence/snapshots.js';
 import { MemoryStore } from './memory.js';
 import type { RedisTarget } from './redis-connection.js';
 import { RedisSnapshots } from './redis-snapshots.js';
@@ -42,6 +42,6 @@ export function createStore(config: Config, log: Logger, metrics: Metrics): Pres
 }
 
 /** P9 across replicas, on the same Redis as the store; none for a store of this process only. */
-export function clusterSnapshotsFor(store: PresenceStore): ClusterSnapshots | undefined {
+export function replicaSnapshotsFor(store: PresenceStore): ReplicaSnapshots | undefined {
   return store instanceof RedisStore ? new RedisSnapshots(store.conn, { keyPrefix: store.keyPrefix }) : undefined;
 }

@@ -1,12 +1,12 @@
 import { randomBytes } from 'node:crypto';
 import type { Cluster, Redis } from 'ioredis';
-import type { ClusterSnapshots, PublishedSnapshot, SnapshotData } from '../presence/snapshots.js';
+import type { ReplicaSnapshots, PublishedSnapshot, SnapshotData } from '../presence/snapshots.js';
 import type { RedisConnection } from './redis-connection.js';
 import { redisKey } from './redis-keys.js';
 
 /**
  * P9 across replicas (S1): at most one full upstream presence fetch per shared scope per window,
- * cluster-wide. The replica that takes a scope's lock (`SET NX PX`) fetches, merges the answer
+ * across the replicas. The replica that takes a scope's lock (`SET NX PX`) fetches, merges the answer
  * into the realm's ledger (the store) and publishes what the others need besides the ledger —
  * the upstream's time and, for the legacy format, its answer's bytes as made — for the rest of
  * the window, then notifies them (PUBLISH). A waiting replica is woken by that notification
@@ -83,7 +83,7 @@ export interface RedisSnapshotsOptions {
   keyPrefix: string;
 }
 
-export class RedisSnapshots implements ClusterSnapshots {
+export class RedisSnapshots implements ReplicaSnapshots {
   private readonly commands: SnapshotCommands;
   /** This process's lock tokens by scope (the hub lets one fetch per scope run per process). */
   private readonly tokens = new Map<string, string>();

@@ -5,8 +5,8 @@ import type { RedisConnection } from './redis-connection.js';
 import { redisKey } from './redis-keys.js';
 
 /**
- * P9 across replicas (S1): at most one full upstream presence fetch per shared scope per window,
- * across the replicas. The replica that takes a scope's lock (`SET NX PX`) fetches, merges the answer
+ * P9 across replicas (S1): at most one full upstream presence fetch per shared scope per window
+ * among them all. The replica that takes a scope's lock (`SET NX PX`) fetches, merges the answer
  * into the realm's ledger (the store) and publishes what the others need besides the ledger —
  * the upstream's time and, for the legacy format, its answer's bytes as made — for the rest of
  * the window, then notifies them (PUBLISH). A waiting replica is woken by that notification

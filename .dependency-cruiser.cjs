@@ -28,10 +28,12 @@ const LAYERS = {
   // the composition's types: what every handler may be given
   context: ['config', 'observability', 'parse', 'presence', 'upstream'],
   profile: ['cache', 'context', 'http', 'observability', 'upstream'],
-  register: ['context', 'http', 'observability', 'presence', 'profile', 'upstream'],
+  // the mobile app's presented level and its request translations (M1, M2)
+  app: ['config', 'context', 'http', 'observability', 'upstream'],
+  register: ['app', 'context', 'http', 'observability', 'presence', 'profile', 'upstream'],
   proxy: ['http', 'observability', 'upstream'],
   har: ['http', 'observability', 'proxy', 'upstream', 'version'],
-  'server-settings': ['context', 'http', 'observability', 'profile', 'register', 'upstream', 'version'],
+  'server-settings': ['app', 'context', 'http', 'observability', 'profile', 'register', 'upstream', 'version'],
   'realm-hosts': [],
   runtime: [],
 };

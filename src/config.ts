@@ -90,6 +90,9 @@ export function parseRedisNodes(list: string, defaultPort: number): RedisNode[] 
   return nodes;
 }
 
+/** The highest feature level the mobile app can be shown (the shim translates the API changes up to it). */
+export const APP_FEATURE_LEVEL_MAX = 277;
+
 export const configSchema = z
   .strictObject({
     upstream: z.strictObject({
@@ -218,6 +221,18 @@ export const configSchema = z
       ttlMs: ms.min(1).describe('How long a looked-up user list or delivery email is reused (U2).'),
       maxEntries: z.number().int().min(1).describe('Lookup cache entries kept.'),
     }),
+    app: z.strictObject({
+      featureLevel: z
+        .number()
+        .int()
+        .min(1)
+        .max(APP_FEATURE_LEVEL_MAX, `must be ${APP_FEATURE_LEVEL_MAX} or lower (the highest level whose API changes the shim translates)`)
+        .optional()
+        .describe(
+          "The feature level the Zulip mobile app (requests whose User-Agent starts with one of app.userAgents) is shown in server_settings and register, with the API changes between the server's real level and it translated (docs/mobile-app.md). Only for servers at Zulip 8.0 (feature level 237) or later; absent: off.",
+        ),
+      userAgents: z.array(z.string().min(1)).describe('User-Agent prefixes of the app that is shown app.featureLevel.'),
+    }),
     featureLevel: z.strictObject({
       ttlMs: ms.min(1).describe("How long an upstream's feature level (from server_settings) is reused."),
       failureTtlMs: ms.min(1).describe('A Host whose server_settings the upstream refused (4xx) is not asked again for this long.'),
@@ -337,6 +352,7 @@ export const SETTINGS: Setting[] = [
   { flag: 'realm-hosts', env: 'REALM_HOSTS', path: ['server', 'realmHosts'], kind: 'list' },
   { flag: 'trust-proxy', env: 'TRUST_PROXY', path: ['server', 'trustProxy'], kind: 'list' },
   { flag: 'workers', env: 'WORKERS', path: ['server', 'workers'], kind: 'string' },
+  { flag: 'app-feature-level', env: 'APP_FEATURE_LEVEL', path: ['app', 'featureLevel'], kind: 'int' },
   { flag: 'admin-listen', env: 'ADMIN_LISTEN', path: ['server', 'adminListen'], kind: 'string' },
 ];
 

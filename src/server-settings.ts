@@ -6,6 +6,7 @@ import { forwardedHeaders, parseJsonObject } from './upstream/client.js';
 import { FL, featureLevelOf } from './upstream/feature-level.js';
 import { realmOf } from './upstream/realm.js';
 import { VERSION } from './version.js';
+import { appLevelFor, presentedLevel } from './app/presented.js';
 import { emulatedUserFeatures } from './profile/changes/index.js';
 import { USER_BY_EMAIL_LEVEL, USER_BY_ID_LEVEL } from './profile/users-handler.js';
 import { USER_SETTINGS_LEVEL } from './register/users.js';
@@ -27,7 +28,8 @@ export function emulatedFeatures(featureLevel: number): string[] {
 
 /**
  * T2: `GET /api/v1/server_settings` passes through with one added top-level field,
- * `zulip_compat_shim`; `zulip_feature_level` is never changed. The answer also primes the
+ * `zulip_compat_shim`; `zulip_feature_level` is changed only for the mobile app with
+ * `app.featureLevel` on (M1). The answer also primes the
  * feature-level cache.
  */
 export const serverSettingsHandler: Handler = async (req, res, ctx) => {
@@ -38,6 +40,16 @@ export const serverSettingsHandler: Handler = async (req, res, ctx) => {
   if (!isSuccess(r.status)) return relayBuffered(res, r);
   const settings = parseJsonObject(r.body);
   ctx.featureLevels.observe(realm, settings);
-  settings.zulip_compat_shim = { version: VERSION, emulated: emulatedFeatures(featureLevelOf(settings)) };
+  const real = featureLevelOf(settings);
+  const shim: Record<string, unknown> = { version: VERSION, emulated: emulatedFeatures(real) };
+  settings.zulip_compat_shim = shim;
+  // M1: the mobile app is shown the level the operator chose, where the shim can serve it; the
+  // answer says both.
+  const asked = appLevelFor(ctx.config.app, req.headers);
+  if (asked !== undefined) {
+    const shown = presentedLevel(asked, real);
+    settings.zulip_feature_level = shown;
+    shim.app = { presented_feature_level: shown, feature_level: real };
+  }
   sendJson(res, r.status, settings, rewrittenHeaders(r.headers));
 };

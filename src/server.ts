@@ -19,7 +19,7 @@ import { requestLogger } from './observability/request-log.js';
 import { upstreamObserver } from './observability/upstream-metrics.js';
 import { createPassThrough, type Exchange, type PassThrough } from './proxy/passthrough.js';
 import { realmHostMatcher } from './realm-hosts.js';
-import { encodePath, routeOf, type OwnPath } from './routes.js';
+import { encodePath, routeOf, type OwnPath, type Route } from './routes.js';
 import { SnapshotHub, type ReplicaSnapshots } from './presence/snapshots.js';
 import { replicaSnapshotsFor, createStore } from './store/create.js';
 import type { PresenceStore } from './presence/ledger-store.js';
@@ -27,6 +27,7 @@ import { UpstreamClient } from './upstream/client.js';
 import { createTransport } from './upstream/transport.js';
 import { distrustForwarded, TrustedProxies } from './http/forwarded.js';
 import { PresenceState } from './presence/state.js';
+import { appRequestHandler, isTranslatedAppRequest } from './app/handler.js';
 import { RealmAdmission } from './upstream/realm-admission.js';
 import { FeatureLevels } from './upstream/feature-level.js';
 import { realmOf } from './upstream/realm.js';
@@ -353,7 +354,12 @@ export function createShim(o: ShimOptions): Shim {
         return;
       }
       distrustForwarded(req, trustedProxies); // X4, before anything reads them
-      const route = routeOf(req.method, req.url);
+      const routed = routeOf(req.method, req.url);
+      // M2: the mobile app's requests that a newer API changed go through the translator.
+      const route: Route =
+        routed.kind === 'upstream' && isTranslatedAppRequest(config.app, req, routed.path)
+          ? { kind: 'intercepted', path: routed.path, handler: appRequestHandler }
+          : routed;
       // With --admin-listen, the shim's own paths are answered on that listener only.
       const own = route.kind === 'own' && !admin;
       // X11: a connection past the cap gets one answer, then closes: its own paths answered

@@ -9,6 +9,7 @@ import { endToEnd } from '../http/headers.js';
 import { isSuccess, relay, relayBuffered, rewrittenHeaders } from '../upstream/relay.js';
 import { forwardedHeaders, type UpstreamResponse } from '../upstream/client.js';
 import { FL } from '../upstream/feature-level.js';
+import { appLevelFor, presentedLevel } from '../app/presented.js';
 import { realmOf } from '../upstream/realm.js';
 import { limitLegacyHistory, presenceEra } from '../presence/convert.js';
 import { idForLegacyPresences, registerPresences } from '../presence/answers.js';
@@ -83,10 +84,13 @@ export const registerHandler: Handler = async (req, res, ctx) => {
   const historyLimitDays = withPresence
     ? parseJsonInt('presence_history_limit_days', params.get('presence_history_limit_days'))
     : undefined;
-  if (!withPresence && !withUsers) headers['accept-encoding'] = req.headers['accept-encoding'] ?? 'identity';
+  // M1: the mobile app is shown the level the operator chose, where the shim can serve it.
+  const shown = presentedLevel(appLevelFor(ctx.config.app, req.headers) ?? featureLevel, featureLevel);
+  const presenting = shown !== featureLevel;
+  if (!withPresence && !withUsers && !presenting) headers['accept-encoding'] = req.headers['accept-encoding'] ?? 'identity';
   const call = { realm, method: 'POST' as const, path: req.url ?? '/api/v1/register', headers, body };
   // X3: an answer the shim reads ends within the deadline; one passed on streams.
-  if (!withPresence && !withUsers) {
+  if (!withPresence && !withUsers && !presenting) {
     const streamed = await timedUpstream(req, () => ctx.client.stream(call));
     f.kind = 'passthrough';
     return relay(res, streamed);
@@ -116,6 +120,7 @@ export const registerHandler: Handler = async (req, res, ctx) => {
   if (typeof upstreamLevel === 'number' && Number.isInteger(upstreamLevel) && upstreamLevel > featureLevel) {
     ctx.featureLevels.raised(realm, upstreamLevel);
   }
+  if (presenting) answer.zulip_feature_level = shown;
   const sharedOwners = new Map<string, number | undefined>();
   const users = withUsers ? await backfillRegisterUsers(answer, featureLevel, types, sharedOwners, settingTypes) : undefined;
   ctx.users.logAmbiguousBotOwners(realm, sharedOwners); // X10
@@ -129,7 +134,7 @@ export const registerHandler: Handler = async (req, res, ctx) => {
   const presences = answer.presences;
   if (!withPresence || !presences || typeof presences !== 'object' || Array.isArray(presences)) {
     // No presence in it (a spectator, an upstream that left it out): as it came unless users were filled (V4).
-    if ((!users || users.added.length === 0) && settingTypes.length === 0) return passOn(res, r, bounded);
+    if ((!users || users.added.length === 0) && settingTypes.length === 0 && !presenting) return passOn(res, r, bounded);
     f.kind = 'register';
     const raw = await serializeRegister(answer);
     await sendEncoded(req, res, r.status, { raw }, { ...rewrittenHeaders(r.headers), ...addedHeaders(users) });

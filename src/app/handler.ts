@@ -1,0 +1,58 @@
+import type { Handler } from '../context.js';
+import { readBody } from '../http/body.js';
+import { facts, timedUpstream } from '../observability/request-facts.js';
+import { forwardedHeaders } from '../upstream/client.js';
+import { realmOf } from '../upstream/realm.js';
+import { relay } from '../upstream/relay.js';
+import { appLevelFor, presentedLevel } from './presented.js';
+import { TRANSLATED_ENDPOINTS, translateRequest } from './requests.js';
+
+/** `METHOD /path` after the API prefix, for the request-change table; undefined outside the API. */
+export function endpointOf(method: string | undefined, path: string): string | undefined {
+  const prefix = path.startsWith('/api/v1/') ? 8 : path.startsWith('/json/') ? 6 : 0;
+  return prefix ? `${method ?? ''} ${path.slice(prefix - 1)}` : undefined;
+}
+
+/** M2: is this a request of the app that a request change may apply to? (Decided before the upstream's level is known.) */
+export function isTranslatedAppRequest(
+  app: Parameters<typeof appLevelFor>[0],
+  req: { method?: string | undefined; headers: Parameters<typeof appLevelFor>[1] },
+  path: string,
+): boolean {
+  const endpoint = endpointOf(req.method, path);
+  return endpoint !== undefined && TRANSLATED_ENDPOINTS.has(endpoint) && appLevelFor(app, req.headers) !== undefined;
+}
+
+/**
+ * M2, requests down: an app request (shown a higher level than the upstream has) in the form the
+ * upstream knows, then its answer passed on as it comes. A body that is not form-encoded (a
+ * multipart upload) goes on as it came.
+ */
+export const appRequestHandler: Handler = async (req, res, ctx) => {
+  const hostRealm = realmOf(ctx.upstreamId, req.headers);
+  const { featureLevel: real } = await timedUpstream(req, () => ctx.featureLevels.resolve(hostRealm));
+  const shown = presentedLevel(appLevelFor(ctx.config.app, req.headers) ?? real, real);
+  const url = req.url ?? '/';
+  const q = url.indexOf('?');
+  const path = q < 0 ? url : url.slice(0, q);
+  const endpoint = endpointOf(req.method, path) ?? '';
+  const method = req.method === 'GET' ? 'GET' : 'POST';
+  const headers: Record<string, string> = { ...forwardedHeaders(req), 'accept-encoding': req.headers['accept-encoding'] ?? 'identity' };
+  let target = url;
+  let body: Buffer | string | undefined;
+  if (method === 'GET') {
+    const params = new URLSearchParams(q < 0 ? '' : url.slice(q + 1));
+    if (shown > real && translateRequest(endpoint, params, real)) target = `${path}?${params}`;
+  } else {
+    body = await readBody(req, ctx.config.server.bodyLimitBytes);
+    const type = req.headers['content-type'] ?? '';
+    if (type) headers['content-type'] = type;
+    if (shown > real && type.startsWith('application/x-www-form-urlencoded')) {
+      const params = new URLSearchParams(body.toString('utf8'));
+      if (translateRequest(endpoint, params, real)) body = params.toString();
+    }
+  }
+  facts(req).kind = target !== url || typeof body === 'string' ? 'app-translated' : 'passthrough';
+  const r = await timedUpstream(req, () => ctx.client.stream({ realm: hostRealm, method, path: target, headers, body }));
+  return relay(res, r);
+};

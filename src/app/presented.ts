@@ -1,0 +1,28 @@
+import type { IncomingHttpHeaders } from 'node:http';
+import type { Config } from '../config.js';
+
+/**
+ * M1: the Zulip mobile app (zulip-flutter) refuses servers below feature level 277. With
+ * `app.featureLevel` set, a request whose User-Agent starts with one of `app.userAgents` is
+ * shown that level in server_settings and register, and the API changes between the upstream's
+ * real level and it are translated (app/requests.ts). Everyone else sees the real level.
+ */
+
+/**
+ * The lowest real level the translations serve from: Zulip 8.0. A 7.x server needs more than
+ * the shim translates yet (the app's User-Agent on sent messages, typing's `to`, following
+ * topics: docs/mobile-app.md, section 3), so it is shown its real level, as without the shim.
+ */
+export const APP_SERVED_FROM = 237;
+
+/** The level to show this request's client, if it is the app and the flag is on. */
+export function appLevelFor(app: Config['app'], headers: IncomingHttpHeaders): number | undefined {
+  if (app.featureLevel === undefined) return undefined;
+  const agent = headers['user-agent'] ?? '';
+  return app.userAgents.some((prefix) => agent.startsWith(prefix)) ? app.featureLevel : undefined;
+}
+
+/** What the app is shown for an upstream at `real`: the presented level, or the real one when the shim cannot serve it. */
+export function presentedLevel(presented: number, real: number): number {
+  return real >= APP_SERVED_FROM && real < presented ? presented : real;
+}

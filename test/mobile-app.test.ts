@@ -1,0 +1,141 @@
+import request from 'supertest';
+import { afterEach, describe, expect, it } from 'vitest';
+import { presentedLevel } from '../src/app/presented.js';
+import { translateRequest } from '../src/app/requests.js';
+import { startFake, type Era, type FakeZulip } from './support/fake-zulip.js';
+import { startShim, type RunningShim } from './support/shim.js';
+
+/**
+ * M1, M2 (docs/mobile-app.md): with app.featureLevel, the mobile app is shown that level in
+ * server_settings and register, and its requests reach an 8.x upstream in that server's form;
+ * every other client, and a 7.x upstream, see the real level and go through untouched.
+ */
+
+const APP = 'ZulipFlutter/30.0.274 (Android 14)';
+const OTHER = 'ZulipMobile/27.0 (Android 14)';
+
+let fake: FakeZulip;
+let shim: RunningShim;
+afterEach(async () => {
+  await shim?.close();
+  await fake?.stop();
+});
+
+async function setup(era: Era, featureLevel: number | null = 277) {
+  fake = await startFake({ era });
+  shim = await startShim(fake.url, { app: featureLevel === null ? {} : { featureLevel } });
+}
+
+const get = (path: string, agent: string) => request(shim.url).get(path).set('User-Agent', agent).set('Authorization', fake.auth(10));
+const post = (path: string, agent: string, form: Record<string, string>) =>
+  request(shim.url).post(path).set('User-Agent', agent).set('Authorization', fake.auth(10)).type('form').send(form);
+const lastSeen = (path: string) => fake.seen.filter((s) => s.url.split('?')[0] === path).at(-1)!;
+
+describe('M1: the level the app is shown', () => {
+  it('is app.featureLevel in server_settings and register for the app on 8.0, and says both levels', async () => {
+    await setup('8.0');
+    const app = await get('/api/v1/server_settings', APP);
+    expect(app.body.zulip_feature_level).toBe(277);
+    expect(app.body.zulip_compat_shim.app).toEqual({ presented_feature_level: 277, feature_level: 237 });
+    expect(app.body.zulip_version).toBe((await get('/api/v1/server_settings', OTHER)).body.zulip_version);
+    const reg = await post('/api/v1/register', APP, { fetch_event_types: '["realm"]' });
+    expect(reg.status).toBe(200);
+    expect(reg.body.zulip_feature_level).toBe(277);
+  });
+
+  it('is the real level for every other client, and the answers are as without the flag', async () => {
+    await setup('8.0');
+    const other = await get('/api/v1/server_settings', OTHER);
+    expect(other.body.zulip_feature_level).toBe(237);
+    expect(other.body.zulip_compat_shim.app).toBeUndefined();
+    const reg = await post('/api/v1/register', OTHER, { fetch_event_types: '["realm"]' });
+    expect(reg.body.zulip_feature_level).toBe(237);
+  });
+
+  it('is the real level on 7.0, which the shim cannot serve yet (as without the shim)', async () => {
+    await setup('7.0');
+    const app = await get('/api/v1/server_settings', APP);
+    expect(app.body.zulip_feature_level).toBe(185);
+    expect(app.body.zulip_compat_shim.app).toEqual({ presented_feature_level: 185, feature_level: 185 });
+  });
+
+  it.each([
+    [277, 237, 277],
+    [277, 236, 236],
+    [277, 185, 185],
+    [277, 277, 277],
+    [277, 300, 300],
+    [250, 237, 250],
+  ])('shown %d on a server at %d → %d', (asked, real, shown) => {
+    expect(presentedLevel(asked, real)).toBe(shown);
+  });
+});
+
+describe('M2: the app’s requests in the 8.0 server’s form', () => {
+  it('narrows: channel → stream, channels → streams, with left out (GET /messages, POST /messages/flags/narrow)', async () => {
+    await setup('8.0');
+    const narrow = JSON.stringify([
+      { operator: 'channel', operand: 7 },
+      { operator: 'topic', operand: 'lunch' },
+      { operator: 'with', operand: 1234 },
+    ]);
+    await get(`/api/v1/messages?anchor=newest&num_before=50&narrow=${encodeURIComponent(narrow)}`, APP);
+    const seen = new URL(lastSeen('/api/v1/messages').url, 'http://x').searchParams;
+    expect(JSON.parse(seen.get('narrow')!)).toEqual([
+      { operator: 'stream', operand: 7 },
+      { operator: 'topic', operand: 'lunch' },
+    ]);
+    expect(seen.get('anchor')).toBe('newest');
+    await post('/api/v1/messages/flags/narrow', APP, {
+      narrow: JSON.stringify([{ operator: 'channels', operand: 'public' }]),
+      op: 'add',
+      flag: 'read',
+    });
+    const form = new URLSearchParams(lastSeen('/api/v1/messages/flags/narrow').body.toString());
+    expect(JSON.parse(form.get('narrow')!)).toEqual([{ operator: 'streams', operand: 'public' }]);
+    expect(form.get('flag')).toBe('read');
+  });
+
+  it('messages and typing: type channel → stream', async () => {
+    await setup('8.0');
+    await post('/api/v1/messages', APP, { type: 'channel', to: '7', topic: 'lunch', content: 'hi', read_by_sender: 'true' });
+    const sent = new URLSearchParams(lastSeen('/api/v1/messages').body.toString());
+    expect(Object.fromEntries(sent)).toEqual({ type: 'stream', to: '7', topic: 'lunch', content: 'hi', read_by_sender: 'true' });
+    await post('/api/v1/typing', APP, { type: 'channel', stream_id: '7', topic: 'lunch', op: 'start' });
+    expect(new URLSearchParams(lastSeen('/api/v1/typing').body.toString()).get('type')).toBe('stream');
+  });
+
+  it('leaves every other client’s requests, and the app’s without the flag, exactly as sent', async () => {
+    await setup('8.0');
+    const narrow = JSON.stringify([{ operator: 'channel', operand: 7 }]);
+    const path = `/api/v1/messages?narrow=${encodeURIComponent(narrow)}`;
+    await get(path, OTHER);
+    expect(lastSeen('/api/v1/messages').url).toBe(path);
+    await post('/api/v1/messages', OTHER, { type: 'channel', to: '7', topic: 't', content: 'x' });
+    expect(lastSeen('/api/v1/messages').body.toString()).toBe('type=channel&to=7&topic=t&content=x');
+    await shim.close();
+    await fake.stop();
+    await setup('8.0', null); // the flag off
+    await post('/api/v1/messages', APP, { type: 'channel', to: '7', topic: 't', content: 'x' });
+    expect(lastSeen('/api/v1/messages').body.toString()).toBe('type=channel&to=7&topic=t&content=x');
+  });
+
+  it.each([
+    ['POST /messages', 'type=channel', 247, 'type=stream'],
+    ['POST /messages', 'type=channel', 248, 'type=channel'],
+    ['POST /typing', 'type=direct', 200, 'type=direct'],
+    ['GET /messages', `narrow=${encodeURIComponent('[["channel","x"]]')}`, 249, `narrow=${encodeURIComponent('[["stream","x"]]')}`],
+    [
+      'GET /messages',
+      `narrow=${encodeURIComponent('[{"operator":"channel","operand":"x"}]')}`,
+      250,
+      `narrow=${encodeURIComponent('[{"operator":"channel","operand":"x"}]')}`,
+    ],
+    ['GET /messages', `narrow=${encodeURIComponent('[{"operator":"with","operand":1}]')}`, 270, `narrow=${encodeURIComponent('[]')}`],
+    ['GET /messages', 'narrow=not-json', 237, 'narrow=not-json'],
+  ])('%s with %s on a server at %d → %s', (endpoint, given, real, expected) => {
+    const params = new URLSearchParams(given);
+    translateRequest(endpoint, params, real);
+    expect(params.toString()).toBe(new URLSearchParams(expected).toString());
+  });
+});

@@ -7,8 +7,8 @@ import { startShim, type RunningShim } from './support/shim.js';
 
 /**
  * M1, M2 (docs/mobile-app.md): with app.featureLevel, the mobile app is shown that level in
- * server_settings and register, and its requests reach an 8.x upstream in that server's form;
- * every other client, and a 7.x upstream, see the real level and go through untouched.
+ * server_settings and register, and its requests reach a 7.x or 8.x upstream in that server's
+ * form; every other client, and an older upstream, see the real level and go through untouched.
  */
 
 const APP = 'ZulipFlutter/30.0.274 (Android 14)';
@@ -52,17 +52,23 @@ describe('M1: the level the app is shown', () => {
     expect(reg.body.zulip_feature_level).toBe(237);
   });
 
-  it('is the real level on 7.0, which the shim cannot serve yet (as without the shim)', async () => {
+  it('is app.featureLevel on 7.0 too, and the real level below 7.0, which the shim cannot serve (as without the shim)', async () => {
     await setup('7.0');
     const app = await get('/api/v1/server_settings', APP);
-    expect(app.body.zulip_feature_level).toBe(185);
-    expect(app.body.zulip_compat_shim.app).toEqual({ presented_feature_level: 185, feature_level: 185 });
+    expect(app.body.zulip_feature_level).toBe(277);
+    expect(app.body.zulip_compat_shim.app).toEqual({ presented_feature_level: 277, feature_level: 185 });
+    await shim.close();
+    await fake.stop();
+    await setup('6.0');
+    const old = await get('/api/v1/server_settings', APP);
+    expect(old.body.zulip_feature_level).toBe(old.body.zulip_compat_shim.app.feature_level);
+    expect(old.body.zulip_feature_level).toBeLessThan(185);
   });
 
   it.each([
     [277, 237, 277],
-    [277, 236, 236],
-    [277, 185, 185],
+    [277, 185, 277],
+    [277, 184, 184],
     [277, 277, 277],
     [277, 300, 300],
     [250, 237, 250],
@@ -105,6 +111,21 @@ describe('M2: the app’s requests in the 8.0 server’s form', () => {
     expect(new URLSearchParams(lastSeen('/api/v1/typing').body.toString()).get('type')).toBe('stream');
   });
 
+  it('on 7.0 also: typing names the channel by `to`, and a sent message carries the name the server knows the app by', async () => {
+    await setup('7.0');
+    await post('/api/v1/typing', APP, { type: 'channel', stream_id: '7', topic: 'lunch', op: 'start' });
+    expect(Object.fromEntries(new URLSearchParams(lastSeen('/api/v1/typing').body.toString()))).toEqual({
+      type: 'stream',
+      to: '[7]',
+      topic: 'lunch',
+      op: 'start',
+    });
+    await post('/api/v1/messages', APP, { type: 'channel', to: '7', topic: 'lunch', content: 'hi', read_by_sender: 'true' });
+    expect(lastSeen('/api/v1/messages').headers['user-agent']).toBe('ZulipMobile/flutter');
+    await post('/api/v1/messages', OTHER, { type: 'stream', to: '7', topic: 'lunch', content: 'hi' });
+    expect(lastSeen('/api/v1/messages').headers['user-agent']).toBe(OTHER);
+  });
+
   it('leaves every other client’s requests, and the app’s without the flag, exactly as sent', async () => {
     await setup('8.0');
     const narrow = JSON.stringify([{ operator: 'channel', operand: 7 }]);
@@ -133,6 +154,8 @@ describe('M2: the app’s requests in the 8.0 server’s form', () => {
     ],
     ['GET /messages', `narrow=${encodeURIComponent('[{"operator":"with","operand":1}]')}`, 270, `narrow=${encodeURIComponent('[]')}`],
     ['GET /messages', 'narrow=not-json', 237, 'narrow=not-json'],
+    ['POST /typing', 'type=channel&stream_id=7&topic=t', 214, 'type=stream&topic=t&to=%5B7%5D'],
+    ['POST /typing', 'type=channel&stream_id=7&topic=t', 215, 'type=stream&stream_id=7&topic=t'],
   ])('%s with %s on a server at %d → %s', (endpoint, given, real, expected) => {
     const params = new URLSearchParams(given);
     translateRequest(endpoint, params, real);

@@ -42,14 +42,14 @@ export const appRequestHandler: Handler = async (req, res, ctx) => {
   let body: Buffer | string | undefined;
   if (method === 'GET') {
     const params = new URLSearchParams(q < 0 ? '' : url.slice(q + 1));
-    if (shown > real && translateRequest(endpoint, params, real)) target = `${path}?${params}`;
+    if (shown > real && translateRequest(endpoint, params, real, headers)) target = `${path}?${params}`;
   } else {
     body = await readBody(req, ctx.config.server.bodyLimitBytes);
     const type = req.headers['content-type'] ?? '';
     if (type) headers['content-type'] = type;
     if (shown > real && type.startsWith('application/x-www-form-urlencoded')) {
       const params = new URLSearchParams(body.toString('utf8'));
-      if (translateRequest(endpoint, params, real)) body = params.toString();
+      if (translateRequest(endpoint, params, real, headers)) body = params.toString();
     }
   }
   facts(req).kind = target !== url || typeof body === 'string' ? 'app-translated' : 'passthrough';

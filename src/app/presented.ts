@@ -9,11 +9,11 @@ import type { Config } from '../config.js';
  */
 
 /**
- * The lowest real level the translations serve from: Zulip 8.0. A 7.x server needs more than
- * the shim translates yet (the app's User-Agent on sent messages, typing's `to`, following
- * topics: docs/mobile-app.md, section 3), so it is shown its real level, as without the shim.
+ * The lowest real level the translations serve from: Zulip 7.0. Below it the app's requests
+ * changed further (direct messages' names, the `dm` operator: docs/mobile-app.md), so an older
+ * server is shown its real level, as without the shim.
  */
-export const APP_SERVED_FROM = 237;
+export const APP_SERVED_FROM = 185;
 
 /** The level to show this request's client, if it is the app and the flag is on. */
 export function appLevelFor(app: Config['app'], headers: IncomingHttpHeaders): number | undefined {

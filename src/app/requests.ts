@@ -1,15 +1,15 @@
 /**
- * M2, requests down: the changes between Zulip 8.0 and feature level 277 the app's requests
+ * M2, requests down: the changes between Zulip 7.0 and feature level 277 the app's requests
  * depend on (docs/mobile-app.md, section 3), each undone for an upstream below the level that
- * brought it, as the app itself does for such a server. Pure: form or query parameters in,
- * changed in place; true when anything changed.
+ * brought it, as the app itself does for such a server. Pure: form or query parameters (and
+ * headers) in, changed in place; true when anything changed.
  */
 
 interface RequestChange {
   featureLevel: number;
   /** `METHOD /path` after the API prefix. */
   endpoints: readonly string[];
-  apply(params: URLSearchParams): boolean;
+  apply(params: URLSearchParams, headers: Record<string, string>): boolean;
 }
 
 /** A narrow element as the app sends it (`{"operator":…,"operand":…}`; older clients send pairs). */
@@ -40,6 +40,31 @@ function withOperator(e: NarrowElement, operator: string): NarrowElement {
 const NARROWED = ['GET /messages', 'POST /messages/flags/narrow'];
 
 export const REQUEST_CHANGES: readonly RequestChange[] = [
+  {
+    // Feature level 215: typing notifications for a channel name it by `stream_id`; before, by
+    // `to`, a JSON list holding the one stream id.
+    featureLevel: 215,
+    endpoints: ['POST /typing'],
+    apply(params) {
+      const id = params.get('stream_id');
+      if (id === null || params.has('to')) return false;
+      params.delete('stream_id');
+      params.set('to', JSON.stringify([Number(id)]));
+      return true;
+    },
+  },
+  {
+    // Feature level 236: `read_by_sender`. Before it, the server marks a message read for its
+    // sender only when the client is one it knows as a person's; the app names itself
+    // `ZulipMobile/flutter` there (messages.dart), as here.
+    featureLevel: 236,
+    endpoints: ['POST /messages'],
+    apply(_params, headers) {
+      if (headers['user-agent'] === 'ZulipMobile/flutter') return false;
+      headers['user-agent'] = 'ZulipMobile/flutter';
+      return true;
+    },
+  },
   {
     // Zulip 9.0 (feature level 248): `type: "channel"` for messages and typing notifications.
     featureLevel: 248,
@@ -74,11 +99,11 @@ export const REQUEST_CHANGES: readonly RequestChange[] = [
 /** The endpoints any change applies to (`METHOD /path` after the prefix). */
 export const TRANSLATED_ENDPOINTS: ReadonlySet<string> = new Set(REQUEST_CHANGES.flatMap((c) => c.endpoints));
 
-/** Applies every change the upstream's real level lacks; true when the parameters changed. */
-export function translateRequest(endpoint: string, params: URLSearchParams, real: number): boolean {
+/** Applies every change the upstream's real level lacks; true when the parameters or headers changed. */
+export function translateRequest(endpoint: string, params: URLSearchParams, real: number, headers: Record<string, string> = {}): boolean {
   let changed = false;
   for (const c of REQUEST_CHANGES) {
-    if (real < c.featureLevel && c.endpoints.includes(endpoint) && c.apply(params)) changed = true;
+    if (real < c.featureLevel && c.endpoints.includes(endpoint) && c.apply(params, headers)) changed = true;
   }
   return changed;
 }

@@ -2,6 +2,7 @@ import { Agent, request } from 'undici';
 import type { Logger } from './observability/logger.js';
 import { StoreUnavailableError } from './store/types.js';
 import { featureLevelOf, realmUrlOf } from './upstream/feature-level.js';
+import { APP_SERVED_FROM } from './app/presented.js';
 
 /**
  * The probes of `--check`, also run once at start-up (after listening), where a failure is a
@@ -12,6 +13,8 @@ import { featureLevelOf, realmUrlOf } from './upstream/feature-level.js';
 export interface Probe {
   ok: boolean;
   line: string;
+  /** The upstream's feature level, where it answered as a Zulip server. */
+  featureLevel?: number;
 }
 
 /** How long the upstream's server_settings may take before the probe says it does not answer. */
@@ -54,6 +57,7 @@ export async function probeUpstream(target: string, name: string, o: { insecureT
   return {
     ok: true,
     line: `upstream ${name}: Zulip ${String(s.zulip_version)}, feature level ${featureLevelOf(s)}, realm ${realmUrlOf(s) ?? 'not named'}`,
+    featureLevel: featureLevelOf(s),
   };
 }
 
@@ -74,7 +78,31 @@ export async function probeStore(store: { kind: 'memory' | 'redis'; ping(): Prom
  * shim keeps serving (pass-through answers 502 until the upstream answers, presence falls back
  * without Redis). `upstream` is left out where nothing real stands behind the shim (a replay).
  */
-export async function warnAtStartup(log: Logger, probes: { upstream?: () => Promise<Probe>; store: () => Promise<Probe> }): Promise<void> {
+export async function warnAtStartup(
+  log: Logger,
+  probes: { upstream?: () => Promise<Probe>; store: () => Promise<Probe> },
+  appLevel?: number,
+): Promise<void> {
   const found = await Promise.all([probes.upstream?.(), probes.store()]);
   for (const p of found) if (p && !p.ok) log.warn(`start-up check: ${p.line}; serving anyway`);
+  const app = appProbe(appLevel, found[0]?.featureLevel);
+  if (app && !app.ok) log.error(`start-up check: ${app.line}`);
+}
+
+/**
+ * M1: whether the mobile app can be shown `appLevel` for an upstream at `real`; undefined where
+ * the flag is off or the upstream's level is unknown.
+ */
+export function appProbe(appLevel: number | undefined, real: number | undefined): Probe | undefined {
+  if (appLevel === undefined || real === undefined) return undefined;
+  if (real >= appLevel)
+    return {
+      ok: true,
+      line: `app: the server's own feature level ${real} is at least --app-feature-level ${appLevel}: nothing to present`,
+    };
+  if (real >= APP_SERVED_FROM) return { ok: true, line: `app: shown feature level ${appLevel} (the server is at ${real})` };
+  return {
+    ok: false,
+    line: `app: --app-feature-level ${appLevel} cannot be served by a server at feature level ${real} (Zulip 7.0, feature level ${APP_SERVED_FROM}, or later is needed): the app is shown ${real}, as without the shim`,
+  };
 }

@@ -3,7 +3,7 @@ import cluster from 'node:cluster';
 import { readFileSync } from 'node:fs';
 import http from 'node:http';
 import { answerMetricsRequests, clusterMetricsText, exitWorker, isWorker, reportFailure, runPrimary } from './cluster.js';
-import { oneLine, probeStore, probeUpstream, warnAtStartup, type Probe } from './checks.js';
+import { appProbe, oneLine, probeStore, probeUpstream, warnAtStartup, type Probe } from './checks.js';
 import {
   ConfigError,
   envNearMisses,
@@ -195,11 +195,13 @@ async function check(argv: string[]): Promise<number> {
     await upstream?.close();
   }
   say(found.line);
+  const app = appProbe(config.app.featureLevel, found.featureLevel);
+  if (app) say(app.line);
   const store = createStore(config, log, createMetrics());
   const stored = await probeStore(store);
   await store.close().catch(() => undefined);
   say(stored.line);
-  const ok = found.ok && stored.ok;
+  const ok = found.ok && stored.ok && (app?.ok ?? true);
   return ok ? 0 : 2;
 }
 
@@ -267,12 +269,16 @@ async function main(argv: string[]): Promise<number> {
   // first worker speaks for all. A replay is not asked (it answers in recorded order).
   if (!isWorker() || cluster.worker?.id === 1) {
     const upstreamUrl = config.upstream.url;
-    void warnAtStartup(log, {
-      ...(upstreamUrl
-        ? { upstream: () => probeUpstream(upstreamUrl, loggableUrl(upstreamUrl), { insecureTls: config.upstream.insecureTls }) }
-        : {}),
-      store: () => probeStore(shim.context.store),
-    });
+    void warnAtStartup(
+      log,
+      {
+        ...(upstreamUrl
+          ? { upstream: () => probeUpstream(upstreamUrl, loggableUrl(upstreamUrl), { insecureTls: config.upstream.insecureTls }) }
+          : {}),
+        store: () => probeStore(shim.context.store),
+      },
+      config.app.featureLevel,
+    );
   }
 
   return new Promise<number>((done) => {

@@ -1,6 +1,7 @@
 import request from 'supertest';
 import { afterEach, describe, expect, it } from 'vitest';
 import { presentedLevel } from '../src/app/presented.js';
+import { appProbe } from '../src/checks.js';
 import { translateRequest } from '../src/app/requests.js';
 import { startFake, type Era, type FakeZulip } from './support/fake-zulip.js';
 import { startShim, type RunningShim } from './support/shim.js';
@@ -160,5 +161,20 @@ describe('M2: the app’s requests in the 8.0 server’s form', () => {
     const params = new URLSearchParams(given);
     translateRequest(endpoint, params, real);
     expect(params.toString()).toBe(new URLSearchParams(expected).toString());
+  });
+});
+
+describe('M1: --check and start-up say whether the app can be served', () => {
+  it.each([
+    [undefined, 237, undefined],
+    [277, undefined, undefined],
+    [277, 237, true],
+    [277, 185, true],
+    [277, 300, true],
+    [277, 184, false],
+  ] as const)('--app-feature-level %s on a server at %s → ok %s', (asked, real, ok) => {
+    const p = appProbe(asked, real);
+    expect(p?.ok).toBe(ok);
+    if (p && !p.ok) expect(p.line).toMatch(/cannot be served by a server at feature level 184 .* the app is shown 184/);
   });
 });

@@ -44,6 +44,36 @@ describe('M1: the level the app is shown', () => {
     expect(reg.body.zulip_feature_level).toBe(277);
   });
 
+  it.each(['7.0', '8.0'] as const)(
+    'on %s, the app’s own register (every event type, its capabilities) and a presence poll after it work',
+    async (era) => {
+      await setup(era);
+      const reg = await post('/api/v1/register', APP, {
+        apply_markdown: 'true',
+        client_gravatar: 'false',
+        slim_presence: 'true',
+        client_capabilities: JSON.stringify({
+          notification_settings_null: true,
+          bulk_message_deletion: true,
+          user_avatar_url_field_optional: true,
+          stream_typing_notifications: true,
+          user_settings_object: true,
+        }),
+      });
+      expect(reg.status).toBe(200);
+      expect(reg.body.zulip_feature_level).toBe(277);
+      expect(typeof reg.body.queue_id).toBe('string');
+      expect(typeof reg.body.presence_last_update_id).toBe('number');
+      const poll = await post('/api/v1/users/me/presence', APP, {
+        status: 'active',
+        last_update_id: String(reg.body.presence_last_update_id),
+        history_limit_days: '14',
+      });
+      expect(poll.status).toBe(200);
+      expect(poll.body.presence_last_update_id).toBeGreaterThanOrEqual(reg.body.presence_last_update_id);
+    },
+  );
+
   it('is the real level for every other client, and the answers are as without the flag', async () => {
     await setup('8.0');
     const other = await get('/api/v1/server_settings', OTHER);

@@ -82,11 +82,11 @@ export async function warnAtStartup(
   log: Logger,
   probes: { upstream?: () => Promise<Probe>; store: () => Promise<Probe> },
   appLevel?: number,
-): Promise<void> {
+): Promise<Probe | undefined> {
   const found = await Promise.all([probes.upstream?.(), probes.store()]);
   for (const p of found) if (p && !p.ok) log.warn(`start-up check: ${p.line}; serving anyway`);
-  const app = appProbe(appLevel, found[0]?.featureLevel);
-  if (app && !app.ok) log.error(`start-up check: ${app.line}`);
+  // M1: an --app-feature-level the upstream cannot be served at is the caller's to refuse.
+  return appProbe(appLevel, found[0]?.featureLevel);
 }
 
 /**
@@ -103,6 +103,6 @@ export function appProbe(appLevel: number | undefined, real: number | undefined)
   if (real >= APP_SERVED_FROM) return { ok: true, line: `app: shown feature level ${appLevel} (the server is at ${real})` };
   return {
     ok: false,
-    line: `app: --app-feature-level ${appLevel} cannot be served by a server at feature level ${real} (Zulip 7.0, feature level ${APP_SERVED_FROM}, or later is needed): the app is shown ${real}, as without the shim`,
+    line: `app: --app-feature-level ${appLevel} cannot be served by a server at feature level ${real} (Zulip 7.0, feature level ${APP_SERVED_FROM}, or later is needed)`,
   };
 }

@@ -267,9 +267,10 @@ async function main(argv: string[]): Promise<number> {
   );
   // What --check would fail on, one warning each; not awaited: serving goes on. A cluster's
   // first worker speaks for all. A replay is not asked (it answers in recorded order).
+  let appChecked: Promise<Probe | undefined> = Promise.resolve(undefined);
   if (!isWorker() || cluster.worker?.id === 1) {
     const upstreamUrl = config.upstream.url;
-    void warnAtStartup(
+    appChecked = warnAtStartup(
       log,
       {
         ...(upstreamUrl
@@ -303,6 +304,14 @@ async function main(argv: string[]): Promise<number> {
       );
     };
     onUncaught = () => stop('uncaughtException', EXIT_UNCAUGHT);
+    // M1: an --app-feature-level the upstream's real level cannot be served at is a start-up
+    // error (exit 2), once the upstream has said its level (an upstream that does not answer yet
+    // is not judged).
+    void appChecked.then((app) => {
+      if (!app || app.ok) return;
+      process.stderr.write(`zulip-compat-shim: ${app.line}\n`);
+      stop('app.featureLevel', 2);
+    });
     // X9: these drain (stop accepting, finish in-flight requests up to the deadline)…
     for (const signal of ['SIGTERM', 'SIGINT'] as const) process.on(signal, () => stop(signal));
     // …and SIGHUP reloads the configuration without dropping a connection, as nginx does.

@@ -346,6 +346,16 @@ export function createShim(o: ShimOptions): Shim {
   const inFlight = new InFlightAnswers();
   /** Requests handed over by `handle` (another server's) whose answers are not done yet. */
   let handedOver = 0;
+  /**
+   * Where a request goes: routes.ts's table, and (M2) the mobile app's requests that a newer API
+   * changed to the translator. The one decision, for the listener and for `handle` alike.
+   */
+  const routeFor = (req: IncomingMessage): Route => {
+    const routed = routeOf(req.method, req.url);
+    return routed.kind === 'upstream' && isTranslatedAppRequest(config.app, req, routed.path)
+      ? { kind: 'intercepted', path: routed.path, handler: appRequestHandler }
+      : routed;
+  };
   const onRequest = (req: IncomingMessage, res: ServerResponse) => {
     try {
       // X15: an absolute-form target names the realm; it goes on in origin form.
@@ -354,12 +364,7 @@ export function createShim(o: ShimOptions): Shim {
         return;
       }
       distrustForwarded(req, trustedProxies); // X4, before anything reads them
-      const routed = routeOf(req.method, req.url);
-      // M2: the mobile app's requests that a newer API changed go through the translator.
-      const route: Route =
-        routed.kind === 'upstream' && isTranslatedAppRequest(config.app, req, routed.path)
-          ? { kind: 'intercepted', path: routed.path, handler: appRequestHandler }
-          : routed;
+      const route = routeFor(req);
       // With --admin-listen, the shim's own paths are answered on that listener only.
       const own = route.kind === 'own' && !admin;
       // X11: a connection past the cap gets one answer, then closes: its own paths answered
@@ -391,7 +396,7 @@ export function createShim(o: ShimOptions): Shim {
       }
       // Every answer the shim writes itself carries the request id.
       res.setHeader('x-request-id', logged.requestId);
-      if (route.kind === 'own' && own) {
+      if (own) {
         void serveOwn(route.path, req, res);
         return;
       }
@@ -516,7 +521,7 @@ export function createShim(o: ShimOptions): Shim {
       return listen(server, port, host);
     },
     handle(req, res, next) {
-      if (next && routeOf(req.method, req.url).kind !== 'intercepted') {
+      if (next && routeFor(req).kind !== 'intercepted') {
         next();
         return;
       }

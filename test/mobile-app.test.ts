@@ -157,6 +157,35 @@ describe('M2: the app’s requests in the 8.0 server’s form', () => {
     expect(lastSeen('/api/v1/messages').headers['user-agent']).toBe(OTHER);
   });
 
+  it('through handle() with a next (an app with its own proxy): the app’s changed requests are translated, not handed to next', async () => {
+    await setup('8.0');
+    const http = await import('node:http');
+    let nexted = 0;
+    const front = http.createServer((req, res) =>
+      shim.shim.handle(req, res, () => {
+        nexted++;
+        res.writeHead(204).end();
+      }),
+    );
+    await new Promise<void>((r) => front.listen(0, '127.0.0.1', r));
+    try {
+      const url = `http://127.0.0.1:${(front.address() as import('node:net').AddressInfo).port}`;
+      const r = await request(url)
+        .post('/api/v1/messages')
+        .set('Host', 'chat.example.com')
+        .set('User-Agent', APP)
+        .set('Authorization', fake.auth(10))
+        .type('form')
+        .send({ type: 'channel', to: '7', topic: 't', content: 'x' });
+      expect(r.status).not.toBe(204);
+      expect(new URLSearchParams(lastSeen('/api/v1/messages').body.toString()).get('type')).toBe('stream');
+      await request(url).get('/api/v1/streams').set('User-Agent', APP).set('Authorization', fake.auth(10));
+      expect(nexted).toBe(1); // anything else is the app's own proxy's
+    } finally {
+      await new Promise((r) => front.close(r));
+    }
+  });
+
   it('leaves every other client’s requests, and the app’s without the flag, exactly as sent', async () => {
     await setup('8.0');
     const narrow = JSON.stringify([{ operator: 'channel', operand: 7 }]);

@@ -1,5 +1,6 @@
 import type { Handler } from '../context.js';
 import { readBody } from '../http/body.js';
+import { apiPathOf } from '../http/api-routes.js';
 import { facts, timedUpstream } from '../observability/request-facts.js';
 import { forwardedHeaders } from '../upstream/client.js';
 import { realmOf } from '../upstream/realm.js';
@@ -9,18 +10,22 @@ import { TRANSLATED_ENDPOINTS, translateRequest } from './requests.js';
 
 /** `METHOD /path` after the API prefix, for the request-change table; undefined outside the API. */
 export function endpointOf(method: string | undefined, path: string): string | undefined {
-  const prefix = path.startsWith('/api/v1/') ? 8 : path.startsWith('/json/') ? 6 : 0;
-  return prefix ? `${method ?? ''} ${path.slice(prefix - 1)}` : undefined;
+  const at = apiPathOf(path);
+  return at && `${method ?? ''} ${at.rest}`;
 }
 
-/** M2: is this a request of the app that a request change may apply to? (Decided before the upstream's level is known.) */
+/**
+ * M2: is this a request of the app that a request change may apply to? (Decided before the
+ * upstream's level is known.) Runs on every passed-through request: with the flag off, one test.
+ */
 export function isTranslatedAppRequest(
   app: Parameters<typeof appLevelFor>[0],
   req: { method?: string | undefined; headers: Parameters<typeof appLevelFor>[1] },
   path: string,
 ): boolean {
+  if (app.featureLevel === undefined || appLevelFor(app, req.headers) === undefined) return false;
   const endpoint = endpointOf(req.method, path);
-  return endpoint !== undefined && TRANSLATED_ENDPOINTS.has(endpoint) && appLevelFor(app, req.headers) !== undefined;
+  return endpoint !== undefined && TRANSLATED_ENDPOINTS.has(endpoint);
 }
 
 /**

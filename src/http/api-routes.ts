@@ -73,14 +73,20 @@ for (const route of API_ROUTES) {
   if (route.andBelow) BELOW.push(route);
 }
 
+/** A path (no query) split into its API prefix and the rest (`/messages`); undefined outside the API. */
+export function apiPathOf(path: string): { prefix: ApiPrefix; rest: string } | undefined {
+  const prefix = path.startsWith('/api/v1/') ? '/api/v1' : path.startsWith('/json/') ? '/json' : undefined;
+  return prefix && { prefix, rest: path.slice(prefix.length) };
+}
+
 /**
  * The route of a path (no query), and the prefix it came under; undefined for a path outside
  * the API or not in the table. Runs on every request: a map lookup for most paths.
  */
 export function apiRouteOf(path: string): Match | undefined {
-  const prefix = path.startsWith('/api/v1/') ? '/api/v1' : path.startsWith('/json/') ? '/json' : undefined;
-  if (!prefix) return undefined;
-  const rest = path.slice(prefix.length);
+  const at = apiPathOf(path);
+  if (!at) return undefined;
+  const { prefix, rest } = at;
   const exact = EXACT.get(rest);
   if (exact) return { route: exact, prefix };
   let segments: string[] | undefined;

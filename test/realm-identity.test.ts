@@ -88,4 +88,13 @@ describe('new realms at a bounded rate (X12)', () => {
     const metrics = await request(shim.url).get('/metrics');
     expect(metrics.text).toMatch(/zulip_compat_shim_new_realms_refused_total 3/);
   });
+
+  it('takes no token for a realm on the modern presence API (9.0): the shim keeps no state for it', async () => {
+    fake = await startFake({ era: '9.0' });
+    shim = await startShim(fake.url, { presence: { newRealmsPerMinute: 1 } });
+    for (const host of ['a.example.com', 'b.example.com', 'c.example.com']) {
+      expect((await poll(host, 11, { status: 'active', last_update_id: '-1' })).status).toBe(200);
+    }
+    expect((await request(shim.url).get('/metrics')).text).toMatch(/zulip_compat_shim_new_realms_refused_total 0/);
+  });
 });

@@ -5,6 +5,7 @@ import { ConfigError, loadConfig, parseListenAddress } from '../src/config.js';
 import { logLine, oneErrorLine, runCli, until } from './support/cli-run.js';
 import { startFake, type FakeZulip } from './support/fake-zulip.js';
 import { startShim } from './support/shim.js';
+import { systemPort } from './support/ports.js';
 
 /**
  * `--admin-listen HOST:PORT`: /healthz, /readyz and /metrics on a listener of their own; the
@@ -14,15 +15,6 @@ import { startShim } from './support/shim.js';
 
 const OWN = ['/healthz', '/readyz', '/metrics'];
 const NOT_FOUND = { result: 'error', msg: 'Not Found', code: 'BAD_REQUEST' };
-
-/** A port nothing listens on (free a moment ago). */
-async function freePort(): Promise<number> {
-  const s = net.createServer();
-  await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
-  const { port } = s.address() as net.AddressInfo;
-  await new Promise((r) => s.close(r));
-  return port;
-}
 
 let fake: FakeZulip;
 beforeAll(async () => {
@@ -142,7 +134,7 @@ describe.concurrent('--admin-listen from the command line', { timeout: 60_000 },
   });
 
   it('serves the own paths on the admin port, says where in the start-up line, --healthcheck follows it, SIGTERM closes both', async () => {
-    const adminPort = await freePort();
+    const adminPort = await systemPort();
     const run = runCli(['--upstream', fake.url, '--port', '0', '--log-level', 'info'], { env: { ADMIN_LISTEN: `127.0.0.1:${adminPort}` } });
     try {
       const start = await until('the start-up line', () => logLine(run, 'zulip-compat-shim listening'));

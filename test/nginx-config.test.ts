@@ -8,6 +8,7 @@ import { join, resolve } from 'node:path';
 import tls from 'node:tls';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { selfSignedCertificate } from './support/tls-front.js';
+import { systemPort } from './support/ports.js';
 
 /**
  * The nginx files of deploy/ are checked by the nginx installed on this machine: `nginx -t` on a
@@ -141,8 +142,8 @@ describe.skipIf(!usable)('deploy/ nginx configuration', () => {
       });
       await new Promise<void>((r) => shim.listen(0, '127.0.0.1', r));
       const shimPort = (shim.address() as net.AddressInfo).port;
-      const tlsPort = await freePort();
-      const plainPort = await freePort();
+      const tlsPort = await systemPort();
+      const plainPort = await systemPort();
       const conf = join(dir, 'conf', 'lb-live.conf');
       writeFileSync(
         conf,
@@ -231,10 +232,10 @@ describe.skipIf(!usable)('deploy/ nginx configuration', () => {
     });
     await new Promise<void>((r) => shim.listen(0, '127.0.0.1', r));
     const shimPort = (shim.address() as net.AddressInfo).port;
-    const port = await freePort();
+    const port = await systemPort();
     const snippetUpstream = readFileSync(join(DEPLOY, 'nginx-zulip-shim-upstream.conf'), 'utf8')
       .replace('server 127.0.0.1:9991;', `server 127.0.0.1:${shimPort};`)
-      .replace('listen 127.0.0.1:9992;', `listen 127.0.0.1:${await freePort()};`);
+      .replace('listen 127.0.0.1:9992;', `listen 127.0.0.1:${await systemPort()};`);
     writeFileSync(join(dir, 'conf', 'live-upstream.conf'), snippetUpstream);
     const conf = join(dir, 'conf', 'live.conf');
     writeFileSync(
@@ -365,14 +366,6 @@ function answer(
     req.on('error', reject);
     req.end(body);
   });
-}
-
-async function freePort(): Promise<number> {
-  const s = net.createServer();
-  await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
-  const { port } = s.address() as net.AddressInfo;
-  await new Promise((r) => s.close(r));
-  return port;
 }
 
 async function waitForPort(port: number, log: () => string): Promise<void> {

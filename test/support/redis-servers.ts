@@ -1,12 +1,12 @@
 import { execFile, spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { Cluster, Redis } from 'ioredis';
 import { beforeAll, describe } from 'vitest';
 import { REDIS_REQUIRED } from './redis.js';
+import { systemPort } from './ports.js';
 
 /**
  * Redis servers of a test's own (never the shared one on 6379): a Sentinel group (a primary, a
@@ -40,18 +40,6 @@ export function describeRedisServers(name: string, fn: () => void): void {
       });
     }
     fn();
-  });
-}
-
-/** A port the system hands out: listened on (port 0), read, and closed again. */
-function systemPort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = net.createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address() as net.AddressInfo;
-      s.close(() => resolve(port));
-    });
   });
 }
 

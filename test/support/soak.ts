@@ -294,7 +294,8 @@ export async function runSoak(o: SoakOptions): Promise<SoakReport> {
     for (const [id, want] of expected) {
       if (own.has(id)) continue;
       const got = c.map!.get(id);
-      if (!got || got.active_timestamp !== want.active_timestamp || got.idle_timestamp !== want.idle_timestamp) {
+      const activeOk = got?.active_timestamp === want.active_timestamp || got?.active_timestamp === want.orActive;
+      if (!got || !activeOk || got.idle_timestamp !== want.idle_timestamp) {
         if (sampleMismatches.length < 10)
           sampleMismatches.push(`client ${c.i}, user ${id}: ${JSON.stringify(got)} ≠ ${JSON.stringify(want)}`);
         else break;

@@ -147,14 +147,18 @@ export class SyntheticZulip {
   }
 
   /** What a modern server shows for each user now (P2, from the era's own rows). */
-  expectedModern(): Map<string, { active_timestamp: number; idle_timestamp: number }> {
-    const out = new Map<string, { active_timestamp: number; idle_timestamp: number }>();
+  expectedModern(): Map<string, { active_timestamp: number; idle_timestamp: number; orActive?: number }> {
+    const out = new Map<string, { active_timestamp: number; idle_timestamp: number; orActive?: number }>();
     for (const [id, r] of this.rows) {
       if (this.era === '2.1') {
         // One client row: its time is the last report; active only if that report was. An idle
-        // report does not take back an active time a full answer showed (P14).
+        // report does not take back an active time a full answer showed (P14). Nor one the shim
+        // recorded from the user's own accepted active report (P15), which no answer need have
+        // shown before the idle report replaced it: then the last active report's time
+        // (`orActive`), where the shim's caller lookup for that report succeeded.
         const active = r.status === 'active' ? r.timestamp : (r.shownActive ?? Math.min(JOINED, r.timestamp));
-        out.set(String(id), { active_timestamp: active, idle_timestamp: r.timestamp });
+        const orActive = r.status !== 'active' && r.lastActive > active ? r.lastActive : undefined;
+        out.set(String(id), { active_timestamp: active, idle_timestamp: r.timestamp, ...(orActive === undefined ? {} : { orActive }) });
       } else {
         out.set(String(id), { active_timestamp: r.lastActive, idle_timestamp: r.timestamp });
       }

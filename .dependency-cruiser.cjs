@@ -27,13 +27,15 @@ const LAYERS = {
   store: ['cache', 'config', 'observability', 'presence'],
   // the composition's types: what every handler may be given
   context: ['config', 'observability', 'parse', 'presence', 'upstream'],
-  profile: ['cache', 'context', 'http', 'observability', 'upstream'],
-  // the mobile app's presented level and its request translations (M1, M2)
-  app: ['config', 'context', 'http', 'observability', 'upstream'],
-  register: ['app', 'context', 'http', 'observability', 'presence', 'profile', 'upstream'],
+  // the API changes the shim bridges, both directions, one module each (U2, V1, M2)
+  changes: ['upstream'],
+  profile: ['cache', 'changes', 'context', 'http', 'observability', 'upstream'],
+  // the mobile app's presented level and the requests it translates (M1, M2)
+  app: ['changes', 'config', 'context', 'http', 'observability', 'upstream'],
+  register: ['app', 'changes', 'context', 'http', 'observability', 'presence', 'profile', 'upstream'],
   proxy: ['http', 'observability', 'upstream'],
   har: ['http', 'observability', 'proxy', 'upstream', 'version'],
-  'server-settings': ['app', 'context', 'http', 'observability', 'profile', 'register', 'upstream', 'version'],
+  'server-settings': ['app', 'changes', 'context', 'http', 'observability', 'profile', 'register', 'upstream', 'version'],
   'realm-hosts': [],
   runtime: [],
 };

@@ -7,7 +7,7 @@ import { FL, featureLevelOf } from './upstream/feature-level.js';
 import { realmOf } from './upstream/realm.js';
 import { VERSION } from './version.js';
 import { appLevelFor, presentedLevel } from './app/presented.js';
-import { emulatedUserFeatures } from './profile/changes/index.js';
+import { emulatedUserFeatures } from './changes/index.js';
 import { USER_BY_EMAIL_LEVEL, USER_BY_ID_LEVEL } from './profile/users-handler.js';
 import { USER_SETTINGS_LEVEL } from './register/users.js';
 
@@ -17,7 +17,7 @@ export function emulatedFeatures(featureLevel: number): string[] {
   if (featureLevel < FL.LAST_UPDATE_ID) {
     out.push('presence_last_update_id', 'presence_modern_format', 'presence_history_limit_days', 'register_presence_last_update_id');
   }
-  // The user-object changes name what they emulate (profile/changes/index.ts is the one list).
+  // The user-object changes name what they emulate (changes/index.ts is the one list).
   const userFeatures = emulatedUserFeatures(featureLevel);
   if (userFeatures.length > 0) out.push('own_user_fields', ...userFeatures);
   if (featureLevel < USER_BY_ID_LEVEL) out.push('get_user_by_id');

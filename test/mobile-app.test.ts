@@ -2,7 +2,7 @@ import request from 'supertest';
 import { afterEach, describe, expect, it } from 'vitest';
 import { presentedLevel } from '../src/app/presented.js';
 import { appProbe } from '../src/checks.js';
-import { translateRequest } from '../src/app/requests.js';
+import { translateRequest } from '../src/changes/index.js';
 import { startFake, type Era, type FakeZulip } from './support/fake-zulip.js';
 import { startShim, type RunningShim } from './support/shim.js';
 
@@ -142,6 +142,34 @@ describe('M2: the app’s requests in the 8.0 server’s form', () => {
     expect(new URLSearchParams(lastSeen('/api/v1/typing').body.toString()).get('type')).toBe('stream');
   });
 
+  it('messages and edits: @**channel** → @**stream** outside code (before 247)', async () => {
+    await setup('8.0');
+    const content = 'lunch @**channel**\n```\n@**channel**\n```';
+    await post('/api/v1/messages', APP, { type: 'channel', to: '7', topic: 'lunch', content });
+    expect(new URLSearchParams(lastSeen('/api/v1/messages').body.toString()).get('content')).toBe(
+      'lunch @**stream**\n```\n@**channel**\n```',
+    );
+    await request(shim.url)
+      .patch('/api/v1/messages/42')
+      .set('User-Agent', APP)
+      .set('Authorization', fake.auth(10))
+      .type('form')
+      .send({ content: 'now @_**channel**', prev_content_sha256: 'abc' });
+    const edit = lastSeen('/api/v1/messages/42');
+    expect(edit.method).toBe('PATCH');
+    expect(Object.fromEntries(new URLSearchParams(edit.body.toString()))).toEqual({
+      content: 'now @_**stream**',
+      prev_content_sha256: 'abc',
+    });
+    await request(shim.url)
+      .patch('/api/v1/messages/42')
+      .set('User-Agent', OTHER)
+      .set('Authorization', fake.auth(10))
+      .type('form')
+      .send({ content: '@**channel**' });
+    expect(lastSeen('/api/v1/messages/42').body.toString()).toBe('content=%40%2A%2Achannel%2A%2A'); // as sent
+  });
+
   it('on 7.0 also: typing names the channel by `to`, and a sent message carries the name the server knows the app by', async () => {
     await setup('7.0');
     await post('/api/v1/typing', APP, { type: 'channel', stream_id: '7', topic: 'lunch', op: 'start' });
@@ -216,6 +244,9 @@ describe('M2: the app’s requests in the 8.0 server’s form', () => {
     ['GET /messages', 'narrow=not-json', 237, 'narrow=not-json'],
     ['POST /typing', 'type=channel&stream_id=7&topic=t', 214, 'type=stream&topic=t&to=%5B7%5D'],
     ['POST /typing', 'type=channel&stream_id=7&topic=t', 215, 'type=stream&stream_id=7&topic=t'],
+    ['PATCH /messages/{id}', 'content=%40**channel**', 246, 'content=%40**stream**'],
+    ['PATCH /messages/{id}', 'content=%40**channel**', 247, 'content=%40**channel**'],
+    ['POST /messages', 'type=stream&content=%40**channel**', 185, 'type=stream&content=%40**stream**'],
   ])('%s with %s on a server at %d → %s', (endpoint, given, real, expected) => {
     const params = new URLSearchParams(given);
     translateRequest(endpoint, params, real);

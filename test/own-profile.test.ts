@@ -2,7 +2,7 @@ import { defaultParsePool } from '../src/parse/parse-worker.js';
 import { testConfig } from './support/shim.js';
 import request from 'supertest';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { UNKNOWN_DATE_JOINED } from '../src/profile/changes/fl010-avatar-guest-active-timezone-joined.js';
+import { UNKNOWN_DATE_JOINED } from '../src/changes/fl010-avatar-guest-active-timezone-joined.js';
 import { UpstreamClient } from '../src/upstream/client.js';
 import { realmOf } from '../src/upstream/realm.js';
 import { UserDirectory } from '../src/upstream/user-directory.js';

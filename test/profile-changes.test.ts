@@ -1,8 +1,8 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { CHANGES, applyChanges, needsOf, pendingChanges, type OwnUser } from '../src/profile/changes/index.js';
-import { UNKNOWN_DATE_JOINED, avatarVersionFromUrl } from '../src/profile/changes/fl010-avatar-guest-active-timezone-joined.js';
-import { roleOf } from '../src/profile/changes/fl059-role.js';
+import { USER_CHANGES, applyChanges, needsOf, pendingChanges, type OwnUser } from '../src/changes/index.js';
+import { UNKNOWN_DATE_JOINED, avatarVersionFromUrl } from '../src/changes/fl010-avatar-guest-active-timezone-joined.js';
+import { roleOf } from '../src/changes/fl059-role.js';
 import { deliveryEmailOf, queueIdOf } from '../src/profile/delivery-email.js';
 import { ignoredParameters } from '../src/profile/handler.js';
 import { directoryOf, memberOf, type Member } from '../src/upstream/user-directory.js';
@@ -49,8 +49,8 @@ const MODERN_FIELDS = [
 
 describe('the registry of own-profile changes (U2)', () => {
   it('lines the changes up by feature level, one per changelog entry', () => {
-    expect(CHANGES.map((c) => c.featureLevel)).toEqual([1, 8, 10, 59, 73, 83, 163]);
-    expect(CHANGES.flatMap((c) => c.fields)).toEqual([
+    expect(USER_CHANGES.map((c) => c.featureLevel)).toEqual([1, 8, 10, 59, 73, 83, 163]);
+    expect(USER_CHANGES.flatMap((c) => c.user.fields)).toEqual([
       'bot_owner_id',
       'bot_type',
       ...MODERN_FIELDS.slice(0, -1),
@@ -68,7 +68,7 @@ describe('the registry of own-profile changes (U2)', () => {
     [163, []],
     [237, []],
   ])('an upstream at feature level %i with nothing but 2.1 fields gets %j', (level, firstFields) => {
-    expect(pendingChanges(level, LEGACY_21).map((c) => c.fields[0])).toEqual(firstFields);
+    expect(pendingChanges(level, LEGACY_21).map((c) => c.user.fields[0])).toEqual(firstFields);
   });
 
   it('skips a change whose fields the upstream already sent', () => {
@@ -175,8 +175,8 @@ describe('the registry of own-profile changes (U2)', () => {
           for (const [k, v] of Object.entries(upstream)) expect(user[k]).toBe(v);
           // Exactly the missing fields of the changes newer than the upstream are added.
           // (Bot fields never go on a human: V2.)
-          const expected = CHANGES.filter((c) => c.featureLevel > level)
-            .flatMap((c) => c.fields)
+          const expected = USER_CHANGES.filter((c) => c.featureLevel > level)
+            .flatMap((c) => c.user.fields)
             .filter((f) => !present.includes(f) && f !== 'bot_owner_id' && f !== 'bot_type' && f !== 'is_system_bot');
           expect(added).toEqual(expected);
         },

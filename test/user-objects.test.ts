@@ -1,8 +1,8 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { parseParams } from '../src/http/body.js';
-import { CHANGES, changesAbove, checkedBundle, emulatedUserFeatures, noneAdded, type ProfileChange } from '../src/profile/changes/index.js';
-import { emailIsPublic } from '../src/profile/changes/fl163-delivery-email.js';
+import { CHANGES, USER_CHANGES, changesAbove, checkedBundle, emulatedUserFeatures, noneAdded, type ApiChange } from '../src/changes/index.js';
+import { emailIsPublic } from '../src/changes/fl163-delivery-email.js';
 import { backfillList, emailIndex, parseWithListInSteps, stringifyInSteps, USERS_PER_TURN } from '../src/profile/user-objects.js';
 import { userKeyOf } from '../src/profile/users-handler.js';
 import { addedHeaders, BACKFILLED_HEADER, FALLBACK_HEADER } from '../src/profile/handler.js';
@@ -19,12 +19,10 @@ import { compileSchema } from './support/schema.js';
 
 const validateUser = compileSchema('user-base.schema.json');
 
-const change = (featureLevel: number, feature: string, fields: string[]): ProfileChange => ({
+const change = (featureLevel: number, feature: string, fields: string[]): ApiChange => ({
   featureLevel,
   feature,
-  fields,
-  needs: [],
-  fill: () => ({}),
+  user: { fields, needs: [], fill: () => ({}) },
 });
 
 describe('the bundle of user-object changes checks itself at load', () => {
@@ -43,7 +41,7 @@ describe('the bundle of user-object changes checks itself at load', () => {
   });
 
   it('names what server_settings says it emulates (T2), from the bundle alone', () => {
-    expect(emulatedUserFeatures(0)).toEqual(CHANGES.map((c) => c.feature));
+    expect(emulatedUserFeatures(0)).toEqual(USER_CHANGES.map((c) => c.feature));
     expect(emulatedUserFeatures(163)).toEqual([]);
     expect(emulatedUserFeatures(65)).toEqual(['user_is_billing_admin', 'user_is_system_bot', 'user_delivery_email']);
     expect(emulatedFeatures(0)).toEqual(

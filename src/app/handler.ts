@@ -1,3 +1,4 @@
+import { endpointKey, TRANSLATED_ENDPOINTS, translateRequest } from '../changes/index.js';
 import type { Handler } from '../context.js';
 import { readBody } from '../http/body.js';
 import { apiPathOf } from '../http/api-routes.js';
@@ -6,12 +7,11 @@ import { forwardedHeaders } from '../upstream/client.js';
 import { realmOf } from '../upstream/realm.js';
 import { relay } from '../upstream/relay.js';
 import { appLevelFor, presentedLevel } from './presented.js';
-import { TRANSLATED_ENDPOINTS, translateRequest } from './requests.js';
 
-/** `METHOD /path` after the API prefix, for the request-change table; undefined outside the API. */
+/** The request changes' name of an endpoint (changes/index.ts endpointKey); undefined outside the API. */
 export function endpointOf(method: string | undefined, path: string): string | undefined {
   const at = apiPathOf(path);
-  return at && `${method ?? ''} ${at.rest}`;
+  return at && endpointKey(method ?? '', at.rest);
 }
 
 /**
@@ -41,7 +41,7 @@ export const appRequestHandler: Handler = async (req, res, ctx) => {
   const q = url.indexOf('?');
   const path = q < 0 ? url : url.slice(0, q);
   const endpoint = endpointOf(req.method, path) ?? '';
-  const method = req.method === 'GET' ? 'GET' : 'POST';
+  const method = req.method === 'GET' || req.method === 'PATCH' ? req.method : 'POST';
   const headers: Record<string, string> = { ...forwardedHeaders(req), 'accept-encoding': req.headers['accept-encoding'] ?? 'identity' };
   let target = url;
   let body: Buffer | string | undefined;

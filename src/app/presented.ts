@@ -5,7 +5,7 @@ import type { Config } from '../config.js';
  * M1: the Zulip mobile app (zulip-flutter) refuses servers below feature level 277. With
  * `app.featureLevel` set, a request whose User-Agent starts with one of `app.userAgents` is
  * shown that level in server_settings and register, and the API changes between the upstream's
- * real level and it are translated (app/requests.ts). Everyone else sees the real level.
+ * real level and it are translated (the request parts of changes/index.ts). Everyone else sees the real level.
  */
 
 /**

@@ -5,7 +5,7 @@ import { sendJson } from '../http/errors.js';
 import { isSuccess, relayBuffered, rewrittenHeaders } from '../upstream/relay.js';
 import { forwardedHeaders, parseJsonObject } from '../upstream/client.js';
 import { realmOf, type Realm } from '../upstream/realm.js';
-import { applyChanges, COMPLETE_FROM_LEVEL, needsOf, pendingChanges, type Added } from './changes/index.js';
+import { applyChanges, COMPLETE_FROM_LEVEL, needsOf, pendingChanges, type Added } from '../changes/index.js';
 import { lookUp } from './lookups.js';
 
 /** U4: the fields the shim added, so an operator can see what came from where. */

@@ -1,6 +1,6 @@
 import type { ShimContext } from '../context.js';
 import type { Realm } from '../upstream/realm.js';
-import type { Lookups, Need } from './changes/index.js';
+import type { Lookups, Need } from '../changes/index.js';
 import { DeliveryEmails } from './delivery-email.js';
 
 /**

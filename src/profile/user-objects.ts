@@ -1,6 +1,6 @@
 import { setImmediate as nextTurn } from 'node:timers/promises';
 import { emailPicks } from '../upstream/user-directory.js';
-import { backfillInPlace, type Added, type Lookups, type ProfileChange } from './changes/index.js';
+import { backfillInPlace, type Added, type Lookups, type UserObjectChange } from '../changes/index.js';
 
 /**
  * V1, V4: lists of user objects (GET /users' `members`, register's `realm_users`,
@@ -75,7 +75,7 @@ export function emailIndex(
  */
 export async function backfillList(
   list: unknown[],
-  changes: readonly ProfileChange[],
+  changes: readonly UserObjectChange[],
   into: Added,
   context: { idOfEmail: (email: string) => number | undefined; own?: OwnRow | undefined; systemBots?: boolean | undefined },
 ): Promise<void> {

@@ -7,9 +7,9 @@ import { isSuccess, relay, relayBuffered, rewrittenHeaders } from '../upstream/r
 import type { Handler } from '../context.js';
 import { forwardedHeaders, parseJsonObject, type BufferedResponse } from '../upstream/client.js';
 import { realmOf, type Realm } from '../upstream/realm.js';
-import { COMPLETE_FROM_LEVEL, changesAbove, noneAdded, type Added } from './changes/index.js';
+import { COMPLETE_FROM_LEVEL, changesAbove, noneAdded, type Added } from '../changes/index.js';
 import { addedHeaders, levelOrZero } from './handler.js';
-import { deliveryEmailHidden } from './changes/fl163-delivery-email.js';
+import { deliveryEmailHidden } from '../changes/fl163-delivery-email.js';
 import { lookUp } from './lookups.js';
 import { backfillList, emailIndex, isRow, parseWithListInSteps, stringifyInSteps, type OwnRow } from './user-objects.js';
 import { apiPrefixOf } from '../http/api-prefix.js';

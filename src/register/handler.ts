@@ -29,7 +29,7 @@ import {
   type EventTypes,
 } from './users.js';
 import { addedHeaders } from '../profile/handler.js';
-import { noneAdded } from '../profile/changes/index.js';
+import { noneAdded } from '../changes/index.js';
 
 /**
  * POST /api/v1/register and /json/register (R1, R2): when the answer carries presence, its

@@ -1,6 +1,6 @@
 import type { IncomingMessage } from 'node:http';
 import { encodeForm, parseParams, type Params } from '../http/body.js';
-import { COMPLETE_FROM_LEVEL, changesAbove, noneAdded, type Added } from '../profile/changes/index.js';
+import { COMPLETE_FROM_LEVEL, changesAbove, noneAdded, type Added } from '../changes/index.js';
 import { parseJsonObject } from '../upstream/client.js';
 import { backfillList, emailIndex, parseWithListInSteps, stringifyInSteps } from '../profile/user-objects.js';
 import { keysOfLegacyType, legacySettingTypes, USER_SETTINGS_LEVEL, userSettingsOf, type LegacySettingType } from './user-settings.js';

@@ -1,4 +1,4 @@
-import type { ProfileChange } from './types.js';
+import type { ApiChange } from './types.js';
 
 /** Modern role values (U3). */
 export const ROLE = { OWNER: 100, ADMIN: 200, MODERATOR: 300, MEMBER: 400, GUEST: 600 } as const;
@@ -16,10 +16,12 @@ export function roleOf(user: { is_owner?: unknown; is_admin?: unknown; is_guest?
 }
 
 /** Feature level 59 (Zulip 4.0): `role`, derived after is_owner and is_guest are known. */
-export const role: ProfileChange = {
+export const role: ApiChange = {
   featureLevel: 59,
   feature: 'user_role',
-  fields: ['role'],
-  needs: [],
-  fill: (user) => ({ role: { value: roleOf(user), source: 'rule' } }),
+  user: {
+    fields: ['role'],
+    needs: [],
+    fill: (user) => ({ role: { value: roleOf(user), source: 'rule' } }),
+  },
 };

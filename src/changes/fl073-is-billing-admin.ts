@@ -1,4 +1,4 @@
-import type { ProfileChange } from './types.js';
+import type { ApiChange } from './types.js';
 
 /**
  * Feature level 73 (Zulip 5.0): `is_billing_admin`. Older servers have no billing
@@ -9,10 +9,12 @@ import type { ProfileChange } from './types.js';
  * 263–362), which still sends it, so it is added below 73 and kept as sent from 73 on (U1);
  * clients written for 10.0+ ignore it.
  */
-export const isBillingAdmin: ProfileChange = {
+export const isBillingAdmin: ApiChange = {
   featureLevel: 73,
   feature: 'user_is_billing_admin',
-  fields: ['is_billing_admin'],
-  needs: [],
-  fill: () => ({ is_billing_admin: { value: false, source: 'rule' } }),
+  user: {
+    fields: ['is_billing_admin'],
+    needs: [],
+    fill: () => ({ is_billing_admin: { value: false, source: 'rule' } }),
+  },
 };

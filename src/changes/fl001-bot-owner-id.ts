@@ -1,4 +1,4 @@
-import type { Fill, ProfileChange } from './types.js';
+import type { Fill, ApiChange } from './types.js';
 
 /**
  * Feature level 1 (Zulip 3.0): bots carry `bot_owner_id` instead of `bot_owner`, the owner's
@@ -9,21 +9,23 @@ import type { Fill, ProfileChange } from './types.js';
  * (a default bot without an owner, as the modern server says). An owner's email becomes an id
  * through the realm's user list; `null` where the bot has no owner. Bots only (V2).
  */
-export const botOwnerId: ProfileChange = {
+export const botOwnerId: ApiChange = {
   featureLevel: 1,
   feature: 'user_bot_owner_id',
-  fields: ['bot_owner_id', 'bot_type'],
-  needs: ['member'],
-  fill(user, { idOfEmail, member, systemBot }) {
-    if (user.is_bot !== true) return {};
-    const out: Partial<Record<string, Fill>> = {};
-    if ('bot_owner' in user) out.bot_owner_id = ownerId(user.bot_owner, idOfEmail, 'rule');
-    else if (systemBot) out.bot_owner_id = { value: null, source: 'rule' };
-    else if (member?.bot_owner_id !== undefined) out.bot_owner_id = { value: member.bot_owner_id, source: 'lookup' };
-    else if (member?.bot_owner !== undefined) out.bot_owner_id = ownerId(member.bot_owner, idOfEmail, 'lookup');
-    if (systemBot) out.bot_type = { value: DEFAULT_BOT, source: 'rule' };
-    else if (member?.bot_type !== undefined) out.bot_type = { value: member.bot_type, source: 'lookup' };
-    return out;
+  user: {
+    fields: ['bot_owner_id', 'bot_type'],
+    needs: ['member'],
+    fill(user, { idOfEmail, member, systemBot }) {
+      if (user.is_bot !== true) return {};
+      const out: Partial<Record<string, Fill>> = {};
+      if ('bot_owner' in user) out.bot_owner_id = ownerId(user.bot_owner, idOfEmail, 'rule');
+      else if (systemBot) out.bot_owner_id = { value: null, source: 'rule' };
+      else if (member?.bot_owner_id !== undefined) out.bot_owner_id = { value: member.bot_owner_id, source: 'lookup' };
+      else if (member?.bot_owner !== undefined) out.bot_owner_id = ownerId(member.bot_owner, idOfEmail, 'lookup');
+      if (systemBot) out.bot_type = { value: DEFAULT_BOT, source: 'rule' };
+      else if (member?.bot_type !== undefined) out.bot_type = { value: member.bot_type, source: 'lookup' };
+      return out;
+    },
   },
 };
 

@@ -1,4 +1,4 @@
-import type { ProfileChange, UserObject } from './types.js';
+import type { ApiChange, UserObject } from './types.js';
 
 /**
  * A realm that hides email addresses gives each user the API email `user{id}@{fake domain}`
@@ -31,15 +31,17 @@ export function deliveryEmailHidden(user: UserObject): boolean {
  * Other users (V2): the upstream did not send it, so the caller may not see a hidden address:
  * the API email where it is the real one (emailIsPublic), else `null`.
  */
-export const deliveryEmail: ProfileChange = {
+export const deliveryEmail: ApiChange = {
   featureLevel: 163,
   feature: 'user_delivery_email',
-  fields: ['delivery_email'],
-  needs: ['delivery_email'],
-  fill(user, { subject = 'own', deliveryEmail: looked, member }) {
-    if (subject === 'other') return { delivery_email: { value: emailIsPublic(user) ? user.email : null, source: 'rule' } };
-    if (looked !== undefined) return { delivery_email: { value: looked, source: 'lookup' } };
-    if (member?.delivery_email !== undefined) return { delivery_email: { value: member.delivery_email, source: 'lookup' } };
-    return { delivery_email: { value: typeof user.email === 'string' ? user.email : '', source: 'fallback' } };
+  user: {
+    fields: ['delivery_email'],
+    needs: ['delivery_email'],
+    fill(user, { subject = 'own', deliveryEmail: looked, member }) {
+      if (subject === 'other') return { delivery_email: { value: emailIsPublic(user) ? user.email : null, source: 'rule' } };
+      if (looked !== undefined) return { delivery_email: { value: looked, source: 'lookup' } };
+      if (member?.delivery_email !== undefined) return { delivery_email: { value: member.delivery_email, source: 'lookup' } };
+      return { delivery_email: { value: typeof user.email === 'string' ? user.email : '', source: 'fallback' } };
+    },
   },
 };

@@ -1,10 +1,10 @@
-import type { Member } from '../../upstream/user-directory.js';
+import type { Member } from '../upstream/user-directory.js';
 
 /**
- * The vocabulary of the user-object version changes (U2, V1): each change names the feature
- * level that introduced its fields, what it needs looked up, and one pure transform. The same
- * changes fill the own profile (GET /users/me) and every other user object (GET /users,
- * GET /users/{id|email}, register's user lists).
+ * The vocabulary of the API changes the shim bridges (U2, V1, M2). Each change names the feature
+ * level that brought it and, per direction, one pure transform: user objects filled in for every
+ * caller (the own profile, GET /users, GET /users/{id|email}, register's user lists), and the
+ * mobile app's requests put back into an older upstream's form.
  */
 
 /** A user object as the upstream sent it (plus what earlier changes added). */
@@ -44,11 +44,8 @@ export interface Fill {
   source: Source;
 }
 
-export interface ProfileChange {
-  /** The feature level that introduced the fields: the change applies to upstreams below it. */
-  readonly featureLevel: number;
-  /** What the change emulates, as named in server_settings' `zulip_compat_shim.emulated` (T2). */
-  readonly feature: string;
+/** A change's part in user objects (U2, V1): applied to every caller's, below its level. */
+export interface UserChange {
   /** The fields it adds, in the order they are added. */
   readonly fields: readonly string[];
   readonly needs: readonly Need[];
@@ -58,3 +55,34 @@ export interface ProfileChange {
    */
   fill(user: UserObject, found: Lookups): Partial<Record<string, Fill>>;
 }
+
+/**
+ * A change's part in requests (M2): what a client shown a higher level sends, put back into the
+ * form an upstream below the level knows. Applied only to the mobile app's requests (M1).
+ */
+export interface RequestChange {
+  /** `METHOD /path` after the API prefix; `{id}` stands for one path segment of digits. */
+  readonly endpoints: readonly string[];
+  /**
+   * Pure but for its arguments: changes the form or query parameters (and headers) in place;
+   * true when anything changed.
+   */
+  apply(params: URLSearchParams, headers: Record<string, string>): boolean;
+}
+
+/**
+ * One entry of Zulip's API changelog the shim bridges (U2, V1, M2): the feature level that
+ * brought it, and what it means for each direction the shim translates. The one registry is
+ * changes/index.ts.
+ */
+export interface ApiChange {
+  /** The feature level that brought the change: it applies to upstreams below it. */
+  readonly featureLevel: number;
+  /** What the change emulates, as named in server_settings' `zulip_compat_shim.emulated` (T2) for user objects. */
+  readonly feature: string;
+  readonly user?: UserChange;
+  readonly request?: RequestChange;
+}
+
+/** A change with a part in user objects. */
+export type UserObjectChange = ApiChange & { readonly user: UserChange };

@@ -1,4 +1,4 @@
-import type { Fill, ProfileChange } from './types.js';
+import type { Fill, ApiChange } from './types.js';
 
 /**
  * Feature level 10 (Zulip 3.0): `avatar_version`, `is_guest`, `is_active`, `timezone`,
@@ -34,26 +34,28 @@ const V_PARAM = /[?&]v=(\d{1,9})(?:&|$)/;
 /** ISO 8601 with an offset (U3); Django writes UTC datetimes as `…+00:00`. */
 const ISO_WITH_OFFSET = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:\d{2})$/;
 
-export const avatarGuestActiveTimezoneJoined: ProfileChange = {
+export const avatarGuestActiveTimezoneJoined: ApiChange = {
   featureLevel: 10,
   feature: 'user_avatar_guest_active_timezone_joined',
-  fields: ['avatar_version', 'is_guest', 'is_active', 'timezone', 'date_joined'],
-  needs: ['member'],
-  fill(user, { member }) {
-    const fromUrl = avatarVersionFromUrl(user.avatar_url);
-    const avatarVersion: Fill =
-      member?.avatar_version !== undefined
-        ? { value: member.avatar_version, source: 'lookup' }
-        : fromUrl !== undefined
-          ? { value: fromUrl, source: 'rule' }
-          : { value: 1, source: 'fallback' };
-    const joined = member && ISO_WITH_OFFSET.test(member.date_joined) ? member.date_joined : undefined;
-    return {
-      avatar_version: avatarVersion,
-      is_guest: member ? { value: member.is_guest, source: 'lookup' } : { value: false, source: 'fallback' },
-      is_active: member ? { value: member.is_active, source: 'lookup' } : { value: true, source: 'rule' },
-      timezone: member ? { value: member.timezone, source: 'lookup' } : { value: '', source: 'fallback' },
-      date_joined: joined ? { value: joined, source: 'lookup' } : { value: UNKNOWN_DATE_JOINED, source: 'fallback' },
-    };
+  user: {
+    fields: ['avatar_version', 'is_guest', 'is_active', 'timezone', 'date_joined'],
+    needs: ['member'],
+    fill(user, { member }) {
+      const fromUrl = avatarVersionFromUrl(user.avatar_url);
+      const avatarVersion: Fill =
+        member?.avatar_version !== undefined
+          ? { value: member.avatar_version, source: 'lookup' }
+          : fromUrl !== undefined
+            ? { value: fromUrl, source: 'rule' }
+            : { value: 1, source: 'fallback' };
+      const joined = member && ISO_WITH_OFFSET.test(member.date_joined) ? member.date_joined : undefined;
+      return {
+        avatar_version: avatarVersion,
+        is_guest: member ? { value: member.is_guest, source: 'lookup' } : { value: false, source: 'fallback' },
+        is_active: member ? { value: member.is_active, source: 'lookup' } : { value: true, source: 'rule' },
+        timezone: member ? { value: member.timezone, source: 'lookup' } : { value: '', source: 'fallback' },
+        date_joined: joined ? { value: joined, source: 'lookup' } : { value: UNKNOWN_DATE_JOINED, source: 'fallback' },
+      };
+    },
   },
 };

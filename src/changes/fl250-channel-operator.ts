@@ -1,0 +1,20 @@
+import { editNarrow, NARROWED, operatorOf, withOperator } from './narrow.js';
+import type { ApiChange } from './types.js';
+
+const RENAMED: Readonly<Record<string, string>> = { channel: 'stream', channels: 'streams' };
+
+/** Feature level 250 (Zulip 9.0): the narrow operators `channel` and `channels` (before: `stream`, `streams`). */
+export const channelOperator: ApiChange = {
+  featureLevel: 250,
+  feature: 'narrow_channel_operator',
+  request: {
+    endpoints: NARROWED,
+    apply: (params) =>
+      editNarrow(params, (narrow) =>
+        narrow.map((element) => {
+          const old = RENAMED[String(operatorOf(element))];
+          return old === undefined ? element : withOperator(element, old);
+        }),
+      ),
+  },
+};

@@ -1,0 +1,155 @@
+import { botOwnerId } from './fl001-bot-owner-id.js';
+import { isOwner } from './fl008-is-owner.js';
+import { avatarGuestActiveTimezoneJoined } from './fl010-avatar-guest-active-timezone-joined.js';
+import { role } from './fl059-role.js';
+import { isBillingAdmin } from './fl073-is-billing-admin.js';
+import { isSystemBot } from './fl083-is-system-bot.js';
+import { deliveryEmail } from './fl163-delivery-email.js';
+import { typingStreamId } from './fl215-typing-stream-id.js';
+import { readBySender } from './fl236-read-by-sender.js';
+import { channelWildcard } from './fl247-channel-wildcard.js';
+import { typeChannel } from './fl248-type-channel.js';
+import { channelOperator } from './fl250-channel-operator.js';
+import { withOperatorChange } from './fl271-with-operator.js';
+import type { ApiChange, Lookups, Need, RequestChange, Source, UserObject, UserObjectChange } from './types.js';
+
+export type { ApiChange, Lookups, Need, OwnUser, Source, UserObject, UserObjectChange } from './types.js';
+
+/**
+ * Checks a bundle of changes when it is built (like Cadwyn's VersionBundle): feature levels
+ * strictly ascending, each field and each feature name introduced once. Throws on the first fault.
+ */
+export function checkedBundle(changes: readonly ApiChange[]): readonly ApiChange[] {
+  const fields = new Set<string>();
+  const features = new Set<string>();
+  let previous = 0;
+  for (const c of changes) {
+    if (!Number.isInteger(c.featureLevel) || c.featureLevel <= previous) {
+      throw new Error(`API changes: feature level ${c.featureLevel} (${c.feature}) is not above ${previous}`);
+    }
+    previous = c.featureLevel;
+    if (features.has(c.feature)) throw new Error(`API changes: feature ${c.feature} named twice`);
+    features.add(c.feature);
+    if (!c.user && !c.request) throw new Error(`API changes: ${c.feature} changes nothing`);
+    for (const f of c.user?.fields ?? []) {
+      if (fields.has(f)) throw new Error(`API changes: field ${f} introduced twice (again at ${c.featureLevel})`);
+      fields.add(f);
+    }
+  }
+  return Object.freeze([...changes]);
+}
+
+/**
+ * U2, V1, M2: the API changes the shim bridges, in feature-level order, one module each, each
+ * lining up with one entry of Zulip's API changelog. A change's `user` part fills every caller's
+ * user objects (later ones may read what earlier ones added: role reads is_owner); its `request`
+ * part puts the mobile app's requests into the form of an upstream below the level (M1 decides
+ * whose requests).
+ */
+export const CHANGES: readonly ApiChange[] = checkedBundle([
+  botOwnerId,
+  isOwner,
+  avatarGuestActiveTimezoneJoined,
+  role,
+  isBillingAdmin,
+  isSystemBot,
+  deliveryEmail,
+  typingStreamId,
+  readBySender,
+  channelWildcard,
+  typeChannel,
+  channelOperator,
+  withOperatorChange,
+]);
+
+/** The changes with a part in user objects, in order. */
+export const USER_CHANGES: readonly UserObjectChange[] = CHANGES.filter((c): c is UserObjectChange => c.user !== undefined);
+
+/** The feature level from which an upstream's user objects lack nothing the shim adds. */
+export const COMPLETE_FROM_LEVEL = USER_CHANGES[USER_CHANGES.length - 1]!.featureLevel;
+
+/** The user-object changes newer than an upstream at `featureLevel`. */
+export function changesAbove(featureLevel: number): UserObjectChange[] {
+  return USER_CHANGES.filter((c) => c.featureLevel > featureLevel);
+}
+
+/** What the shim emulates in user objects for an upstream at `featureLevel` (T2). */
+export function emulatedUserFeatures(featureLevel: number): string[] {
+  return changesAbove(featureLevel).map((c) => c.feature);
+}
+
+/** The changes an upstream at `featureLevel` needs for this answer: newer than it, with a field missing. */
+export function pendingChanges(featureLevel: number, user: UserObject): UserObjectChange[] {
+  return changesAbove(featureLevel).filter((c) => c.user.fields.some((f) => !(f in user)));
+}
+
+export function needsOf(changes: readonly UserObjectChange[]): Set<Need> {
+  return new Set(changes.flatMap((c) => c.user.needs));
+}
+
+/** The fields added to one or many objects, in the order first added (U4), and their sources. */
+export interface Added {
+  added: string[];
+  /** Where each added field came from; `fallback` wins over the others for a list. */
+  sources: Record<string, Source>;
+}
+
+export interface Backfilled extends Added {
+  user: Record<string, unknown>;
+}
+
+export function noneAdded(): Added {
+  return { added: [], sources: {} };
+}
+
+/**
+ * Applies the changes in order to `user` itself; U1: a field the upstream sent is never
+ * touched. Records what was added in `into`. Pure but for those two objects.
+ */
+export function backfillInPlace(user: Record<string, unknown>, changes: readonly UserObjectChange[], found: Lookups, into: Added): void {
+  for (const { user: change } of changes) {
+    if (change.fields.every((f) => f in user)) continue;
+    const fills = change.fill(user, found);
+    for (const field of change.fields) {
+      const fill = fills[field];
+      if (field in user || !fill) continue;
+      user[field] = fill.value;
+      const seen = into.sources[field];
+      if (seen === undefined) into.added.push(field);
+      if (seen === undefined || fill.source === 'fallback') into.sources[field] = fill.source;
+    }
+  }
+}
+
+/** Applies the changes in order to a copy of `upstream`; U1: a field the upstream sent is never touched. Pure. */
+export function applyChanges(upstream: UserObject, changes: readonly UserObjectChange[], found: Lookups): Backfilled {
+  const user: Record<string, unknown> = { ...upstream };
+  const into = noneAdded();
+  backfillInPlace(user, changes, found, into);
+  return { user, ...into };
+}
+
+/** The changes with a part in requests, in order. */
+const REQUEST_CHANGES: readonly (ApiChange & { readonly request: RequestChange })[] = CHANGES.filter(
+  (c): c is ApiChange & { readonly request: RequestChange } => c.request !== undefined,
+);
+
+/** `METHOD /path` after the API prefix, a path segment of digits written `{id}`: how request changes name endpoints. */
+export function endpointKey(method: string, rest: string): string {
+  return `${method} ${rest.replace(/\/[0-9]+(?=\/|$)/g, '/{id}')}`;
+}
+
+/** The endpoints any request change applies to (see endpointKey). */
+export const TRANSLATED_ENDPOINTS: ReadonlySet<string> = new Set(REQUEST_CHANGES.flatMap((c) => c.request.endpoints));
+
+/**
+ * M2, requests down: applies, in order, every request change an upstream at `real` lacks to the
+ * parameters (and headers) of a request to `endpoint` (see endpointKey); true when anything changed.
+ */
+export function translateRequest(endpoint: string, params: URLSearchParams, real: number, headers: Record<string, string> = {}): boolean {
+  let changed = false;
+  for (const { featureLevel, request } of REQUEST_CHANGES) {
+    if (real < featureLevel && request.endpoints.includes(endpoint) && request.apply(params, headers)) changed = true;
+  }
+  return changed;
+}

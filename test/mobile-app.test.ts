@@ -245,6 +245,12 @@ describe('M2: the app’s requests in the 8.0 server’s form', () => {
     ['POST /typing', 'type=channel&stream_id=7&topic=t', 214, 'type=stream&topic=t&to=%5B7%5D'],
     ['POST /typing', 'type=channel&stream_id=7&topic=t', 215, 'type=stream&stream_id=7&topic=t'],
     ['PATCH /messages/{id}', 'content=%40**channel**', 246, 'content=%40**stream**'],
+    [
+      'GET /messages',
+      `narrow=${encodeURIComponent('[{"operator":"dm","operand":[1,2]},{"operator":"is","operand":"unread"}]')}`,
+      185,
+      `narrow=${encodeURIComponent('[{"operator":"dm","operand":[1,2]},{"operator":"is","operand":"unread"}]')}`,
+    ],
     ['PATCH /messages/{id}', 'content=%40**channel**', 247, 'content=%40**channel**'],
     ['POST /messages', 'type=stream&content=%40**channel**', 185, 'type=stream&content=%40**stream**'],
   ])('%s with %s on a server at %d → %s', (endpoint, given, real, expected) => {

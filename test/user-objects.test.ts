@@ -1,7 +1,15 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { parseParams } from '../src/http/body.js';
-import { CHANGES, USER_CHANGES, changesAbove, checkedBundle, emulatedUserFeatures, noneAdded, type ApiChange } from '../src/changes/index.js';
+import {
+  CHANGES,
+  USER_CHANGES,
+  changesAbove,
+  checkedBundle,
+  emulatedUserFeatures,
+  noneAdded,
+  type ApiChange,
+} from '../src/changes/index.js';
 import { emailIsPublic } from '../src/changes/fl163-delivery-email.js';
 import { backfillList, emailIndex, parseWithListInSteps, stringifyInSteps, USERS_PER_TURN } from '../src/profile/user-objects.js';
 import { userKeyOf } from '../src/profile/users-handler.js';

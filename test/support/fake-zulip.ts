@@ -1,6 +1,7 @@
 import http, { type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import busboy from 'busboy';
+import { type Capabilities, eraAnswer, eraEvents } from './era-answers.js';
 
 /**
  * A fake Zulip server that behaves, era by era, like the real one as documented in
@@ -90,6 +91,13 @@ export interface FakeOptions {
    * real one before 6.0; "admins" shows it to administrators (own user from 3.0, user lists).
    */
   emailAddressVisibility?: 'nobody' | 'admins';
+  /**
+   * Whole answers (M4): register and server_settings carry every field the era's server sends
+   * (as Zulip's API description documents them, support/era-answers.ts) beside what this fake
+   * models itself; GET /messages, GET /messages/{id} and GET /events answer with the documented
+   * messages and every documented event of the era. Default: only the fields the fake models.
+   */
+  whole?: boolean;
 }
 
 const DAY = 86_400;
@@ -99,6 +107,7 @@ export class FakeZulip {
   readonly featureLevel: number;
   readonly oneRealm: boolean;
   readonly emailAddressVisibility: 'nobody' | 'admins';
+  readonly whole: boolean;
   now: number;
   users: FakeUser[] = [];
   /** < 7.0: rows per user per client name. */
@@ -108,6 +117,8 @@ export class FakeZulip {
   presenceSequence = 0;
   stats: FakeStats = this.freshStats();
   openQueues = new Set<string>();
+  /** `whole`: the client capabilities each queue was registered with. */
+  private queueCapabilities = new Map<string, Capabilities>();
   /** Headers of every request received, newest last (for pass-through assertions). */
   seen: Array<{ method: string; url: string; headers: http.IncomingHttpHeaders; body: Buffer }> = [];
   /** While set, full presence answers (made when asked) are sent only once it settles: a slow upstream. */
@@ -128,6 +139,7 @@ export class FakeZulip {
     this.oneRealm = o.oneRealm ?? false;
     this.featureLevel = ERA_FEATURE_LEVEL[o.era];
     this.emailAddressVisibility = o.emailAddressVisibility ?? 'nobody';
+    this.whole = o.whole ?? false;
     this.now = o.now ?? 1_700_000_000.25;
     const n = o.users ?? 6;
     const roles: FakeUser['role'][] = [100, 200, 300, 400, 600];
@@ -478,8 +490,14 @@ export class FakeZulip {
         return this.deleteQueue(req, res, body);
       case 'GET /events':
         return this.events(req, res);
+      case 'GET /messages':
+        if (this.whole) return this.documented(req, res, eraAnswer('messages', this.featureLevel));
+        break;
       default:
         break;
+    }
+    if (this.whole && req.method === 'GET' && /^\/messages\/[0-9]+$/.test(apiPath)) {
+      return this.documented(req, res, eraAnswer('message', this.featureLevel));
     }
     // GET /users/{user_id} from 3.0 (feature level 1), GET /users/{email} from 4.0 (39).
     const single = /^\/users\/([^/]+)$/.exec(apiPath);
@@ -489,11 +507,17 @@ export class FakeZulip {
     this.error(res, 404, 'Endpoint does not exist.', 'BAD_REQUEST');
   }
 
+  /** An answer as the API description documents it, to an authenticated caller. */
+  private documented(req: IncomingMessage, res: ServerResponse, body: Record<string, unknown>): void {
+    if (this.authenticate(req, res)) this.json(res, 200, body);
+  }
+
   private serverSettings(req: IncomingMessage, res: ServerResponse): void {
     const body: Record<string, unknown> = {
+      ...(this.whole ? eraAnswer('server_settings', this.featureLevel) : {}),
       result: 'success',
       msg: '',
-      authentication_methods: { password: true, dev: false },
+      authentication_methods: { password: true, dev: false, email: true, ldap: false, remoteuser: false, github: false, google: false },
       zulip_version: this.era === '2.1' ? '2.1.7' : `${this.era}`,
       push_notifications_enabled: false,
       is_incompatible: false,
@@ -711,6 +735,7 @@ export class FakeZulip {
       send_private_typing_notifications: true,
       send_stream_typing_notifications: true,
       send_read_receipts: true,
+      ...(this.featureLevel >= 125 ? { display_emoji_reaction_users: true } : {}),
     };
   }
 
@@ -782,7 +807,14 @@ export class FakeZulip {
     const queueId = `queue-${Math.random().toString(36).slice(2)}`;
     this.openQueues.add(queueId);
     this.stats.queuesCreated++;
-    const out: Record<string, unknown> = { result: 'success', msg: '', queue_id: queueId, last_event_id: -1 };
+    if (this.whole) this.queueCapabilities.set(queueId, JSON.parse(params.get('client_capabilities') ?? '{}') as Capabilities);
+    const out: Record<string, unknown> = {
+      ...(this.whole ? eraAnswer('register', this.featureLevel) : {}),
+      result: 'success',
+      msg: '',
+      queue_id: queueId,
+      last_event_id: -1,
+    };
     if (this.featureLevel >= 3 || want('zulip_version')) out.zulip_version = this.era;
     if (this.featureLevel >= 3) out.zulip_feature_level = this.featureLevel;
     if (want('realm_user')) {
@@ -796,7 +828,8 @@ export class FakeZulip {
       out.cross_realm_bots = [this.crossRealmBot()];
     }
     Object.assign(out, this.legacySettings(u, want));
-    if (this.featureLevel >= 89 && want('user_settings')) out.user_settings = this.userSettings(u);
+    if (this.featureLevel >= 89 && want('user_settings'))
+      out.user_settings = { ...(out.user_settings as object | undefined), ...this.userSettings(u) };
     if (want('presence')) {
       const slim = this.featureLevel >= 25 && params.get('slim_presence') === 'true';
       if (slim) {
@@ -822,8 +855,16 @@ export class FakeZulip {
     this.json(res, 200, { result: 'success', msg: '' });
   }
 
-  /** Long poll: answers after `?delay_ms=` (default 50) with a heartbeat. */
+  /** Long poll: answers after `?delay_ms=` (default 50) with a heartbeat; `whole`: at once, with every documented event of the era. */
   private events(req: IncomingMessage, res: ServerResponse): void {
+    if (this.whole) {
+      const queue = new URLSearchParams((req.url ?? '').split('?')[1] ?? '').get('queue_id') ?? '';
+      return this.documented(req, res, {
+        result: 'success',
+        msg: '',
+        events: eraEvents(this.featureLevel, this.queueCapabilities.get(queue)),
+      });
+    }
     const delay = Number(new URLSearchParams((req.url ?? '').split('?')[1] ?? '').get('delay_ms') ?? 50);
     const t = setTimeout(() => this.json(res, 200, { result: 'success', msg: '', events: [{ type: 'heartbeat', id: 0 }] }), delay);
     res.on('close', () => clearTimeout(t));

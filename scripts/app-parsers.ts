@@ -1,0 +1,354 @@
+/**
+ * Writes test/fixtures/app-parsers.json: what the Zulip mobile app's generated JSON parsers
+ * (zulip-flutter `lib/api/**\/*.g.dart`, json_serializable) require of each class, at a pinned
+ * commit (contract M4: the app's own parsers are the judge). A field is required when its parser
+ * reads it with a non-nullable cast (`as String`, `as num`, `as List<dynamic>`, …) or
+ * `$enumDecode`, with no default, no null test and no nullable converter; its JSON type is the
+ * cast's. Which class an event or a message is parsed as comes from the app's hand-written
+ * dispatch (`Event.fromJson` in events.dart, `Message.fromJson` in model.dart).
+ *
+ *   node --import tsx scripts/app-parsers.ts <zulip-flutter git dir> [commit]
+ *
+ * Helpers the generated code calls (`readValue:` and `fromJson:` functions) are written by hand
+ * in the app; each one the parsers use is described in READERS and HELPERS below, and the script
+ * stops at one it does not know, so a new pinned commit is read, not guessed.
+ */
+import { execFileSync } from 'node:child_process';
+import { writeFileSync } from 'node:fs';
+import { resolve } from 'node:path';
+import { PROJECT_ROOT } from '../src/version.js';
+
+export const PINNED_COMMIT = 'e989e4f6';
+
+export type Shape =
+  | { type: 'integer' | 'number' | 'string' | 'boolean' | 'object' }
+  | { type: 'enum'; values: (string | number)[]; fallback: boolean }
+  | { type: 'array'; items?: Shape }
+  | { type: 'map'; values?: Shape }
+  | { type: 'class'; name: string }
+  | { type: 'either'; keys: string[] };
+
+export interface Field {
+  /** The key as the parser names it. */
+  key: string;
+  /** Where the value is read, from the object being parsed; [] is the object itself. */
+  path: string[];
+  shape: Shape;
+  /** Keys the app fills in itself for each element (register's user lists: `is_active`). */
+  filled?: string[];
+  /** Keys of the object being parsed that the app copies into the value before parsing it. */
+  merged?: string[];
+  /** `file:line` of the parser line. */
+  at: string;
+}
+
+export interface ParsedClass {
+  at: string;
+  fields: Field[];
+}
+
+export interface Dispatch {
+  /** The keys whose values choose the class, outermost first. */
+  by: string[];
+  /** `value` or `value/value` → class. */
+  cases: Record<string, string>;
+  /** The class for any other value. */
+  otherwise?: string;
+  at: string;
+}
+
+export interface AppParsers {
+  repository: string;
+  commit: string;
+  classes: Record<string, ParsedClass>;
+  dispatch: Record<string, Dispatch>;
+  /** Fields read by helpers whose type depends on another field; not checked. */
+  notChecked: string[];
+}
+
+/** readValue functions: where they read, and what they mean. */
+const READERS: Record<string, (key: string, owner: string) => Partial<Field> | 'optional' | 'unchecked'> = {
+  _readFromPerson: (key) => ({ path: ['person', key] }),
+  _readUsersIsActiveFallbackTrue: () => ({ filled: ['is_active'] }),
+  _readUsersIsActiveFallbackFalse: () => ({ filled: ['is_active'] }),
+  _readConversation: () => ({ path: [] }),
+  _readChange: () => ({ path: [] }),
+  // {...json['message'], 'flags': json['flags']}
+  _readMessageValue: (key) => ({ path: [key], merged: ['flags'] }),
+  _readSenderId: () => ({ path: ['sender', 'user_id'] }),
+  _readColor: () => ({ shape: { type: 'string' } }),
+  _readChannelIds: (_key, owner) =>
+    owner === 'ChannelDeleteEvent'
+      ? { path: [], shape: { type: 'either', keys: ['stream_ids', 'streams'] } }
+      : { key: 'subscriptions', path: ['subscriptions'], shape: { type: 'array', items: { type: 'object' } } },
+  _readValue: () => 'unchecked',
+  _readFromMessage: () => 'optional',
+  _readPoll: () => 'optional',
+  _readProfileData: () => 'optional',
+  _readMoveData: () => 'optional',
+  _readWhole: () => 'optional',
+  _readRealmUrl: () => 'optional',
+  _readNullableStringFromPerson: () => 'optional',
+  readStringFromJson: () => 'optional',
+  readIntFromJson: () => 'optional',
+};
+
+/** The app's own (underscore) fromJson functions given `json['key']`. */
+const HELPERS: Record<string, Shape | 'optional'> = {
+  'Message._reactionsFromJson': { type: 'array', items: { type: 'class', name: 'Reaction' } },
+  'Message._flagsFromJson': { type: 'array', items: { type: 'string' } },
+  'TypingEvent._recipientIdsFromJson': 'optional',
+  'GetMessagesResult._messagesFromJson': { type: 'array', items: { type: 'class', name: 'Message' } },
+  'DmMessage._conversationFromJson': { type: 'array', items: { type: 'object' } },
+};
+
+/**
+ * Parsers the app writes by hand for classes its dispatch names: each field with the line of the
+ * app's source that reads it (the script stops if that line is gone).
+ */
+const HAND_WRITTEN: Record<string, { file: string; fields: [line: string, field: Omit<Field, 'at'>][] }> = {
+  // every key optional: `json['status_text'] as String?`, emoji keys likewise
+  UserStatusChange: { file: 'lib/api/model/model.dart', fields: [] },
+  UnexpectedEvent: {
+    file: 'lib/api/model/events.dart',
+    fields: [
+      ["UnexpectedEvent.fromJson(this.json) : super(id: json['id'] as int);", { key: 'id', path: ['id'], shape: { type: 'integer' } }],
+    ],
+  },
+  RealmUserRemoveEvent: {
+    file: 'lib/api/model/events.dart',
+    fields: [
+      ["id: json['id'] as int,", { key: 'id', path: ['id'], shape: { type: 'integer' } }],
+      [
+        "userId: (json['person'] as Map<String, dynamic>)['user_id'] as int);",
+        { key: 'user_id', path: ['person', 'user_id'], shape: { type: 'integer' } },
+      ],
+    ],
+  },
+};
+
+/** JSON types by cast. `as num` takes any JSON number (`.toInt()` truncates); only `as int` wants an integer. */
+const CASTS: Record<string, Shape['type']> = {
+  num: 'number',
+  int: 'integer',
+  String: 'string',
+  bool: 'boolean',
+  List: 'array',
+  Map: 'map',
+};
+
+function git(dir: string, commit: string, ...args: string[]): string {
+  return execFileSync('git', ['--git-dir', dir, ...args.map((a) => a.replace('{commit}', commit))], {
+    encoding: 'utf8',
+    maxBuffer: 64 << 20,
+  });
+}
+
+/** Splits a call's argument text at top-level commas. */
+function topLevelArgs(text: string): string[] {
+  const out: string[] = [];
+  let depth = 0;
+  let quote: string | undefined;
+  let from = 0;
+  for (let i = 0; i < text.length; i++) {
+    const ch = text[i]!;
+    if (quote) {
+      if (ch === quote && text[i - 1] !== '\\') quote = undefined;
+    } else if (ch === "'" || ch === '"') quote = ch;
+    else if ('([{<'.includes(ch)) depth++;
+    else if (')]}>'.includes(ch) && !(ch === '>' && text[i - 1] === '=')) depth--;
+    else if (ch === ',' && depth === 0) {
+      out.push(text.slice(from, i));
+      from = i + 1;
+    }
+  }
+  out.push(text.slice(from));
+  return out.map((a) => a.trim()).filter(Boolean);
+}
+
+/** The text inside the parentheses that open at `open`. */
+function inside(text: string, open: number): string {
+  let depth = 0;
+  for (let i = open; i < text.length; i++) {
+    if (text[i] === '(') depth++;
+    else if (text[i] === ')' && --depth === 0) return text.slice(open + 1, i);
+  }
+  throw new Error(`unbalanced parentheses at ${text.slice(open, open + 60)}`);
+}
+
+function enumValues(source: string, map: string): (string | number)[] {
+  const body = new RegExp(`const _\\$${map} = \\{([^}]*)\\}`).exec(source)?.[1];
+  if (body === undefined) throw new Error(`enum map ${map} not found`);
+  return [...body.matchAll(/:\s*('([^']*)'|-?[0-9]+)/g)].map((m) => (m[2] !== undefined ? m[2] : Number(m[1])));
+}
+
+function elementShape(expr: string, source: string): Shape | undefined {
+  const cls = /\(e\)\s*=>\s*(\w+)\.fromJson\(\s*e as Map/.exec(expr) ?? /MapEntry\(\s*[^,]+,\s*(\w+)\.fromJson\(\s*e as Map/.exec(expr);
+  if (cls) return { type: 'class', name: cls[1]! };
+  if (/\(e as num\)\.toInt\(\)/.test(expr)) return { type: 'number' };
+  if (/\(e\) => e as String\)/.test(expr)) return { type: 'string' };
+  const listOfStrings = /MapEntry\(\s*k,\s*\(e as List<dynamic>\)\s*\.map\(\(e\) => e as String\)/.exec(expr);
+  if (listOfStrings) return { type: 'array', items: { type: 'string' } };
+  const en = /\$enumDecode\(_\$(\w+), e\)/.exec(expr);
+  if (en) return { type: 'enum', values: enumValues(source, en[1]!), fallback: false };
+  return undefined;
+}
+
+/** One constructor argument: the field it requires, or undefined when optional. */
+function fieldOf(arg: string, owner: string, source: string, at: string): Field | undefined | 'unchecked' {
+  const expr = arg.replace(/^\w+:\s*/, '').replace(/\s+/g, ' ');
+  const direct = /json\['([^']+)'\]/.exec(expr);
+  const reader = /(?:\w+\.)?(_?read\w+)\(\s*json,\s*'([^']+)',?\s*\)/.exec(expr);
+  const readerFirst = reader && (!direct || reader.index < direct.index);
+  const key = readerFirst ? reader[2]! : direct?.[1];
+  if (key === undefined) return undefined;
+  let field: Field = { key, path: [key], shape: { type: 'object' }, at };
+  if (readerFirst) {
+    const meaning = READERS[reader[1]!];
+    if (!meaning) throw new Error(`${at}: unknown readValue ${reader[1]} (describe it in READERS)`);
+    const m = meaning(key, owner);
+    if (m === 'optional') return undefined;
+    if (m === 'unchecked') return 'unchecked';
+    field = { ...field, ...m };
+    if (m.shape) return /== null|\?\)|\bas \w+(<[^>]*>)?\?/.test(expr) ? undefined : field;
+  }
+  const helper = /^(\w+\._\w+)\(\s*json\['[^']+'\](?: as \w+)?,?\s*\)$/.exec(expr);
+  if (helper) {
+    const shape = HELPERS[helper[1]!];
+    if (shape === undefined) throw new Error(`${at}: unknown fromJson helper ${helper[1]} (describe it in HELPERS)`);
+    return shape === 'optional' ? undefined : { ...field, shape };
+  }
+  if (/== null|\$enumDecodeNullable|_\$JsonConverterFromJson|\?\?/.test(expr)) return undefined;
+  const en = /^\$enumDecode\(\s*_\$(\w+),/.exec(expr);
+  if (en) return { ...field, shape: { type: 'enum', values: enumValues(source, en[1]!), fallback: /unknownValue:/.test(expr) } };
+  const cast = /\)?\s*as (\w+)(<[^>]*>)?(\??)/.exec(expr.slice((readerFirst ? reader.index : direct!.index) + 1));
+  if (!cast) throw new Error(`${at}: no cast for ${key}: ${expr}`);
+  if (cast[3] === '?') return undefined;
+  const type = CASTS[cast[1]!];
+  if (!type) throw new Error(`${at}: unknown cast ${cast[1]} for ${key}`);
+  const cls = new RegExp(`^(\\w+)\\.fromJson\\(\\s*(?:\\w+\\.)?(?:json\\['${key}'\\]|_?read\\w+\\(json, '${key}'\\)) as Map`).exec(expr);
+  if (cls) return { ...field, shape: { type: 'class', name: cls[1]! } };
+  if (type === 'array') {
+    const items = elementShape(expr, source);
+    return { ...field, shape: items ? { type: 'array', items } : { type: 'array' } };
+  }
+  if (type === 'map') {
+    const values = elementShape(expr, source);
+    return { ...field, shape: values ? { type: 'map', values } : { type: 'object' } };
+  }
+  return { ...field, shape: { type } as Shape };
+}
+
+function parseClasses(file: string, source: string, into: AppParsers): void {
+  const starts = [...source.matchAll(/^(\w+) _\$(\w+)FromJson\(/gm)];
+  for (const [n, start] of starts.entries()) {
+    const owner = start[2]!;
+    const end = starts[n + 1]?.index ?? source.length;
+    const text = source.slice(start.index, end);
+    const lineOf = (offset: number) => `${file}:${source.slice(0, start.index + offset).split('\n').length}`;
+    const fields: Field[] = [];
+    const checked = /\$checkKeys\([\s\S]*?requiredKeys: const \[([^\]]*)\]/.exec(text);
+    for (const k of checked ? [...checked[1]!.matchAll(/'([^']+)'/g)].map((m) => m[1]!) : []) {
+      fields.push({ key: k, path: [k], shape: { type: 'string' }, at: lineOf(checked!.index) });
+    }
+    const call = new RegExp(`(?:=>|return)\\s*${owner}\\(`).exec(text);
+    if (!call) throw new Error(`${file}: no constructor call in ${owner}'s parser`);
+    const argsText = inside(text, call.index + call[0].length - 1);
+    let offset = call.index + call[0].length;
+    for (const arg of topLevelArgs(argsText)) {
+      const at = lineOf(text.indexOf(arg, offset));
+      offset = text.indexOf(arg, offset) + arg.length;
+      const f = fieldOf(arg, owner, source, at);
+      if (f === 'unchecked') into.notChecked.push(`${owner}.${/^(\w+):/.exec(arg)?.[1] ?? arg}`);
+      else if (f && !fields.some((g) => g.key === f.key)) fields.push(f);
+    }
+    into.classes[owner] = { at: lineOf(0), fields };
+  }
+}
+
+/**
+ * `case 'x': return C.fromJson(json);` (with `switch (json['op'] …)` one level down), or
+ * `if (type == 'x') return C.fromJson(json);`.
+ */
+function parseDispatch(file: string, source: string, factory: string, into: AppParsers): void {
+  const at = Math.max(source.indexOf(`factory ${factory}.fromJson(`), source.indexOf(`static ${factory} fromJson(`));
+  if (at < 0) throw new Error(`${file}: no ${factory}.fromJson`);
+  const body = source.slice(at, source.indexOf('\n  }\n', at));
+  const by = [...body.matchAll(/(?:switch \(|= )json\['(\w+)'\]/g)].map((m) => m[1]!);
+  const cases: Record<string, string> = {};
+  let outer: string | undefined;
+  let otherwise: string | undefined;
+  for (const line of body.split('\n')) {
+    const single = /(?:case '([^']+)':|== '([^']+)'\))\s*return (\w+)\.fromJson/.exec(line)?.filter((m) => m !== undefined);
+    const opens = /case '([^']+)':\s*$/.exec(line);
+    const fallback = /default:\s*return (\w+)\.fromJson/.exec(line);
+    if (single) cases[outer ? `${outer}/${single[1]}` : single[1]!] = single[2]!;
+    else if (opens) outer = opens[1];
+    else if (fallback) {
+      if (outer === undefined) otherwise = fallback[1];
+    } else if (/^\s{6}[a-z]/.test(line) || /^\s{6}\/\//.test(line)) outer = undefined;
+    if (/^\s{8}}/.test(line)) outer = undefined;
+  }
+  const line = `${file}:${source.slice(0, at).split('\n').length}`;
+  into.dispatch[factory] = { by: [...new Set(by)], cases, ...(otherwise ? { otherwise } : {}), at: line };
+}
+
+export function readAppParsers(gitDir: string, commit: string): AppParsers {
+  const full = git(gitDir, commit, 'rev-parse', '{commit}').trim();
+  const out: AppParsers = { repository: 'zulip/zulip-flutter', commit: full, classes: {}, dispatch: {}, notChecked: [] };
+  const files = git(gitDir, commit, 'ls-tree', '-r', '--name-only', '{commit}', 'lib/api')
+    .split('\n')
+    .filter((f) => f.endsWith('.g.dart'));
+  for (const file of files) parseClasses(file, git(gitDir, commit, 'show', `{commit}:${file}`), out);
+  parseDispatch('lib/api/model/events.dart', git(gitDir, commit, 'show', '{commit}:lib/api/model/events.dart'), 'Event', out);
+  parseDispatch('lib/api/model/model.dart', git(gitDir, commit, 'show', '{commit}:lib/api/model/model.dart'), 'Message', out);
+  for (const [name, { file, fields }] of Object.entries(HAND_WRITTEN)) {
+    const source = git(gitDir, commit, 'show', `{commit}:${file}`);
+    const lines = source.split('\n');
+    const start = lines.findIndex((l) => l.includes(`${name}.fromJson(`));
+    const found = fields.map(([text, field]) => {
+      const n = lines.findIndex((l, i) => i >= start && l.includes(text));
+      if (start < 0 || n < 0) throw new Error(`${file}: ${name}'s parser no longer reads \`${text}\` (update HAND_WRITTEN)`);
+      return { ...field, at: `${file}:${n + 1}` };
+    });
+    out.classes[name] = { at: `${file}:${start + 1}`, fields: found };
+  }
+  for (const [name, d] of Object.entries(out.dispatch)) {
+    for (const c of [...Object.values(d.cases), d.otherwise])
+      if (c && !out.classes[c]) throw new Error(`${name} dispatches to ${c}, which has no parser here`);
+  }
+  const named = (shape: Shape | undefined): string[] =>
+    !shape
+      ? []
+      : shape.type === 'class'
+        ? [shape.name]
+        : shape.type === 'array'
+          ? named(shape.items)
+          : shape.type === 'map'
+            ? named(shape.values)
+            : [];
+  for (const [owner, c] of Object.entries(out.classes)) {
+    for (const f of c.fields) {
+      for (const name of named(f.shape))
+        if (!out.classes[name] && !out.dispatch[name])
+          throw new Error(`${owner}.${f.key} is parsed as ${name}, which has no parser here (add it to HAND_WRITTEN)`);
+    }
+  }
+  return out;
+}
+
+export const APP_PARSERS_FILE = resolve(PROJECT_ROOT, 'test/fixtures/app-parsers.json');
+
+if (process.argv[1] && import.meta.url.endsWith(process.argv[1].replace(/^.*\//, ''))) {
+  const [gitDir, commit = PINNED_COMMIT] = process.argv.slice(2);
+  if (!gitDir) {
+    console.error('usage: node --import tsx scripts/app-parsers.ts <zulip-flutter git dir> [commit]');
+    process.exit(2);
+  }
+  const parsers = readAppParsers(gitDir, commit);
+  writeFileSync(APP_PARSERS_FILE, `${JSON.stringify(parsers, null, 1)}\n`);
+  const fields = Object.values(parsers.classes).reduce((n, c) => n + c.fields.length, 0);
+  console.log(
+    `${Object.keys(parsers.classes).length} classes, ${fields} required fields, ${Object.keys(parsers.dispatch.Event?.cases ?? {}).length} event cases → ${APP_PARSERS_FILE}`,
+  );
+}

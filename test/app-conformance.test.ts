@@ -1,0 +1,126 @@
+import { existsSync, readFileSync } from 'node:fs';
+import { resolve } from 'node:path';
+import request from 'supertest';
+import { parse } from 'yaml';
+import { buildAnswers, OPENAPI_ANSWERS_FILE } from '../scripts/openapi-answers.js';
+import { PROJECT_ROOT } from '../src/version.js';
+import { afterEach, describe, expect, it } from 'vitest';
+import { APP_PARSERS, parseProblems } from './support/app-parsers.js';
+import { eraAnswer, eraEvents } from './support/era-answers.js';
+import { ERA_FEATURE_LEVEL, startFake, type FakeZulip } from './support/fake-zulip.js';
+import { startShim, type RunningShim } from './support/shim.js';
+
+/**
+ * M4 (docs/mobile-app.md): the Zulip mobile app's own parsers are the judge. Through the shim
+ * with --app-feature-level 277, every answer and event the app parses, from upstreams that send
+ * whole answers as Zulip 7.0 and 8.0 do, has every field those parsers require, with its JSON
+ * type: register, server_settings, messages, one message and every event the era sends.
+ */
+
+const APP = 'ZulipFlutter/30.0.274 (Android 14)';
+/** What the app sends to POST /register (lib/api/route/events.dart registerQueue). */
+const APP_REGISTER = {
+  idle_queue_timeout: 'mobile',
+  apply_markdown: 'true',
+  client_gravatar: 'false',
+  slim_presence: 'true',
+  client_capabilities: JSON.stringify({
+    notification_settings_null: true,
+    bulk_message_deletion: true,
+    user_avatar_url_field_optional: true,
+    stream_typing_notifications: true,
+    user_settings_object: true,
+    include_deactivated_groups: true,
+    empty_topic_name: true,
+    individual_emoji_changes: true,
+  }),
+};
+
+let fake: FakeZulip;
+let shim: RunningShim;
+afterEach(async () => {
+  await shim?.close();
+  await fake?.stop();
+});
+
+const asApp = (r: request.Test) => r.set('User-Agent', APP).set('Authorization', fake.auth(10));
+
+describe.each(['7.0', '8.0'] as const)('the app’s parsers accept what it gets through the shim from %s', (era) => {
+  it('register, server_settings, messages, one message and every event', async () => {
+    fake = await startFake({ era, whole: true });
+    shim = await startShim(fake.url, { app: { featureLevel: 277 } });
+
+    const settings = await asApp(request(shim.url).get('/api/v1/server_settings'));
+    expect(settings.body.zulip_feature_level).toBe(277);
+    expect(parseProblems('GetServerSettingsResult', settings.body)).toEqual([]);
+
+    const register = await asApp(request(shim.url).post('/api/v1/register')).type('form').send(APP_REGISTER);
+    expect(register.status).toBe(200);
+    expect(register.body.zulip_feature_level).toBe(277);
+    expect(register.body.realm_users.length).toBeGreaterThan(1);
+    expect(parseProblems('InitialSnapshot', register.body)).toEqual([]);
+
+    const narrow = JSON.stringify([{ operator: 'channel', operand: 7 }]);
+    const messages = await asApp(
+      request(shim.url).get(`/api/v1/messages?anchor=newest&num_before=20&num_after=0&narrow=${encodeURIComponent(narrow)}`),
+    );
+    expect(messages.body.messages.map((m: { type: string }) => m.type).sort()).toEqual(['private', 'stream']);
+    expect(parseProblems('GetMessagesResult', messages.body)).toEqual([]);
+    const message = await asApp(request(shim.url).get('/api/v1/messages/16?apply_markdown=true'));
+    expect(parseProblems('GetMessageResult', message.body)).toEqual([]);
+
+    const events = await asApp(request(shim.url).get(`/api/v1/events?queue_id=${register.body.queue_id}&last_event_id=-1`));
+    expect(events.body.events).toHaveLength(eraEvents(ERA_FEATURE_LEVEL[era]).length);
+    expect(events.body.events.find((e: { type: string }) => e.type === 'delete_message')).toHaveProperty('message_ids');
+    expect(parseProblems('GetEventsResult', events.body)).toEqual([]);
+  });
+});
+
+const DESCRIPTION = resolve(PROJECT_ROOT, '../shared/reference/zulip-openapi.yaml');
+
+describe('the fixtures', () => {
+  // Skipped (and reported so) where Zulip's API description is not beside the checkout.
+  it.skipIf(!existsSync(DESCRIPTION))('hold what scripts/openapi-answers.ts builds from the API description beside the project', () => {
+    const file = DESCRIPTION;
+    const stored = JSON.parse(readFileSync(OPENAPI_ANSWERS_FILE, 'utf8'));
+    expect(buildAnswers(parse(readFileSync(file, 'utf8'), { maxAliasCount: -1 }), stored.source)).toEqual(stored);
+  });
+});
+
+describe('the judge', () => {
+  it('is the app’s parsers at the pinned commit: the classes the inventory names, and its 46 event cases', () => {
+    expect(APP_PARSERS.commit).toMatch(/^e989e4f6/);
+    for (const name of ['InitialSnapshot', 'User', 'ZulipStream', 'Subscription', 'StreamMessage', 'DmMessage', 'GetEventsResult']) {
+      expect(APP_PARSERS.classes[name]?.fields.length, name).toBeGreaterThan(0);
+    }
+    expect(Object.keys(APP_PARSERS.dispatch.Event!.cases)).toHaveLength(46);
+  });
+
+  it.each([
+    ['a required field missing', (r: Record<string, unknown>) => delete r.max_topic_length, /max_topic_length .*: missing/],
+    ['a wrong JSON type', (r: Record<string, unknown>) => (r.zulip_feature_level = '277'), /zulip_feature_level .*is not a number/],
+    [
+      'an enum value with no fallback',
+      (r: Record<string, unknown>) => (r.realm_wildcard_mention_policy = 4),
+      /realm_wildcard_mention_policy .*is not one of/,
+    ],
+    [
+      'a user without a required field, deep in a list',
+      (r: Record<string, unknown>) => delete (r.realm_users as Record<string, unknown>[])[0]!.role,
+      /realm_users .*\[0\]\.role .*: missing/,
+    ],
+  ])('fails a register answer with %s', (_what, spoil, problem) => {
+    const register = eraAnswer('register', ERA_FEATURE_LEVEL['8.0']);
+    expect(parseProblems('InitialSnapshot', register)).toEqual([]);
+    spoil(register);
+    expect(parseProblems('InitialSnapshot', register).join('\n')).toMatch(problem);
+  });
+
+  it('fails what the app’s dispatch cannot place, and a known event without its fields', () => {
+    expect(parseProblems('Message', { type: 'direct' }).join()).toMatch(/the app throws/);
+    expect(parseProblems('GetEventsResult', { events: [{ id: 1, type: 'realm_user', op: 'remove', person: {} }] }).join()).toMatch(
+      /person\.user_id .*missing/,
+    );
+    expect(parseProblems('GetEventsResult', { events: [{ id: 1, type: 'no_such_event' }] })).toEqual([]); // UnexpectedEvent: ignored
+  });
+});

@@ -78,6 +78,42 @@ describe.each(['7.0', '8.0'] as const)('the app’s parsers accept what it gets 
 
 const DESCRIPTION = resolve(PROJECT_ROOT, '../shared/reference/zulip-openapi.yaml');
 
+describe('every other client, with the flag on', () => {
+  it('gets exactly what it gets with the flag off, from an upstream sending whole answers', async () => {
+    const OTHER = 'ZulipMobile/27.0 (Android 14)';
+    const seen = async (flag: boolean) => {
+      fake = await startFake({ era: '8.0', whole: true, oneRealm: true });
+      shim = await startShim(fake.url, { app: flag ? { featureLevel: 277 } : {} });
+      const as = (r: request.Test) =>
+        r
+          .set('User-Agent', OTHER)
+          .set('Authorization', fake.auth(10))
+          .buffer(true)
+          .parse((res, done) => {
+            let text = '';
+            res.on('data', (c: Buffer) => (text += c));
+            res.on('end', () => done(null, text));
+          });
+      const register = await as(request(shim.url).post('/api/v1/register')).type('form').send(APP_REGISTER);
+      const out = {
+        settings: (await as(request(shim.url).get('/api/v1/server_settings'))).body as string,
+        register: (register.body as string).replace(/"queue_id":"[^"]*"/, '"queue_id":"(each its own)"'),
+        messages: (await as(request(shim.url).get('/api/v1/messages?anchor=newest&num_before=5&num_after=0'))).body as string,
+        events: (
+          await as(request(shim.url).get(`/api/v1/events?queue_id=${JSON.parse(register.body as string).queue_id}&last_event_id=-1`))
+        ).body as string,
+      };
+      await shim.close();
+      await fake.stop();
+      return out;
+    };
+    const off = await seen(false);
+    const on = await seen(true);
+    expect(on).toEqual(off);
+    expect(JSON.parse(on.register).zulip_feature_level).toBe(237);
+  });
+});
+
 describe('the fixtures', () => {
   // Skipped (and reported so) where Zulip's API description is not beside the checkout.
   it.skipIf(!existsSync(DESCRIPTION))('hold what scripts/openapi-answers.ts builds from the API description beside the project', () => {

@@ -8,6 +8,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { APP_PARSERS, parseProblems } from './support/app-parsers.js';
 import { eraAnswer, eraEvents } from './support/era-answers.js';
 import { ERA_FEATURE_LEVEL, startFake, type FakeZulip } from './support/fake-zulip.js';
+import { APP_AGENT, APP_REGISTER, OTHER_AGENT } from './support/mobile-app.js';
 import { startShim, type RunningShim } from './support/shim.js';
 
 /**
@@ -17,24 +18,7 @@ import { startShim, type RunningShim } from './support/shim.js';
  * type: register, server_settings, messages, one message and every event the era sends.
  */
 
-const APP = 'ZulipFlutter/30.0.274 (Android 14)';
-/** What the app sends to POST /register (lib/api/route/events.dart registerQueue). */
-const APP_REGISTER = {
-  idle_queue_timeout: 'mobile',
-  apply_markdown: 'true',
-  client_gravatar: 'false',
-  slim_presence: 'true',
-  client_capabilities: JSON.stringify({
-    notification_settings_null: true,
-    bulk_message_deletion: true,
-    user_avatar_url_field_optional: true,
-    stream_typing_notifications: true,
-    user_settings_object: true,
-    include_deactivated_groups: true,
-    empty_topic_name: true,
-    individual_emoji_changes: true,
-  }),
-};
+const APP = APP_AGENT;
 
 let fake: FakeZulip;
 let shim: RunningShim;
@@ -80,13 +64,12 @@ const DESCRIPTION = resolve(PROJECT_ROOT, '../shared/reference/zulip-openapi.yam
 
 describe('every other client, with the flag on', () => {
   it('gets exactly what it gets with the flag off, from an upstream sending whole answers', async () => {
-    const OTHER = 'ZulipMobile/27.0 (Android 14)';
     const seen = async (flag: boolean) => {
       fake = await startFake({ era: '8.0', whole: true, oneRealm: true });
       shim = await startShim(fake.url, { app: flag ? { featureLevel: 277 } : {} });
       const as = (r: request.Test) =>
         r
-          .set('User-Agent', OTHER)
+          .set('User-Agent', OTHER_AGENT)
           .set('Authorization', fake.auth(10))
           .buffer(true)
           .parse((res, done) => {

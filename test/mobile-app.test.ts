@@ -4,6 +4,7 @@ import { presentedLevel } from '../src/app/presented.js';
 import { appProbe } from '../src/checks.js';
 import { translateRequest } from '../src/changes/index.js';
 import { startFake, type Era, type FakeZulip } from './support/fake-zulip.js';
+import { APP_AGENT, APP_REGISTER, OTHER_AGENT } from './support/mobile-app.js';
 import { startShim, type RunningShim } from './support/shim.js';
 
 /**
@@ -12,8 +13,8 @@ import { startShim, type RunningShim } from './support/shim.js';
  * form; every other client, and an older upstream, see the real level and go through untouched.
  */
 
-const APP = 'ZulipFlutter/30.0.274 (Android 14)';
-const OTHER = 'ZulipMobile/27.0 (Android 14)';
+const APP = APP_AGENT;
+const OTHER = OTHER_AGENT;
 
 let fake: FakeZulip;
 let shim: RunningShim;
@@ -48,18 +49,7 @@ describe('M1: the level the app is shown', () => {
     'on %s, the app’s own register (every event type, its capabilities) and a presence poll after it work',
     async (era) => {
       await setup(era);
-      const reg = await post('/api/v1/register', APP, {
-        apply_markdown: 'true',
-        client_gravatar: 'false',
-        slim_presence: 'true',
-        client_capabilities: JSON.stringify({
-          notification_settings_null: true,
-          bulk_message_deletion: true,
-          user_avatar_url_field_optional: true,
-          stream_typing_notifications: true,
-          user_settings_object: true,
-        }),
-      });
+      const reg = await post('/api/v1/register', APP, APP_REGISTER);
       expect(reg.status).toBe(200);
       expect(reg.body.zulip_feature_level).toBe(277);
       expect(typeof reg.body.queue_id).toBe('string');

@@ -19,6 +19,7 @@ import { resolve } from 'node:path';
 import { loadConfig } from '../src/config.js';
 import { PROJECT_ROOT } from '../src/version.js';
 import { startRecorder } from '../src/har/recorder.js';
+import { HAR_FLUSH_MS } from '../src/har/writer.js';
 import { createLogger } from '../src/observability/logger.js';
 import { createShim } from '../src/server.js';
 import { startFake, type FakeZulip } from '../test/support/fake-zulip.js';
@@ -70,7 +71,7 @@ async function main(): Promise<void> {
   const log = createLogger('warn');
   const fake = await startFake({ era: '2.1', users: PEOPLE });
   seedPresence(fake);
-  const recorder = await startRecorder({ upstream: fake.url, file: OUT, log, comment: COMMENT });
+  const recorder = await startRecorder({ upstream: fake.url, file: OUT, log, comment: COMMENT, flushMs: HAR_FLUSH_MS });
   const { config } = loadConfig(['--upstream', fake.url, '--coalesce-ms', String(COALESCE_MS), '--log-level', 'warn'], {});
   const shim = createShim({ config, log, target: recorder.url, upstreamId: fake.url });
   const { url } = await shim.listen(0, '127.0.0.1');

@@ -11,7 +11,7 @@ import {
   loadConfig,
   namedKey,
   parseListenAddress,
-  USAGE,
+  usage,
   workerCount,
   type Config,
 } from './config.js';
@@ -210,7 +210,7 @@ async function main(argv: string[]): Promise<number> {
   if (argv.includes('--check')) return check(argv);
   const info = infoRequest(argv);
   if (info === 'help') {
-    process.stdout.write(USAGE);
+    process.stdout.write(usage());
     return 0;
   }
   if (info === 'version') {

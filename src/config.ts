@@ -432,6 +432,10 @@ function coerce(s: Setting, raw: string | boolean, source: string): unknown {
   return text;
 }
 
+function valueAt(obj: Record<string, unknown>, [a, b]: [string, string]): unknown {
+  return (obj[a] as Record<string, unknown> | undefined)?.[b];
+}
+
 function setPath(obj: Record<string, unknown>, [a, b]: [string, string], v: unknown) {
   const inner = (obj[a] && typeof obj[a] === 'object' ? obj[a] : {}) as Record<string, unknown>;
   obj[a] = { ...inner, [b]: v };
@@ -545,39 +549,68 @@ export interface CliResult {
   sources: ReadonlyMap<string, string>;
 }
 
-export const USAGE = `Usage: zulip-compat-shim [options]
+/**
+ * What `--help` says of each option, in the order it lists them: the flag's argument and one
+ * line. A setting's variable is its SETTINGS row's; `withDefault` adds its value from
+ * config/default.json. Every setting has a line (test/cli.test.ts).
+ */
+const HELP_LINES: ReadonlyArray<{ flag: string; arg?: string; text: string; withDefault?: true }> = [
+  { flag: 'upstream', arg: 'URL', text: 'the old Zulip server (http or https)' },
+  { flag: 'replay', arg: 'FILE.har', text: 'use a recorded HAR as the upstream' },
+  { flag: 'demo', text: 'replay the bundled Zulip 2.1 recording' },
+  { flag: 'record', arg: 'FILE.har', text: 'record every upstream exchange, redacted' },
+  { flag: 'port', arg: 'N', text: 'listen port', withDefault: true },
+  { flag: 'host', arg: 'H', text: 'listen address', withDefault: true },
+  { flag: 'config', arg: 'FILE', text: 'a JSON config file' },
+  { flag: 'redis', arg: 'URL', text: 'share state between replicas through Redis' },
+  { flag: 'redis-sentinels', arg: 'LIST', text: 'or through the primary these Sentinels name' },
+  { flag: 'redis-sentinel-name', arg: 'N', text: "the Sentinels' name for that primary" },
+  { flag: 'redis-cluster', arg: 'LIST', text: 'or through a Redis Cluster (host:port,…)' },
+  { flag: 'coalesce-ms', arg: 'N', text: 'one full presence fetch per realm per N ms' },
+  { flag: 'share-snapshots', arg: 'MODE', text: 'auto | always | never' },
+  { flag: 'log-level', arg: 'L', text: 'pino level', withDefault: true },
+  { flag: 'access-log', arg: 'on|off', text: 'one line per request', withDefault: true },
+  { flag: 'upstream-timeout-ms', arg: 'N', text: '504 after N ms of upstream silence' },
+  { flag: 'replay-strict', text: 'a replay miss fails the process at shutdown' },
+  { flag: 'insecure-upstream-tls', text: 'accept self-signed upstream certificates' },
+  { flag: 'shutdown-grace-ms', arg: 'N', text: 'drain deadline on SIGTERM/SIGINT' },
+  { flag: 'realm-hosts', arg: 'LIST', text: 'admit only these Host names (*. wildcards)' },
+  { flag: 'trust-proxy', arg: 'CIDRS', text: 'keep X-Forwarded-Host/Proto from these peers' },
+  { flag: 'workers', arg: 'N|auto', text: 'processes serving the port (needs Redis)' },
+  { flag: 'app-feature-level', arg: 'N', text: 'the feature level the mobile app is shown' },
+  { flag: 'admin-listen', arg: 'HOST:PORT', text: 'serve /healthz, /readyz, /metrics there only' },
+  { flag: 'healthcheck', text: 'ask GET /healthz of the shim so configured: exit 0 or 1' },
+  {
+    flag: 'check',
+    text: 'check the configuration, the upstream and the store, say\nwhat was found, and exit: 0 when all answer, 2 when not',
+  },
+  { flag: 'version', text: 'print the version and exit' },
+  { flag: 'help', text: 'print this help and exit' },
+];
 
-  --upstream URL            the old Zulip server (http or https)          [UPSTREAM_URL]
-  --replay FILE.har         use a recorded HAR as the upstream            [REPLAY_HAR]
-  --demo                    replay the bundled Zulip 2.1 recording        [DEMO]
-  --record FILE.har         record every upstream exchange, redacted      [RECORD_HAR]
-  --port N                  listen port (default 9991)                    [PORT]
-  --host H                  listen address (default 127.0.0.1)            [HOST]
-  --config FILE             a JSON config file                            [CONFIG_FILE]
-  --redis URL               share state between replicas through Redis    [REDIS_URL]
-  --redis-sentinels LIST    or through the primary these Sentinels name   [REDIS_SENTINELS]
-  --redis-sentinel-name N   the Sentinels' name for that primary          [REDIS_SENTINEL_NAME]
-  --redis-cluster LIST      or through a Redis Cluster (host:port,…)      [REDIS_CLUSTER]
-  --coalesce-ms N           one full presence fetch per realm per N ms    [PRESENCE_COALESCE_MS]
-  --share-snapshots MODE    auto | always | never                         [PRESENCE_SHARE_SNAPSHOTS]
-  --log-level L             pino level (default info)                     [LOG_LEVEL]
-  --access-log on|off       one line per request (default on)             [ACCESS_LOG]
-  --upstream-timeout-ms N   504 after N ms of upstream silence            [UPSTREAM_TIMEOUT_MS]
-  --replay-strict           a replay miss fails the process at shutdown   [REPLAY_STRICT]
-  --insecure-upstream-tls   accept self-signed upstream certificates      [UPSTREAM_INSECURE_TLS]
-  --shutdown-grace-ms N     drain deadline on SIGTERM/SIGINT              [SHUTDOWN_GRACE_MS]
-  --realm-hosts LIST        admit only these Host names (*. wildcards)    [REALM_HOSTS]
-  --trust-proxy CIDRS       keep X-Forwarded-Host/Proto from these peers  [TRUST_PROXY]
-  --workers N|auto          processes serving the port (needs Redis)      [WORKERS]
-  --admin-listen HOST:PORT  serve /healthz, /readyz, /metrics there only  [ADMIN_LISTEN]
-  --healthcheck             ask GET /healthz of the shim so configured: exit 0 or 1
-  --check                   check the configuration, the upstream and the store, say
-                            what was found, and exit: 0 when all answer, 2 when not
-  -v, --version             print the version and exit
-  -h, --help                print this help and exit
+/** The flags --help lists (for the test that every setting has its line). */
+export const HELP_FLAGS: readonly string[] = HELP_LINES.map((l) => l.flag);
+
+/** The `--help` text: HELP_LINES in columns, each setting with its variable (and default). */
+export function usage(): string {
+  const defaults = readJson(DEFAULT_FILE, DEFAULT_SOURCE);
+  const indent = ' '.repeat(28);
+  const lines = HELP_LINES.map(({ flag, arg, text, withDefault }) => {
+    const setting = SETTINGS.find((s) => s.flag === flag);
+    const short = setting?.short ?? INFO_OPTIONS[flag as keyof typeof INFO_OPTIONS]?.short;
+    const left = `${short ? `-${short}, ` : ''}--${flag}${arg ? ` ${arg}` : ''}`;
+    const shown = withDefault && setting ? `${text} (default ${String(valueAt(defaults, setting.path))})` : text;
+    const env = flag === 'config' ? 'CONFIG_FILE' : setting?.env;
+    const [first, ...more] = shown.split('\n');
+    return [`  ${left.padEnd(26)}${env ? `${first!.padEnd(46)}[${env}]` : first}`, ...more.map((m) => `${indent}${m}`)].join('\n');
+  });
+  return `Usage: zulip-compat-shim [options]
+
+${lines.join('\n')}
 
 One of --upstream, --replay or --demo is required. Every key: README "Configuration reference".
 `;
+}
 
 const INFO_OPTIONS = { help: { type: 'boolean', short: 'h' }, version: { type: 'boolean', short: 'v' } } as const;
 

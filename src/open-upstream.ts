@@ -2,6 +2,7 @@ import { existsSync, renameSync, statSync } from 'node:fs';
 import { basename, dirname, extname, join, resolve } from 'node:path';
 import { ConfigError, namedKey, type Config } from './config.js';
 import { startRecorder } from './har/recorder.js';
+import { HAR_FLUSH_MS } from './har/writer.js';
 import { startReplay } from './har/replay.js';
 import type { Logger } from './observability/logger.js';
 import { PROJECT_ROOT } from './version.js';
@@ -66,7 +67,13 @@ export async function openUpstream(
     const file = resolve(record);
     const aside = setAsideRecording(file, recordKey);
     if (aside) log.warn({ file, movedTo: aside }, 'record.har: the existing recording was moved aside, not overwritten');
-    const recorder = await startRecorder({ upstream: url, file, log, insecureTls: config.upstream.insecureTls }).catch((e: unknown) => {
+    const recorder = await startRecorder({
+      upstream: url,
+      file,
+      log,
+      insecureTls: config.upstream.insecureTls,
+      flushMs: HAR_FLUSH_MS,
+    }).catch((e: unknown) => {
       throw new ConfigError(`${recordKey}: cannot write ${file} (${(e as NodeJS.ErrnoException).code ?? (e as Error).message})`);
     });
     // The recorder retries against the upstream itself (X5): a retry here too could send one GET four times.

@@ -31,9 +31,9 @@ import { appRequestHandler, isTranslatedAppRequest } from './app/handler.js';
 import { RealmAdmission } from './upstream/realm-admission.js';
 import { FeatureLevels } from './upstream/feature-level.js';
 import { realmOf } from './upstream/realm.js';
-import { UserDirectory } from './upstream/user-directory.js';
+import { UserDirectory, USER_LIST_MIN_REFRESH_MS } from './upstream/user-directory.js';
 import { Callers } from './upstream/callers.js';
-import { ParsePool } from './parse/parse-worker.js';
+import { PARSE_POOL, ParsePool } from './parse/parse-worker.js';
 import { InFlightAnswers } from './http/in-flight.js';
 import { allowLongPolls, listen } from './http/listen.js';
 import { watchBodyDeadline } from './http/body-deadline.js';
@@ -246,9 +246,10 @@ export function createShim(o: ShimOptions): Shim {
   });
   const featureLevels = new FeatureLevels(client, log, { ...config.featureLevel, maxBytes: config.memory.featureLevelsBytes, admission });
   const store = o.store ?? createStore(config, log, metrics);
-  const parser = new ParsePool();
+  const parser = new ParsePool(PARSE_POOL);
   const users = new UserDirectory(client, log, metrics, {
     ...config.lookups,
+    minRefreshMs: USER_LIST_MIN_REFRESH_MS,
     backend: store.cacheBackend,
     parser,
     maxBytes: config.memory.userDirectoriesBytes,

@@ -4,7 +4,7 @@ import { ShimError } from '../src/http/errors.js';
 import { toModern, type PresenceEra, type UserLookup } from '../src/presence/convert.js';
 import { modernFromColumns, readPresenceAnswer } from '../src/presence/columns.js';
 import { memberOf, packMember, readUserList, unpackMember, userColumnsFromRows } from '../src/upstream/large-answers.js';
-import { ParsePool } from '../src/parse/parse-worker.js';
+import { PARSE_POOL, ParsePool } from '../src/parse/parse-worker.js';
 import { Directory, emailPicks } from '../src/upstream/user-directory.js';
 
 /**
@@ -104,7 +104,7 @@ describe('presence columns', () => {
     ['no presences', bytes({ result: 'success' })],
     ['an array', bytes([1])],
   ])('%s is UPSTREAM_BAD_RESPONSE (E2), from the worker too', async (_name, body) => {
-    for (const p of [pool, new ParsePool({ workers: 0 })]) {
+    for (const p of [pool, new ParsePool({ ...PARSE_POOL, workers: 0 })]) {
       const e = await p.presenceAnswer(body, 'legacy').catch((x: unknown) => x);
       expect(e).toBeInstanceOf(ShimError);
       expect((e as ShimError).code).toBe('UPSTREAM_BAD_RESPONSE');

@@ -11,7 +11,7 @@ import { SharedCache } from '../src/cache/shared-cache.js';
 import { createLogger } from '../src/observability/logger.js';
 import { createMetrics } from '../src/observability/metrics.js';
 import { UpstreamClient } from '../src/upstream/client.js';
-import { UserDirectory } from '../src/upstream/user-directory.js';
+import { UserDirectory, USER_LIST_MIN_REFRESH_MS } from '../src/upstream/user-directory.js';
 import { startShim, type RunningShim } from './support/shim.js';
 import { SyntheticZulip } from './support/synthetic-zulip.js';
 import { BUDGETS } from './support/budgets.js';
@@ -179,6 +179,7 @@ describe('user list refresh (B7)', () => {
     const users = new UserDirectory(client, createLogger('silent'), createMetrics(), {
       ttlMs: 1,
       maxEntries: 10,
+      minRefreshMs: USER_LIST_MIN_REFRESH_MS,
       parser: defaultParsePool(),
       ...DIRECTORY_BUDGETS,
     });

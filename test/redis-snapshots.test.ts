@@ -36,7 +36,7 @@ describeRedis('RedisSnapshots: one fetch per shared scope per window, across rep
 
   beforeAll(() => {
     admin = adminRedis();
-    conns = [0, 1].map(() => new RedisConnection({ url: REDIS_URL, log, commandTimeoutMs: 1_000 }));
+    conns = [0, 1].map(() => new RedisConnection({ url: REDIS_URL, log }));
     [a, b] = conns.map((c) => new RedisSnapshots(c, { keyPrefix: prefix })) as [RedisSnapshots, RedisSnapshots];
   });
   afterAll(async () => {

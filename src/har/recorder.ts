@@ -30,11 +30,12 @@ interface RecorderOptions {
   insecureTls?: boolean;
   /** Written as the HAR `log.comment`. */
   comment?: string;
-  /** Longest wait before an exchange reaches the file (default 1000 ms). */
-  flushMs?: number;
-  /** Larger bodies are passed on but left out of the file (default 32 MiB). */
-  maxBodyBytes?: number;
+  /** Longest wait before an exchange reaches the file (HAR_FLUSH_MS but in tests). */
+  flushMs: number;
 }
+
+/** Larger bodies are passed on but left out of the file. */
+const RECORDED_BODY_MAX_BYTES = 32 * 1024 * 1024;
 
 interface Recorder {
   /** Where the shim should send upstream traffic. */
@@ -183,7 +184,6 @@ export async function startRecorder(o: RecorderOptions): Promise<Recorder> {
   named.username = '';
   named.password = '';
   const harUpstream = named.toString().replace(/\/+$/, '');
-  const limit = o.maxBodyBytes ?? 32 * 1024 * 1024;
   const writer = new HarWriter({ file: o.file, redactor, log: o.log, comment: o.comment, flushMs: o.flushMs });
   // The file exists and is valid from the start; an unwritable path fails here, at start-up.
   await writer.flush();
@@ -198,7 +198,7 @@ export async function startRecorder(o: RecorderOptions): Promise<Recorder> {
 
   const context: RecorderContext = {
     harUpstream,
-    limit,
+    limit: RECORDED_BODY_MAX_BYTES,
     log: o.log,
     record(exchange) {
       const w = toHarEntry(exchange, redactor).then(

@@ -16,13 +16,14 @@ import { allowLongPolls, listen } from '../http/listen.js';
  * answer gets 502 REPLAY_MISS naming it, and is remembered for strict mode.
  */
 
+/** Largest request body read to match a recorded one; a larger one is a miss. */
+const REPLAY_BODY_MAX_BYTES = 64 * 1024 * 1024;
+
 interface ReplayOptions {
   file: string;
   /** Strict mode: the caller fails the process at shutdown when misses() is not empty. */
   strict: boolean;
   log: Logger;
-  /** Largest request body read (default 64 MiB). */
-  maxBodyBytes?: number;
   /** Told of each miss as it happens (the embedding API's testing helper reports it to the test). */
   onMiss?: (what: string) => void;
 }
@@ -96,7 +97,6 @@ export async function startReplay(o: ReplayOptions): Promise<Replay> {
   }
   const misses: string[] = [];
   let unlisted = 0;
-  const limit = o.maxBodyBytes ?? 64 * 1024 * 1024;
   const timers = new Set<NodeJS.Timeout>();
 
   const miss = (res: ServerResponse | undefined, what: string) => {
@@ -109,11 +109,11 @@ export async function startReplay(o: ReplayOptions): Promise<Replay> {
 
   const handle = async (req: IncomingMessage, res: ServerResponse) => {
     const method = req.method ?? 'GET';
-    const body = await readBody(req, limit);
+    const body = await readBody(req, REPLAY_BODY_MAX_BYTES);
     const url = req.url ?? '/';
     const match = await matchOf({ method, url, contentType: req.headers['content-type'], body: body ?? Buffer.alloc(0) });
     const q = body ? queues.get(match.key) : undefined;
-    if (!q) return miss(res, body ? match.describe : `${match.describe} (body over ${limit} bytes)`);
+    if (!q) return miss(res, body ? match.describe : `${match.describe} (body over ${REPLAY_BODY_MAX_BYTES} bytes)`);
     const repeat = q.next >= q.entries.length;
     const r = q.entries[Math.min(q.next, q.entries.length - 1)]!;
     q.next++;

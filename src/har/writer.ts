@@ -27,8 +27,8 @@ interface HarWriterOptions {
   log: Logger;
   /** Written as `log.comment`. */
   comment?: string | undefined;
-  /** Longest wait before new entries reach the file. @default 1000 (ms) */
-  flushMs?: number | undefined;
+  /** Longest wait before new entries reach the file: HAR_FLUSH_MS but in tests. */
+  flushMs: number;
 }
 
 interface Pending {
@@ -38,7 +38,8 @@ interface Pending {
   generation: number;
 }
 
-const DEFAULT_FLUSH_MS = 1000;
+/** New entries reach the file within a second (README, "Record and replay"). */
+export const HAR_FLUSH_MS = 1000;
 const ENTRY_INDENT = '      ';
 const TAIL = '\n    ]\n  }\n}\n';
 
@@ -80,7 +81,7 @@ export class HarWriter {
       json: indent(JSON.stringify(entry, null, 2), ENTRY_INDENT),
       generation: this.o.redactor.generation,
     });
-    this.timer ??= setTimeout(() => void this.flushLogged(), this.o.flushMs ?? DEFAULT_FLUSH_MS);
+    this.timer ??= setTimeout(() => void this.flushLogged(), this.o.flushMs);
   }
 
   /** Writes what is pending soon after any write in progress; rejects when it cannot be written. */

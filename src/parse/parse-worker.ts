@@ -15,21 +15,28 @@ import type { PresenceRead, Reply, Task } from './parse-worker-thread.js';
  */
 
 export interface ParsePoolOptions {
-  /**
-   * Worker threads at most (started on first use, each kept while the process lives).
-   * 0 reads everything on the main thread.
-   * @default one fewer than the cores, at least 1, at most 2
-   */
-  workers?: number;
-  /** Answers below this many bytes are read on the main thread. @default 512 KiB */
-  inlineBelowBytes?: number;
-  /**
-   * A worker that read an answer of at least this many bytes ends once idle, giving back the
-   * heap the parse took (about four times the answer), rather than holding it as resident
-   * memory until the next one. @default 4 MiB
-   */
-  recycleAboveBytes?: number;
+  /** Worker threads at most (started on first use, each kept while the process lives); 0 reads everything on the main thread. */
+  workers: number;
+  /** Answers below this many bytes are read on the main thread. */
+  inlineBelowBytes: number;
 }
+
+/**
+ * The pool the shim runs: one worker thread fewer than the cores, at least 1 and at most 2 (the
+ * main thread keeps a core); answers below 512 KiB read in place, where a round trip to a
+ * worker costs more than the read (B7).
+ */
+export const PARSE_POOL: ParsePoolOptions = {
+  workers: Math.max(1, Math.min(2, availableParallelism() - 1)),
+  inlineBelowBytes: 512 * 1024,
+};
+
+/**
+ * A worker that read an answer of at least this many bytes ends once idle, giving back the heap
+ * the parse took (about four times the answer), rather than holding it as resident memory until
+ * the next one.
+ */
+const RECYCLE_ABOVE_BYTES = 4 * 1024 * 1024;
 
 interface Running {
   worker: Worker;
@@ -59,15 +66,13 @@ const toShimError = (message: string, bad: boolean) => (bad ? upstreamBadRespons
 export class ParsePool {
   private readonly size: number;
   private readonly inlineBelow: number;
-  private readonly recycleAbove: number;
   private readonly running: Running[] = [];
   private nextId = 1;
   private closed = false;
 
-  constructor(o: ParsePoolOptions = {}) {
-    this.size = o.workers ?? Math.max(1, Math.min(2, availableParallelism() - 1));
-    this.inlineBelow = o.inlineBelowBytes ?? 512 * 1024;
-    this.recycleAbove = o.recycleAboveBytes ?? 4 * 1024 * 1024;
+  constructor(o: ParsePoolOptions) {
+    this.size = o.workers;
+    this.inlineBelow = o.inlineBelowBytes;
   }
 
   /** `GET /users` bytes → columns. The bytes are moved to the worker: the caller must not reuse them. */
@@ -115,7 +120,7 @@ export class ParsePool {
 
   private run(task: Task, transfer: ArrayBuffer[], bytes: number): Promise<unknown> {
     const r = this.pick();
-    if (bytes >= this.recycleAbove) r.recycle = true;
+    if (bytes >= RECYCLE_ABOVE_BYTES) r.recycle = true;
     const id = this.nextId++;
     return new Promise((resolve, reject) => {
       r.waiting.set(id, { resolve, reject });
@@ -176,6 +181,6 @@ async function inline<T>(read: () => T): Promise<T> {
 let shared: ParsePool | undefined;
 /** One pool for the process where none is passed in (tests, tools). */
 export function defaultParsePool(): ParsePool {
-  shared ??= new ParsePool();
+  shared ??= new ParsePool(PARSE_POOL);
   return shared;
 }

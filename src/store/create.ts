@@ -11,7 +11,8 @@ import type { PresenceStore } from '../presence/ledger-store.js';
 /** The Redis the configuration names (`--redis`, `--redis-sentinels`, `--redis-cluster`), if any. */
 export function redisTargetOf(store: Config['store']): RedisTarget | undefined {
   if (store.redisSentinels) {
-    return { kind: 'sentinel', sentinels: parseRedisNodes(store.redisSentinels, 26379), name: store.redisSentinelName ?? 'mymaster' };
+    // The schema requires redisSentinelName beside redisSentinels.
+    return { kind: 'sentinel', sentinels: parseRedisNodes(store.redisSentinels, 26379), name: store.redisSentinelName! };
   }
   if (store.redisCluster) return { kind: 'cluster', nodes: parseRedisNodes(store.redisCluster, 6379) };
   return store.redisUrl ? { kind: 'url', url: store.redisUrl } : undefined;

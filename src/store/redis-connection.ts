@@ -20,11 +20,12 @@ export interface RedisConnectionOptions {
   log: Logger;
   /** Counts failed store operations (`store_errors_total`). */
   storeErrors?: { inc(): void } | undefined;
-  /** A command unanswered for this long fails (the caller falls back, S1). */
-  commandTimeoutMs: number;
-  /** A connection attempt unanswered for this long fails and is retried. */
-  connectTimeoutMs?: number;
 }
+
+/** A command unanswered for this long fails, so presence falls back to the upstream quickly (S1). */
+const COMMAND_TIMEOUT_MS = 1_000;
+/** A connection attempt unanswered for this long fails and is retried. */
+const CONNECT_TIMEOUT_MS = 2_000;
 
 /** Reconnect backoff: quick first attempts (a Sentinel failover takes a second or so), at most 2 s. */
 const retryStrategy = (attempt: number) => Math.min(100 * attempt, 2_000);
@@ -38,12 +39,12 @@ function targetOf(o: { target?: RedisTarget | undefined; url?: string | undefine
   throw new Error('a Redis store needs a target');
 }
 
-function connect(o: RedisConnectionOptions, t: RedisTarget): Redis | Cluster {
+function connect(t: RedisTarget): Redis | Cluster {
   const common = {
     enableOfflineQueue: false,
     maxRetriesPerRequest: 1,
-    commandTimeout: o.commandTimeoutMs,
-    connectTimeout: o.connectTimeoutMs ?? 2_000,
+    commandTimeout: COMMAND_TIMEOUT_MS,
+    connectTimeout: CONNECT_TIMEOUT_MS,
     retryStrategy,
     reconnectOnError,
     enableReadyCheck: true,
@@ -54,7 +55,7 @@ function connect(o: RedisConnectionOptions, t: RedisTarget): Redis | Cluster {
       ...common,
       sentinels: t.sentinels,
       name: t.name,
-      sentinelCommandTimeout: o.commandTimeoutMs,
+      sentinelCommandTimeout: COMMAND_TIMEOUT_MS,
       sentinelRetryStrategy: retryStrategy,
       // No failoverDetector: in ioredis 5 its disconnect during a reconnect can end the
       // connection for good. A demoted primary that is still reachable answers writes with
@@ -69,7 +70,7 @@ function connect(o: RedisConnectionOptions, t: RedisTarget): Redis | Cluster {
     retryDelayOnFailover: 100,
     retryDelayOnClusterDown: 100,
     retryDelayOnTryAgain: 100,
-    slotsRefreshTimeout: o.commandTimeoutMs,
+    slotsRefreshTimeout: COMMAND_TIMEOUT_MS,
     redisOptions: {
       maxRetriesPerRequest: 1,
       commandTimeout: common.commandTimeout,
@@ -82,27 +83,27 @@ function connect(o: RedisConnectionOptions, t: RedisTarget): Redis | Cluster {
 /**
  * One Redis connection that fails fast and heals itself: commands issued while disconnected
  * fail at once instead of queueing (enableOfflineQueue: false), commands in flight fail after
- * commandTimeoutMs, and ioredis reconnects in the background, backing off up to 2 s (to the
+ * COMMAND_TIMEOUT_MS, and ioredis reconnects in the background, backing off up to 2 s (to the
  * primary the Sentinels name now, or to the Cluster's nodes). Shared by the presence store and
  * the lookup caches of a process.
  */
 export class RedisConnection {
   readonly redis: Redis | Cluster;
   readonly health: StoreHealth;
-  /** Settles at the first connection's outcome (or after commandTimeoutMs): calls wait for it once. */
+  /** Settles at the first connection's outcome (or after COMMAND_TIMEOUT_MS): calls wait for it once. */
   private readonly firstConnect: Promise<unknown>;
 
   constructor(o: RedisConnectionOptions) {
     const target = targetOf(o);
     this.health = new StoreHealth(o.log, describeRedisTarget(target), o.storeErrors);
-    this.redis = connect(o, target);
+    this.redis = connect(target);
     // Connection errors are logged (rate-limited) but counted only when an operation fails.
     this.redis.on('error', (e: unknown) => this.health.failed(e, 0));
     this.redis.on('ready', () => this.health.ok());
     this.firstConnect = new Promise((resolve) => {
       this.redis.once('ready', resolve);
       this.redis.once('error', resolve); // refused: fail fast from now on
-      setTimeout(resolve, o.commandTimeoutMs).unref();
+      setTimeout(resolve, COMMAND_TIMEOUT_MS).unref();
     });
   }
 

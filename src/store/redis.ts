@@ -63,16 +63,10 @@ export interface RedisStoreOptions {
   log: Logger;
   /** Counts failed store operations (`store_errors_total`). */
   storeErrors?: { inc(): void };
-  /** A realm's ledger expires after this long without a write (refreshed on every write). */
-  idleTtlMs?: number;
-  /** Store calls fail after this long, so presence falls back to the upstream quickly. */
-  commandTimeoutMs?: number;
   /** Decoded ledgers kept in this process, keyed by write token (not the truth, just a cache; presence.maxRealms). */
   maxRealms: number;
   /** X2: bytes the decoded ledger copies of this replica may take (memory.ledgersBytes; see ledgerBytes). */
   maxBytes: number;
-  /** Compare-and-set attempts per batch before giving up (StoreUnavailableError 'contention'). */
-  maxAttempts?: number;
   clock?: () => number;
 }
 
@@ -101,6 +95,13 @@ const HEAD_BYTES = TOKEN_BYTES + STAMP_BYTES;
 const UNSTAMPED = Buffer.alloc(STAMP_BYTES);
 const UNCHANGED = 1;
 const CHANGED = 2;
+/**
+ * A realm's ledger expires after this long without a write (each write sets it again): a realm
+ * nobody polls for a day leaves Redis, and its next poll starts a new epoch (full data once, P5).
+ */
+export const LEDGER_IDLE_TTL_MS = 86_400_000;
+/** Compare-and-set attempts per batch before giving up (StoreUnavailableError 'contention'). */
+const WRITE_ATTEMPTS = 8;
 /** Writes whose changes are kept for replicas a little behind. */
 const CHANGES_KEPT = 8;
 /** A change record: the token it applies to, the token it makes, then the changes (codec.ts). */
@@ -178,21 +179,11 @@ export class RedisStore implements PresenceStore {
   private readonly commands: StoreCommands;
   private readonly known: LRUCache<string, Known>;
   private readonly pending = new Map<string, Pending[]>();
-  private readonly idleTtlMs: number;
-  private readonly maxAttempts: number;
   /** The highest id this replica has seen: a new epoch starts above it, even if the clock lags (P5). */
   private highWater = 0;
 
   constructor(private readonly o: RedisStoreOptions) {
-    this.idleTtlMs = o.idleTtlMs ?? 86_400_000;
-    this.maxAttempts = o.maxAttempts ?? 8;
-    this.conn = new RedisConnection({
-      target: o.target,
-      url: o.url,
-      log: o.log,
-      storeErrors: o.storeErrors,
-      commandTimeoutMs: o.commandTimeoutMs ?? 1_000,
-    });
+    this.conn = new RedisConnection({ target: o.target, url: o.url, log: o.log, storeErrors: o.storeErrors });
     this.conn.redis.defineCommand('zcsReadLedger', { numberOfKeys: 2, lua: READ_LUA });
     this.conn.redis.defineCommand('zcsCasLedger', { numberOfKeys: 2, lua: CAS_LUA });
     this.commands = this.conn.redis as unknown as StoreCommands;
@@ -321,7 +312,7 @@ export class RedisStore implements PresenceStore {
         this.changesKey(realm),
         current?.head ?? NO_TOKEN,
         value,
-        this.idleTtlMs,
+        LEDGER_IDLE_TTL_MS,
         replaces,
         changes,
       );
@@ -330,7 +321,7 @@ export class RedisStore implements PresenceStore {
         return states;
       }
       // Another replica wrote in between: merge again on its ledger.
-      if (attempt >= this.maxAttempts) {
+      if (attempt >= WRITE_ATTEMPTS) {
         for (let i = 0; i < batch.length; i++) this.o.storeErrors?.inc();
         throw new StoreUnavailableError(`presence state of a realm changed under ${attempt} attempts to write it`, 'contention');
       }

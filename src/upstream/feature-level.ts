@@ -49,8 +49,8 @@ export interface FeatureLevelOptions {
   failureTtlMs: number;
   /** X2: bytes for every realm's entry, failures included, least recently used evicted (memory.featureLevelsBytes). */
   maxBytes: number;
-  /** X12: the rate at which realms the shim keeps state for are taken on (absent: unbounded). */
-  admission?: RealmAdmission;
+  /** X12: the rate at which realms the shim keeps state for are taken on. */
+  admission: RealmAdmission;
 }
 
 /** The cache is per Host (the realm it names is what server_settings tells). */
@@ -69,7 +69,7 @@ export class FeatureLevels {
   private readonly cache: LRUCache<string, ServerInfo, Realm>;
   private readonly failures: LRUCache<string, Error>;
 
-  private readonly admission: RealmAdmission | undefined;
+  private readonly admission: RealmAdmission;
 
   constructor(
     private readonly client: UpstreamClient,
@@ -125,7 +125,7 @@ export class FeatureLevels {
   async resolve(hostRealm: Realm): Promise<{ realm: Realm; featureLevel: number }> {
     const info = await this.info(hostRealm);
     const realm = info.realmUrl ? { ...hostRealm, key: `${hostRealm.upstream}|realm:${info.realmUrl}` } : hostRealm;
-    if (info.featureLevel < FL.LAST_UPDATE_ID) this.admission?.admit(realm.key);
+    if (info.featureLevel < FL.LAST_UPDATE_ID) this.admission.admit(realm.key);
     return { realm, featureLevel: info.featureLevel };
   }
 

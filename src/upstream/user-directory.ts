@@ -143,6 +143,12 @@ export class Directory {
   }
 }
 
+/**
+ * A list is read again by refresh() at most once per this many ms, so a user the list cannot
+ * show (another realm's bot, asked about in every poll) costs one read a second, not one a poll.
+ */
+export const USER_LIST_MIN_REFRESH_MS = 1_000;
+
 export interface UserDirectoryOptions {
   /** How long a realm's list is used before it is read again. */
   ttlMs: number;
@@ -150,11 +156,8 @@ export interface UserDirectoryOptions {
   maxEntries: number;
   /** X2: bytes the realms' lists may take in this process (memory.userDirectoriesBytes; see Directory.bytes). */
   maxBytes: number;
-  /**
-   * refresh() re-reads a list only when it is older than this (default 1000), so a user the
-   * list cannot show (another realm's bot) costs at most one read per this many ms.
-   */
-  minRefreshMs?: number;
+  /** refresh() re-reads a list only when it is older than this: USER_LIST_MIN_REFRESH_MS but in tests. */
+  minRefreshMs: number;
   /** S1: where replicas share the lists (the store's cache backend); absent: this process only. */
   backend?: CacheBackend | undefined;
   /** B7: where large lists are parsed (off the main thread: src/parse/). */
@@ -212,7 +215,7 @@ export class UserDirectory {
     metrics: Metrics,
     options: UserDirectoryOptions,
   ) {
-    this.minRefreshMs = options.minRefreshMs ?? 1_000;
+    this.minRefreshMs = options.minRefreshMs;
     this.maxBytes = options.maxBytes;
     this.parser = options.parser;
     this.maxAnswerBytes = options.maxAnswerBytes;

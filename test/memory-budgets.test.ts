@@ -6,7 +6,8 @@ import request from 'supertest';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { LedgerState } from '../src/presence/ledger.js';
 import { SnapshotHub, type Snapshot } from '../src/presence/snapshots.js';
-import { ledgerBytes, MemoryStore } from '../src/store/memory.js';
+import { ledgerFootprint, MemoryStore } from '../src/store/memory.js';
+import { bytesOf } from '../src/cache/budgeted.js';
 import { SharedCache } from '../src/cache/shared-cache.js';
 import { createLogger } from '../src/observability/logger.js';
 import { createMetrics } from '../src/observability/metrics.js';
@@ -31,7 +32,7 @@ const presences = (n: number) => new Map(Array.from({ length: n }, (_, i) => [i 
 describe('byte budgets', () => {
   it('MemoryStore keeps ledgers within maxBytes, least recently used out first; one too large is said once', async () => {
     const told: number[] = [];
-    const perRealm = ledgerBytes({ users: presences(100) } as unknown as LedgerState);
+    const perRealm = bytesOf(ledgerFootprint({ users: presences(100) } as unknown as LedgerState));
     const store = new MemoryStore({ maxRealms: 1000, maxBytes: perRealm * 3, onTooLarge: (_r, bytes) => told.push(bytes) });
     for (const realm of ['a', 'b', 'c', 'd']) await store.merge(realm, { serverTimestamp: 1, presences: presences(100), complete: true });
     expect(await store.load('a')).toBeUndefined();
@@ -58,13 +59,13 @@ describe('byte budgets', () => {
     expect(hub.fresh('d')).toBeDefined();
   });
 
-  it('SharedCache keeps values within maxBytes (sizeOf)', async () => {
+  it('SharedCache keeps values within maxBytes (each sized by its footprint)', async () => {
     const cache = new SharedCache<string>({
       name: 'x',
       ttlMs: 60_000,
       max: 1000,
-      maxBytes: 10_000,
-      sizeOf: (v) => v.length,
+      maxBytes: 20_000,
+      footprint: (v) => ({ fixed: 0, strings: [v] }),
       load: async (key) => key.padEnd(3000, '.'),
     });
     const loads: string[] = [];

@@ -17,6 +17,9 @@ interface Profile {
   name: string;
 }
 
+/** A budget these tests never reach. */
+const BUDGET = { maxBytes: 1 << 20, footprint: (p: Profile, key: string) => ({ fixed: 200, strings: [key, p.name] }) };
+
 function loader() {
   const calls: string[] = [];
   let release: () => void = () => {};
@@ -41,7 +44,14 @@ describe('SharedCache in one process', () => {
   it('loads a key once for concurrent callers and serves it from memory afterwards', async () => {
     const l = loader();
     const m = lookups();
-    const cache = new SharedCache<Profile, { caller: string }>({ name: 'own_profile', ttlMs: 60_000, max: 10, load: l.load, lookups: m });
+    const cache = new SharedCache<Profile, { caller: string }>({
+      ...BUDGET,
+      name: 'own_profile',
+      ttlMs: 60_000,
+      max: 10,
+      load: l.load,
+      lookups: m,
+    });
     const gets = [cache.get('r:7', { caller: 'a' }), cache.get('r:7', { caller: 'b' }), cache.get('r:8', { caller: 'c' })];
     l.release();
     const [x, y, z] = await Promise.all(gets);
@@ -56,6 +66,7 @@ describe('SharedCache in one process', () => {
   it('passes a failed load to the caller and does not keep it', async () => {
     let fail = true;
     const cache = new SharedCache<Profile>({
+      ...BUDGET,
       name: 'x',
       ttlMs: 60_000,
       max: 10,
@@ -77,7 +88,14 @@ describe('SharedCache in one process', () => {
     };
     const l = loader();
     l.release();
-    const cache = new SharedCache<Profile, { caller: string }>({ name: 'x', ttlMs: 60_000, max: 10, load: l.load, backend: broken });
+    const cache = new SharedCache<Profile, { caller: string }>({
+      ...BUDGET,
+      name: 'x',
+      ttlMs: 60_000,
+      max: 10,
+      load: l.load,
+      backend: broken,
+    });
     expect(await cache.get('r:3', { caller: 'a' })).toEqual({ id: 3, name: 'user r:3' });
     await cache.set('r:3', { id: 3, name: 'changed' });
     expect(await cache.get('r:3', { caller: 'a' })).toEqual({ id: 3, name: 'changed' });
@@ -105,7 +123,7 @@ describeRedis('SharedCache through Redis (S1)', () => {
   });
 
   const cacheOn = (store: RedisStore, load: (k: string, c: { caller: string }) => Promise<Profile>, ttlMs = 60_000) =>
-    new SharedCache<Profile, { caller: string }>({ name: 'own_profile', ttlMs, max: 10, load, backend: store.cacheBackend });
+    new SharedCache<Profile, { caller: string }>({ ...BUDGET, name: 'own_profile', ttlMs, max: 10, load, backend: store.cacheBackend });
 
   it('a value one replica loaded is read by another without loading it again', async () => {
     const l = loader();

@@ -1,4 +1,5 @@
 import { LRUCache } from 'lru-cache';
+import { bytesOf, type Footprint } from './budgeted.js';
 
 /**
  * X2: one byte budget shared by many small maps (the answers built from each presence
@@ -23,10 +24,10 @@ export class ByteBudget {
     });
   }
 
-  /** A map whose entries count against this budget, each sized by `sizeOf` when it is set. */
-  map<K, V>(sizeOf: (value: V) => number): BudgetedMap<K, V> {
+  /** A map whose entries count against this budget, each sized by its footprint when it is set. */
+  map<K, V>(footprint: (value: V) => Footprint): BudgetedMap<K, V> {
     const tickets = new Map<K, number>();
-    const map = new BudgetedMap<K, V>(this, sizeOf, tickets);
+    const map = new BudgetedMap<K, V>(this, footprint, tickets);
     this.collected.register(map, tickets as Map<unknown, number>);
     return map;
   }
@@ -39,7 +40,7 @@ export class ByteBudget {
   /** @internal */
   charge(map: BudgetedMap<unknown, unknown>, key: unknown, bytes: number): number {
     const ticket = ++this.next;
-    this.entries.set(ticket, { map: new WeakRef(map), key }, { size: Math.max(1, Math.ceil(bytes)) });
+    this.entries.set(ticket, { map: new WeakRef(map), key }, { size: bytes });
     return ticket;
   }
 
@@ -57,7 +58,7 @@ export class ByteBudget {
 export class BudgetedMap<K, V> extends Map<K, V> {
   constructor(
     private readonly budget: ByteBudget,
-    private readonly sizeOf: (value: V) => number,
+    private readonly footprint: (value: V) => Footprint,
     private readonly tickets: Map<K, number>,
   ) {
     super();
@@ -75,7 +76,7 @@ export class BudgetedMap<K, V> extends Map<K, V> {
     const old = this.tickets.get(key);
     if (old !== undefined) this.budget.release(old);
     super.set(key, value);
-    const bytes = this.sizeOf(value);
+    const bytes = bytesOf(this.footprint(value));
     // An entry larger than the whole budget is not kept at all.
     if (bytes > this.budget.maxBytes) {
       this.forget(key);

@@ -1,4 +1,5 @@
-import { LRUCache } from 'lru-cache';
+import type { LRUCache } from 'lru-cache';
+import { budgetedLru, type Footprint } from './budgeted.js';
 
 /**
  * Where a SharedCache keeps values for other replicas (S1): JSON text with a time to live.
@@ -18,10 +19,10 @@ export interface SharedCacheOptions<V, C> {
   ttlMs: number;
   /** Values kept in this process at most (least recently used go first). */
   max: number;
-  /** X2: bytes the values of this process may take (with sizeOf); least recently used go first. */
-  maxBytes?: number | undefined;
-  /** X2: a value's size in bytes, estimated cheaply (no walk over the value). Default: 1 KiB. */
-  sizeOf?: ((value: V, key: string) => number) | undefined;
+  /** X2: bytes the values of this process may take (each sized by its footprint); least recently used go first. */
+  maxBytes: number;
+  /** X2: what a value and its key hold (budgeted.ts). */
+  footprint: (value: V, key: string) => Footprint;
   /**
    * A value past its ttlMs is still answered while it is loaded again in the background (a
    * failed reload keeps it), so no caller waits for a reload of something it already has.
@@ -53,10 +54,8 @@ export class SharedCache<V extends {}, C = undefined> {
   private readonly local: LRUCache<string, V, unknown>;
 
   constructor(private readonly o: SharedCacheOptions<V, C>) {
-    const sizeOf = o.sizeOf ?? (() => 1024);
-    this.local = new LRUCache<string, V, unknown>({
+    this.local = budgetedLru<string, V, unknown>(o.maxBytes, o.footprint, {
       max: o.max,
-      ...(o.maxBytes ? { maxSize: o.maxBytes, sizeCalculation: (v: V, key: string) => Math.max(1, Math.ceil(sizeOf(v, key))) } : {}),
       ttl: o.ttlMs,
       ...(o.staleWhileRevalidate ? { allowStale: true, noDeleteOnFetchRejection: true } : {}),
       fetchMethod: (key, _stale, { context, options }) => this.fill(key, context as C, options),

@@ -1,4 +1,5 @@
-import { LRUCache } from 'lru-cache';
+import type { LRUCache } from 'lru-cache';
+import { budgetedLru, type Footprint } from '../cache/budgeted.js';
 import type { Encodable } from '../http/compress.js';
 import { ShimError } from '../http/errors.js';
 import { ByteBudget } from '../cache/byte-budget.js';
@@ -131,12 +132,20 @@ interface Slot {
 }
 
 /**
- * X2: what a slot costs, from the upstream bytes its snapshot holds and its user count (the
- * modern map), not by walking it. The answers built from it count against their own budget.
+ * X2: what a slot holds: the upstream bytes of its snapshot and its modern map's users. The
+ * answers built from it count against their own budget.
  */
-function slotBytes(slot: Slot): number {
+function slotFootprint(slot: Slot): Footprint {
   const s = slot.snapshot;
-  return 1024 + (s ? (s.legacyBytes?.length ?? 0) + 120 * (s.modern?.size ?? 0) : 0);
+  return { fixed: 1024, bytes: [s?.legacyBytes], items: s?.modern?.size, bytesPerItem: 120 };
+}
+
+/**
+ * X2: what an answer body holds: its bytes, and room for their gzip, added when it is first sent
+ * (a JSON presence answer's gzip is below half of it: test/budgeted.test.ts).
+ */
+export function bodyFootprint(body: Encodable): Footprint {
+  return { fixed: 64, bytes: [body.raw], later: body.raw.length / 2 };
 }
 
 /** The in-process side of P9: one slot per scope, bounded in scopes and in bytes (X2). */
@@ -150,17 +159,15 @@ export class SnapshotHub {
     readonly coalesceMs: number,
     maxScopes: number,
     private readonly clock: () => number,
-    /** X2: bytes the kept snapshots may take (memory.snapshotsBytes; see slotBytes). */
+    /** X2: bytes the kept snapshots may take (memory.snapshotsBytes; see slotFootprint). */
     maxBytes: number,
     /** X2: bytes the answer bodies built from snapshots and ledgers may take, all together (memory.answersBytes). */
     answersMaxBytes: number,
   ) {
     this.answersBudget = new ByteBudget(answersMaxBytes);
     // A snapshot is of no use after its window: dropped then, so memory follows live realms.
-    this.slots = new LRUCache({
+    this.slots = budgetedLru(maxBytes, slotFootprint, {
       max: maxScopes,
-      maxSize: maxBytes,
-      sizeCalculation: slotBytes,
       ttl: Math.max(coalesceMs, 1) * 2,
       ttlAutopurge: true,
     });
@@ -168,8 +175,7 @@ export class SnapshotHub {
 
   /** An empty cache of answer bodies, within the hub's answers budget (X2). */
   bodies(): Map<string, Encodable> {
-    // The raw bytes, and room for their gzip (added when first sent).
-    return this.answersBudget.map((b: Encodable) => 64 + 1.5 * b.raw.length);
+    return this.answersBudget.map(bodyFootprint);
   }
 
   /** X2: sizes the scope's slot again after its snapshot grew (legacy bytes read after it was kept). */

@@ -23,7 +23,7 @@ interface DeliveryEmailOptions {
   /** Users kept in this process at most. */
   maxEntries: number;
   /** X2: bytes the cached addresses may take in this process. */
-  maxBytes?: number | undefined;
+  maxBytes: number;
   backend?: CacheBackend | undefined;
 }
 
@@ -91,7 +91,7 @@ export class DeliveryEmails {
       max: options.maxEntries,
       maxBytes: options.maxBytes,
       // The key (realm and user id) and the address, with the entry's own overhead.
-      sizeOf: (email, key) => 200 + 2 * (key.length + email.length),
+      footprint: (email, key) => ({ fixed: 200, strings: [key, email] }),
       backend: options.backend,
       lookups: metrics.lookups,
       load: (_key, context) => this.load(context),

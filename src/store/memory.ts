@@ -1,4 +1,5 @@
-import { LRUCache } from 'lru-cache';
+import type { LRUCache } from 'lru-cache';
+import { budgetedLru, bytesOf, type Footprint } from '../cache/budgeted.js';
 import {
   applyChange,
   createLedger,
@@ -10,17 +11,17 @@ import {
 import type { PresenceStore } from '../presence/ledger-store.js';
 
 /**
- * X2: what a ledger costs in this process, estimated from its user count (B5 measures about
- * 144 B a user: the entry, its map slot and the id) and a fixed part.
+ * X2: what a ledger holds in this process: a fixed part and its users (B5 measures about 144 B
+ * a user: the entry, its map slot and the id; 160 are counted).
  */
-export function ledgerBytes(state: LedgerState): number {
-  return 1024 + 160 * state.users.size;
+export function ledgerFootprint(state: LedgerState): Footprint {
+  return { fixed: 1024, items: state.users.size, bytesPerItem: 160 };
 }
 
 export interface MemoryStoreOptions {
   /** Realms kept at most. */
   maxRealms: number;
-  /** X2: bytes the ledgers may take together (memory.ledgersBytes; see ledgerBytes). */
+  /** X2: bytes the ledgers may take together (memory.ledgersBytes; see ledgerFootprint). */
   maxBytes: number;
   /** Told once when a realm's ledger alone is larger than maxBytes (it cannot be kept). */
   onTooLarge?: ((realm: string, bytes: number, maxBytes: number) => void) | undefined;
@@ -44,7 +45,7 @@ export class MemoryStore implements PresenceStore {
   ) {
     this.maxBytes = o.maxBytes;
     this.onTooLarge = o.onTooLarge;
-    this.ledgers = new LRUCache({ max: o.maxRealms, maxSize: this.maxBytes, sizeCalculation: ledgerBytes });
+    this.ledgers = budgetedLru(this.maxBytes, ledgerFootprint, { max: o.maxRealms });
   }
 
   async load(realm: string): Promise<LedgerState | undefined> {
@@ -70,7 +71,7 @@ export class MemoryStore implements PresenceStore {
     const next = applyChange(current ?? createLedger(now, this.highWater), change, now);
     this.highWater = Math.max(this.highWater, next.lastId);
     if (next !== current) {
-      const bytes = ledgerBytes(next);
+      const bytes = bytesOf(ledgerFootprint(next));
       if (bytes > this.maxBytes && this.onTooLarge) {
         // Not kept (every answer is then full data, P5): said once, with what to raise.
         this.onTooLarge(realm, bytes, this.maxBytes);

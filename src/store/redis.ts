@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
-import { LRUCache } from 'lru-cache';
-import { ledgerBytes } from './memory.js';
+import type { LRUCache } from 'lru-cache';
+import { budgetedLru } from '../cache/budgeted.js';
+import { ledgerFootprint } from './memory.js';
 import type { Logger } from '../observability/logger.js';
 import {
   applyChange,
@@ -65,7 +66,7 @@ export interface RedisStoreOptions {
   storeErrors?: { inc(): void };
   /** Decoded ledgers kept in this process, keyed by write token (not the truth, just a cache; presence.maxRealms). */
   maxRealms: number;
-  /** X2: bytes the decoded ledger copies of this replica may take (memory.ledgersBytes; see ledgerBytes). */
+  /** X2: bytes the decoded ledger copies of this replica may take (memory.ledgersBytes; see ledgerFootprint). */
   maxBytes: number;
   clock?: () => number;
 }
@@ -189,10 +190,8 @@ export class RedisStore implements PresenceStore {
     this.commands = this.conn.redis as unknown as StoreCommands;
     this.cacheBackend = new RedisCacheBackend(this.conn, o.keyPrefix);
     // X2: the decoded copies are bounded in bytes too (a realm of 100k users is megabytes).
-    this.known = new LRUCache({
+    this.known = budgetedLru(o.maxBytes, (k) => ({ fixed: 256, bytes: [k.head], inner: [k.state && ledgerFootprint(k.state)] }), {
       max: o.maxRealms,
-      maxSize: o.maxBytes,
-      sizeCalculation: (k) => 256 + k.head.length + (k.state ? ledgerBytes(k.state) : 0),
     });
   }
 

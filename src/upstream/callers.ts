@@ -51,7 +51,7 @@ export class Callers {
       max: options.maxEntries,
       maxBytes: options.maxBytes,
       // The key (realm and caller hash) and the address, with the entry's own overhead.
-      sizeOf: (c, key) => 200 + 2 * (key.length + (c.deliveryEmail?.length ?? 0)),
+      footprint: (c, key) => ({ fixed: 200, strings: [key, c.deliveryEmail] }),
       lookups: metrics.lookups,
       load: (_key, context) => this.load(context),
     });

@@ -1,4 +1,5 @@
-import { LRUCache } from 'lru-cache';
+import type { LRUCache } from 'lru-cache';
+import { budgetedLru, type Footprint } from '../cache/budgeted.js';
 import type { Logger } from '../observability/logger.js';
 import { upstreamBadResponse, upstreamUnavailable } from '../http/errors.js';
 import { parseJsonObject, type UpstreamClient } from './client.js';
@@ -56,8 +57,8 @@ export interface FeatureLevelOptions {
 /** The cache is per Host (the realm it names is what server_settings tells). */
 const hostKey = (realm: Realm) => `${realm.upstream}|${realm.host}`;
 
-/** X2: what an entry costs, estimated from its key (a Host may be long) and a fixed part. */
-const entryBytes = (key: string) => 256 + 2 * key.length;
+/** X2: what an entry holds: its key (a Host may be long), the realm it names, and a fixed part. */
+const footprint = (key: string, realmUrl?: string): Footprint => ({ fixed: 256, strings: [key, realmUrl] });
 
 /**
  * "The feature level of this realm": one cached, single-flight `GET /api/v1/server_settings`
@@ -78,9 +79,7 @@ export class FeatureLevels {
   ) {
     this.admission = options.admission;
     const { maxBytes } = options;
-    this.cache = new LRUCache<string, ServerInfo, Realm>({
-      maxSize: maxBytes,
-      sizeCalculation: (v, key) => entryBytes(key) + 2 * (v.realmUrl?.length ?? 0),
+    this.cache = budgetedLru<string, ServerInfo, Realm>(maxBytes, (v, key) => footprint(key, v.realmUrl), {
       ttl: options.ttlMs,
       allowStale: true,
       noDeleteOnFetchRejection: true,
@@ -89,9 +88,7 @@ export class FeatureLevels {
     });
     // Failures take a quarter of the budget at most: a flood of made-up hosts cannot evict the
     // real realms' answers.
-    this.failures = new LRUCache<string, Error>({
-      maxSize: Math.max(1024, Math.floor(maxBytes / 4)),
-      sizeCalculation: (_v, key) => entryBytes(key),
+    this.failures = budgetedLru<string, Error>(Math.max(1024, Math.floor(maxBytes / 4)), (_v, key) => footprint(key), {
       ttl: options.failureTtlMs,
     });
   }

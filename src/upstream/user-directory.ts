@@ -4,6 +4,7 @@ import { upstreamBadResponse } from '../http/errors.js';
 import type { Logger } from '../observability/logger.js';
 import type { Metrics } from '../observability/metrics.js';
 import { SharedCache, type CacheBackend } from '../cache/shared-cache.js';
+import { bytesOf, type Footprint } from '../cache/budgeted.js';
 import type { UpstreamClient } from './client.js';
 import { fetchLarge } from './large-fetch.js';
 import { BadAnswer, lines, STEP, unpackMember, userColumnsOf, type EmailTable, type Member, type UserColumns } from './large-answers.js';
@@ -39,7 +40,9 @@ export function emailPicks(columns: Pick<UserColumns, 'active'>, positions: read
  * rows read back only for the one user asked about, and an email → position map.
  */
 export class Directory {
-  /** X2: what this directory holds, in bytes, estimated from its columns. */
+  /** X2: what this directory holds, from its columns. */
+  readonly footprint: Footprint;
+  /** …in bytes. */
   readonly bytes: number;
 
   private constructor(
@@ -52,9 +55,16 @@ export class Directory {
     /** When the upstream answered (ms since the epoch), so a reader can tell how fresh it is. */
     readonly fetchedAt: number,
   ) {
-    const n = columns.ids.length;
-    // The map's entries (key string, slot) are the largest part.
-    this.bytes = 1024 + columns.rows.length + columns.emails.length + n * (4 + 8 + 1 + 4 + 4 + 72);
+    const { ids, joined, active, rowStarts, emails, rows } = columns;
+    // The email map's entries (key string, slot) are the largest part after the text.
+    this.footprint = {
+      fixed: 1024,
+      strings: [rows, emails],
+      bytes: [ids, joined, active, rowStarts, picked],
+      items: ids.length,
+      bytesPerItem: 72,
+    };
+    this.bytes = bytesOf(this.footprint);
   }
 
   /** Builds the email map in steps, yielding to other requests between them. */
@@ -224,7 +234,7 @@ export class UserDirectory {
       ttlMs: options.ttlMs,
       max: options.maxEntries,
       maxBytes: this.maxBytes,
-      sizeOf: (d) => d.bytes,
+      footprint: (d) => d.footprint,
       // B7: an expired list is not read again inside a presence refresh; a user it does not
       // know yet makes refresh() read it at once.
       staleWhileRevalidate: true,

@@ -225,12 +225,58 @@ describe('parsing a long list in steps (V4)', () => {
     );
   });
 
+  /** JSON.parse's value, or 'throws'. */
+  const parsed = (text: string) => {
+    try {
+      return { value: JSON.parse(text) as unknown };
+    } catch {
+      return 'throws';
+    }
+  };
+  const inSteps = (text: string) =>
+    parseWithListInSteps(Buffer.from(text), 'members', whole).then(
+      (value) => ({ value }),
+      () => 'throws',
+    );
+
+  it('reads what JSON.parse reads for an object written with repeated keys, escaped ones too (the last one counts)', async () => {
+    const key = fc.constantFrom('"members"', '"mem\\u0062ers"', '"result"', '"x"');
+    const value = fc.oneof(fc.jsonValue(), fc.array(fc.jsonValue(), { maxLength: 5 }));
+    await fc.assert(
+      fc.asyncProperty(fc.array(fc.tuple(key, value), { maxLength: 6 }), async (pairs) => {
+        const text = `{${pairs.map(([k, v]) => `${k}:${JSON.stringify(v)}`).join(',')}}`;
+        expect(await inSteps(text)).toEqual(parsed(text));
+      }),
+      { numRuns: 300 },
+    );
+  });
+
+  it('reads what JSON.parse reads, or throws where it throws, for a text with one character changed or cut', async () => {
+    await fc.assert(
+      fc.asyncProperty(
+        fc.dictionary(fc.string(), fc.jsonValue(), { maxKeys: 3 }),
+        fc.array(fc.jsonValue(), { maxLength: 8 }),
+        fc.nat(),
+        fc.constantFrom('', '"', '\\', ',', '[', ']', '{', '}', ':', ' ', 'x'),
+        async (rest, members, at, put) => {
+          const text = JSON.stringify({ ...rest, members });
+          const i = at % text.length;
+          const changed = `${text.slice(0, i)}${put}${text.slice(i + 1)}`;
+          expect(await inSteps(changed)).toEqual(parsed(changed));
+        },
+      ),
+      { numRuns: 300 },
+    );
+  });
+
   it.each([
     ['no such key', '{"result":"success","other":[1,2]}'],
     ['the key as a value', '{"a":"members","b":[1]}'],
     ['quotes and brackets in strings', '{"x":"\\"members\\":[","members":[{"n":"a]\\\\"},"[,]"]}'],
     ['an empty list', '{"members":[ ]}'],
     ['a nested members key', '{"a":{"members":[1]},"members":[2,3]}'],
+    ['the key twice: the last counts', '{"members":[1],"members":[2]}'],
+    ['the key twice, the second escaped', '{"members":[1],"mem\\u0062ers":5}'],
   ])('%s', async (_name, text) => {
     expect(await parseWithListInSteps(Buffer.from(text), 'members', whole)).toEqual(JSON.parse(text));
   });

@@ -208,22 +208,17 @@ function shardBytes(shard: ReadonlyMap<number, LedgerEntry>): number {
 }
 
 /**
- * The users' part of the full modern answer at this ledger state. B7: summed over the user
- * table's shards, each shard counted once for every state that shares it, so every replica's
- * copy of every state costs what changed, not the realm's size; and counted in steps, so even
- * a state that changed every shard is no single block. Exact for any state; callers of the
- * same state share one count.
+ * The users' part of the full modern answer at this ledger state, exact, counted once per state
+ * and shared by its callers. B7: summed over the user table's shards, each shard counted once
+ * for every state that shares it, so a state costs what changed since the states before it, and
+ * in steps, so even a state that changed every shard is no single block. Counting every user
+ * instead costs each new state the realm's size: at 100,000 users a state one own report (P15)
+ * apart took 19–23 ms against 0.13–0.17 ms by shard (bench/full-answer-bytes.ts), and a busy
+ * realm makes such a state per report.
  */
-export function usersBytes(state: PresenceState, ledger: LedgerState): number | Promise<number> {
+export function usersBytes(state: PresenceState, ledger: LedgerState): Promise<number> {
   const memo = state.memo(ledger);
-  if (memo.usersBytes !== undefined) return memo.usersBytes;
-  memo.usersBytes =
-    ledger.users instanceof UserTable
-      ? ledger.users.sumOfShards(state.usersBytesByShard, shardBytes, yieldTurn, SHARDS_PER_STEP).then((sum) => {
-          memo.usersBytes = sum;
-          return sum;
-        })
-      : shardBytes(ledger.users);
+  memo.usersBytes ??= UserTable.from(ledger.users).sumOfShards(state.usersBytesByShard, shardBytes, yieldTurn, SHARDS_PER_STEP);
   return memo.usersBytes;
 }
 

@@ -16,7 +16,7 @@ export interface LedgerMemo {
   /** Bodies being built: later callers wait for the one in progress (B7). */
   building?: Map<string, Promise<Encodable>>;
   /** The users' part of the full modern answer at this state (the bytes-saved metric). */
-  usersBytes?: number | Promise<number>;
+  usersBytes?: Promise<number>;
 }
 
 /** A user's last accepted active report, and whether the upstream applies their reports (P15, 3.0+). */

@@ -9,7 +9,7 @@ import { cannon, gcOf, median } from './load.js';
 import { basicAuth, SMALL_PATH } from './synthetic-upstream.js';
 
 /**
- * B4 (issue 19 §1): the pass-through against nginx in the same run, side by side, with wrk as
+ * B4: the pass-through against nginx in the same run, side by side, with wrk as
  * the load generator (a C program: it takes less of the shared cores than a Node one would).
  * Used by `npm run bench` and, on its own, by bench/passthrough.ts.
  *

@@ -7,7 +7,7 @@ import { lastUpdateIdOf, percentile, send, type Req } from './load.js';
 import { basicAuth, PRESENCE_PATH } from './synthetic-upstream.js';
 
 /**
- * B7 (issue 19 §2): the cost curve of a large realm on a 2.1 upstream. For each realm size a
+ * B7: the cost curve of a large realm on a 2.1 upstream. For each realm size a
  * synthetic upstream and a shim start in processes of their own; the figures are
  * - cold: the first full modern answer (user list and presence read, converted, merged);
  * - refresh: a full poll alone after the sharing window ran out (median of 3);
@@ -174,7 +174,7 @@ for (const r of rows) {
     `| ${fmt(r.users)} | ${fmt(r.coldMs)} ms | ${fmt(r.refreshMs)} ms | ${fmt(r.deltaP99Ms)} / ${fmt(r.deltaMaxMs)} ms | ${fmt(r.worstBlockMs, 1)} / ${fmt(r.worstBlockCpuMs, 1)} ms | ${fmt(r.worstGcMs, 1)} ms (${r.worstGcKind}) | ${fmt(r.rssMiB)} MiB | ${fmt(r.bytesPerUser)} |`,
   );
 }
-// Issue 19 §2's targets, at 100k users (and 250k must work at all).
+// B7's targets (bench/README.md), at 100k users (and 250k must work at all).
 const at = (n: number) => rows.find((r) => r.users === n);
 const verdict = (ok: boolean) => (ok ? 'met' : 'NOT met');
 const r100 = at(100_000);

@@ -1,5 +1,5 @@
 /**
- * What Express in front of the pass-through would cost (issue 2): requests/s and latency of a
+ * What Express in front of the pass-through would cost (why the shim serves from a raw http server): requests/s and latency of a
  * small JSON answer, measured with autocannon, for
  *   direct          the upstream itself
  *   raw → proxy     a raw http server handing every request to the pass-through (src/proxy/passthrough.ts)

@@ -3,7 +3,7 @@ import { measureB4 } from './b4.js';
 import { useBuiltChildren } from './children.js';
 
 /**
- * B4 on its own (issue 19 §1), as `npm run bench` measures it (bench/b4.ts):
+ * B4 on its own, as `npm run bench` measures it (bench/b4.ts):
  *
  *   node --import tsx bench/passthrough.ts [--seconds 10] [--rounds 3] [--connections 50]
  *        [--profile DIR] [--before DIR] [--no-variants] [--workers 2] [--redis URL]

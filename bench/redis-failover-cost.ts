@@ -2,7 +2,7 @@ import { Redis } from 'ioredis';
 import { startReplicatedPair } from '../test/support/redis-servers.js';
 
 /**
- * What failover safety costs on Redis (issue 16), on a primary and a replica of this machine:
+ * What failover safety costs on Redis (a ledger written before a failover is not vouched for: P5, P6), on a primary and a replica of this machine:
  * - the ledger scripts read the server's run_id (INFO server) on every call, to tell a value
  *   written before a failover or restart: Redis CPU per script call, with and without it
  *   (INFO commandstats, usec_per_call of EVALSHA);

@@ -10,7 +10,7 @@ import { formatProfile, summariseProfile } from './profile-summary.js';
 import { basicAuth, PRESENCE_PATH, type UpstreamStats } from './synthetic-upstream.js';
 
 /**
- * Issue 19 §3, replicas that cost what one costs: the same paced load (`--clients` clients, each
+ * B8, replicas that cost what one costs: the same paced load (`--clients` clients, each
  * polling once per simulated minute with the id of its previous answer, time compressed
  * `--compress`×) against one replica and against two replicas on one Redis, each client's
  * polls alternating between the replicas. Reports the replicas' CPU in total, poll latency
@@ -19,7 +19,7 @@ import { basicAuth, PRESENCE_PATH, type UpstreamStats } from './synthetic-upstre
  * Each phase runs `--warmup` simulated minutes before its `--minutes` measured ones: a shim's
  * optimising compiler is busy for its first 2–3 simulated minutes (about 30 s of wall time), and
  * every process compiles its own code, so a shorter warm-up counts a start-up cost against the
- * second replica that a long-running deployment pays once (bench/RESULTS.md, issue 19 §3).
+ * second replica that a long-running deployment pays once (bench/RESULTS.md, B8).
  * With `--rounds R`, one replica and two are measured in turn R times, and the verdict is on the
  * median of the rounds' ratios.
  * With `--profile DIR`, each replica's measured minutes are CPU-profiled into
@@ -193,7 +193,7 @@ try {
       if (r.replicas > 1) ratios.set(r.replicas, [...(ratios.get(r.replicas) ?? []), { cpu, p99, backwards: r.backwards }]);
     }
   }
-  // Issue 19 §3: N replicas cost ≤ 1.2× one replica's CPU in total for the same load, p99 within 1.2×.
+  // B8: N replicas cost ≤ 1.2× one replica's CPU in total for the same load, p99 within 1.2×.
   for (const [n, rs] of ratios) {
     const cpu = median(rs.map((r) => r.cpu));
     const p99 = median(rs.map((r) => r.p99));

@@ -11,7 +11,7 @@ export interface Target {
 }
 
 export interface Results {
-  // The keys issue 8 asks for (numbers; passthrough_rps_nginx null when skipped).
+  // The figures of B1–B6 (numbers; passthrough_rps_nginx null when skipped).
   bandwidth_ratio_full_modern: number;
   bandwidth_ratio_full_legacy: number;
   upstream_fetch_reduction: number;

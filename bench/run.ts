@@ -13,7 +13,7 @@ import { renderCosts, renderMarkdown, renderNotes, renderTable, type Results, ty
 import { basicAuth, PRESENCE_PATH, SMALL_BODY, SMALL_PATH, type Flavour, type UpstreamStats } from './synthetic-upstream.js';
 
 /**
- * `npm run bench` (issue 8): what the shim saves and what it costs, each figure against its
+ * `npm run bench` (B1–B6, bench/README.md): what the shim saves and what it costs, each figure against its
  * reference measured in the same run. The synthetic upstream and the shim run in child
  * processes; this process drives the load. See bench/RESULTS.md for the latest figures.
  */
@@ -531,7 +531,7 @@ try {
     details: { ...details, method, durationS: round((performance.now() - started) / 1000, 1) },
   };
   const target = (figure: string, goal: string, value: number | null, ok: boolean | null): Target => ({ figure, goal, value, met: ok });
-  // Issue 19: ≥ 0.6× nginx's req/s (nginx on every core) and p99 ≤ 2× nginx's, in the same run.
+  // B4's target: ≥ 0.6× nginx's req/s (nginx on every core) and p99 ≤ 2× nginx's, in the same run.
   const b4Target = (figure: string, rps: number, p99: number): Target => {
     const nginxRps = r.passthrough_rps_nginx;
     const nginxP99 = r.passthrough_p99_ms_nginx;

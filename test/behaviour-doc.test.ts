@@ -2,7 +2,7 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { describe, expect, it } from 'vitest';
 
-/** 15.8: every rule id the code and the docs cite is stated in docs/behaviour.md. */
+/** Every rule id the code and the docs cite is stated in docs/behaviour.md, so a reader can look it up. */
 
 const ROOT = resolve(import.meta.dirname, '..');
 const RULE_ID = /\b(P1[0-5]|P[1-9]|U[1-5]|R[12]|T[12]|H[12]|S[12]|E[1-4]|X1[0-5]|X[1-9]|V[1-5]|W[12])\b/g;

@@ -51,7 +51,7 @@ function configFile(text: string): string {
   return file;
 }
 
-describe.concurrent('start-up mistakes: exit 2, one line naming the key and its real source (15.1, 15.2, 15.7)', CLI_TIMEOUT, () => {
+describe.concurrent('start-up mistakes: exit 2, one line naming the key and its real source', CLI_TIMEOUT, () => {
   it('a misspelt key in a config file: {"server":{"prot":19999}}', async () => {
     const file = configFile('{"server":{"prot":19999}}');
     const line = await oneErrorLine(runCli(['--config', file, '--demo']));
@@ -133,7 +133,7 @@ describe.concurrent('start-up mistakes: exit 2, one line naming the key and its 
   });
 });
 
-describe.concurrent('--record never destroys a recording (15.3)', CLI_TIMEOUT, () => {
+describe.concurrent('--record never destroys a recording', CLI_TIMEOUT, () => {
   let fake: FakeZulip;
   beforeAll(async () => {
     fake = await startFake({ era: '5.0' });

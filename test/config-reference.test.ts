@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { configReference, README, withReference } from '../scripts/config-reference.js';
 
-/** 15.8: the README's configuration reference is the schema's, key for key. */
+/** The README's configuration reference is the schema's, key for key (the contract: generated from the schema). */
 describe('README configuration reference', () => {
   it('matches the schema (run `npm run docs:config` after changing src/config.ts)', () => {
     const readme = readFileSync(README, 'utf8');

@@ -4,7 +4,7 @@ import { describe, expect, it } from 'vitest';
 
 /**
  * Docker is not available where the tests run: the Dockerfile is read instead, for the promises
- * the docs make about the image (15.2, 15.9).
+ * the docs make about the image (how it starts, runs and is checked).
  */
 
 const ROOT = resolve(import.meta.dirname, '..');

@@ -12,7 +12,7 @@ import { parsePrometheusText, sampleValue, type Exposition } from './support/pro
 import { startShim, type RunningShim } from './support/shim.js';
 
 /**
- * What the shim exposes at /metrics (issue 15): its own metrics only, upstream calls and client
+ * What the shim exposes at /metrics (contract Interface, GET /metrics): its own metrics only, upstream calls and client
  * requests counted by route class and status class (aborts and errors included), realm labels
  * bounded, the fast histogram rendering as prom-client's, and the metric names the docs use.
  */
@@ -102,7 +102,7 @@ describe('a shim over a 2.1 upstream', () => {
     });
   });
 
-  describe('client-facing request metrics (issue 15)', () => {
+  describe('client-facing request metrics: every request a client sent, answered or passed through', () => {
     const clientRequests = (e: Exposition, route: string, method: string, status: string) =>
       sampleValue(e, `${P}requests_total`, { route, method, status });
     const timed = (e: Exposition, route: string, method: string) => sampleValue(e, `${P}request_duration_seconds_count`, { route, method });

@@ -293,7 +293,7 @@ describe.skipIf(!usable)('deploy/ nginx configuration', () => {
       ];
       for (const [method, path] of toZulip) expect(`${method} ${path} → ${await who(method, path)}`).toBe(`${method} ${path} → zulip`);
 
-      // 15.6: a browser app on another origin gets Zulip's CORS headers from these endpoints too.
+      // A browser app on another origin gets Zulip's CORS headers from these endpoints too.
       for (const [method, path] of toShim) {
         const cors = await answer(port, method, path, { host: 'chat.example.com', origin: 'https://app.example.net' });
         const expected = path.startsWith('/api/')

@@ -37,7 +37,7 @@ const ms = z.number().int().min(0);
 /** A byte budget (X2): at least 1 KiB. */
 const bytes = z.number().int().min(1024);
 
-/** `host:port,host:port`: Sentinels or Cluster nodes. */
+/** `host:port,host:port`: Sentinels or Redis Cluster nodes. */
 const redisNodes = z.string().superRefine((s, ctx) => {
   try {
     parseRedisNodes(s, 6379);

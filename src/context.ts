@@ -11,4 +11,5 @@ export interface ShimContext extends PresenceContext {
   parser: ParsePool;
 }
 
-export type Handler = (req: IncomingMessage, res: ServerResponse, ctx: ShimContext) => Promise<void>;
+/** Answers one intercepted endpoint (routes.ts binds each to its path). */
+export type EndpointHandler = (req: IncomingMessage, res: ServerResponse, ctx: ShimContext) => Promise<void>;

@@ -1,4 +1,4 @@
-import type { Handler } from './context.js';
+import type { EndpointHandler } from './context.js';
 import { API_PREFIXES, API_ROUTES, interceptOf, type InterceptName } from './http/api-routes.js';
 import { presenceHandler } from './presence/handler.js';
 import { registerHandler } from './register/handler.js';
@@ -16,7 +16,7 @@ export const OWN_PATHS = ['/healthz', '/readyz', '/metrics'] as const;
 export type OwnPath = (typeof OWN_PATHS)[number];
 
 /** The handler of each endpoint the shim answers itself (http/api-routes.ts names them). */
-const HANDLERS: Readonly<Record<InterceptName, Handler>> = {
+const HANDLERS: Readonly<Record<InterceptName, EndpointHandler>> = {
   serverSettings: serverSettingsHandler,
   presence: presenceHandler,
   register: registerHandler,
@@ -30,17 +30,17 @@ const HANDLERS: Readonly<Record<InterceptName, Handler>> = {
  * (API_ROUTES). Everything not listed here, and not one of the shim's own paths, is passed
  * through (T1).
  */
-export const INTERCEPTED: ReadonlyMap<string, Handler> = new Map(
+export const INTERCEPTED: ReadonlyMap<string, EndpointHandler> = new Map(
   API_ROUTES.flatMap((route) =>
     Object.entries(route.intercept ?? {}).flatMap(([method, name]) =>
-      (route.prefixes ?? API_PREFIXES).map((prefix): [string, Handler] => [`${method} ${prefix}${route.path}`, HANDLERS[name]]),
+      (route.prefixes ?? API_PREFIXES).map((prefix): [string, EndpointHandler] => [`${method} ${prefix}${route.path}`, HANDLERS[name]]),
     ),
   ),
 );
 
 export type Route =
   | { kind: 'own'; path: OwnPath }
-  | { kind: 'intercepted'; path: string; handler: Handler }
+  | { kind: 'intercepted'; path: string; handler: EndpointHandler }
   | { kind: 'upstream'; path: string };
 
 const OWN: ReadonlySet<string> = new Set(OWN_PATHS);

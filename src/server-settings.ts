@@ -1,4 +1,4 @@
-import type { Handler } from './context.js';
+import type { EndpointHandler } from './context.js';
 import { timedUpstream } from './observability/request-facts.js';
 import { sendJson } from './http/errors.js';
 import { isSuccess, relayBuffered, rewrittenHeaders } from './upstream/relay.js';
@@ -32,7 +32,7 @@ export function emulatedFeatures(featureLevel: number): string[] {
  * `app.featureLevel` on (M1). The answer also primes the
  * feature-level cache.
  */
-export const serverSettingsHandler: Handler = async (req, res, ctx) => {
+export const serverSettingsHandler: EndpointHandler = async (req, res, ctx) => {
   const realm = realmOf(ctx.upstreamId, req.headers);
   const r = await timedUpstream(req, () =>
     ctx.client.fetch({ realm, method: 'GET', path: req.url ?? '/api/v1/server_settings', headers: forwardedHeaders(req) }),

@@ -2,7 +2,7 @@ import http, { STATUS_CODES, type IncomingMessage, type ServerResponse } from 'n
 import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { parseListenAddress, type Config } from './config.js';
-import type { Handler, ShimContext } from './context.js';
+import type { EndpointHandler, ShimContext } from './context.js';
 import {
   BadRequestError,
   badRequest,
@@ -17,7 +17,7 @@ import type { Logger } from './observability/logger.js';
 import { createMetrics } from './observability/metrics.js';
 import { requestLogger } from './observability/request-log.js';
 import { upstreamObserver } from './observability/upstream-metrics.js';
-import { createPassThrough, type Exchange, type PassThrough } from './proxy/passthrough.js';
+import { createPassThrough, type PassThrough, type PassThroughExchange } from './proxy/passthrough.js';
 import { realmHostMatcher } from './realm-hosts.js';
 import { encodePath, routeOf, type OwnPath, type Route } from './routes.js';
 import { SnapshotHub, type ReplicaSnapshots } from './presence/snapshots.js';
@@ -324,7 +324,7 @@ export function createShim(o: ShimOptions): Shim {
       sendShimError(res, toShimError(e));
     }
   };
-  const intercept = async (h: Handler, req: IncomingMessage, res: ServerResponse) => {
+  const intercept = async (h: EndpointHandler, req: IncomingMessage, res: ServerResponse) => {
     try {
       await h(req, res, context);
     } catch (e) {
@@ -378,7 +378,7 @@ export function createShim(o: ShimOptions): Shim {
         }
       }
       const logged = logRequest(req, res, route.path, own);
-      let exchange: Exchange | undefined;
+      let exchange: PassThroughExchange | undefined;
       // The one listener for all that ends with the answer: the drain list, the log line and
       // metrics, and a pass-through's upstream request.
       const answer = inFlight.add(res, logged.requestId);
@@ -390,9 +390,9 @@ export function createShim(o: ShimOptions): Shim {
       const gate = own ? undefined : refusal(req);
       if (route.kind === 'upstream' && !gate) {
         // The pass-through writes the request id into its one answer head.
-        const x = passThrough.web(req, res, logged);
-        exchange = x;
-        watchBodyDeadline(req, res, config.server.bodyTimeoutMs, { 'x-request-id': logged.requestId }, () => x.closed()); // X11
+        const passed = passThrough.web(req, res, logged);
+        exchange = passed;
+        watchBodyDeadline(req, res, config.server.bodyTimeoutMs, { 'x-request-id': logged.requestId }, () => passed.closed()); // X11
         return;
       }
       // Every answer the shim writes itself carries the request id.

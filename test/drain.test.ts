@@ -4,7 +4,7 @@ import net from 'node:net';
 import type { Dispatcher } from 'undici';
 import { afterAll, beforeAll, expect, it, vi } from 'vitest';
 import type { Logger } from '../src/observability/logger.js';
-import { Exchange } from '../src/proxy/passthrough.js';
+import { PassThroughExchange } from '../src/proxy/passthrough.js';
 import { startFake, type FakeZulip } from './support/fake-zulip.js';
 import { send } from './support/http-client.js';
 import { startShim } from './support/shim.js';
@@ -69,8 +69,12 @@ it("an upstream failure after the shim has answered (the drain's 503) does not t
   const res = Object.assign(new EventEmitter(), { headersSent: true, writableEnded: true, destroyed: false, destroy: vi.fn() });
   const req = Object.assign(new EventEmitter(), { method: 'GET', url: '/api/v1/events', headers: {} });
   const warn = vi.fn();
-  const x = new Exchange(req as unknown as IncomingMessage, res as unknown as ServerResponse, { warn } as unknown as Logger);
-  x.onResponseError({} as Dispatcher.DispatchController, Object.assign(new Error('other side closed'), { code: 'UND_ERR_SOCKET' }));
+  const exchange = new PassThroughExchange(
+    req as unknown as IncomingMessage,
+    res as unknown as ServerResponse,
+    { warn } as unknown as Logger,
+  );
+  exchange.onResponseError({} as Dispatcher.DispatchController, Object.assign(new Error('other side closed'), { code: 'UND_ERR_SOCKET' }));
   expect(res.destroy).not.toHaveBeenCalled();
   expect(warn).not.toHaveBeenCalled();
 });

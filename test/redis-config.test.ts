@@ -29,13 +29,13 @@ describe('Redis Sentinel and Cluster configuration', () => {
 
   it('reads Cluster nodes', () => {
     expect(redisTargetOf(load(['--redis-cluster', 'a:7000, b:7001']).store)).toEqual({
-      kind: 'cluster',
+      kind: 'redis-cluster',
       nodes: [
         { host: 'a', port: 7000 },
         { host: 'b', port: 7001 },
       ],
     });
-    expect(redisTargetOf(load([], { REDIS_CLUSTER: 'c' }).store)).toEqual({ kind: 'cluster', nodes: [{ host: 'c', port: 6379 }] });
+    expect(redisTargetOf(load([], { REDIS_CLUSTER: 'c' }).store)).toEqual({ kind: 'redis-cluster', nodes: [{ host: 'c', port: 6379 }] });
   });
 
   it('keeps one Redis by URL, and none without any', () => {
@@ -62,6 +62,6 @@ describe('Redis Sentinel and Cluster configuration', () => {
     expect(describeRedisTarget({ kind: 'sentinel', name: 'm', sentinels: parseRedisNodes('a:1,b', 26379) })).toBe(
       'sentinel m (a:1,b:26379)',
     );
-    expect(describeRedisTarget({ kind: 'cluster', nodes: parseRedisNodes('a:1', 6379) })).toBe('cluster (a:1)');
+    expect(describeRedisTarget({ kind: 'redis-cluster', nodes: parseRedisNodes('a:1', 6379) })).toBe('cluster (a:1)');
   });
 });

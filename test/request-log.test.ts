@@ -105,7 +105,7 @@ describe('the request line written around pino', () => {
     const http = await import('node:http');
     const { createLogger } = await import('../src/observability/logger.js');
     const { requestLogger } = await import('../src/observability/request-log.js');
-    const { facts } = await import('../src/observability/request-facts.js');
+    const { recordFacts } = await import('../src/observability/request-facts.js');
     const lines: string[] = [];
     const sink = new Writable({
       write(chunk, _enc, cb) {
@@ -118,7 +118,7 @@ describe('the request line written around pino', () => {
     const server = http.createServer((req, res) => {
       const logged = logRequest(req, res, req.url ?? '/');
       res.on('close', () => logged.closed());
-      Object.assign(facts(req), { upstreamMs: 12, realm: 'chat.example.com', featureLevel: 0, kind: 'delta' });
+      Object.assign(recordFacts(req), { upstreamMs: 12, realm: 'chat.example.com', featureLevel: 0, kind: 'delta' });
       res.end('{"result":"success"}');
     });
     await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));

@@ -1,8 +1,8 @@
 import { endpointKey, TRANSLATED_ENDPOINTS, translateRequest } from '../changes/index.js';
-import type { Handler } from '../context.js';
+import type { EndpointHandler } from '../context.js';
 import { readBody } from '../http/body.js';
 import { apiPathOf } from '../http/api-routes.js';
-import { facts, timedUpstream } from '../observability/request-facts.js';
+import { recordFacts, timedUpstream } from '../observability/request-facts.js';
 import { forwardedHeaders } from '../upstream/client.js';
 import { realmOf } from '../upstream/realm.js';
 import { relay } from '../upstream/relay.js';
@@ -33,7 +33,7 @@ export function isTranslatedAppRequest(
  * upstream knows, then its answer passed on as it comes. A body that is not form-encoded (a
  * multipart upload) goes on as it came.
  */
-export const appRequestHandler: Handler = async (req, res, ctx) => {
+export const appRequestHandler: EndpointHandler = async (req, res, ctx) => {
   const hostRealm = realmOf(ctx.upstreamId, req.headers);
   const { featureLevel: real } = await timedUpstream(req, () => ctx.featureLevels.resolve(hostRealm));
   const shown = presentedLevel(appLevelFor(ctx.config.app, req.headers) ?? real, real);
@@ -57,7 +57,7 @@ export const appRequestHandler: Handler = async (req, res, ctx) => {
       if (translateRequest(endpoint, params, real, headers)) body = params.toString();
     }
   }
-  facts(req).kind = target !== url || typeof body === 'string' ? 'app-translated' : 'passthrough';
+  recordFacts(req).kind = target !== url || typeof body === 'string' ? 'app-translated' : 'passthrough';
   const r = await timedUpstream(req, () => ctx.client.stream({ realm: hostRealm, method, path: target, headers, body }));
   return relay(res, r);
 };

@@ -66,7 +66,7 @@ export const CHANGES: readonly ApiChange[] = checkedBundle([
 export const USER_CHANGES: readonly UserObjectChange[] = CHANGES.filter((c): c is UserObjectChange => c.user !== undefined);
 
 /** The feature level from which an upstream's user objects lack nothing the shim adds. */
-export const COMPLETE_FROM_LEVEL = USER_CHANGES[USER_CHANGES.length - 1]!.featureLevel;
+export const MODERN_USER_OBJECTS_LEVEL = USER_CHANGES[USER_CHANGES.length - 1]!.featureLevel;
 
 /** The user-object changes newer than an upstream at `featureLevel`. */
 export function changesAbove(featureLevel: number): UserObjectChange[] {

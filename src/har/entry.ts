@@ -4,7 +4,7 @@ import { mimeKind, parseForm, parseMultipart } from './form.js';
 import type { Redactor } from './redact.js';
 
 /** One upstream exchange as the recorder saw it, turned into a redacted HAR entry (H1). */
-export interface Exchange {
+export interface ExchangeRecord {
   /** The upstream's URL (origin, and a path prefix if it has one). */
   upstream: string;
   startedAt: number;
@@ -63,9 +63,9 @@ function decodeContent(body: Buffer, encoding: string | undefined): { body: Buff
   return { body: out };
 }
 
-async function postDataOf(x: Exchange, body: Buffer, redactor: Redactor): Promise<HarPostData | undefined> {
+async function postDataOf(record: ExchangeRecord, body: Buffer, redactor: Redactor): Promise<HarPostData | undefined> {
   if (body.length === 0) return undefined;
-  const mimeType = headerValue(x.requestHeaders, 'content-type') ?? '';
+  const mimeType = headerValue(record.requestHeaders, 'content-type') ?? '';
   const { text, base64 } = bodyText(body, mimeType);
   switch (mimeKind(mimeType)) {
     case 'form':
@@ -97,27 +97,27 @@ async function postDataOf(x: Exchange, body: Buffer, redactor: Redactor): Promis
   return base64 ? { mimeType, text, _encoding: 'base64' } : { mimeType, text };
 }
 
-export async function toHarEntry(x: Exchange, redactor: Redactor): Promise<HarEntry> {
-  const q = x.url.indexOf('?');
-  const path = q < 0 ? x.url : x.url.slice(0, q);
-  const query = q < 0 ? '' : x.url.slice(q + 1);
+export async function toHarEntry(record: ExchangeRecord, redactor: Redactor): Promise<HarEntry> {
+  const q = record.url.indexOf('?');
+  const path = q < 0 ? record.url : record.url.slice(0, q);
+  const query = q < 0 ? '' : record.url.slice(q + 1);
   const comments: string[] = [];
 
-  const postData = x.requestBody ? await postDataOf(x, x.requestBody, redactor) : undefined;
-  if (!x.requestBody) comments.push('request body too large: not recorded');
+  const postData = record.requestBody ? await postDataOf(record, record.requestBody, redactor) : undefined;
+  if (!record.requestBody) comments.push('request body too large: not recorded');
 
-  const mimeType = headerValue(x.responseHeaders, 'content-type') ?? '';
+  const mimeType = headerValue(record.responseHeaders, 'content-type') ?? '';
   let content: HarContent;
-  if (!x.responseBody) {
+  if (!record.responseBody) {
     content = { size: -1, mimeType };
     comments.push('response body too large: not recorded');
   } else {
-    const decoded = decodeContent(x.responseBody, headerValue(x.responseHeaders, 'content-encoding'));
+    const decoded = decodeContent(record.responseBody, headerValue(record.responseHeaders, 'content-encoding'));
     if (decoded.failed) comments.push(decoded.failed);
     const { text, base64 } = bodyText(decoded.body, decoded.failed ? 'application/octet-stream' : mimeType);
     content = {
       size: decoded.body.length,
-      ...(decoded.body.length !== x.responseBody.length ? { compression: x.responseBody.length - decoded.body.length } : {}),
+      ...(decoded.body.length !== record.responseBody.length ? { compression: record.responseBody.length - decoded.body.length } : {}),
       mimeType,
       text: !base64 && mimeKind(mimeType) === 'json' ? redactor.json(text) : text,
       ...(base64 ? { encoding: 'base64' } : {}),
@@ -125,32 +125,32 @@ export async function toHarEntry(x: Exchange, redactor: Redactor): Promise<HarEn
   }
 
   const entry: HarEntry = {
-    startedDateTime: new Date(x.startedAt).toISOString(),
-    time: ms(x.send + x.wait + x.receive),
+    startedDateTime: new Date(record.startedAt).toISOString(),
+    time: ms(record.send + record.wait + record.receive),
     request: {
-      method: x.method,
-      url: `${x.upstream}${path}${q < 0 ? '' : `?${redactor.form(query)}`}`,
-      httpVersion: `HTTP/${x.httpVersion}`,
+      method: record.method,
+      url: `${record.upstream}${path}${q < 0 ? '' : `?${redactor.form(query)}`}`,
+      httpVersion: `HTTP/${record.httpVersion}`,
       cookies: [],
-      headers: headerList(x.requestHeaders, redactor),
+      headers: headerList(record.requestHeaders, redactor),
       queryString: redactor.pairs(parseForm(query).map(([name, value]) => ({ name, value }))),
       ...(postData ? { postData } : {}),
       headersSize: -1,
-      bodySize: x.requestSize,
+      bodySize: record.requestSize,
     },
     response: {
-      status: x.status,
-      statusText: x.statusText,
-      httpVersion: `HTTP/${x.responseHttpVersion}`,
+      status: record.status,
+      statusText: record.statusText,
+      httpVersion: `HTTP/${record.responseHttpVersion}`,
       cookies: [],
-      headers: headerList(x.responseHeaders, redactor),
+      headers: headerList(record.responseHeaders, redactor),
       content,
-      redirectURL: headerValue(x.responseHeaders, 'location') ?? '',
+      redirectURL: headerValue(record.responseHeaders, 'location') ?? '',
       headersSize: -1,
-      bodySize: x.responseSize,
+      bodySize: record.responseSize,
     },
     cache: {},
-    timings: { send: ms(x.send), wait: ms(x.wait), receive: ms(x.receive) },
+    timings: { send: ms(record.send), wait: ms(record.wait), receive: ms(record.receive) },
     ...(comments.length ? { comment: comments.join('; ') } : {}),
   };
   return redactor.scrubDeep(entry);

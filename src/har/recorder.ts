@@ -3,11 +3,11 @@ import https from 'node:https';
 import { type Duplex, Transform } from 'node:stream';
 import { createProxyServer } from 'http-proxy-3';
 import type { Dispatcher } from 'undici';
-import { abortWithClient, dropHopByHop, Exchange as PassedExchange, pipeBody } from '../proxy/passthrough.js';
+import { abortWithClient, dropHopByHop, PassThroughExchange, pipeBody } from '../proxy/passthrough.js';
 import { createTransport, isClientAbort } from '../upstream/transport.js';
 import { loggablePath, type Logger } from '../observability/logger.js';
 import { loggableUrl } from '../observability/startup.js';
-import { toHarEntry, type Exchange } from './entry.js';
+import { toHarEntry, type ExchangeRecord } from './entry.js';
 import { Redactor } from './redact.js';
 import { HarWriter } from './writer.js';
 import { allowLongPolls, listen } from '../http/listen.js';
@@ -79,7 +79,7 @@ function rawList(raw: Dispatcher.DispatchController['rawHeaders'], parsed: Incom
  * upstream cut short is not, and a failure drops the connection so that the shim answers
  * exactly as it would without the recorder in between (E2).
  */
-class RecordedExchange extends PassedExchange {
+class RecordingExchange extends PassThroughExchange {
   private readonly startedAt = Date.now();
   private readonly t0 = performance.now();
   private requestEnd: number | undefined;
@@ -169,7 +169,7 @@ interface RecorderContext {
   harUpstream: string;
   limit: number;
   log: Logger;
-  record(exchange: Exchange): void;
+  record(exchange: ExchangeRecord): void;
 }
 
 /** The recorder's passes: the request as the shim sent it, streamed on. */
@@ -217,10 +217,10 @@ export async function startRecorder(o: RecorderOptions): Promise<Recorder> {
   wsProxy.on('econnreset', () => {});
 
   const server = http.createServer((req: IncomingMessage, res: ServerResponse) => {
-    const x = new RecordedExchange(req, res, context);
-    for (const pass of RECORDER_INCOMING) pass(x);
-    x.tapRequest();
-    transport.dispatch(x.options, x);
+    const exchange = new RecordingExchange(req, res, context);
+    for (const pass of RECORDER_INCOMING) pass(exchange);
+    exchange.tapRequest();
+    transport.dispatch(exchange.options, exchange);
   });
   server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
     socket.on('error', () => socket.destroy());

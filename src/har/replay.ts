@@ -55,7 +55,7 @@ const BODILESS = (method: string, status: number) => method === 'HEAD' || status
 /** The request body, or undefined past `limit` (the rest is left unread). */
 async function readBody(req: IncomingMessage, limit: number): Promise<Buffer | undefined> {
   const read = await readUpTo(req, limit);
-  return read.complete ? read.body : undefined;
+  return read.whole ? read.body : undefined;
 }
 
 function send(res: ServerResponse, method: string, r: Recorded): void {

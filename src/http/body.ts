@@ -10,7 +10,7 @@ import { badRequest, bodyTooLarge } from './errors.js';
  */
 
 /** A body read up to a limit: whole, or what was read and the rest of the stream, paused. */
-export type Bounded = { complete: true; body: Buffer } | { complete: false; head: Buffer[]; size: number; rest: Readable };
+export type Bounded = { whole: true; body: Buffer } | { whole: false; head: Buffer[]; size: number; rest: Readable };
 
 /**
  * The one bounded body reader (requests and upstream answers alike): reads up to `limit`
@@ -28,12 +28,12 @@ export function readUpTo(body: Readable, limit: number): Promise<Bounded> {
       if (size > limit) {
         body.pause();
         cleanup();
-        resolve({ complete: false, head: chunks, size, rest: body });
+        resolve({ whole: false, head: chunks, size, rest: body });
       }
     };
     const onEnd = () => {
       cleanup();
-      resolve({ complete: true, body: Buffer.concat(chunks, size) });
+      resolve({ whole: true, body: Buffer.concat(chunks, size) });
     };
     const onError = (e: Error) => {
       cleanup();
@@ -64,7 +64,7 @@ export async function readBody(req: IncomingMessage, limit: number): Promise<Buf
   const declared = Number(req.headers['content-length']);
   if (Number.isFinite(declared) && declared > limit) throw bodyTooLarge(limit);
   const read = await readUpTo(req, limit);
-  if (!read.complete) throw bodyTooLarge(limit);
+  if (!read.whole) throw bodyTooLarge(limit);
   return read.body;
 }
 

@@ -10,14 +10,15 @@ export interface RequestFacts {
 
 const FACTS = Symbol('zulip-compat-shim request facts');
 
-export function facts(req: IncomingMessage): RequestFacts {
+/** The request's facts, to add to (made on first use). */
+export function recordFacts(req: IncomingMessage): RequestFacts {
   const r = req as IncomingMessage & { [FACTS]?: RequestFacts };
   r[FACTS] ??= {};
   return r[FACTS];
 }
 
 /** The request's facts so far, without adding any (the log line reads them). */
-export function factsOf(req: IncomingMessage): RequestFacts {
+export function recordedFacts(req: IncomingMessage): RequestFacts {
   return (req as IncomingMessage & { [FACTS]?: RequestFacts })[FACTS] ?? NO_FACTS;
 }
 
@@ -29,7 +30,7 @@ export async function timedUpstream<T>(req: IncomingMessage, call: () => Promise
   try {
     return await call();
   } finally {
-    const f = facts(req);
+    const f = recordFacts(req);
     f.upstreamMs = (f.upstreamMs ?? 0) + Math.round(performance.now() - start);
   }
 }

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import { pino } from 'pino';
-import { factsOf } from './request-facts.js';
+import { recordedFacts } from './request-facts.js';
 import { loggablePath, type Logger } from './logger.js';
 import type { Metrics } from './metrics.js';
 import { routeLabel, type RouteLabel } from '../http/api-routes.js';
@@ -105,7 +105,7 @@ export function requestLogger(
     }
     const level = aborted || status >= 500 ? WARN : INFO;
     if (log.levelVal > level || !access()) return;
-    const f = factsOf(req);
+    const f = recordedFacts(req);
     let line = `{"level":${level},"time":"${isoNow()}","name":${name},"reqId":"${id}","req":{"method":${JSON.stringify(req.method)},"path":${JSON.stringify(loggablePath(req.url))}},"res":{"status":${status}},"responseTime":${Math.round(elapsed)}`;
     line += `,"remote":${JSON.stringify(socket?.remoteAddress ?? '')},"bytesIn":${bytesIn},"bytesOut":${bytesOut}`;
     const agent = req.headers['user-agent'];

@@ -47,7 +47,7 @@ export function legacyUserToModern(entry: unknown, dateJoined: Joined): ModernPr
     }
   }
   if (idle === undefined) return undefined;
-  return complete(active, idle, dateJoined);
+  return modernPresence(active, idle, dateJoined);
 }
 
 /** 3.0–6.x slim entry: keys may be missing; idle_timestamp meant "newest idle report". */
@@ -56,7 +56,7 @@ export function oldSlimToModern(entry: unknown, dateJoined: Joined): ModernPrese
   const a = int((entry as { active_timestamp?: unknown }).active_timestamp);
   const i = int((entry as { idle_timestamp?: unknown }).idle_timestamp);
   if (a === undefined && i === undefined) return undefined;
-  return complete(a, Math.max(a ?? 0, i ?? 0), dateJoined);
+  return modernPresence(a, Math.max(a ?? 0, i ?? 0), dateJoined);
 }
 
 /** 7.0–8.x slim entry: exact; made integers and checked, nothing else. */
@@ -65,7 +65,7 @@ export function exactSlimToModern(entry: unknown, dateJoined: Joined): ModernPre
 }
 
 /** P2: both integers, idle >= active; a missing active time is the user's date_joined, or 0. */
-function complete(active: number | undefined, idle: number, dateJoined: Joined): ModernPresence {
+function modernPresence(active: number | undefined, idle: number, dateJoined: Joined): ModernPresence {
   const joined = () => (typeof dateJoined === 'function' ? dateJoined() : dateJoined);
   const a = active ?? Math.min(joined() ?? 0, idle);
   return { active_timestamp: a, idle_timestamp: Math.max(idle, a) };

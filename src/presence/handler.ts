@@ -1,5 +1,5 @@
 import type { ServerResponse } from 'node:http';
-import { facts, timedUpstream } from '../observability/request-facts.js';
+import { recordFacts, timedUpstream } from '../observability/request-facts.js';
 import { parseParams, readBody } from '../http/body.js';
 import { sendEncoded } from '../http/compress.js';
 import { sendBytes } from '../http/errors.js';
@@ -29,7 +29,7 @@ export const presenceHandler: PresenceHandler = async (req, res, ctx) => {
   const raw = await readBody(req, ctx.config.server.bodyLimitBytes);
   // X12: the realm the upstream serves for this Host keys its state.
   const { realm, featureLevel } = await timedUpstream(req, () => ctx.featureLevels.resolve(realmOf(ctx.upstreamId, req.headers)));
-  const f = facts(req);
+  const f = recordFacts(req);
   f.realm = realm.host;
   f.featureLevel = featureLevel;
   // X7: the upstream speaks the modern presence API itself, and validates its own parameters.
@@ -63,7 +63,7 @@ export const presenceHandler: PresenceHandler = async (req, res, ctx) => {
 
 async function passThrough(req: IncomingMessage, res: ServerResponse, ctx: PresenceContext, realm: Realm, raw: Buffer): Promise<void> {
   ctx.metrics.presenceAnswers.inc({ kind: 'passthrough' });
-  facts(req).kind = 'passthrough';
+  recordFacts(req).kind = 'passthrough';
   const headers: Record<string, string> = { ...forwardedHeaders(req), 'accept-encoding': req.headers['accept-encoding'] ?? 'identity' };
   if (req.headers['content-type']) headers['content-type'] = req.headers['content-type'];
   // X13: a client still holding an id the shim issued before the upstream's upgrade.
@@ -80,7 +80,7 @@ async function pingOnly(poll: Poll, res: ServerResponse): Promise<void> {
   const r = await report(poll, { ping_only: 'true' });
   if (!isSuccess(r.status)) return relayBuffered(res, r);
   poll.ctx.metrics.presenceAnswers.inc({ kind: 'ping' });
-  facts(poll.req).kind = 'ping';
+  recordFacts(poll.req).kind = 'ping';
   const body = withIgnored(parseJsonObject(r.body), poll.request.ignored);
   sendBytes(res, r.status, Buffer.from(JSON.stringify(body)), rewrittenHeaders(r.headers));
 }
@@ -89,7 +89,7 @@ async function pingOnly(poll: Poll, res: ServerResponse): Promise<void> {
 async function send(poll: Poll, res: ServerResponse, built: Built, headers: Record<string, string | string[]>): Promise<void> {
   const { ctx, req } = poll;
   ctx.metrics.presenceAnswers.inc({ kind: built.kind });
-  facts(req).kind = built.kind;
+  recordFacts(req).kind = built.kind;
   const sent = await sendEncoded(req, res, 200, built.body, headers);
   setImmediate(async () => {
     ctx.metrics.presenceBytesSent.inc({ kind: built.kind }, sent);

@@ -1,11 +1,11 @@
 import { NewRealmsTooFastError } from '../upstream/realm-admission.js';
-import type { Handler, ShimContext } from '../context.js';
-import { facts, timedUpstream } from '../observability/request-facts.js';
+import type { EndpointHandler, ShimContext } from '../context.js';
+import { recordFacts, timedUpstream } from '../observability/request-facts.js';
 import { sendJson } from '../http/errors.js';
 import { isSuccess, relayBuffered, rewrittenHeaders } from '../upstream/relay.js';
 import { forwardedHeaders, parseJsonObject } from '../upstream/client.js';
 import { realmOf, type Realm } from '../upstream/realm.js';
-import { applyChanges, COMPLETE_FROM_LEVEL, needsOf, pendingChanges, type Added } from '../changes/index.js';
+import { applyChanges, MODERN_USER_OBJECTS_LEVEL, needsOf, pendingChanges, type Added } from '../changes/index.js';
 import { lookUp } from './lookups.js';
 
 /** U4: the fields the shim added, so an operator can see what came from where. */
@@ -46,10 +46,10 @@ export function levelOrZero(ctx: ShimContext, hostRealm: Realm): Promise<{ realm
  * `GET /api/v1/users/me` answered like a modern server (U1–U5): the upstream's answer, plus
  * the fields its feature level lacks, each from the version change that introduced it.
  */
-export const ownProfileHandler: Handler = async (req, res, ctx) => {
+export const ownProfileHandler: EndpointHandler = async (req, res, ctx) => {
   const hostRealm = realmOf(ctx.upstreamId, req.headers);
   const headers = forwardedHeaders(req);
-  const f = facts(req);
+  const f = recordFacts(req);
   f.realm = hostRealm.host;
   f.kind = 'own_profile';
   // server_settings needs no credentials, so it is asked alongside the caller's own call.
@@ -63,7 +63,7 @@ export const ownProfileHandler: Handler = async (req, res, ctx) => {
   const { realm, featureLevel } = await level;
   f.featureLevel = featureLevel;
   // Who the caller is, for a GET /users that follows (it needs the id where addresses are hidden).
-  if (featureLevel < COMPLETE_FROM_LEVEL) ctx.callers.remember(realm, req.headers, upstream);
+  if (featureLevel < MODERN_USER_OBJECTS_LEVEL) ctx.callers.remember(realm, req.headers, upstream);
 
   const changes = pendingChanges(featureLevel, upstream);
   const userId = upstream.user_id;

@@ -1,13 +1,13 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { ShimContext } from '../context.js';
-import { facts, timedUpstream } from '../observability/request-facts.js';
+import { recordFacts, timedUpstream } from '../observability/request-facts.js';
 import { sendEncoded } from '../http/compress.js';
 import { errorBody, sendJson } from '../http/errors.js';
 import { isSuccess, relay, relayBuffered, rewrittenHeaders } from '../upstream/relay.js';
-import type { Handler } from '../context.js';
+import type { EndpointHandler } from '../context.js';
 import { forwardedHeaders, parseJsonObject, type BufferedResponse } from '../upstream/client.js';
 import { realmOf, type Realm } from '../upstream/realm.js';
-import { COMPLETE_FROM_LEVEL, changesAbove, noneAdded, type Added } from '../changes/index.js';
+import { MODERN_USER_OBJECTS_LEVEL, changesAbove, noneAdded, type Added } from '../changes/index.js';
 import { addedHeaders, levelOrZero } from './handler.js';
 import { deliveryEmailHidden } from '../changes/fl163-delivery-email.js';
 import { lookUp } from './lookups.js';
@@ -38,7 +38,7 @@ function backfilledHeaders(r: BufferedResponse, into: Added): Record<string, str
 async function passOn(req: IncomingMessage, res: ServerResponse, ctx: ShimContext, realm: Realm, path: string): Promise<void> {
   const headers = forwardedHeaders(req);
   headers['accept-encoding'] = req.headers['accept-encoding'] ?? 'identity';
-  facts(req).kind = 'passthrough';
+  recordFacts(req).kind = 'passthrough';
   const r = await timedUpstream(req, () => ctx.client.stream({ realm, method: 'GET', path, headers }));
   await relay(res, r);
 }
@@ -64,7 +64,7 @@ async function readList(
       { realm: realm.host, limit, bytes: declared },
       'user list larger than the buffer limit: passed on untouched, user backfill skipped',
     );
-    facts(req).kind = 'passthrough-large';
+    recordFacts(req).kind = 'passthrough-large';
     await relay(res, r);
     return undefined;
   }
@@ -102,13 +102,13 @@ async function ownRowOf(req: IncomingMessage, ctx: ShimContext, realm: Realm, ur
 }
 
 /** GET /users: every member filled (V1, V2); the list's own rows resolve 2.1 bot owners. */
-export const usersHandler: Handler = async (req, res, ctx) => {
+export const usersHandler: EndpointHandler = async (req, res, ctx) => {
   const url = req.url ?? '/api/v1/users';
-  const f = facts(req);
+  const f = recordFacts(req);
   f.realm = (req.headers.host ?? '').toLowerCase();
   const { realm, featureLevel } = await levelOrZero(ctx, realmOf(ctx.upstreamId, req.headers));
   f.featureLevel = featureLevel;
-  if (featureLevel >= COMPLETE_FROM_LEVEL) return passOn(req, res, ctx, realm, url);
+  if (featureLevel >= MODERN_USER_OBJECTS_LEVEL) return passOn(req, res, ctx, realm, url);
   f.kind = 'users';
 
   const r = await readList(req, res, ctx, realm, url);
@@ -142,15 +142,15 @@ export function userKeyOf(url: string): { userId: number } | { email: string } |
 }
 
 /** GET /users/{user_id} and GET /users/{email}. */
-export const userHandler: Handler = async (req, res, ctx) => {
+export const userHandler: EndpointHandler = async (req, res, ctx) => {
   const url = req.url ?? '';
   const key = userKeyOf(url);
-  const f = facts(req);
+  const f = recordFacts(req);
   f.realm = (req.headers.host ?? '').toLowerCase();
   const { realm, featureLevel } = await levelOrZero(ctx, realmOf(ctx.upstreamId, req.headers));
   f.featureLevel = featureLevel;
   const native = key !== undefined && featureLevel >= ('userId' in key ? USER_BY_ID_LEVEL : USER_BY_EMAIL_LEVEL);
-  if (key === undefined || (native && featureLevel >= COMPLETE_FROM_LEVEL)) return passOn(req, res, ctx, realm, url);
+  if (key === undefined || (native && featureLevel >= MODERN_USER_OBJECTS_LEVEL)) return passOn(req, res, ctx, realm, url);
   f.kind = 'user';
   const changes = changesAbove(featureLevel);
 

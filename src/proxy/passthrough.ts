@@ -34,13 +34,13 @@ export interface PassThrough {
    * The caller calls the returned exchange's `closed()` when the answer closes (the upstream
    * request ends with it), from the one `close` listener it has anyway.
    */
-  web(req: IncomingMessage, res: ServerResponse, logged: LoggedRequest): Exchange;
+  web(req: IncomingMessage, res: ServerResponse, logged: LoggedRequest): PassThroughExchange;
   ws(req: IncomingMessage, socket: Duplex, head: Buffer): void;
   close(): Promise<void>;
 }
 
 /** One request on its way through: what the passes build, then the undici handler of its answer. */
-export class Exchange implements Dispatcher.DispatchHandler {
+export class PassThroughExchange implements Dispatcher.DispatchHandler {
   readonly options: UpstreamDispatchOptions;
   /** Headers the answer carries besides the upstream's, as a name/value list (the request id). */
   readonly answerHeaders: string[] = [];
@@ -102,28 +102,28 @@ class ClientGone extends Error {
 // ---- web-incoming: what happens to the request, in order ------------------------------------
 
 /** A named step over an outgoing request. */
-export type IncomingPass = (x: Exchange) => void;
+export type IncomingPass = (exchange: PassThroughExchange) => void;
 
 /** RFC 9110 §7.6.1: connection-level headers stay on this hop; the rest is copied once. */
-export const dropHopByHop: IncomingPass = (x) => {
-  copyEndToEnd(x.req.headers, x.headers);
+export const dropHopByHop: IncomingPass = (exchange) => {
+  copyEndToEnd(exchange.req.headers, exchange.headers);
 };
 
 /** T1, X4: X-Forwarded-For appended to; Proto and Host as the shim (or a trusted proxy) knows them. */
-export const addForwarded: IncomingPass = (x) => {
-  setXForwarded(x.req, x.headers);
+export const addForwarded: IncomingPass = (exchange) => {
+  setXForwarded(exchange.req, exchange.headers);
 };
 
 /** The client's body, streamed as it comes (none when it declares none). */
-export const pipeBody: IncomingPass = (x) => {
-  const h = x.req.headers;
+export const pipeBody: IncomingPass = (exchange) => {
+  const h = exchange.req.headers;
   const hasBody = h['content-length'] !== undefined ? h['content-length'] !== '0' : h['transfer-encoding'] !== undefined;
-  if (hasBody) x.options.body = x.req;
+  if (hasBody) exchange.options.body = exchange.req;
 };
 
-/** The upstream request ends with the answer (Exchange.closed), for a caller with no `close` listener of its own. */
-export const abortWithClient: IncomingPass = (x) => {
-  x.res.on('close', () => x.closed());
+/** The upstream request ends with the answer (PassThroughExchange.closed), for a caller with no `close` listener of its own. */
+export const abortWithClient: IncomingPass = (exchange) => {
+  exchange.res.on('close', () => exchange.closed());
 };
 
 /**
@@ -136,8 +136,8 @@ export const WEB_INCOMING: readonly IncomingPass[] = [dropHopByHop, addForwarded
 // ---- web-outgoing: what happens to the answer -----------------------------------------------
 
 export interface OutgoingPass {
-  onHeaders?(x: Exchange, statusCode: number, headers: IncomingHttpHeaders): void;
-  onData?(x: Exchange, c: Dispatcher.DispatchController, chunk: Buffer): void;
+  onHeaders?(exchange: PassThroughExchange, statusCode: number, headers: IncomingHttpHeaders): void;
+  onData?(exchange: PassThroughExchange, c: Dispatcher.DispatchController, chunk: Buffer): void;
 }
 
 /**
@@ -145,17 +145,17 @@ export interface OutgoingPass {
  * whole head in one call, as a flat list (Node's quickest way to write one).
  */
 export const writeHeaders: OutgoingPass = {
-  onHeaders(x, statusCode, headers) {
-    x.res.writeHead(statusCode, endToEndList(headers, x.answerHeaders));
+  onHeaders(exchange, statusCode, headers) {
+    exchange.res.writeHead(statusCode, endToEndList(headers, exchange.answerHeaders));
   },
 };
 
 /** Backpressure: a slow client slows the upstream read; nothing piles up here. */
 export const streamBody: OutgoingPass = {
-  onData(x, c, chunk) {
-    if (!x.res.write(chunk)) {
+  onData(exchange, c, chunk) {
+    if (!exchange.res.write(chunk)) {
       c.pause();
-      x.res.once('drain', () => c.resume());
+      exchange.res.once('drain', () => c.resume());
     }
   },
 };
@@ -164,14 +164,14 @@ export const WEB_OUTGOING: readonly OutgoingPass[] = [writeHeaders, streamBody];
 
 // ---- failures -------------------------------------------------------------------------------
 
-function fail(x: Exchange, err: Error): void {
-  const { res } = x;
+function fail(exchange: PassThroughExchange, err: Error): void {
+  const { res } = exchange;
   // The client left, or the shim already answered (X9 drain): nothing more to write.
   if (res.destroyed || res.writableEnded || isClientAbort(err)) return;
   // The shim's answer in place of the upstream's carries the shim's own headers all the same
   // (none can be added to an answer already started: that one is cut).
   const own: Record<string, string> = {};
-  for (let i = 0; i < x.answerHeaders.length; i += 2) own[x.answerHeaders[i]!] = x.answerHeaders[i + 1]!;
+  for (let i = 0; i < exchange.answerHeaders.length; i += 2) own[exchange.answerHeaders[i]!] = exchange.answerHeaders[i + 1]!;
   if (isUnsendable(err)) {
     // A request that cannot be sent on as it came (`OPTIONS *`, say) is the client's error,
     // not the upstream's: 400, not 502 (E2).
@@ -179,7 +179,7 @@ function fail(x: Exchange, err: Error): void {
     return;
   }
   const e = err instanceof ShimError ? err : upstreamUnavailable((err as NodeJS.ErrnoException).code ?? 'error');
-  x.log.warn({ err: e, path: loggablePath(x.options.path) }, 'upstream error on pass-through');
+  exchange.log.warn({ err: e, path: loggablePath(exchange.options.path) }, 'upstream error on pass-through');
   sendShimError(res, e, own); // destroys the socket when the answer had already started
 }
 
@@ -199,12 +199,12 @@ export function createPassThrough(o: PassThroughOptions): PassThrough {
 
   return {
     web(req, res, logged) {
-      const x = new Exchange(req, res, o.log);
-      x.options.route = logged.route;
-      x.answerHeaders.push('x-request-id', logged.requestId);
-      for (const pass of WEB_INCOMING) pass(x);
-      dispatch(x.options, x);
-      return x;
+      const exchange = new PassThroughExchange(req, res, o.log);
+      exchange.options.route = logged.route;
+      exchange.answerHeaders.push('x-request-id', logged.requestId);
+      for (const pass of WEB_INCOMING) pass(exchange);
+      dispatch(exchange.options, exchange);
+      return exchange;
     },
     ws(req, socket, head) {
       socket.on('error', () => socket.destroy());

@@ -1,8 +1,8 @@
 import { setImmediate } from 'node:timers/promises';
 import type { ServerResponse } from 'node:http';
 import { pipeline } from 'node:stream/promises';
-import type { Handler } from '../context.js';
-import { facts, timedUpstream } from '../observability/request-facts.js';
+import type { EndpointHandler } from '../context.js';
+import { recordFacts, timedUpstream } from '../observability/request-facts.js';
 import { type Bounded, parseParams, readBody } from '../http/body.js';
 import { sendEncoded } from '../http/compress.js';
 import { endToEnd } from '../http/headers.js';
@@ -56,18 +56,18 @@ function fetchesPresence(types: EventTypes): boolean {
 
 /** The upstream's answer as it came: buffered when it was read whole, else what was read and the rest streamed. */
 async function passOn(res: ServerResponse, r: UpstreamResponse, bounded: Bounded): Promise<void> {
-  if (bounded.complete) return relayBuffered(res, { status: r.status, headers: r.headers, body: bounded.body });
+  if (bounded.whole) return relayBuffered(res, { status: r.status, headers: r.headers, body: bounded.body });
   res.writeHead(r.status, endToEnd(r.headers));
   for (const c of bounded.head) res.write(c);
   await pipeline(bounded.rest, res);
 }
 
-export const registerHandler: Handler = async (req, res, ctx) => {
+export const registerHandler: EndpointHandler = async (req, res, ctx) => {
   const raw = await readBody(req, ctx.config.server.bodyLimitBytes);
   const params = await parseParams(req, raw);
   // X12: the realm the upstream serves for this Host keys its state.
   const { realm, featureLevel } = await timedUpstream(req, () => ctx.featureLevels.resolve(realmOf(ctx.upstreamId, req.headers)));
-  const f = facts(req);
+  const f = recordFacts(req);
   f.realm = realm.host;
   f.featureLevel = featureLevel;
 
@@ -104,7 +104,7 @@ export const registerHandler: Handler = async (req, res, ctx) => {
   // A reset or a silent upstream mid-answer is E2's, not an internal error.
   const limit = ctx.config.upstream.maxResponseBytes;
   const bounded = await r.readUpTo(limit);
-  if (!bounded.complete) {
+  if (!bounded.whole) {
     ctx.log.warn(
       { realm: realm.host, limit },
       'register answer larger than the buffer limit: passed on untouched, presence and user backfill skipped',

@@ -1,6 +1,6 @@
 import type { IncomingMessage } from 'node:http';
 import { encodeForm, parseParams, type Params } from '../http/body.js';
-import { COMPLETE_FROM_LEVEL, changesAbove, noneAdded, type Added } from '../changes/index.js';
+import { MODERN_USER_OBJECTS_LEVEL, changesAbove, noneAdded, type Added } from '../changes/index.js';
 import { parseJsonObject } from '../upstream/client.js';
 import { backfillList, emailIndex, parseWithListInSteps, stringifyInSteps } from '../profile/user-objects.js';
 import { keysOfLegacyType, legacySettingTypes, USER_SETTINGS_LEVEL, userSettingsOf, type LegacySettingType } from './user-settings.js';
@@ -52,7 +52,7 @@ export function buildsUserSettings(featureLevel: number, types: EventTypes): boo
 
 /** Must the answer be read for its users (V1) or its user_settings (V3)? */
 export function registerNeedsUsers(featureLevel: number, types: EventTypes): boolean {
-  return (featureLevel < COMPLETE_FROM_LEVEL && fetchesType(types, 'realm_user')) || buildsUserSettings(featureLevel, types);
+  return (featureLevel < MODERN_USER_OBJECTS_LEVEL && fetchesType(types, 'realm_user')) || buildsUserSettings(featureLevel, types);
 }
 
 /**

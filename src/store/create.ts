@@ -14,7 +14,7 @@ export function redisTargetOf(store: Config['store']): RedisTarget | undefined {
     // The schema requires redisSentinelName beside redisSentinels.
     return { kind: 'sentinel', sentinels: parseRedisNodes(store.redisSentinels, 26379), name: store.redisSentinelName! };
   }
-  if (store.redisCluster) return { kind: 'cluster', nodes: parseRedisNodes(store.redisCluster, 6379) };
+  if (store.redisCluster) return { kind: 'redis-cluster', nodes: parseRedisNodes(store.redisCluster, 6379) };
   return store.redisUrl ? { kind: 'url', url: store.redisUrl } : undefined;
 }
 

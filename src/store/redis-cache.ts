@@ -23,7 +23,7 @@ export class RedisCacheBackend implements CacheBackend {
   async get(key: string): Promise<{ json: string; ttlMs: number } | undefined> {
     const k = this.key(key);
     const [json, ttl] = await this.conn.run(async () => {
-      // One key, one slot: a pipeline is fine on a Cluster too.
+      // One key, one slot: a pipeline is fine on a Redis Cluster too.
       const replies = await this.conn.redis.pipeline().get(k).pttl(k).exec();
       const [get, pttl] = replies ?? [];
       if (!get || get[0]) throw get?.[0] ?? new Error('no reply from Redis');

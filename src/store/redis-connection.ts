@@ -11,7 +11,7 @@ import type { RedisNode } from '../config.js';
 export type RedisTarget =
   | { kind: 'url'; url: string }
   | { kind: 'sentinel'; sentinels: RedisNode[]; name: string }
-  | { kind: 'cluster'; nodes: RedisNode[] };
+  | { kind: 'redis-cluster'; nodes: RedisNode[] };
 
 export interface RedisConnectionOptions {
   /** Where the store is; `url` is short for `{ kind: 'url', url }`. */
@@ -84,7 +84,7 @@ function connect(t: RedisTarget): Redis | Cluster {
  * One Redis connection that fails fast and heals itself: commands issued while disconnected
  * fail at once instead of queueing (enableOfflineQueue: false), commands in flight fail after
  * COMMAND_TIMEOUT_MS, and ioredis reconnects in the background, backing off up to 2 s (to the
- * primary the Sentinels name now, or to the Cluster's nodes). Shared by the presence store and
+ * primary the Sentinels name now, or to the Redis Cluster's nodes). Shared by the presence store and
  * the lookup caches of a process.
  */
 export class RedisConnection {
@@ -128,7 +128,7 @@ export class RedisConnection {
 
   /**
    * A second connection to the same store for SUBSCRIBE (a connection in subscribe mode can do
-   * nothing else); it follows the same Sentinels or Cluster, and queues while it connects.
+   * nothing else); it follows the same Sentinels or Redis Cluster, and queues while it connects.
    */
   subscriber(): Redis | Cluster {
     const options = { enableOfflineQueue: true, lazyConnect: false };

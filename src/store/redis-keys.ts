@@ -3,7 +3,7 @@
  *
  * Shape: `<prefix>{<realm>}:<kind><rest>`. The braces are a Redis Cluster hash tag: every key of
  * one realm (its ledger, its snapshots and their locks, its lookup caches) hashes to the same
- * slot, so each Lua script and multi-key command touches one slot, and one node, on a Cluster.
+ * slot, so each Lua script and multi-key command touches one slot, and one node, on a Redis Cluster.
  * A single Redis or a Sentinel-managed primary ignores the braces.
  *
  * Realm-scoped names (realm keys, snapshot scopes, lookup keys) all begin with the realm key

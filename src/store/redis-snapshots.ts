@@ -16,7 +16,7 @@ import { redisKey } from './redis-keys.js';
  * to answer (`readLegacyBytes`), never by one whose callers all poll in the modern format.
  * Only shared scopes come here, so a snapshot never holds one caller's view (P7).
  *
- * Keys (all named by `keyOf`, redis-keys.ts: one slot per realm on a Cluster):
+ * Keys (all named by `keyOf`, redis-keys.ts: one slot per realm on a Redis Cluster):
  * `<prefix>{<realm>}:snap…` (a JSON header; expiring with the window),
  * `<prefix>{<realm>}:snap-legacy:<id>…` (the legacy bytes, named per publish so a replica
  * never reads another window's bytes under its header; kept a window longer than the header,
@@ -34,7 +34,7 @@ return 0`;
 
 /** Publishes the snapshot for the rest of its window (its legacy bytes ARGV[6], if any, under
  * KEYS[3] for ARGV[7] ms), drops our lock, wakes the waiters. The channel is an argument, not a
- * key: a script's keys must share one Cluster slot. */
+ * key: a script's keys must share one Redis Cluster slot. */
 const PUBLISH_LUA = `
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 if ARGV[6] ~= '' then redis.call('SET', KEYS[3], ARGV[6], 'PX', ARGV[7]) end

@@ -29,7 +29,7 @@ import { StoreUnavailableError } from './types.js';
  * next observation starts a new ledger with a new epoch above every id this replica has seen:
  * older ids then get full data, never an empty answer (P5).
  *
- * Failover (Sentinel, Cluster) and restart: a value stamped by another server than the one
+ * Failover (Sentinel, Redis Cluster) and restart: a value stamped by another server than the one
  * answering came to it by replication or from disk, and may lag what was written and answered
  * before (asynchronous replication, `appendfsync everysec`): ids issued since were lost with the
  * writes. Such a ledger is not vouched for: it reads as absent, and the next write replaces it
@@ -56,7 +56,7 @@ import { StoreUnavailableError } from './types.js';
  */
 
 export interface RedisStoreOptions {
-  /** One Redis, a Sentinel-managed primary or a Cluster (redis-connection.ts); `url` is short for one Redis. */
+  /** One Redis, a Sentinel-managed primary or a Redis Cluster (redis-connection.ts); `url` is short for one Redis. */
   target?: RedisTarget | undefined;
   url?: string | undefined;
   /** Prefix of every key (config `store.keyPrefix`). */

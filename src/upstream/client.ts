@@ -43,7 +43,7 @@ export interface BufferedResponse extends UpstreamHead {
 export interface OpenedResponse extends UpstreamResponse {
   /** The whole body, failing with UPSTREAM_BAD_RESPONSE past `maxBytes` (default upstream.maxResponseBytes). */
   read(maxBytes?: number): Promise<Buffer>;
-  /** Up to `maxBytes`: all of it (`complete`), or what was read and the rest of the stream. */
+  /** Up to `maxBytes`: all of it (`whole`), or what was read and the rest of the stream. */
   readUpTo(maxBytes?: number): ReturnType<typeof readUpTo>;
 }
 
@@ -154,7 +154,7 @@ async function readAll(body: Readable, limit: number): Promise<Buffer> {
   } catch (e) {
     throw translate(e);
   }
-  if (!read.complete) {
+  if (!read.whole) {
     read.rest.destroy();
     throw new UpstreamAnswerTooLargeError(read.size, limit);
   }

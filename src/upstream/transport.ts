@@ -92,13 +92,13 @@ export const isUnsendable = (e: unknown): boolean => e instanceof undiciErrors.I
 export const isClientAbort = (e: unknown): boolean =>
   e instanceof undiciErrors.RequestAbortedError || (e as Error | undefined)?.name === 'AbortError';
 
-type Handler = Dispatcher.DispatchHandler;
+type DispatchHandler = Dispatcher.DispatchHandler;
 type Controller = Dispatcher.DispatchController;
 type Interceptor = Dispatcher.DispatcherComposeInterceptor;
 
 /** Passes every callback on unchanged; the interceptors' handlers override what they need. */
-class Forward implements Handler {
-  constructor(protected readonly next: Handler) {}
+class Forward implements DispatchHandler {
+  constructor(protected readonly next: DispatchHandler) {}
   onRequestStart(c: Controller, context: unknown) {
     this.next.onRequestStart?.(c, context);
   }
@@ -125,7 +125,7 @@ class Observed extends Forward {
   private readonly started = performance.now();
   private told = false;
   constructor(
-    next: Handler,
+    next: DispatchHandler,
     private readonly route: RouteLabel,
     private readonly observe: UpstreamObserver,
   ) {
@@ -173,7 +173,7 @@ class Deadline extends Forward {
   private controller: Controller | undefined;
   private done = false;
   private readonly timer: NodeJS.Timeout;
-  constructor(next: Handler, ms: number) {
+  constructor(next: DispatchHandler, ms: number) {
     super(next);
     this.timer = setTimeout(() => this.expire(), ms);
   }
@@ -287,7 +287,7 @@ class RetryController implements Controller {
  * One request that may be sent a second time: the handler above sees one controller and one
  * start, whichever attempt answers.
  */
-class SafeRetry implements Handler {
+class SafeRetry implements DispatchHandler {
   private started = false;
   private answered = false;
   private retried = false;
@@ -295,7 +295,7 @@ class SafeRetry implements Handler {
   private readonly outer = new RetryController();
 
   constructor(
-    private readonly next: Handler,
+    private readonly next: DispatchHandler,
     private readonly opts: Dispatcher.DispatchOptions,
     private readonly freshConnection: () => Client,
   ) {}

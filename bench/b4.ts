@@ -15,16 +15,14 @@ import { basicAuth, SMALL_PATH } from './synthetic-upstream.js';
  *
  * Targets: the upstream directly, nginx (`worker_processes auto`, upstream keepalive pool, an
  * access log), and the shim's CLI as plain JavaScript (children.ts, useBuiltChildren) at log
- * level info to a discarded stdout, metrics on; with `workers` > 0 and a Redis, also with
- * `--workers N --redis URL` (node:cluster, one process per core, as nginx's `worker_processes
- * auto`); with `before`, the built CLI of another checkout (its `dist/cli.js`) in the same run.
+ * level info to a discarded stdout, metrics on; with `before`, the built CLI of another checkout (its `dist/cli.js`) in the same run.
  * Each target runs in turn, `rounds` times; each figure is the median of its rounds (the
  * machine's speed drifts during a run: alternating targets and taking the middle run compares
  * them on the same footing). Variants (unless `variants` is false): a 1 MiB answer, a 1 MiB
  * upload, and long polls (GET /api/v1/events held 200 ms by the upstream, 200 connections), so
  * a gain on the small GET is not paid for on the streaming paths.
  *
- * Each shim target's garbage collection during a run (its /metrics, every worker's) is reported
+ * Each shim target's garbage collection during a run (its /metrics) is reported
  * per 10,000 requests: what a request leaves behind shows there first (bench/RESULTS.md, the
  * in-flight map).
  *
@@ -35,9 +33,6 @@ export interface B4Options {
   seconds: number;
   rounds: number;
   connections: number;
-  /** Cluster workers for the `--workers` target; 0: no such target. */
-  workers: number;
-  redis?: string | undefined;
   variants: boolean;
   /** Where the shim's CPU profile of the first small-GET round goes. */
   profileDir?: string | undefined;
@@ -97,8 +92,6 @@ function wrk(
 export type Row = { variant: string; target: string; gcMsPer10k?: number } & WrkResult;
 
 export const NGINX_TARGET = 'nginx (worker_processes auto)';
-/** The name of the shim's `--workers N` target. */
-export const workersTarget = (n: number): string => `shim --workers ${n}`;
 
 export interface B4Result {
   rows: Row[];
@@ -109,7 +102,6 @@ export interface B4Result {
   nginxSkipped: string | null;
   /** The load generator. */
   generator: string;
-  workers: number;
   /** The report: how it was run, and a table. */
   text: string;
 }
@@ -148,12 +140,6 @@ export async function measureB4(o: B4Options): Promise<B4Result> {
   const targets: Array<[string, string]> = [['direct', up.url]];
   if (ng) targets.push([NGINX_TARGET, ng.url]);
   targets.push(['shim', shim.url]);
-  const clustered =
-    o.workers > 0 && o.redis ? await startCli(cli, up.url, { cluster: { workers: o.workers, redis: o.redis }, dir }) : undefined;
-  if (clustered) {
-    shims.push(clustered);
-    targets.push([workersTarget(o.workers), clustered.url]);
-  }
   if (o.before) {
     const beforeCli = join(o.before, 'dist', 'cli.js');
     if (!existsSync(beforeCli)) throw new Error(`--before ${o.before}: no dist/cli.js there (run npm run build in it first)`);
@@ -232,7 +218,7 @@ export async function measureB4(o: B4Options): Promise<B4Result> {
       .join(' / ')}`,
   );
   out.push(
-    `- ${generator}, ${o.rounds} round(s) alternating targets, the median of each figure kept; the shim's CLI as plain JavaScript (bundled from the current source, not run through tsx); ${clustered ? `shim --workers ${o.workers} with --redis (node:cluster); ` : o.workers > 0 ? 'no --workers target (no Redis given); ' : ''}nginx: ${ng ? `${nginx.bin !== undefined ? nginx.version : ''}, worker_processes auto, keepalive 64, access log` : `not run (${nginx.bin === undefined ? nginx.reason : ''})`}`,
+    `- ${generator}, ${o.rounds} round(s) alternating targets, the median of each figure kept; the shim's CLI as plain JavaScript (bundled from the current source, not run through tsx); nginx: ${ng ? `${nginx.bin !== undefined ? nginx.version : ''}, worker_processes auto, keepalive 64, access log` : `not run (${nginx.bin === undefined ? nginx.reason : ''})`}`,
   );
   out.push('');
   out.push('| variant | target | req/s | p50 ms | p99 ms | × nginx req/s | p99 / nginx p99 | GC ms per 10k requests |');
@@ -270,7 +256,6 @@ export async function measureB4(o: B4Options): Promise<B4Result> {
     nginx: ng && nginx.bin !== undefined ? nginx.version : null,
     nginxSkipped: nginx.bin === undefined ? nginx.reason : null,
     generator,
-    workers: clustered ? o.workers : 0,
     text: out.join('\n'),
   };
 }

@@ -291,7 +291,7 @@ export interface GcSoFar {
 
 const GC_SERIES = /^zulip_compat_shim_nodejs_gc_duration_seconds_(sum|count)\{kind="(\w+)"\} ([\d.e+-]+)$/gm;
 
-/** What a shim's own `/metrics` says of its garbage collection so far (a cluster's: every worker's). */
+/** What a shim's own `/metrics` says of its garbage collection so far. */
 export async function gcOf(url: string): Promise<GcSoFar> {
   const text = await (await fetch(`${url}/metrics`)).text();
   const byKind: GcSoFar['byKind'] = {};

@@ -37,9 +37,6 @@ export interface Results {
   upstream_full_fetches_per_min_shim_real_time: number | null;
   upstream_fetch_reduction_compressed: number;
   max_event_loop_block_cpu_ms: number;
-  /** The shim's CLI with `--workers 2` (node:cluster; needs Redis), when measured. */
-  passthrough_rps_shim_workers: number | null;
-  passthrough_p99_ms_shim_workers: number | null;
   machine: { cpu: string; cores: number; memoryGiB: number; loadavgStart: number[]; loadavgEnd: number[] };
   node: string;
   date: string;
@@ -118,20 +115,6 @@ export function renderTable(r: Results): string {
       t('B4').goal,
       met(t('B4').met),
     ],
-    ...(r.passthrough_rps_shim_workers === null
-      ? []
-      : [
-          [
-            `B4 pass-through, \`--workers ${b4.workers}\``,
-            `${fmt(r.passthrough_rps_shim_workers, 0)} req/s, p99 ${fmt(r.passthrough_p99_ms_shim_workers)} ms`,
-            'the same nginx',
-            r.passthrough_rps_nginx === null
-              ? '–'
-              : `${fmt(r.passthrough_rps_shim_workers / r.passthrough_rps_nginx, 2)}× nginx, p99 ${fmt(r.passthrough_p99_ms_shim_workers! / r.passthrough_p99_ms_nginx!, 2)}×`,
-            t('B4 --workers').goal,
-            met(t('B4 --workers').met),
-          ],
-        ]),
     [
       'B5 ledger heap per user',
       `${fmt(r.ledger_bytes_per_user, 0)} B`,

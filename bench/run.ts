@@ -7,7 +7,7 @@ import { gzipSync } from 'node:zlib';
 import { Pool } from 'undici';
 import { BENCH_DIR, ROOT, scriptArgs, spawnChild, useBuiltChildren, type Child } from './children.js';
 import { closedLoop, lastUpdateIdOf, pacedClients, percentile, send, type Req, type Sample } from './load.js';
-import { measureB4, NGINX_TARGET, workersTarget } from './b4.js';
+import { measureB4, NGINX_TARGET } from './b4.js';
 import { formatProfile, summariseProfile } from './profile-summary.js';
 import { renderCosts, renderMarkdown, renderNotes, renderTable, type Results, type Target } from './report.js';
 import { basicAuth, PRESENCE_PATH, SMALL_BODY, SMALL_PATH, type Flavour, type UpstreamStats } from './synthetic-upstream.js';
@@ -139,21 +139,6 @@ function writeResults(file: string, generated: string): void {
   spawnSync(process.execPath, [join(ROOT, 'node_modules', '@biomejs', 'biome', 'bin', 'biome'), 'format', '--write', file], {
     stdio: 'ignore',
   });
-}
-
-/** The Redis at `url` when it answers PING within a second, else undefined. */
-async function reachableRedis(url: string): Promise<string | undefined> {
-  const { Redis } = await import('ioredis');
-  const r = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 0, connectTimeout: 1000, retryStrategy: () => null });
-  r.on('error', () => {});
-  try {
-    await r.connect();
-    return (await r.ping()) === 'PONG' ? url : undefined;
-  } catch {
-    return undefined;
-  } finally {
-    r.disconnect();
-  }
 }
 
 function startShim(upstreamUrl: string, coalesceMs: number, nodeArgs: string[] = [], logLevel = opts.logLevel): Promise<Child> {
@@ -422,14 +407,10 @@ try {
   log(`B4 pass-through ${SMALL_PATH}, ${opts.passthroughConnections} connections, ${b4Seconds} s × ${opts.rounds} rounds …`);
   await up.call('churn', { on: false });
   await s2.stop();
-  // The --workers target needs a Redis (the workers share presence state through it).
-  const redis = opts.quick ? undefined : await reachableRedis(env.REDIS_URL || 'redis://127.0.0.1:6379');
   const b4 = await measureB4({
     seconds: b4Seconds,
     rounds: opts.rounds,
     connections: opts.passthroughConnections,
-    workers: redis ? 2 : 0,
-    redis,
     variants: !opts.quick,
     warmUp: !opts.quick,
     profileDir: opts.profile,
@@ -444,7 +425,6 @@ try {
     rounds: opts.rounds,
     rows: b4.rows,
     generator: b4.generator,
-    workers: b4.workers,
     nginx: b4.nginx,
     nginxSkipped: b4.nginxSkipped,
     table: b4.text,
@@ -452,7 +432,7 @@ try {
   method.push(
     `B4: ${b4.generator}, GET ${SMALL_PATH} (${SMALL_BODY.length} B of JSON) with Basic auth, ${opts.passthroughConnections} connections, ${b4Seconds} s per run, targets alternated over ${opts.rounds} round(s), the median of each figure kept. The shim's CLI runs as plain JavaScript (bundled from the current source, not through tsx), logging each request at level info (to a discarded stdout) with metrics on; each shim target's garbage collection during its runs is read from its own /metrics (nodejs_gc_duration_seconds) and given per 10,000 requests; nginx (${
       b4.nginx ?? 'skipped'
-    }) runs worker_processes auto with an upstream keepalive pool and an access log${b4.workers ? `; \`shim --workers ${b4.workers}\` is the CLI's node:cluster mode (one process per core, state in Redis)` : ''}. \`npm run bench -- b4\` runs B4 alone, with the 1 MiB and long-poll variants.`,
+    }) runs worker_processes auto with an upstream keepalive pool and an access log. \`npm run bench -- b4\` runs B4 alone, with the 1 MiB and long-poll variants.`,
   );
 
   // -------------------------------------------------------------------------- B5 RSS
@@ -489,7 +469,6 @@ try {
   const nginxBest = b4.small[NGINX_TARGET];
   const shimBest = b4.small.shim!;
   const directBest = b4.small.direct!;
-  const workersBest = b4.workers ? b4.small[workersTarget(b4.workers)] : undefined;
   const r: Omit<Results, 'targets'> = {
     bandwidth_ratio_full_modern: round(fullModern.bytes / deltaBytes),
     bandwidth_ratio_full_legacy: round(fullLegacy.bytes / deltaBytes),
@@ -514,8 +493,6 @@ try {
     upstream_full_fetches_per_min_shim_real_time: realTime ? round(realTime.perMinute) : null,
     upstream_fetch_reduction_compressed: round(opts.clients / fetchesPerMin),
     max_event_loop_block_cpu_ms: round(maxBlockCpu),
-    passthrough_rps_shim_workers: workersBest ? round(workersBest.rps, 0) : null,
-    passthrough_p99_ms_shim_workers: workersBest ? workersBest.p99 : null,
     upstream_full_fetches_per_min_direct: opts.clients,
     machine: {
       cpu: os.cpus()[0]?.model.trim() ?? 'unknown',
@@ -545,9 +522,6 @@ try {
       target('B2', '≥ 100× fewer', r.upstream_fetch_reduction, r.upstream_fetch_reduction >= 100),
       target('B3', 'shim p50 < direct p50', r.presence_p50_ms_shim, r.presence_p50_ms_shim < r.presence_p50_ms_direct),
       b4Target('B4', r.passthrough_rps_shim, r.passthrough_p99_ms_shim),
-      ...(r.passthrough_rps_shim_workers === null
-        ? []
-        : [b4Target('B4 --workers', r.passthrough_rps_shim_workers, r.passthrough_p99_ms_shim_workers!)]),
       target('B5 ledger', '≤ 200 B per user', r.ledger_bytes_per_user, r.ledger_bytes_per_user <= 200),
       target('B5 RSS', '≤ 1.1×', r.rss_ratio_1000_vs_1_callers, r.rss_ratio_1000_vs_1_callers <= 1.1),
       target('B6', '≤ 50 ms', r.max_event_loop_block_ms, r.max_event_loop_block_ms <= 50),

@@ -1,8 +1,4 @@
-import cluster from 'node:cluster';
 import { pino, type Logger, type DestinationStream } from 'pino';
-
-/** Bytes a pipe writes atomically (POSIX minimum 512; Linux 4096). */
-const PIPE_BUF = 4096;
 
 /**
  * P13: credentials never reach a log line. Header names arrive lower-cased from Node; the
@@ -37,10 +33,7 @@ const FLUSH_EVERY_MS = 200;
  * "The log buffer"). In buffer mode it keeps the lines as a list and joins them once per write.
  */
 function bufferedStdout(): DestinationStream {
-  // Cluster workers share one stdout: writes of whole lines up to PIPE_BUF never interleave.
-  const boom = cluster.isWorker
-    ? pino.destination({ dest: 1, sync: false, minLength: 2 * 1024, maxWrite: PIPE_BUF, contentMode: 'buffer' })
-    : pino.destination({ dest: 1, sync: false, minLength: 8 * 1024, contentMode: 'buffer' });
+  const boom = pino.destination({ dest: 1, sync: false, minLength: 8 * 1024, contentMode: 'buffer' });
   setInterval(() => boom.flush(), FLUSH_EVERY_MS).unref();
   return {
     write: (line: string) => boom.write(Buffer.from(line) as unknown as string),

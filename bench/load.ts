@@ -316,3 +316,13 @@ export function gcBetween(a: GcSoFar, b: GcSoFar): GcSoFar {
   }
   return { seconds: b.seconds - a.seconds, byKind };
 }
+
+const ANSWER_SERIES = /^zulip_compat_shim_presence_answers_total\{kind="(\w+)"\} ([\d.e+-]+)$/gm;
+
+/** What a shim's own `/metrics` says of its presence answers so far, by kind (delta, resync, …). */
+export async function answersOf(url: string): Promise<Record<string, number>> {
+  const text = await (await fetch(`${url}/metrics`)).text();
+  const byKind: Record<string, number> = {};
+  for (const [, kind, value] of text.matchAll(ANSWER_SERIES)) byKind[kind!] = (byKind[kind!] ?? 0) + Number(value);
+  return byKind;
+}

@@ -174,7 +174,9 @@ const mean = (xs: number[]) => (xs.length ? xs.reduce((a, b) => a + b, 0) / xs.l
 function commitOf(): string {
   try {
     const head = execFileSync('git', ['rev-parse', '--short', 'HEAD'], { cwd: ROOT, encoding: 'utf8' }).trim();
-    const dirty = execFileSync('git', ['status', '--porcelain', '--untracked-files=no'], { cwd: ROOT, encoding: 'utf8' }).trim() !== '';
+    // The bench's own output files do not make the measured code another.
+    const status = ['status', '--porcelain', '--untracked-files=no', '--', '.', ':!bench/RESULTS.md', ':!bench/results.json'];
+    const dirty = execFileSync('git', status, { cwd: ROOT, encoding: 'utf8' }).trim() !== '';
     return dirty ? `${head} (working tree with uncommitted changes)` : head;
   } catch {
     return 'unknown';

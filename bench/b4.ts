@@ -28,8 +28,7 @@ import { basicAuth, SMALL_PATH } from './synthetic-upstream.js';
  * a gain on the small GET is not paid for on the streaming paths.
  *
  * Each shim target's garbage collection during a run (its /metrics) is reported
- * per 10,000 requests: what a request leaves behind shows there first (bench/RESULTS.md, the
- * in-flight map).
+ * per 10,000 requests: what a request leaves behind shows there first (src/http/in-flight.ts).
  *
  * Targets on the small GET: the shim ≥ 0.85× the bare undici pass-through's req/s, its p99
  * ≤ 2× nginx's; the production path ≥ 0.95× nginx's req/s.

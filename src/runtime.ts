@@ -8,7 +8,7 @@ import { setFlagsFromString } from 'node:v8';
  * allocation slows down, to give memory back to the system. A shim allocates in bursts (a
  * presence refresh each window, then little) and so set it off again and again, most of all
  * where replicas share the load: it was about half of what a second replica
- * added to one (bench/RESULTS.md, B8). The shim's memory is held to its byte budgets
+ * added to one (measured with B8; commit 478f59b). The shim's memory is held to its byte budgets
  * (X2), not to what an idle heap hands back; the parse worker's isolates, made later, start
  * without it too.
  */

@@ -18,7 +18,6 @@ const LONGEST_FIRST = [
   'test/passthrough.test.ts',
   'test/memory-flood.test.ts',
   'test/redis-ha.test.ts',
-  'test/cluster.test.ts',
   'test/odd-requests.test.ts',
   'test/presence-ledger.property.test.ts',
   'test/har-cli.test.ts',

@@ -9,35 +9,35 @@ import { cannon, gcOf, median } from './load.js';
 import { basicAuth, SMALL_PATH } from './synthetic-upstream.js';
 
 /**
- * B4: the pass-through against nginx in the same run, side by side, with wrk as
- * the load generator (a C program: it takes less of the shared cores than a Node one would).
- * Used by `npm run bench` and, on its own, by bench/passthrough.ts.
+ * B4: the pass-through against its references in the same run, side by side, with wrk as the
+ * load generator (a C program: it takes less of the shared cores than a Node one would). Used
+ * by `npm run bench` and, on its own, by bench/passthrough.ts.
  *
- * Targets: the upstream directly, nginx (`worker_processes auto`, upstream keepalive pool, an
- * access log), and the shim's CLI as plain JavaScript (children.ts, useBuiltChildren) at log
- * level info to a discarded stdout, metrics on; with `workers` > 0 and a Redis, also with
- * `--workers N --redis URL` (node:cluster, one process per core, as nginx's `worker_processes
- * auto`); with `before`, the built CLI of another checkout (its `dist/cli.js`) in the same run.
+ * Targets: the upstream directly; nginx (`worker_processes auto`, upstream keepalive pool, an
+ * access log); the production path, the same nginx with deploy/nginx-zulip-shim.conf's location
+ * blocks included (the endpoints the shim changes go to the shim, everything else straight to
+ * the upstream: what a passed-through request meets in topology b); the bare undici pass-through
+ * (bench/bare-passthrough.ts: a node:http server streaming every request through an undici
+ * Pool, nothing else); and the shim's CLI as plain JavaScript (children.ts, useBuiltChildren)
+ * at log level info to a discarded stdout, metrics on; with `before`, the built CLI of another
+ * checkout (its `dist/cli.js`) in the same run.
  * Each target runs in turn, `rounds` times; each figure is the median of its rounds (the
  * machine's speed drifts during a run: alternating targets and taking the middle run compares
  * them on the same footing). Variants (unless `variants` is false): a 1 MiB answer, a 1 MiB
  * upload, and long polls (GET /api/v1/events held 200 ms by the upstream, 200 connections), so
  * a gain on the small GET is not paid for on the streaming paths.
  *
- * Each shim target's garbage collection during a run (its /metrics, every worker's) is reported
- * per 10,000 requests: what a request leaves behind shows there first (bench/RESULTS.md, the
- * in-flight map).
+ * Each shim target's garbage collection during a run (its /metrics) is reported
+ * per 10,000 requests: what a request leaves behind shows there first (src/http/in-flight.ts).
  *
- * Target: the shim ≥ 0.6× nginx's req/s on the small GET, p99 ≤ 2× nginx's.
+ * Targets on the small GET: the shim ≥ 0.85× the bare undici pass-through's req/s, its p99
+ * ≤ 2× nginx's; the production path ≥ 0.95× nginx's req/s.
  */
 
 export interface B4Options {
   seconds: number;
   rounds: number;
   connections: number;
-  /** Cluster workers for the `--workers` target; 0: no such target. */
-  workers: number;
-  redis?: string | undefined;
   variants: boolean;
   /** Where the shim's CPU profile of the first small-GET round goes. */
   profileDir?: string | undefined;
@@ -97,8 +97,43 @@ function wrk(
 export type Row = { variant: string; target: string; gcMsPer10k?: number } & WrkResult;
 
 export const NGINX_TARGET = 'nginx (worker_processes auto)';
-/** The name of the shim's `--workers N` target. */
-export const workersTarget = (n: number): string => `shim --workers ${n}`;
+/** nginx with the shim's location blocks: the passed-through requests of topology (b). */
+export const PRODUCTION_TARGET = "production path: nginx with the shim's locations";
+export const BARE_TARGET = 'bare undici pass-through';
+export const SHIM_TARGET = 'shim';
+/** Targets with no /metrics of their own (no GC figure). */
+const NOT_A_SHIM = new Set(['direct', NGINX_TARGET, PRODUCTION_TARGET, BARE_TARGET]);
+
+/** B4's targets, on the small GET: each ratio of the same run, and whether it is met. */
+export interface B4Verdict {
+  shimVsBare: number | null;
+  shimVsNginx: number | null;
+  shimP99VsNginx: number | null;
+  productionVsNginx: number | null;
+  /** shim ≥ 0.85× bare and p99 ≤ 2× nginx's (null: a reference was not measured). */
+  passThroughMet: boolean | null;
+  /** production path ≥ 0.95× nginx. */
+  productionMet: boolean | null;
+}
+
+export function b4Verdict(small: Record<string, Row | undefined>): B4Verdict {
+  const shim = small[SHIM_TARGET];
+  const bare = small[BARE_TARGET];
+  const nginx = small[NGINX_TARGET];
+  const production = small[PRODUCTION_TARGET];
+  const ratio = (a: number | undefined, b: number | undefined) => (a === undefined || b === undefined ? null : a / b);
+  const shimVsBare = ratio(shim?.rps, bare?.rps);
+  const shimP99VsNginx = ratio(shim?.p99, nginx?.p99);
+  const productionVsNginx = ratio(production?.rps, nginx?.rps);
+  return {
+    shimVsBare,
+    shimVsNginx: ratio(shim?.rps, nginx?.rps),
+    shimP99VsNginx,
+    productionVsNginx,
+    passThroughMet: shimVsBare === null || shimP99VsNginx === null ? null : shimVsBare >= 0.85 && shimP99VsNginx <= 2,
+    productionMet: productionVsNginx === null ? null : productionVsNginx >= 0.95,
+  };
+}
 
 export interface B4Result {
   rows: Row[];
@@ -109,7 +144,7 @@ export interface B4Result {
   nginxSkipped: string | null;
   /** The load generator. */
   generator: string;
-  workers: number;
+  verdict: B4Verdict;
   /** The report: how it was run, and a table. */
   text: string;
 }
@@ -139,21 +174,20 @@ export async function measureB4(o: B4Options): Promise<B4Result> {
   children.push(up);
   const nginx: NginxFound = o.nginx ? findNginx(o.allowInstall) : { reason: 'disabled for this run (--no-nginx)' };
   const ng = nginx.bin !== undefined ? await startNginx(nginx.bin, up.url, 'auto') : undefined;
+  const bare = await spawnChild('bare-passthrough.ts', [up.url]);
+  children.push(bare);
   const cli = shippedCli();
   const profileDir = o.profileDir && join(o.profileDir, 'b4-cpu-prof');
   // The profile (of every run of the one-process shim) is written when it exits.
   if (profileDir) rmSync(profileDir, { recursive: true, force: true });
   const shim = await startCli(cli, up.url, { dir, nodeArgs: profileDir ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`] : [] });
   const shims = [shim];
+  const production = nginx.bin !== undefined ? await startNginx(nginx.bin, up.url, 'auto', shim.url) : undefined;
   const targets: Array<[string, string]> = [['direct', up.url]];
   if (ng) targets.push([NGINX_TARGET, ng.url]);
-  targets.push(['shim', shim.url]);
-  const clustered =
-    o.workers > 0 && o.redis ? await startCli(cli, up.url, { cluster: { workers: o.workers, redis: o.redis }, dir }) : undefined;
-  if (clustered) {
-    shims.push(clustered);
-    targets.push([workersTarget(o.workers), clustered.url]);
-  }
+  if (production) targets.push([PRODUCTION_TARGET, production.url]);
+  targets.push([BARE_TARGET, bare.url]);
+  targets.push([SHIM_TARGET, shim.url]);
   if (o.before) {
     const beforeCli = join(o.before, 'dist', 'cli.js');
     if (!existsSync(beforeCli)) throw new Error(`--before ${o.before}: no dist/cli.js there (run npm run build in it first)`);
@@ -206,7 +240,7 @@ export async function measureB4(o: B4Options): Promise<B4Result> {
       for (let r = 0; r < o.rounds; r++) {
         for (const [name, url] of targets) {
           // Every target but the references is a shim, with its own /metrics.
-          const gcBefore = name !== 'direct' && name !== NGINX_TARGET ? (await gcOf(url)).seconds : undefined;
+          const gcBefore = NOT_A_SHIM.has(name) ? undefined : (await gcOf(url)).seconds;
           const res = await load(`${url}${v.path}`, { ...v, headers: auth });
           const requests = res.rps * v.seconds;
           const gcMsPer10k =
@@ -220,6 +254,7 @@ export async function measureB4(o: B4Options): Promise<B4Result> {
     }
   } finally {
     await ng?.stop();
+    await production?.stop();
     for (const s of shims) await s.stop();
     for (const c of children.reverse()) await c.stop();
     rmSync(dir, { recursive: true, force: true });
@@ -232,22 +267,33 @@ export async function measureB4(o: B4Options): Promise<B4Result> {
       .join(' / ')}`,
   );
   out.push(
-    `- ${generator}, ${o.rounds} round(s) alternating targets, the median of each figure kept; the shim's CLI as plain JavaScript (bundled from the current source, not run through tsx); ${clustered ? `shim --workers ${o.workers} with --redis (node:cluster); ` : o.workers > 0 ? 'no --workers target (no Redis given); ' : ''}nginx: ${ng ? `${nginx.bin !== undefined ? nginx.version : ''}, worker_processes auto, keepalive 64, access log` : `not run (${nginx.bin === undefined ? nginx.reason : ''})`}`,
+    `- ${generator}, ${o.rounds} round(s) alternating targets, the median of each figure kept; the shim's CLI as plain JavaScript (bundled from the current source, not run through tsx); nginx: ${ng ? `${nginx.bin !== undefined ? nginx.version : ''}, worker_processes auto, keepalive 64, access log; the production path is the same nginx with deploy/nginx-zulip-shim.conf included and its zulip_compat_shim upstream (keepalive 32) the shim measured here` : `not run (${nginx.bin === undefined ? nginx.reason : ''})`}; the bare undici pass-through: bench/bare-passthrough.ts, one undici Pool of 256 connections`,
+  );
+  const small = Object.fromEntries(targets.map(([name]) => [name, typical(smallName, name)]));
+  const verdict = b4Verdict(small);
+  const x = (v: number | null) => (v === null ? '–' : `${v.toFixed(2)}×`);
+  const met = (m: boolean | null) => (m === null ? 'not measured' : m ? 'met' : 'NOT met');
+  out.push(
+    `- Small GET: shim ÷ bare undici ${x(verdict.shimVsBare)} and shim p99 ÷ nginx p99 ${x(verdict.shimP99VsNginx)} (targets ≥ 0.85×, ≤ 2×: ${met(verdict.passThroughMet)}); shim ÷ nginx ${x(verdict.shimVsNginx)}; production path ÷ nginx ${x(verdict.productionVsNginx)} (target ≥ 0.95×: ${met(verdict.productionMet)})`,
   );
   out.push('');
-  out.push('| variant | target | req/s | p50 ms | p99 ms | × nginx req/s | p99 / nginx p99 | GC ms per 10k requests |');
-  out.push('| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |');
+  out.push(
+    '| variant | target | req/s | p50 ms | p99 ms | × nginx req/s | p99 / nginx p99 | × bare undici req/s | GC ms per 10k requests |',
+  );
+  out.push('| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |');
   for (const variant of [...new Set(rows.map((r) => r.variant))]) {
     const ref = typical(variant, NGINX_TARGET);
+    const bareRef = typical(variant, BARE_TARGET);
     for (const [name] of targets) {
       const b = typical(variant, name);
       if (!b) continue;
       const ratio = ref ? (b.rps / ref.rps).toFixed(2) : '–';
       const p99 = ref ? (b.p99 / ref.p99).toFixed(2) : '–';
+      const vsBare = bareRef ? (b.rps / bareRef.rps).toFixed(2) : '–';
       // A run with failed requests measures the failure, not the proxy: say so beside it.
       const failed = b.errors || b.non2xx ? ` (failed requests: ${b.errors} errors, ${b.non2xx} non-2xx)` : '';
       const gc = b.gcMsPer10k === undefined ? '–' : b.gcMsPer10k.toFixed(0);
-      out.push(`| ${variant} | ${name}${failed} | ${b.rps.toFixed(0)} | ${b.p50} | ${b.p99} | ${ratio} | ${p99} | ${gc} |`);
+      out.push(`| ${variant} | ${name}${failed} | ${b.rps.toFixed(0)} | ${b.p50} | ${b.p99} | ${ratio} | ${p99} | ${vsBare} | ${gc} |`);
     }
   }
   if (o.profileDir && profileDir) {
@@ -263,14 +309,13 @@ export async function measureB4(o: B4Options): Promise<B4Result> {
     }
     rmSync(profileDir, { recursive: true, force: true });
   }
-  const small = Object.fromEntries(targets.map(([name]) => [name, typical(smallName, name)]));
   return {
     rows,
     small,
     nginx: ng && nginx.bin !== undefined ? nginx.version : null,
     nginxSkipped: nginx.bin === undefined ? nginx.reason : null,
     generator,
-    workers: clustered ? o.workers : 0,
+    verdict,
     text: out.join('\n'),
   };
 }

@@ -1,6 +1,6 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { closeSync, existsSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { closeSync, existsSync, mkdtempSync, openSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
@@ -167,23 +167,15 @@ export function serveParent(url: string, handlers: Record<string, (args: unknown
  * The shim's CLI (`cli`: this project's, built from the current source, or another
  * checkout's), logging at level info to a file, as a discarded stdout would take it: a pipe
  * read by this process would fill and hold the shim's log writes back while wrk runs
- * (spawnSync stops this process's event loop). Its URL once every worker (or the one process)
- * logged its start-up line. `nodeArgs`: flags for node itself (`--cpu-prof`, …).
+ * (spawnSync stops this process's event loop). Its URL once it logged its start-up line. `nodeArgs`: flags for node itself (`--cpu-prof`, …).
  */
 export async function startCli(
   cli: string,
   upstream: string,
-  o: { cluster?: { workers: number; redis: string }; dir: string; nodeArgs?: string[]; args?: string[] },
+  o: { dir: string; nodeArgs?: string[]; args?: string[] },
 ): Promise<{ url: string; pid: number; stop(): Promise<void> }> {
   const args = [cli, '--upstream', upstream, '--port', '0', '--log-level', 'info', '--coalesce-ms', '5000', ...(o.args ?? [])];
   const name = `shim-${randomBytes(4).toString('hex')}`;
-  if (o.cluster) {
-    // A key prefix of its own: the Redis may be shared.
-    const config = join(o.dir, `${name}.json`);
-    writeFileSync(config, JSON.stringify({ store: { keyPrefix: `zcs-bench:${name}:` } }));
-    args.push('--workers', String(o.cluster.workers), '--redis', o.cluster.redis, '--config', config);
-  }
-  const listening = o.cluster?.workers ?? 1;
   const logFile = join(o.dir, `${name}.log`);
   const fd = openSync(logFile, 'w');
   const proc = spawn(process.execPath, [...(o.nodeArgs ?? []), ...args], { cwd: ROOT, stdio: ['ignore', fd, 'inherit'] });
@@ -204,10 +196,10 @@ export async function startCli(
       throw new Error(`the shim (${args.slice(1).join(' ')}) did not start within 30 s`);
     }
     await new Promise((r) => setTimeout(r, 100));
-    const lines = readFileSync(logFile, 'utf8')
+    const line = readFileSync(logFile, 'utf8')
       .split('\n')
-      .filter((line) => line.includes('"msg":"zulip-compat-shim listening"'));
-    if (lines.length >= listening) url = String((JSON.parse(lines[0]!) as { listen: string }).listen);
+      .find((l) => l.includes('"msg":"zulip-compat-shim listening"'));
+    if (line) url = String((JSON.parse(line) as { listen: string }).listen);
   }
   return {
     url,

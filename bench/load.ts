@@ -291,7 +291,7 @@ export interface GcSoFar {
 
 const GC_SERIES = /^zulip_compat_shim_nodejs_gc_duration_seconds_(sum|count)\{kind="(\w+)"\} ([\d.e+-]+)$/gm;
 
-/** What a shim's own `/metrics` says of its garbage collection so far (a cluster's: every worker's). */
+/** What a shim's own `/metrics` says of its garbage collection so far. */
 export async function gcOf(url: string): Promise<GcSoFar> {
   const text = await (await fetch(`${url}/metrics`)).text();
   const byKind: GcSoFar['byKind'] = {};
@@ -315,4 +315,14 @@ export function gcBetween(a: GcSoFar, b: GcSoFar): GcSoFar {
     byKind[kind] = { count: k.count - was.count, seconds: k.seconds - was.seconds };
   }
   return { seconds: b.seconds - a.seconds, byKind };
+}
+
+const ANSWER_SERIES = /^zulip_compat_shim_presence_answers_total\{kind="(\w+)"\} ([\d.e+-]+)$/gm;
+
+/** What a shim's own `/metrics` says of its presence answers so far, by kind (delta, resync, …). */
+export async function answersOf(url: string): Promise<Record<string, number>> {
+  const text = await (await fetch(`${url}/metrics`)).text();
+  const byKind: Record<string, number> = {};
+  for (const [, kind, value] of text.matchAll(ANSWER_SERIES)) byKind[kind!] = (byKind[kind!] ?? 0) + Number(value);
+  return byKind;
 }

@@ -1,13 +1,17 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { chmodSync, existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
 
 /**
  * B4's reference: Debian's nginx as a plain `proxy_pass` reverse proxy with kept-alive
- * upstream connections, one worker process (the shim is one process too), started on
- * loopback from a configuration in a temporary directory, and stopped by its own pid.
+ * upstream connections, started on loopback from a configuration in a temporary directory, and
+ * stopped by its own pid. With a shim, B4's production path: the same server block with the
+ * `location` blocks of deploy/nginx-zulip-shim.conf included, as Zulip's nginx includes them
+ * (topology b of docs/deployment.md): the endpoints the shim changes go to the shim, everything
+ * else straight to the upstream.
  */
 
 export type NginxFound = { bin: string; version: string } | { bin?: undefined; reason: string };
@@ -92,14 +96,43 @@ export interface RunningNginx {
   stop(): Promise<void>;
 }
 
-/** `workers`: nginx's worker_processes (`auto`: one per core, as nginx is deployed). */
-export async function startNginx(bin: string, upstreamUrl: string, workers: number | 'auto' = 1): Promise<RunningNginx> {
+/** The topology (b) location blocks, as installed in Zulip's `zulip-include/app.d/`. */
+const SHIM_LOCATIONS = resolve(fileURLToPath(import.meta.url), '..', '..', 'deploy', 'nginx-zulip-shim.conf');
+
+/** Zulip's `zulip-include/api_headers` (its CORS headers), which the /api/ blocks include. */
+const ZULIP_API_HEADERS = `add_header Access-Control-Allow-Origin *;
+add_header Access-Control-Allow-Headers Authorization;
+add_header Access-Control-Allow-Methods 'GET, POST, DELETE, PUT, PATCH, HEAD';
+`;
+
+/**
+ * `workers`: nginx's worker_processes (`auto`: one per core, as nginx is deployed). `shimUrl`:
+ * the production path, the shim's locations included and sent to the shim there.
+ */
+export async function startNginx(bin: string, upstreamUrl: string, workers: number | 'auto' = 1, shimUrl?: string): Promise<RunningNginx> {
   const dir = mkdtempSync(join(tmpdir(), 'zcs-bench-nginx-'));
   // Started as root, nginx's workers run as `nobody`: they must reach their temp directories
   // in here (a 0700 directory made every buffered upload a 500).
   chmodSync(dir, 0o755);
   const port = await freePort();
   const up = new URL(upstreamUrl);
+  let shimUpstream = '';
+  let shimLocations = '';
+  if (shimUrl) {
+    const shim = new URL(shimUrl);
+    const headers = join(dir, 'api_headers');
+    writeFileSync(headers, ZULIP_API_HEADERS);
+    const locations = join(dir, 'zulip-compat-shim.conf');
+    writeFileSync(locations, readFileSync(SHIM_LOCATIONS, 'utf8').replaceAll('/etc/nginx/zulip-include/api_headers', headers));
+    // As deploy/nginx-zulip-shim-upstream.conf declares it.
+    shimUpstream = `
+  upstream zulip_compat_shim {
+    server ${shim.hostname}:${shim.port};
+    keepalive 32;
+  }`;
+    shimLocations = `
+    include ${locations};`;
+  }
   const conf = `
 worker_processes ${workers};
 daemon off;
@@ -116,7 +149,7 @@ http {
   upstream zulip {
     server ${up.hostname}:${up.port};
     keepalive 64;
-  }
+  }${shimUpstream}
   server {
     listen 127.0.0.1:${port};
     location / {
@@ -130,7 +163,7 @@ http {
       # Uploads stream to the upstream as they arrive, as the shim streams them (T1).
       proxy_request_buffering off;
       client_max_body_size 8m;
-    }
+    }${shimLocations}
   }
 }
 `;

@@ -1,7 +1,7 @@
-import http, { type IncomingHttpHeaders } from 'node:http';
+import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { parseArgs } from 'node:util';
-import { Pool } from 'undici';
+import { bareUndiciPassThrough } from './bare-passthrough.js';
 import { serveParent, spawnChild, type Child } from './children.js';
 import { cannon } from './load.js';
 import { findNginx, startNginx } from './nginx.js';
@@ -17,19 +17,12 @@ const UNLOGGED = { requestId: 'bench', route: 'other' as const, closed() {} };
  *   shim                    the shim as built (request log, metrics, pass-through), log level info
  *   shim, warn              the same without the request log line
  *   raw → pass-through     a bare http server handing every request to src/proxy/passthrough.ts
- *   raw → undici stream     a bare http server streaming through an undici Pool (a sketch of
- *                           what the pass-through could be; no X-Forwarded-*, no timeouts)
+ *   raw → undici stream     B4's bare undici pass-through (bench/bare-passthrough.ts): an http
+ *                           server streaming through an undici Pool, no X-Forwarded-*, no log
  * each in its own process, autocannon in this one, targets alternated, best run kept.
  *
  *   node --import tsx bench/passthrough-variants.ts [--duration 5] [--rounds 3] [--connections 50]
  */
-
-const HOP = new Set(['connection', 'keep-alive', 'transfer-encoding', 'te', 'trailer', 'upgrade', 'proxy-connection']);
-const endToEnd = (h: IncomingHttpHeaders | Record<string, string | string[] | undefined>) => {
-  const out: Record<string, string | string[]> = {};
-  for (const [k, v] of Object.entries(h)) if (v !== undefined && !HOP.has(k)) out[k] = v;
-  return out;
-};
 
 async function serve(role: string, upstream: string): Promise<void> {
   let handler: http.RequestListener;
@@ -46,23 +39,7 @@ async function serve(role: string, upstream: string): Promise<void> {
       await transport.close();
     };
   } else {
-    const pool = new Pool(upstream, { connections: 256, keepAliveTimeout: 30_000 });
-    handler = (req, res) => {
-      const body = req.method === 'GET' || req.method === 'HEAD' ? null : req;
-      pool.stream(
-        { method: req.method as 'GET', path: req.url ?? '/', headers: endToEnd(req.headers), body },
-        ({ statusCode, headers }) => {
-          res.writeHead(statusCode, endToEnd(headers));
-          return res;
-        },
-        (err) => {
-          if (!err) return;
-          if (!res.headersSent) res.writeHead(502).end();
-          else res.destroy();
-        },
-      );
-    };
-    close = () => pool.close();
+    ({ handler, close } = bareUndiciPassThrough(upstream));
   }
   const server = http.createServer(handler);
   server.keepAliveTimeout = 65_000;

@@ -6,7 +6,7 @@ import { useBuiltChildren } from './children.js';
  * B4 on its own, as `npm run bench` measures it (bench/b4.ts):
  *
  *   node --import tsx bench/passthrough.ts [--seconds 10] [--rounds 3] [--connections 50]
- *        [--profile DIR] [--before DIR] [--no-variants] [--workers 2] [--redis URL]
+ *        [--profile DIR] [--before DIR] [--no-variants]
  */
 
 const { values } = parseArgs({
@@ -17,8 +17,6 @@ const { values } = parseArgs({
     profile: { type: 'string' },
     before: { type: 'string' },
     'no-variants': { type: 'boolean', default: false },
-    workers: { type: 'string', default: '2' },
-    redis: { type: 'string', default: process.env.REDIS_URL || 'redis://127.0.0.1:6379' },
   },
 });
 
@@ -27,8 +25,6 @@ const result = await measureB4({
   seconds: Number(values.seconds),
   rounds: Number(values.rounds),
   connections: Number(values.connections),
-  workers: Number(values.workers),
-  redis: values.redis,
   variants: !values['no-variants'],
   profileDir: values.profile,
   before: values.before,

@@ -204,6 +204,21 @@ export class SyntheticZulip {
     this.rebuild();
   }
 
+  /**
+   * One known change: user `i` reports active from the web app now (the simulated clock's
+   * whole second, returned). The replicas bench marks its last change with it and watches for it.
+   */
+  touch(i: number): number {
+    const t = Math.floor(this.simNow());
+    this.ts[WEB][i] = t;
+    this.active[WEB][i] = 1;
+    this.lastActive[i] = t;
+    this.fragment(i);
+    this.stats.changedUsers++;
+    this.rebuild();
+    return t;
+  }
+
   /** The full presence answer a plain poll gets (legacy format), as bytes. */
   presenceAnswer(slim: boolean): Buffer {
     const body = slim && this.o.flavour === '7.0' ? this.slimBody : this.legacyBody;

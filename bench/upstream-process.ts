@@ -29,6 +29,8 @@ serveParent(
     /** args: { minuteMs } */
     clock: (a) => upstream.setMinute((a as { minuteMs: number }).minuteMs),
     churn: (a) => ((a as { on: boolean }).on ? upstream.startChurn() : upstream.stopChurn()),
+    /** args: { user }: that user reports active now; the simulated time of it (seconds). */
+    touch: (a) => upstream.touch((a as { user: number }).user),
     /** CPU time used since the last call (ms). */
     cpu: () => {
       const d = process.cpuUsage(cpuMark);

@@ -1,8 +1,6 @@
 #!/usr/bin/env node
-import cluster from 'node:cluster';
 import { readFileSync } from 'node:fs';
 import http from 'node:http';
-import { answerMetricsRequests, clusterMetricsText, exitWorker, isWorker, reportFailure, runPrimary } from './cluster.js';
 import { appProbe, oneLine, probeStore, probeUpstream, warnAtStartup, type Probe } from './checks.js';
 import {
   ConfigError,
@@ -12,7 +10,6 @@ import {
   namedKey,
   parseListenAddress,
   usage,
-  workerCount,
   type Config,
 } from './config.js';
 import { createLogger, type Logger } from './observability/logger.js';
@@ -56,18 +53,8 @@ function listenFailure(e: unknown, config: Config, sources: ReadonlyMap<string, 
 }
 
 function configFailure(e: ConfigError): number {
-  const line = `zulip-compat-shim: invalid configuration: ${oneLine(e.message)}`;
-  if (isWorker()) reportFailure(line);
-  else process.stderr.write(`${line}\n`);
+  process.stderr.write(`zulip-compat-shim: invalid configuration: ${oneLine(e.message)}\n`);
   return 2;
-}
-
-/**
- * `server.workers` above 1, in the first process: it becomes the cluster's primary, which
- * forks the workers (each runs main() again, as a worker) and serves nothing itself.
- */
-function startCluster(config: Config, log: Logger): Promise<number> {
-  return runPrimary({ workers: workerCount(config.server.workers), log, shutdownGraceMs: config.server.shutdownGraceMs });
 }
 
 function nearMissLine(name: string, meant: string): string {
@@ -226,18 +213,14 @@ async function main(argv: string[]): Promise<number> {
   }
   const { config, sources } = loaded;
   const log = createLogger(config.log.level);
-  // Said once: by the primary of a cluster, or by the one process.
-  if (!isWorker()) warnNearMisses(log);
-  if (workerCount(config.server.workers) > 1 && !isWorker()) return startCluster(config, log);
-  // A process that serves (one alone, or a cluster worker): not the primary, which serves nothing.
+  warnNearMisses(log);
   tuneRuntime();
   // Until the shim is up there is nothing to close: exit at once.
   let onUncaught: () => void = () => process.exit(EXIT_UNCAUGHT);
   handleEscapedErrors(log, () => onUncaught());
-  const metricsText = isWorker() ? clusterMetricsText() : undefined;
   let opened: Awaited<ReturnType<typeof openShim>>;
   try {
-    opened = await openShim({ config, log, sources, ...(metricsText ? { metricsText } : {}) });
+    opened = await openShim({ config, log, sources });
   } catch (e) {
     if (e instanceof ConfigError) return configFailure(e);
     throw e;
@@ -245,7 +228,6 @@ async function main(argv: string[]): Promise<number> {
   const { shim, upstream } = opened;
   if (config.upstream.insecureTls) log.warn('upstream TLS certificates are NOT verified (--insecure-upstream-tls)');
 
-  if (isWorker()) answerMetricsRequests(shim.context.metrics.registry);
   let url: string;
   let adminUrl: string | undefined;
   let listening = 'public';
@@ -265,22 +247,19 @@ async function main(argv: string[]): Promise<number> {
   void logStartup(log, { ...facts, ...(adminUrl ? { admin: adminUrl } : {}) }, () =>
     shim.context.featureLevels.featureLevel(realmOf(upstream.upstreamId, {})),
   );
-  // What --check would fail on, one warning each; not awaited: serving goes on. A cluster's
-  // first worker speaks for all. A replay is not asked (it answers in recorded order).
-  let appChecked: Promise<Probe | undefined> = Promise.resolve(undefined);
-  if (!isWorker() || cluster.worker?.id === 1) {
-    const upstreamUrl = config.upstream.url;
-    appChecked = warnAtStartup(
-      log,
-      {
-        ...(upstreamUrl
-          ? { upstream: () => probeUpstream(upstreamUrl, loggableUrl(upstreamUrl), { insecureTls: config.upstream.insecureTls }) }
-          : {}),
-        store: () => probeStore(shim.context.store),
-      },
-      config.app.featureLevel,
-    );
-  }
+  // What --check would fail on, one warning each; not awaited: serving goes on. A replay is not
+  // asked (it answers in recorded order).
+  const upstreamUrl = config.upstream.url;
+  const appChecked: Promise<Probe | undefined> = warnAtStartup(
+    log,
+    {
+      ...(upstreamUrl
+        ? { upstream: () => probeUpstream(upstreamUrl, loggableUrl(upstreamUrl), { insecureTls: config.upstream.insecureTls }) }
+        : {}),
+      store: () => probeStore(shim.context.store),
+    },
+    config.app.featureLevel,
+  );
 
   return new Promise<number>((done) => {
     let stopping = false;
@@ -320,7 +299,7 @@ async function main(argv: string[]): Promise<number> {
 }
 
 main(process.argv.slice(2)).then(
-  (code) => (isWorker() ? exitWorker(code) : process.exit(code)),
+  (code) => process.exit(code),
   (e) => {
     process.stderr.write(`zulip-compat-shim: ${(e as Error).stack ?? String(e)}\n`);
     process.exit(1);

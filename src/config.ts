@@ -1,5 +1,4 @@
 import { readFileSync } from 'node:fs';
-import { availableParallelism } from 'node:os';
 import { dirname, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { z } from 'zod';
@@ -168,17 +167,7 @@ export const configSchema = z
         })
         .optional()
         .describe(
-          'HOST:PORT of a second listener for /healthz, /readyz and /metrics (e.g. 127.0.0.1:9993); the public port then answers those paths with a 404. Absent: they are answered on the public port. With several workers, they share it as they share the public port.',
-        ),
-      workers: z
-        .preprocess(
-          (v) => (typeof v === 'string' && /^\s*\d+\s*$/.test(v) ? Number(v) : v),
-          z.union([z.literal('auto'), z.number().int().min(1, 'must be 1 or more, or auto').max(256, 'must be 256 or fewer, or auto')], {
-            error: 'must be a number of processes, or auto',
-          }),
-        )
-        .describe(
-          'Processes serving the port (node:cluster), each a full shim; auto = one per CPU. Above 1 needs a Redis store, through which the workers share presence state as replicas do (S1); not with record.har, replay.har or replay.demo.',
+          'HOST:PORT of a second listener for /healthz, /readyz and /metrics (e.g. 127.0.0.1:9993); the public port then answers those paths with a 404. Absent: they are answered on the public port.',
         ),
     }),
     store: z.strictObject({
@@ -187,7 +176,7 @@ export const configSchema = z
         .refine((s) => /^rediss?:\/\//.test(s), 'must be a redis:// or rediss:// URL')
         .optional()
         .describe(
-          'A Redis server (redis:// or rediss://) where several replicas or workers share presence state and lookups (S1); absent = in-memory, this process only.',
+          'A Redis server (redis:// or rediss://) where several replicas share presence state and lookups (S1); absent = in-memory, this process only.',
         ),
       keyPrefix: z.string().describe('Prefix of every Redis key; the same for every replica.'),
       redisSentinels: redisNodes
@@ -288,32 +277,9 @@ export const configSchema = z
     if (c.store.redisSentinelName && !c.store.redisSentinels) {
       ctx.addIssue({ code: 'custom', path: ['store', 'redisSentinels'], message: 'required with --redis-sentinel-name' });
     }
-    // S1: worker processes are replicas of one another; ids and snapshots hold across them only through Redis.
-    if (workerCount(c.server.workers) > 1) {
-      const alone = [c.record.har && '--record', c.replay.har && '--replay', c.replay.demo && '--demo'].filter(Boolean);
-      if (alone.length) {
-        ctx.addIssue({
-          code: 'custom',
-          path: ['server', 'workers'],
-          message: `more than one worker cannot run with ${alone.join(' and ')} (one process records or replays)`,
-        });
-      } else if (redisGiven.length === 0) {
-        ctx.addIssue({
-          code: 'custom',
-          path: ['server', 'workers'],
-          message:
-            'more than one worker needs a shared store, where the workers keep the presence state they all answer from: give --redis, --redis-sentinels or --redis-cluster',
-        });
-      }
-    }
   });
 
 export type Config = z.infer<typeof configSchema>;
-
-/** `server.workers` as a number of processes: `auto` is one per CPU the process may use. */
-export function workerCount(workers: number | 'auto'): number {
-  return workers === 'auto' ? availableParallelism() : workers;
-}
 
 export class ConfigError extends Error {
   override name = 'ConfigError';
@@ -351,10 +317,36 @@ export const SETTINGS: Setting[] = [
   { flag: 'shutdown-grace-ms', env: 'SHUTDOWN_GRACE_MS', path: ['server', 'shutdownGraceMs'], kind: 'int' },
   { flag: 'realm-hosts', env: 'REALM_HOSTS', path: ['server', 'realmHosts'], kind: 'list' },
   { flag: 'trust-proxy', env: 'TRUST_PROXY', path: ['server', 'trustProxy'], kind: 'list' },
-  { flag: 'workers', env: 'WORKERS', path: ['server', 'workers'], kind: 'string' },
   { flag: 'app-feature-level', env: 'APP_FEATURE_LEVEL', path: ['app', 'featureLevel'], kind: 'int' },
   { flag: 'admin-listen', env: 'ADMIN_LISTEN', path: ['server', 'adminListen'], kind: 'string' },
 ];
+
+/**
+ * Settings the shim no longer has, each with what to do instead. Given as a flag, a variable, a
+ * config file's key or an embedding option, one stops the shim with a line saying so, where an
+ * unknown setting would only suggest a spelling.
+ */
+export interface RemovedSetting {
+  path: [string, string];
+  flag: string;
+  env: string;
+  instead: string;
+}
+
+export const REMOVED_SETTINGS: readonly RemovedSetting[] = [
+  {
+    path: ['server', 'workers'],
+    flag: 'workers',
+    env: 'WORKERS',
+    instead:
+      'the shim runs as one process; to use more cores, run several replicas on one Redis, each on its own port, behind your load balancer (docs/deployment.md, "Several replicas on one host")',
+  },
+];
+
+/** The one line for a removed setting, naming it and where it was given. */
+function removedError(r: RemovedSetting, source: string): ConfigError {
+  return new ConfigError(`${r.path.join('.')} (${source}): removed: ${r.instead}`);
+}
 
 /** Config keys holding file paths: in a config file they are relative to that file's directory. */
 const PATH_KEYS: ReadonlyArray<[string, string]> = [
@@ -576,7 +568,6 @@ const HELP_LINES: ReadonlyArray<{ flag: string; arg?: string; text: string; with
   { flag: 'shutdown-grace-ms', arg: 'N', text: 'drain deadline on SIGTERM/SIGINT' },
   { flag: 'realm-hosts', arg: 'LIST', text: 'admit only these Host names (*. wildcards)' },
   { flag: 'trust-proxy', arg: 'CIDRS', text: 'keep X-Forwarded-Host/Proto from these peers' },
-  { flag: 'workers', arg: 'N|auto', text: 'processes serving the port (needs Redis)' },
   { flag: 'app-feature-level', arg: 'N', text: 'the feature level the mobile app is shown' },
   { flag: 'admin-listen', arg: 'HOST:PORT', text: 'serve /healthz, /readyz, /metrics there only' },
   { flag: 'healthcheck', text: 'ask GET /healthz of the shim so configured: exit 0 or 1' },
@@ -650,6 +641,8 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv = process.env,
       (e as NodeJS.ErrnoException).code === 'ERR_PARSE_ARGS_UNKNOWN_OPTION' ? /'(-[^']*)'/.exec((e as Error).message)?.[1] : undefined;
     if (given) {
       const name = given.replace(/^-+/, '').split('=')[0]!;
+      const removed = given.startsWith('--') ? REMOVED_SETTINGS.find((r) => r.flag === name) : undefined;
+      if (removed) throw removedError(removed, `--${name}`);
       // Read as a variable (--redis-url as REDIS_URL, --upstream-timeout as UPSTREAM_TIMEOUT), the
       // near misses of the environment's apply; else the closest flag.
       const asEnv = name.toUpperCase().replace(/-/g, '_');
@@ -660,6 +653,10 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv = process.env,
     }
     throw new ConfigError((e as Error).message.split('\n')[0] ?? 'invalid arguments');
   }
+
+  // A removed setting's variable is refused as its flag is: the operator meant it.
+  const removedEnv = REMOVED_SETTINGS.find((r) => env[r.env] !== undefined && env[r.env] !== '');
+  if (removedEnv) throw removedError(removedEnv, removedEnv.env);
 
   const sources = new Map<string, string>();
   let layered = readJson(DEFAULT_FILE, DEFAULT_SOURCE);
@@ -686,7 +683,10 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv = process.env,
   if (!parsed.success) {
     // A misspelt key first: it usually explains the other problems too.
     const issues = parsed.error.issues;
-    throw new ConfigError(describeIssue(issues.find((i) => i.code === 'unrecognized_keys') ?? issues[0]!, sources));
+    throw (
+      removedKeyError(issues, sources) ??
+      new ConfigError(describeIssue(issues.find((i) => i.code === 'unrecognized_keys') ?? issues[0]!, sources))
+    );
   }
   const config = parsed.data;
   // --help and --version are answered before any configuration is read (infoRequest).
@@ -720,7 +720,10 @@ export function configFromObject(given: unknown, source = 'options', o: { needsU
   const parsed = configSchema.safeParse(merge(defaults, over));
   if (!parsed.success) {
     const issues = parsed.error.issues;
-    throw new ConfigError(describeIssue(issues.find((i) => i.code === 'unrecognized_keys') ?? issues[0]!, sources));
+    throw (
+      removedKeyError(issues, sources) ??
+      new ConfigError(describeIssue(issues.find((i) => i.code === 'unrecognized_keys') ?? issues[0]!, sources))
+    );
   }
   const config = parsed.data;
   if ((o.needsUpstream ?? true) && !config.upstream.url && !config.replay.har && !config.replay.demo) {
@@ -729,6 +732,19 @@ export function configFromObject(given: unknown, source = 'options', o: { needsU
     );
   }
   return { config, sources };
+}
+
+/** A removed setting among the keys the schema did not know (a config file's, the options'), as its one line. */
+function removedKeyError(issues: readonly z.core.$ZodIssue[], sources: ReadonlyMap<string, string>): ConfigError | undefined {
+  for (const issue of issues) {
+    if (issue.code !== 'unrecognized_keys') continue;
+    const at = issue.path.map(String).join('.');
+    for (const key of issue.keys) {
+      const removed = REMOVED_SETTINGS.find((r) => r.path.join('.') === `${at}.${key}`);
+      if (removed) return removedError(removed, sources.get(`${at}.${key}`) ?? 'config file');
+    }
+  }
+  return undefined;
 }
 
 /** One line for the first schema problem, naming the key and where its value came from. */

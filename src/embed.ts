@@ -14,8 +14,6 @@ export interface OpenShimOptions {
   log: Logger;
   /** Where each key's value came from, for the words of a ConfigError. */
   sources?: ReadonlyMap<string, string>;
-  /** The `/metrics` text (a cluster worker: every worker's). */
-  metricsText?: () => Promise<string>;
   /** A replay calls this for each request it has no recorded answer for. */
   onMiss?: (what: string) => void;
 }
@@ -37,7 +35,6 @@ export async function openShim(o: OpenShimOptions): Promise<OpenedShim> {
     target: upstream.target,
     upstreamId: upstream.upstreamId,
     retryUpstream: !upstream.standIn,
-    ...(o.metricsText ? { metricsText: o.metricsText } : {}),
   });
   let closing: Promise<void> | undefined;
   return { shim, upstream, close: () => (closing ??= shim.close().then(() => upstream.close())) };

@@ -91,12 +91,7 @@ export function resolveConfig(options: ShimOptions = {}): ShimConfig {
 /** The configuration, and where each key's value came from (for the words of a later ConfigError). */
 function validated(options: ShimOptions): { config: ShimConfig; sources: ReadonlyMap<string, string> } {
   const { logDestination: _d, onReplayMiss: _m, ...settings } = options;
-  const { config, sources } = configFromObject(settings);
-  // Several worker processes are the command's business (node:cluster); an embedded shim is one.
-  if (config.server.workers !== 1) {
-    throw new ConfigError(`server.workers (options): an embedded shim runs in one process; give 1, or run the command for several`);
-  }
-  return { config, sources };
+  return configFromObject(settings);
 }
 
 /** Starts a shim: its upstream (or replay, or recorder) opened, not yet listening. */

@@ -65,8 +65,6 @@ export interface ShimOptions {
   replicaSnapshots?: ReplicaSnapshots;
   /** Extra readiness checks (store reachable, …); each throws when not ready. */
   readinessChecks?: Array<() => Promise<void>>;
-  /** The `/metrics` text; by default this process's registry (a cluster worker: every worker's). */
-  metricsText?: () => Promise<string>;
   /** X5: retry safe requests on a broken kept-alive connection; off where `target` is a recorder or replay. @default true */
   retryUpstream?: boolean;
 }
@@ -307,7 +305,7 @@ export function createShim(o: ShimOptions): Shim {
       sendJson(res, 200, { result: 'success', msg: '', status: 'ready' });
     },
     '/metrics': async (_req, res) => {
-      const text = await (o.metricsText ?? (() => metrics.registry.metrics()))();
+      const text = await metrics.registry.metrics();
       res.writeHead(200, { 'content-type': metrics.registry.contentType });
       res.end(text);
     },

@@ -133,6 +133,34 @@ describe.concurrent('start-up mistakes: exit 2, one line naming the key and its 
   });
 });
 
+describe.concurrent('the removed --workers: exit 2, one line saying what to run instead, however it is given', CLI_TIMEOUT, () => {
+  const instead =
+    'removed: the shim runs as one process; to use more cores, run several replicas on one Redis, each on its own port, behind your load balancer (docs/deployment.md, "Several replicas on one host")';
+
+  it.each([
+    [['--demo', '--workers', '2'], {}, '--workers'],
+    [['--demo', '--workers=auto'], {}, '--workers'],
+    [['--demo'], { WORKERS: '2' }, 'WORKERS'],
+  ])('%j with %j', async (args, env, source) => {
+    expect(await oneErrorLine(runCli(args, { env }))).toBe(
+      `zulip-compat-shim: invalid configuration: server.workers (${source}): ${instead}`,
+    );
+  });
+
+  it('server.workers in a config file', async () => {
+    const file = configFile('{"server":{"workers":2,"port":0}}');
+    expect(await oneErrorLine(runCli(['--config', file, '--demo']))).toBe(
+      `zulip-compat-shim: invalid configuration: server.workers (config file ${file}): ${instead}`,
+    );
+  });
+
+  it('--check says the same and exits 2', async () => {
+    expect(await oneErrorLine(runCli(['--check', '--demo', '--workers', '1']))).toBe(
+      `zulip-compat-shim: invalid configuration: server.workers (--workers): ${instead}`,
+    );
+  });
+});
+
 describe.concurrent('--record never destroys a recording', CLI_TIMEOUT, () => {
   let fake: FakeZulip;
   beforeAll(async () => {

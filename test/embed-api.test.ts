@@ -31,10 +31,9 @@ describe('createShim: options as the configuration', () => {
       'replay.demo (options): give one of --upstream, --replay or --demo',
     ],
     [{}, 'no upstream: give upstream.url for a Zulip server, replay.har for a recording, or replay.demo: true for the bundled one'],
-    [{ replay: { demo: true }, server: { workers: 2 } }, 'server.workers (options): more than one worker cannot run with --demo'],
     [
       { upstream: { url: 'http://a.example' }, store: { redisUrl: 'redis://127.0.0.1:1' }, server: { workers: 2 } },
-      'server.workers (options): an embedded shim runs in one process',
+      'server.workers (options): removed: the shim runs as one process; to use more cores, run several replicas',
     ],
   ])('%j is a ConfigError: %s', async (options, words) => {
     const thrown = await createShim(options as never).catch((e: unknown) => e);

@@ -1,5 +1,8 @@
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { ConfigError, editDistance, envNearMiss, envNearMisses, knownEnvNames, loadConfig } from '../src/config.js';
+import { ConfigError, editDistance, envNearMiss, envNearMisses, knownEnvNames, loadConfig, REMOVED_SETTINGS } from '../src/config.js';
 
 /** Start-up warnings for a setting the shim would silently not read: a misspelt variable or flag. */
 
@@ -23,7 +26,6 @@ describe('envNearMiss: a variable that is one edit from a setting names it', () 
     ['SHUTDOWN_GRACE', 'SHUTDOWN_GRACE_MS'],
     ['RECORD', 'RECORD_HAR'],
     ['REPLAY', 'REPLAY_HAR'],
-    ['WORKER', 'WORKERS'],
     ['REDIS_SENTINEL', 'REDIS_SENTINELS'],
     ['REALM_HOST', 'REALM_HOSTS'],
     ['TRUSTPROXY', 'TRUST_PROXY'],
@@ -105,6 +107,51 @@ describe('editDistance', () => {
   ])('%s ↔ %s: %i', (a, b, d) => {
     expect(editDistance(a, b)).toBe(d);
     expect(editDistance(b, a)).toBe(d);
+  });
+});
+
+describe('a removed setting: one line saying what to do instead, however it is given', () => {
+  const failure = (argv: string[], env: NodeJS.ProcessEnv = {}) => {
+    try {
+      loadConfig(argv, env);
+    } catch (e) {
+      expect(e).toBeInstanceOf(ConfigError);
+      return (e as Error).message;
+    }
+    throw new Error('no error');
+  };
+  const workers = REMOVED_SETTINGS.find((r) => r.flag === 'workers')!;
+
+  it('server.workers names the deployment guide and the replicas that replace it', () => {
+    expect(workers.instead).toMatch(/several replicas/);
+    expect(workers.instead).toContain('docs/deployment.md, "Several replicas on one host"');
+  });
+
+  it.each([
+    [['--demo', '--workers', '2'], {}, '--workers'],
+    [['--demo', '--workers=auto'], {}, '--workers'],
+    [['--demo'], { WORKERS: '4' }, 'WORKERS'],
+    // The flag is named before the variable, each as given.
+    [['--demo', '--workers', '1'], { WORKERS: '1' }, '--workers'],
+  ])('%j, environment %j: blamed on %s', (argv, env, source) => {
+    expect(failure(argv, env)).toBe(`server.workers (${source}): removed: ${workers.instead}`);
+  });
+
+  it('an empty WORKERS is no setting given', () => {
+    expect(loadConfig(['--demo'], { WORKERS: '' }).config.replay.demo).toBe(true);
+  });
+
+  it("a config file's server.workers is blamed on the file, before a misspelt key beside it", () => {
+    const dir = mkdtempSync(join(tmpdir(), 'zcs-removed-'));
+    const file = join(dir, 'shim.json');
+    writeFileSync(file, JSON.stringify({ server: { prot: 1, workers: 2 } }));
+    expect(failure(['--config', file, '--demo'])).toBe(`server.workers (config file ${file}): removed: ${workers.instead}`);
+  });
+
+  it('--workers is not taken for a misspelling of another flag, nor WORKERS for a near miss', () => {
+    expect(failure(['--demo', '--worker', '2'])).toBe('--worker: unknown option');
+    expect(envNearMiss('WORKERS')).toBeUndefined();
+    expect(knownEnvNames()).not.toContain('WORKERS');
   });
 });
 

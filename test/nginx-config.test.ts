@@ -319,7 +319,83 @@ describe.skipIf(!usable)('deploy/ nginx configuration', () => {
       shim.close();
     }
   });
+
+  it("several replicas on one host: docs/deployment.md's upstream block takes the intercepted endpoints to each replica in turn, and past one that is down", async () => {
+    // The "replicas": each answers its own name.
+    const replicas = await Promise.all(
+      ['a', 'b'].map(async (name) => {
+        const server = http.createServer((req, res) => {
+          req.resume();
+          res.writeHead(200, { 'content-type': 'application/json' });
+          res.end(JSON.stringify({ by: `replica ${name}` }));
+        });
+        await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+        return { name, server, port: (server.address() as net.AddressInfo).port };
+      }),
+    );
+    const documented = replicasUpstreamBlock();
+    const documentedPorts = [...documented.matchAll(/server 127\.0\.0\.1:(\d+);/g)].map((m) => m[1]!);
+    expect(documentedPorts).toHaveLength(replicas.length);
+    const block = documentedPorts.reduce((b, p, i) => b.replace(`127.0.0.1:${p};`, `127.0.0.1:${replicas[i]!.port};`), documented);
+    // The shipped http-context file, its one-shim upstream replaced by the documented block.
+    const shipped = readFileSync(join(DEPLOY, 'nginx-zulip-shim-upstream.conf'), 'utf8');
+    expect(shipped).toMatch(/upstream zulip_compat_shim \{[^}]*\}/);
+    writeFileSync(
+      join(dir, 'conf', 'replicas-upstream.conf'),
+      shipped
+        .replace(/upstream zulip_compat_shim \{[^}]*\}/, block)
+        .replace('listen 127.0.0.1:9992;', `listen 127.0.0.1:${await systemPort()};`),
+    );
+    const port = await systemPort();
+    const conf = join(dir, 'conf', 'replicas.conf');
+    writeFileSync(
+      conf,
+      `daemon off;\nmaster_process off;\npid ${join(dir, 'replicas.pid')};\nevents {}\nhttp {\n    access_log off;\n${localPaths()}
+    upstream django { server unix:${join(dir, 'uwsgi-socket')}; }
+    upstream tornado { server 127.0.0.1:9800; }
+    include ${join(dir, 'conf', 'replicas-upstream.conf')};
+    server {
+        listen 127.0.0.1:${port};
+        location / { return 200 'zulip'; }
+        include ${shimSnippet()};
+    }
+}\n`,
+    );
+    const nginx = spawn('nginx', ['-p', dir, '-c', conf, '-e', 'stderr'], { stdio: ['ignore', 'ignore', 'pipe'] });
+    let stderr = '';
+    nginx.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+    const who = async (method: string, path: string) => {
+      const text = await send(port, method, path, { host: 'chat.example.com', 'content-type': 'application/x-www-form-urlencoded' });
+      return text.startsWith('{') ? (JSON.parse(text) as { by: string }).by : text;
+    };
+    try {
+      await waitForPort(port, () => stderr);
+      const seen: string[] = [];
+      for (let i = 0; i < 6; i++) seen.push(await who(i % 2 ? 'POST' : 'GET', i % 2 ? '/api/v1/users/me/presence' : '/api/v1/users/me'));
+      // Round robin: each replica in turn, whatever the endpoint.
+      expect(seen.filter((b) => b === 'replica a')).toHaveLength(3);
+      expect(seen.filter((b) => b === 'replica b')).toHaveLength(3);
+      expect(await who('GET', '/api/v1/users/me/subscriptions')).toBe('zulip');
+      // Replica a stops: every request is answered by b.
+      replicas[0]!.server.closeAllConnections();
+      await new Promise((r) => replicas[0]!.server.close(r));
+      for (let i = 0; i < 4; i++) expect(await who('GET', '/api/v1/users/me')).toBe('replica b');
+    } finally {
+      nginx.kill('SIGTERM');
+      await new Promise((r) => nginx.once('close', r));
+      for (const r of replicas) r.server.close();
+    }
+  });
 });
+
+/** The `upstream zulip_compat_shim` block docs/deployment.md shows under "Several replicas on one host". */
+function replicasUpstreamBlock(): string {
+  const doc = readFileSync(resolve(import.meta.dirname, '..', 'docs', 'deployment.md'), 'utf8');
+  const section = doc.slice(doc.indexOf('## Several replicas on one host'));
+  const block = /```nginx\n(upstream zulip_compat_shim \{[\s\S]*?\})\n```/.exec(section.slice(0, section.indexOf('\n## ', 5)));
+  expect(block, 'an nginx upstream block in "Several replicas on one host"').not.toBeNull();
+  return block![1]!;
+}
 
 /**
  * deploy/nginx-lb.conf as it runs here: the replicas' names replaced by `shim`, the certificate

@@ -1,17 +1,23 @@
 import { spawnSync } from 'node:child_process';
-import { readFileSync } from 'node:fs';
-import { resolve } from 'node:path';
-import { describe, expect, it } from 'vitest';
+import { copyFileSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
 
 /**
- * deploy/zulip-compat-shim.service: the copy docs/deployment.md shows is the file itself, and
- * `systemd-analyze security` (on the file, without installing it) rates its sandbox 4 or less.
- * The second part is skipped, with the reason printed, where systemd-analyze is missing or too
- * old for `--offline` (systemd 250).
+ * deploy/zulip-compat-shim.service and the template unit deploy/zulip-compat-shim@.service (one
+ * replica per instance, the instance its port): what docs/deployment.md shows of them is in the
+ * files, the template differs from the single unit only in the lines naming its instance, and
+ * `systemd-analyze` (on the files, without installing them) finds nothing to say against either
+ * (`verify`) and rates each sandbox 4 or less (`security`). The systemd-analyze parts are
+ * skipped, with the reason printed, where it is missing or too old for `--offline` (systemd 250).
  */
 
 const ROOT = resolve(import.meta.dirname, '..');
 const UNIT = resolve(ROOT, 'deploy', 'zulip-compat-shim.service');
+const TEMPLATE = resolve(ROOT, 'deploy', 'zulip-compat-shim@.service');
+const doc = () => readFileSync(resolve(ROOT, 'docs', 'deployment.md'), 'utf8');
+const iniBlocks = () => [...doc().matchAll(/```ini\n([\s\S]*?)```\n/g)].map((m) => m[1]!);
 
 function systemdVersion(): number | undefined {
   const r = spawnSync('systemd-analyze', ['--version'], { encoding: 'utf8' });
@@ -28,26 +34,72 @@ if (!usable) {
   );
 }
 
+// systemd-analyze takes a template through an instance of it: a copy named for port 9981.
+const dir = mkdtempSync(join(tmpdir(), 'zcs-units-'));
+const INSTANCE = join(dir, 'zulip-compat-shim@9981.service');
+copyFileSync(TEMPLATE, INSTANCE);
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
 describe('deploy/zulip-compat-shim.service', () => {
   it('docs/deployment.md shows the file exactly', () => {
-    const doc = readFileSync(resolve(ROOT, 'docs', 'deployment.md'), 'utf8');
-    const unit = readFileSync(UNIT, 'utf8');
-    const blocks = [...doc.matchAll(/```ini\n([\s\S]*?)```\n/g)].map((m) => m[1]);
-    const copies = blocks.filter((b) => b?.includes('ExecStart=') && b.includes('[Service]'));
+    const copies = iniBlocks().filter((b) => b.includes('ExecStart=') && b.includes('[Service]') && !b.includes('%i'));
     expect(copies).toHaveLength(1);
-    expect(copies[0]).toBe(unit);
+    expect(copies[0]).toBe(readFileSync(UNIT, 'utf8'));
+  });
+});
+
+describe('deploy/zulip-compat-shim@.service', () => {
+  /** The file's lines without comments and blank lines. */
+  const settings = (file: string) =>
+    readFileSync(file, 'utf8')
+      .split('\n')
+      .filter((l) => l.trim() !== '' && !l.startsWith('#'));
+
+  it('differs from the single unit only where it names its instance: the description, the port and the shared Redis', () => {
+    const one = settings(UNIT);
+    const each = settings(TEMPLATE);
+    const onlyOne = one.filter((l) => !each.includes(l));
+    const onlyEach = each.filter((l) => !one.includes(l));
+    expect(onlyOne).toEqual([
+      'Description=zulip-compat-shim',
+      'After=network-online.target nginx.service',
+      'ExecStart=/usr/bin/node /opt/zulip-compat-shim/dist/cli.js --upstream http://127.0.0.1:9992',
+    ]);
+    expect(onlyEach).toEqual([
+      'Description=zulip-compat-shim replica on port %i',
+      'After=network-online.target nginx.service redis-server.service',
+      'ExecStart=/usr/bin/node /opt/zulip-compat-shim/dist/cli.js --upstream http://127.0.0.1:9992 --port %i --redis redis://127.0.0.1:6379',
+    ]);
   });
 
+  it('every line docs/deployment.md shows of it is in the file', () => {
+    const shown = iniBlocks().filter((b) => b.includes('%i'));
+    expect(shown).toHaveLength(1);
+    const file = readFileSync(TEMPLATE, 'utf8').split('\n');
+    for (const line of shown[0]!.split('\n').filter((l) => l.trim() !== '' && l.trim() !== '…')) expect(file).toContain(line);
+  });
+});
+
+describe.each([
+  ['zulip-compat-shim.service', UNIT],
+  ['zulip-compat-shim@.service, as zulip-compat-shim@9981.service', INSTANCE],
+])('%s', (_name, file) => {
   it('asks for the network to be up before it starts', () => {
-    const unit = readFileSync(UNIT, 'utf8');
+    const unit = readFileSync(file, 'utf8');
     expect(unit).toMatch(/^Wants=network-online\.target$/m);
     expect(unit).toMatch(/^After=network-online\.target/m);
     // V8's JIT needs memory it writes and then executes.
     expect(unit).not.toMatch(/^MemoryDenyWriteExecute=/m);
   });
 
+  it.skipIf(!usable)('`systemd-analyze verify` has nothing to say against it', () => {
+    const r = spawnSync('systemd-analyze', ['verify', '--no-pager', file], { encoding: 'utf8' });
+    expect(`${r.stdout}${r.stderr}`).toBe('');
+    expect(r.status).toBe(0);
+  });
+
   it.skipIf(!usable)('`systemd-analyze security --offline=true` rates it 4 or less', () => {
-    const r = spawnSync('systemd-analyze', ['security', '--offline=true', '--no-pager', UNIT], { encoding: 'utf8' });
+    const r = spawnSync('systemd-analyze', ['security', '--offline=true', '--no-pager', file], { encoding: 'utf8' });
     const output = `${r.stdout}${r.stderr}`;
     const m = /Overall exposure level for [^:]+: (\d+(?:\.\d+)?) /.exec(output);
     expect(m, output).not.toBeNull();

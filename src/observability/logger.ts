@@ -1,8 +1,4 @@
-import cluster from 'node:cluster';
 import { pino, type Logger, type DestinationStream } from 'pino';
-
-/** Bytes a pipe writes atomically (POSIX minimum 512; Linux 4096). */
-const PIPE_BUF = 4096;
 
 /**
  * P13: credentials never reach a log line. Header names arrive lower-cased from Node; the
@@ -33,14 +29,11 @@ const FLUSH_EVERY_MS = 200;
  * sonic-boom (pino.destination) in its buffer mode, fed one Buffer a line. In its default mode
  * it appends each line to the pending string and measures that string with Buffer.byteLength on
  * every write, which copies the whole pending batch each time: 4.3 KB copied for each request
- * log line with 8 KB batches, a fifth of all a pass-through request allocated (bench/RESULTS.md,
- * "The log buffer"). In buffer mode it keeps the lines as a list and joins them once per write.
+ * log line with 8 KB batches, a fifth of all a pass-through request allocated (measured with B4;
+ * commit 6e34453). In buffer mode it keeps the lines as a list and joins them once per write.
  */
 function bufferedStdout(): DestinationStream {
-  // Cluster workers share one stdout: writes of whole lines up to PIPE_BUF never interleave.
-  const boom = cluster.isWorker
-    ? pino.destination({ dest: 1, sync: false, minLength: 2 * 1024, maxWrite: PIPE_BUF, contentMode: 'buffer' })
-    : pino.destination({ dest: 1, sync: false, minLength: 8 * 1024, contentMode: 'buffer' });
+  const boom = pino.destination({ dest: 1, sync: false, minLength: 8 * 1024, contentMode: 'buffer' });
   setInterval(() => boom.flush(), FLUSH_EVERY_MS).unref();
   return {
     write: (line: string) => boom.write(Buffer.from(line) as unknown as string),

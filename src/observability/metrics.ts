@@ -8,7 +8,7 @@ import { PendingCounts } from './label-children.js';
  * How often the event loop's delay is sampled for `nodejs_eventloop_lag_*` (ms), which every
  * reading includes (an idle loop reads about this much). prom-client's 10 ms woke an idle
  * process 100 times a second: 7.5 of the 9 ms of CPU an idle shim took each second (3 ms in
- * all at 50 ms), paid again by every replica and worker (bench/RESULTS.md, B8).
+ * all at 50 ms), paid again by every replica (measured with B8; commit 45717fe).
  */
 export const EVENT_LOOP_SAMPLE_MS = 50;
 
@@ -25,8 +25,6 @@ export function createMetrics() {
     help: 'Always 1; the labels say which shim version runs on which Node.js',
     labelNames: ['version', 'nodejs'] as const,
     registers: [registry],
-    // Cluster workers (server.workers) each report it: their sum would not be 1.
-    aggregator: 'first',
   });
   buildInfo.set({ version: VERSION, nodejs: process.version }, 1);
   const upstreamRequestCounts = new PendingCounts(['route', 'status']);

@@ -21,6 +21,7 @@ export const CHILD_SCRIPTS = [
   'bench/run.ts',
   'bench/upstream-process.ts',
   'bench/passthrough-upstream.ts',
+  'bench/bare-passthrough.ts',
   'bench/shim-process.ts',
   'bench/ledger-memory.ts',
 ] as const;

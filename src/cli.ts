@@ -2,16 +2,7 @@
 import { readFileSync } from 'node:fs';
 import http from 'node:http';
 import { appProbe, oneLine, probeStore, probeUpstream, warnAtStartup, type Probe } from './checks.js';
-import {
-  ConfigError,
-  envNearMisses,
-  infoRequest,
-  loadConfig,
-  namedKey,
-  parseListenAddress,
-  usage,
-  type Config,
-} from './config.js';
+import { ConfigError, envNearMisses, infoRequest, loadConfig, namedKey, parseListenAddress, usage, type Config } from './config.js';
 import { createLogger, type Logger } from './observability/logger.js';
 import { loggableUrl, logStartup } from './observability/startup.js';
 import { openShim } from './embed.js';

@@ -79,11 +79,23 @@ export function apiPathOf(path: string): { prefix: ApiPrefix; rest: string } | u
   return prefix && { prefix, rest: path.slice(prefix.length) };
 }
 
+/** The last path asked about and its answer: one request asks up to four times (route, log, pool, metrics). */
+let lastPath: string | undefined;
+let lastMatch: Match | undefined;
+
 /**
  * The route of a path (no query), and the prefix it came under; undefined for a path outside
  * the API or not in the table. Runs on every request: a map lookup for most paths.
  */
 export function apiRouteOf(path: string): Match | undefined {
+  if (path !== lastPath) {
+    lastMatch = matchRoute(path);
+    lastPath = path;
+  }
+  return lastMatch;
+}
+
+function matchRoute(path: string): Match | undefined {
   const at = apiPathOf(path);
   if (!at) return undefined;
   const { prefix, rest } = at;

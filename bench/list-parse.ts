@@ -1,6 +1,7 @@
 import { availableParallelism, loadavg } from 'node:os';
 import { Worker } from 'node:worker_threads';
 import { parseWithListInSteps } from '../src/profile/user-objects.js';
+import { legacyUserRow } from './legacy-user-row.js';
 
 /**
  * Whether profile/user-objects.ts's parse in steps earns its keep (V4: no long block while a
@@ -17,24 +18,6 @@ import { parseWithListInSteps } from '../src/profile/user-objects.js';
  */
 
 const sizes = process.argv.slice(2).map(Number);
-
-/** A 2.1 GET /users row, as in bench/users-backfill.ts. */
-function row(i: number): Record<string, unknown> {
-  const bot = i % 50 === 49;
-  return {
-    email: bot ? `bot${i}-bot@chat.example.com` : `user${i}@chat.example.com`,
-    user_id: i,
-    avatar_url: `https://secure.gravatar.com/avatar/af4f06322c177ef4e1e9b2c424986b${String(i).padStart(2, '0')}?d=identicon&version=${1 + (i % 3)}`,
-    is_admin: i % 100 === 0,
-    is_guest: i % 20 === 7,
-    is_bot: bot,
-    full_name: `User number ${i}`,
-    timezone: i % 2 ? 'Europe/Berlin' : '',
-    is_active: i % 30 !== 0,
-    date_joined: '2019-10-20T07:50:53.728864+00:00',
-    ...(bot ? { bot_type: 1, bot_owner: 'user1@chat.example.com' } : {}),
-  };
-}
 
 /** How long `work` takes, and the longest gap of a 1 ms timer while it runs. */
 async function timed(work: () => Promise<unknown>): Promise<{ ms: number; blockMs: number }> {
@@ -72,7 +55,9 @@ const whole = (b: Buffer) => JSON.parse(b.toString('utf8')) as Record<string, un
 
 console.log(`Node ${process.version}, ${availableParallelism()} cores, load average ${loadavg()[0]!.toFixed(2)}`);
 for (const users of sizes.length ? sizes : [10_000, 100_000]) {
-  const body = Buffer.from(JSON.stringify({ result: 'success', msg: '', members: Array.from({ length: users }, (_, i) => row(i + 1)) }));
+  const body = Buffer.from(
+    JSON.stringify({ result: 'success', msg: '', members: Array.from({ length: users }, (_, i) => legacyUserRow(i + 1)) }),
+  );
   const ways: Array<[string, () => Promise<unknown>]> = [
     ['JSON.parse', async () => whole(body)],
     ['parseWithListInSteps', () => parseWithListInSteps(body, 'members', whole)],

@@ -4,6 +4,7 @@ import { request } from 'undici';
 import { loadConfig } from '../src/config.js';
 import { createLogger } from '../src/observability/logger.js';
 import { createShim } from '../src/server.js';
+import { legacyUserRow } from './legacy-user-row.js';
 
 /**
  * V4 cost: a 2.1 realm of N users (default 10000) behind the shim; GET /api/v1/users and a
@@ -21,26 +22,7 @@ const arg = (name: string, fallback: number) => {
 const USERS = arg('users', 10_000);
 const ROUNDS = arg('rounds', 10);
 
-/** A 2.1 GET /users row (zulip-server.md §5.2): no is_owner, role, avatar_version, is_billing_admin, delivery_email. */
-function row(i: number): Record<string, unknown> {
-  const bot = i % 50 === 49;
-  const o: Record<string, unknown> = {
-    email: bot ? `bot${i}-bot@chat.example.com` : `user${i}@chat.example.com`,
-    user_id: i,
-    avatar_url: `https://secure.gravatar.com/avatar/af4f06322c177ef4e1e9b2c424986b${String(i).padStart(2, '0')}?d=identicon&version=${1 + (i % 3)}`,
-    is_admin: i % 100 === 0,
-    is_guest: i % 20 === 7,
-    is_bot: bot,
-    full_name: `User number ${i}`,
-    timezone: i % 2 ? 'Europe/Berlin' : '',
-    is_active: i % 30 !== 0,
-    date_joined: '2019-10-20T07:50:53.728864+00:00',
-  };
-  if (bot) Object.assign(o, { bot_type: 1, bot_owner: 'user1@chat.example.com' });
-  return o;
-}
-
-const members = Array.from({ length: USERS }, (_, i) => row(i + 1));
+const members = Array.from({ length: USERS }, (_, i) => legacyUserRow(i + 1));
 const usersBody = Buffer.from(JSON.stringify({ result: 'success', msg: '', members }));
 const registerBody = Buffer.from(
   JSON.stringify({

@@ -100,10 +100,10 @@ export class UpstreamClient {
     const r = await this.dispatch(call, this.options.timeoutMs);
     return {
       ...r,
-      read: (maxBytes = this.maxResponseBytes) => readAll(r.body, maxBytes),
+      read: (maxBytes = this.maxResponseBytes) => readAll(r.body, maxBytes, declaredLength(r.headers)),
       readUpTo: async (maxBytes = this.maxResponseBytes) => {
         try {
-          return await readUpTo(r.body, maxBytes);
+          return await readUpTo(r.body, maxBytes, declaredLength(r.headers));
         } catch (e) {
           throw translate(e);
         }
@@ -146,11 +146,17 @@ export class UpstreamClient {
 
 export { translate };
 
+/** An upstream answer's Content-Length (undefined when absent or not a number). Only the upstream's is trusted this far. */
+function declaredLength(headers: IncomingHttpHeaders): number | undefined {
+  const n = Number(headers['content-length']);
+  return headers['content-length'] !== undefined && Number.isSafeInteger(n) ? n : undefined;
+}
+
 /** Reads an upstream body to the end, failing with UPSTREAM_BAD_RESPONSE past `limit` bytes. */
-async function readAll(body: Readable, limit: number): Promise<Buffer> {
+async function readAll(body: Readable, limit: number, expectedBytes?: number): Promise<Buffer> {
   let read: Awaited<ReturnType<typeof readUpTo>>;
   try {
-    read = await readUpTo(body, limit);
+    read = await readUpTo(body, limit, expectedBytes);
   } catch (e) {
     throw translate(e);
   }

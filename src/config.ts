@@ -679,16 +679,7 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv = process.env,
     sources.set(s.path.join('.'), source);
   }
 
-  const parsed = configSchema.safeParse(layered);
-  if (!parsed.success) {
-    // A misspelt key first: it usually explains the other problems too.
-    const issues = parsed.error.issues;
-    throw (
-      removedKeyError(issues, sources) ??
-      new ConfigError(describeIssue(issues.find((i) => i.code === 'unrecognized_keys') ?? issues[0]!, sources))
-    );
-  }
-  const config = parsed.data;
+  const config = validated(layered, sources);
   // --help and --version are answered before any configuration is read (infoRequest).
   if ((o.needsUpstream ?? true) && !config.upstream.url && !config.replay.har && !config.replay.demo) {
     // A near miss in the environment (UPSTREAM=, UPSTREAM_URI=) is the usual cause: name it.
@@ -701,6 +692,21 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv = process.env,
     );
   }
   return { config, sources };
+}
+
+/**
+ * The layered settings through the schema, or the one ConfigError that words what is wrong: a
+ * removed setting, else a misspelt key first (it usually explains the other problems too), else
+ * the first problem, each with where it was given.
+ */
+function validated(layered: unknown, sources: ReadonlyMap<string, string>): Config {
+  const parsed = configSchema.safeParse(layered);
+  if (parsed.success) return parsed.data;
+  const issues = parsed.error.issues;
+  throw (
+    removedKeyError(issues, sources) ??
+    new ConfigError(describeIssue(issues.find((i) => i.code === 'unrecognized_keys') ?? issues[0]!, sources))
+  );
 }
 
 /**
@@ -717,15 +723,7 @@ export function configFromObject(given: unknown, source = 'options', o: { needsU
   const defaults = readJson(DEFAULT_FILE, DEFAULT_SOURCE);
   for (const k of keyPaths(defaults)) sources.set(k, DEFAULT_SOURCE);
   for (const k of keyPaths(over)) sources.set(k, source);
-  const parsed = configSchema.safeParse(merge(defaults, over));
-  if (!parsed.success) {
-    const issues = parsed.error.issues;
-    throw (
-      removedKeyError(issues, sources) ??
-      new ConfigError(describeIssue(issues.find((i) => i.code === 'unrecognized_keys') ?? issues[0]!, sources))
-    );
-  }
-  const config = parsed.data;
+  const config = validated(merge(defaults, over), sources);
   if ((o.needsUpstream ?? true) && !config.upstream.url && !config.replay.har && !config.replay.demo) {
     throw new ConfigError(
       `no upstream: give upstream.url for a Zulip server, replay.har for a recording, or replay.demo: true for the bundled one (${source})`,

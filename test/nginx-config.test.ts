@@ -1,4 +1,4 @@
-import { spawn, spawnSync } from 'node:child_process';
+import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
 import https from 'node:https';
@@ -236,29 +236,10 @@ describe.skipIf(!usable)('deploy/ nginx configuration', () => {
     const snippetUpstream = readFileSync(join(DEPLOY, 'nginx-zulip-shim-upstream.conf'), 'utf8')
       .replace('server 127.0.0.1:9991;', `server 127.0.0.1:${shimPort};`)
       .replace('listen 127.0.0.1:9992;', `listen 127.0.0.1:${await systemPort()};`);
-    writeFileSync(join(dir, 'conf', 'live-upstream.conf'), snippetUpstream);
-    const conf = join(dir, 'conf', 'live.conf');
-    writeFileSync(
-      conf,
-      `daemon off;\nmaster_process off;\npid ${join(dir, 'live.pid')};\nevents {}\nhttp {\n    access_log off;\n${localPaths()}
-    upstream django { server unix:${join(dir, 'uwsgi-socket')}; }
-    upstream tornado { server 127.0.0.1:9800; }
-    include ${join(dir, 'conf', 'live-upstream.conf')};
-    server {
-        listen 127.0.0.1:${port};
-        # Zulip's own locations, answering "zulip" instead of going to Django or Tornado.
-        location /api/ { return 200 'zulip'; }
-        location /json/ { return 200 'zulip'; }
-        location / { return 200 'zulip'; }
-        include ${shimSnippet()};
-    }
-}\n`,
-    );
-    const nginx = spawn('nginx', ['-p', dir, '-c', conf, '-e', 'stderr'], { stdio: ['ignore', 'ignore', 'pipe'] });
-    let stderr = '';
-    nginx.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+    // Zulip's own locations, answering "zulip" instead of going to Django or Tornado.
+    const { nginx, stderr } = zulipNginx('live', port, snippetUpstream, ['/api/', '/json/', '/']);
     try {
-      await waitForPort(port, () => stderr);
+      await waitForPort(port, stderr);
       const who = async (method: string, path: string) => {
         const text = await send(port, method, path, { host: 'chat.example.com' });
         return text.startsWith('{') ? (JSON.parse(text) as { by: string }).by : text;
@@ -340,36 +321,17 @@ describe.skipIf(!usable)('deploy/ nginx configuration', () => {
     // The shipped http-context file, its one-shim upstream replaced by the documented block.
     const shipped = readFileSync(join(DEPLOY, 'nginx-zulip-shim-upstream.conf'), 'utf8');
     expect(shipped).toMatch(/upstream zulip_compat_shim \{[^}]*\}/);
-    writeFileSync(
-      join(dir, 'conf', 'replicas-upstream.conf'),
-      shipped
-        .replace(/upstream zulip_compat_shim \{[^}]*\}/, block)
-        .replace('listen 127.0.0.1:9992;', `listen 127.0.0.1:${await systemPort()};`),
-    );
+    const upstreamConf = shipped
+      .replace(/upstream zulip_compat_shim \{[^}]*\}/, block)
+      .replace('listen 127.0.0.1:9992;', `listen 127.0.0.1:${await systemPort()};`);
     const port = await systemPort();
-    const conf = join(dir, 'conf', 'replicas.conf');
-    writeFileSync(
-      conf,
-      `daemon off;\nmaster_process off;\npid ${join(dir, 'replicas.pid')};\nevents {}\nhttp {\n    access_log off;\n${localPaths()}
-    upstream django { server unix:${join(dir, 'uwsgi-socket')}; }
-    upstream tornado { server 127.0.0.1:9800; }
-    include ${join(dir, 'conf', 'replicas-upstream.conf')};
-    server {
-        listen 127.0.0.1:${port};
-        location / { return 200 'zulip'; }
-        include ${shimSnippet()};
-    }
-}\n`,
-    );
-    const nginx = spawn('nginx', ['-p', dir, '-c', conf, '-e', 'stderr'], { stdio: ['ignore', 'ignore', 'pipe'] });
-    let stderr = '';
-    nginx.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+    const { nginx, stderr } = zulipNginx('replicas', port, upstreamConf, ['/']);
     const who = async (method: string, path: string) => {
       const text = await send(port, method, path, { host: 'chat.example.com', 'content-type': 'application/x-www-form-urlencoded' });
       return text.startsWith('{') ? (JSON.parse(text) as { by: string }).by : text;
     };
     try {
-      await waitForPort(port, () => stderr);
+      await waitForPort(port, stderr);
       const seen: string[] = [];
       for (let i = 0; i < 6; i++) seen.push(await who(i % 2 ? 'POST' : 'GET', i % 2 ? '/api/v1/users/me/presence' : '/api/v1/users/me'));
       // Round robin: each replica in turn, whatever the endpoint.
@@ -442,6 +404,34 @@ function answer(
     req.on('error', reject);
     req.end(body);
   });
+}
+
+/**
+ * nginx on `port` in front of a stand-in Zulip whose `locations` answer "zulip", with the shim's
+ * http-context file as `upstreamConf` says it and the shim's location blocks included: how an
+ * operator's Zulip nginx looks with the shim beside it (topology (b)).
+ */
+function zulipNginx(name: string, port: number, upstreamConf: string, locations: string[]): { nginx: ChildProcess; stderr: () => string } {
+  const upstreamFile = join(dir, 'conf', `${name}-upstream.conf`);
+  writeFileSync(upstreamFile, upstreamConf);
+  const conf = join(dir, 'conf', `${name}.conf`);
+  writeFileSync(
+    conf,
+    `daemon off;\nmaster_process off;\npid ${join(dir, `${name}.pid`)};\nevents {}\nhttp {\n    access_log off;\n${localPaths()}
+    upstream django { server unix:${join(dir, 'uwsgi-socket')}; }
+    upstream tornado { server 127.0.0.1:9800; }
+    include ${upstreamFile};
+    server {
+        listen 127.0.0.1:${port};
+${locations.map((l) => `        location ${l} { return 200 'zulip'; }`).join('\n')}
+        include ${shimSnippet()};
+    }
+}\n`,
+  );
+  const nginx = spawn('nginx', ['-p', dir, '-c', conf, '-e', 'stderr'], { stdio: ['ignore', 'ignore', 'pipe'] });
+  let log = '';
+  nginx.stderr.on('data', (d: Buffer) => (log += d.toString()));
+  return { nginx, stderr: () => log };
 }
 
 async function waitForPort(port: number, log: () => string): Promise<void> {

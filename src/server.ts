@@ -26,6 +26,7 @@ import type { PresenceStore } from './presence/ledger-store.js';
 import { UpstreamClient } from './upstream/client.js';
 import { createTransport } from './upstream/transport.js';
 import { distrustForwarded, TrustedProxies } from './http/forwarded.js';
+import { declaresBody } from './http/headers.js';
 import { PresenceState } from './presence/state.js';
 import { appRequestHandler, isTranslatedAppRequest } from './app/handler.js';
 import { RealmAdmission } from './upstream/realm-admission.js';
@@ -190,9 +191,7 @@ function answerWithoutUpgrade(
   onRequest: (req: IncomingMessage, res: ServerResponse) => void,
 ): void {
   socket.on('error', () => socket.destroy());
-  const declaresBody =
-    req.headers['content-length'] !== undefined ? req.headers['content-length'] !== '0' : req.headers['transfer-encoding'] !== undefined;
-  if (declaresBody || head.length > 0) {
+  if (declaresBody(req.headers) || head.length > 0) {
     endSocketWithShimError(socket, badRequest('An upgrade other than WebSocket cannot carry a request body here'));
     return;
   }

@@ -1,5 +1,6 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { bodyTimedOut, sendShimError } from './errors.js';
+import { declaresBody } from './headers.js';
 
 /**
  * X11: a request body arrives within a total deadline from the request's start (nginx's
@@ -15,7 +16,7 @@ export function watchBodyDeadline(
   headers: Record<string, string>,
   release: () => void,
 ): void {
-  if (req.complete || !declaresBody(req)) return;
+  if (req.complete || !declaresBody(req.headers)) return;
   const timer = setTimeout(() => {
     if (req.complete) return;
     release();
@@ -26,9 +27,4 @@ export function watchBodyDeadline(
   const done = () => clearTimeout(timer);
   req.once('end', done);
   res.once('close', done);
-}
-
-function declaresBody(req: IncomingMessage): boolean {
-  const h = req.headers;
-  return h['content-length'] !== undefined ? h['content-length'] !== '0' : h['transfer-encoding'] !== undefined;
 }

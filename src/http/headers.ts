@@ -67,3 +67,11 @@ export function endToEndList(from: IncomingHttpHeaders, extra: readonly string[]
   for (let i = 0; i < extra.length; i += 2) if (from[extra[i]!] === undefined) out.push(extra[i]!, extra[i + 1]!);
   return out;
 }
+
+/**
+ * Whether a request declares a body (RFC 9112 §6.3): Transfer-Encoding says so whatever
+ * Content-Length says, else a Content-Length other than 0. (Node refuses a request with both.)
+ */
+export function declaresBody(headers: IncomingHttpHeaders): boolean {
+  return headers['transfer-encoding'] !== undefined || (headers['content-length'] !== undefined && headers['content-length'] !== '0');
+}

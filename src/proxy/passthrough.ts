@@ -5,7 +5,7 @@ import { createProxyServer } from 'http-proxy-3';
 import type { Dispatcher } from 'undici';
 import { badRequest, sendShimError, ShimError, upstreamUnavailable } from '../http/errors.js';
 import { setXForwarded } from '../http/forwarded.js';
-import { copyEndToEnd, endToEndList } from '../http/headers.js';
+import { copyEndToEnd, declaresBody, endToEndList } from '../http/headers.js';
 import { loggablePath, type Logger } from '../observability/logger.js';
 import type { LoggedRequest } from '../observability/request-log.js';
 import { isClientAbort, isUnsendable, type Transport, type UpstreamDispatchOptions } from '../upstream/transport.js';
@@ -116,9 +116,7 @@ export const addForwarded: IncomingPass = (exchange) => {
 
 /** The client's body, streamed as it comes (none when it declares none). */
 export const pipeBody: IncomingPass = (exchange) => {
-  const h = exchange.req.headers;
-  const hasBody = h['content-length'] !== undefined ? h['content-length'] !== '0' : h['transfer-encoding'] !== undefined;
-  if (hasBody) exchange.options.body = exchange.req;
+  if (declaresBody(exchange.req.headers)) exchange.options.body = exchange.req;
 };
 
 /** The upstream request ends with the answer (PassThroughExchange.closed), for a caller with no `close` listener of its own. */

@@ -6,7 +6,7 @@ import { recordFacts, timedUpstream } from '../observability/request-facts.js';
 import { forwardedHeaders } from '../upstream/client.js';
 import { realmOf } from '../upstream/realm.js';
 import { relay } from '../upstream/relay.js';
-import { appLevelFor, presentedLevel } from './presented.js';
+import { appLevelFor, levelShownTo } from './presented.js';
 
 /** The request changes' name of an endpoint (changes/index.ts endpointKey); undefined outside the API. */
 export function endpointOf(method: string | undefined, path: string): string | undefined {
@@ -36,7 +36,7 @@ export function isTranslatedAppRequest(
 export const appRequestHandler: EndpointHandler = async (req, res, ctx) => {
   const hostRealm = realmOf(ctx.upstreamId, req.headers);
   const { featureLevel: real } = await timedUpstream(req, () => ctx.featureLevels.resolve(hostRealm));
-  const shown = presentedLevel(appLevelFor(ctx.config.app, req.headers) ?? real, real);
+  const shown = levelShownTo(ctx.config.app, req.headers, real);
   const url = req.url ?? '/';
   const q = url.indexOf('?');
   const path = q < 0 ? url : url.slice(0, q);

@@ -26,3 +26,9 @@ export function appLevelFor(app: Config['app'], headers: IncomingHttpHeaders): n
 export function presentedLevel(presented: number, real: number): number {
   return real >= APP_SERVED_FROM && real < presented ? presented : real;
 }
+
+/** The level this request's client is shown for an upstream at `real` (M1): the app's presented level where it applies, else the real one. */
+export function levelShownTo(app: Config['app'], headers: IncomingHttpHeaders, real: number): number {
+  const asked = appLevelFor(app, headers);
+  return asked === undefined ? real : presentedLevel(asked, real);
+}

@@ -9,7 +9,7 @@ import { endToEnd } from '../http/headers.js';
 import { isSuccess, relay, relayBuffered, rewrittenHeaders } from '../upstream/relay.js';
 import { forwardedHeaders, type UpstreamResponse } from '../upstream/client.js';
 import { FL } from '../upstream/feature-level.js';
-import { appLevelFor, presentedLevel } from '../app/presented.js';
+import { levelShownTo } from '../app/presented.js';
 import { realmOf } from '../upstream/realm.js';
 import { limitLegacyHistory, presenceEra } from '../presence/convert.js';
 import { idForLegacyPresences, registerPresences } from '../presence/answers.js';
@@ -85,7 +85,7 @@ export const registerHandler: EndpointHandler = async (req, res, ctx) => {
     ? parseJsonInt('presence_history_limit_days', params.get('presence_history_limit_days'))
     : undefined;
   // M1: the mobile app is shown the level the operator chose, where the shim can serve it.
-  const shown = presentedLevel(appLevelFor(ctx.config.app, req.headers) ?? featureLevel, featureLevel);
+  const shown = levelShownTo(ctx.config.app, req.headers, featureLevel);
   const presenting = shown !== featureLevel;
   if (!withPresence && !withUsers && !presenting) headers['accept-encoding'] = req.headers['accept-encoding'] ?? 'identity';
   const call = { realm, method: 'POST' as const, path: req.url ?? '/api/v1/register', headers, body };

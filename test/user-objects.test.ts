@@ -265,7 +265,8 @@ describe('parsing a long list in steps (V4)', () => {
           expect(await inSteps(changed)).toEqual(parsed(changed));
         },
       ),
-      { numRuns: 300 },
+      // seed 1997677921: the list closed by a `}` was read as a list
+      { numRuns: 300, examples: [[{}, [false], 17, '}']] },
     );
   });
 

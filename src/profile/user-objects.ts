@@ -207,6 +207,9 @@ async function locateList(text: string, key: string): Promise<{ open: number; cl
     } else if (c === CLOSE_BRACE || c === CLOSE_BRACKET) {
       depth--;
       if (open >= 0 && depth === 1) {
+        // The list closed by a `}`: not JSON (every other bracket is checked by the parses of
+        // the rest and of the items); the whole parse says so as JSON.parse would.
+        if (c !== CLOSE_BRACKET) return undefined;
         found = { open, close: i, commas };
         open = -1;
       }

@@ -15,10 +15,11 @@ const REQUEST_ID = /^[\w.:-]{1,128}$/;
 const INFO = 30;
 const WARN = 40;
 
-const noop = () => {};
-
-/** Per connection: its bytes read and written when its last answer ended. */
-const countedOf = new WeakMap<object, [number, number]>();
+/**
+ * Per connection: its bytes read and written when its last answer ended. (A property on the
+ * socket instead would give Node's own socket code a second shape to handle: slower, B4.)
+ */
+const countedOf = new WeakMap<Socket, { read: number; written: number }>();
 
 /** A user agent is cut to this many characters in the line (a client controls it). */
 const USER_AGENT_CHARS = 200;
@@ -74,30 +75,36 @@ export function requestLogger(
    * closes. `quiet`: the shim's own paths get an id but no line and no metrics.
    */
   return (req: IncomingMessage, res: ServerResponse, path: string, quiet = false): LoggedRequest => {
-    const started = performance.now();
     const given = req.headers['x-request-id'];
     const id = typeof given === 'string' && REQUEST_ID.test(given) ? given : randomUUID();
     req.headers['x-request-id'] = id;
-    const route = routeLabel(path);
-    // The connection as the request came (an answer's close may find it detached).
-    const socket = req.socket as Socket | null;
-    const closed = quiet ? noop : () => written(req, res, id, route, performance.now() - started, socket);
-    return { requestId: id, route, closed };
+    return new Logged(id, routeLabel(path), req, res, quiet ? undefined : written);
   };
 
-  function written(req: IncomingMessage, res: ServerResponse, id: string, route: RouteLabel, elapsed: number, socket: Socket | null): void {
+  function written(r: Logged, elapsed: number): void {
+    const { req, res, socket } = r;
     // Bytes on the connection since the previous answer on it ended: one request at a time on
     // a connection, so that is this one's (head and body).
     let bytesIn = 0;
     let bytesOut = 0;
     if (socket) {
+      const read = socket.bytesRead;
+      const sent = socket.bytesWritten;
       const before = countedOf.get(socket);
-      bytesIn = socket.bytesRead - (before?.[0] ?? 0);
-      bytesOut = socket.bytesWritten - (before?.[1] ?? 0);
-      countedOf.set(socket, [socket.bytesRead, socket.bytesWritten]);
+      if (before) {
+        bytesIn = read - before.read;
+        bytesOut = sent - before.written;
+        before.read = read;
+        before.written = sent;
+      } else {
+        bytesIn = read;
+        bytesOut = sent;
+        countedOf.set(socket, { read, written: sent });
+      }
     }
     const aborted = !res.writableFinished;
     const status = res.statusCode;
+    const route = r.route;
     if (count && durations) {
       const method = METHOD_LABELS.has(req.method ?? '') ? req.method! : 'other';
       count(route, method, aborted ? 'aborted' : statusLabel(status)).n++;
@@ -106,7 +113,7 @@ export function requestLogger(
     const level = aborted || status >= 500 ? WARN : INFO;
     if (log.levelVal > level || !access()) return;
     const f = recordedFacts(req);
-    let line = `{"level":${level},"time":"${isoNow()}","name":${name},"reqId":"${id}","req":{"method":${JSON.stringify(req.method)},"path":${JSON.stringify(loggablePath(req.url))}},"res":{"status":${status}},"responseTime":${Math.round(elapsed)}`;
+    let line = `{"level":${level},"time":"${isoNow()}","name":${name},"reqId":"${r.requestId}","req":{"method":${JSON.stringify(req.method)},"path":${JSON.stringify(loggablePath(req.url))}},"res":{"status":${status}},"responseTime":${Math.round(elapsed)}`;
     line += `,"remote":${JSON.stringify(socket?.remoteAddress ?? '')},"bytesIn":${bytesIn},"bytesOut":${bytesOut}`;
     const agent = req.headers['user-agent'];
     if (agent) line += `,"userAgent":${JSON.stringify(agent.length > USER_AGENT_CHARS ? agent.slice(0, USER_AGENT_CHARS) : agent)}`;
@@ -116,5 +123,26 @@ export function requestLogger(
     if (f.featureLevel !== undefined) line += `,"featureLevel":${f.featureLevel}`;
     if (f.kind !== undefined) line += `,"kind":${JSON.stringify(f.kind)}`;
     dest.write(`${line},"msg":"${aborted ? 'request aborted' : 'request completed'}"}\n`);
+  }
+}
+
+/** One request's record, from its start to its answer's close: one object a request, no closures. */
+class Logged implements LoggedRequest {
+  private readonly started = performance.now();
+  /** The connection as the request came (an answer's close may find it detached). */
+  readonly socket: Socket | null;
+
+  constructor(
+    readonly requestId: string,
+    readonly route: RouteLabel,
+    readonly req: IncomingMessage,
+    readonly res: ServerResponse,
+    private readonly done: ((r: Logged, elapsed: number) => void) | undefined,
+  ) {
+    this.socket = req.socket as Socket | null;
+  }
+
+  closed(): void {
+    this.done?.(this, performance.now() - this.started);
   }
 }

@@ -19,7 +19,7 @@ import { basicAuth, SMALL_PATH } from './synthetic-upstream.js';
  * the upstream: what a passed-through request meets in topology b); the bare undici pass-through
  * (bench/bare-passthrough.ts: a node:http server streaming every request through an undici
  * Pool, nothing else); and the shim's CLI as plain JavaScript (children.ts, useBuiltChildren)
- * at log level info to a discarded stdout, metrics on; with `before`, the built CLI of another
+ * at log level info (stdout to a file), metrics on; with `before`, the built CLI of another
  * checkout (its `dist/cli.js`) in the same run.
  * Each target runs in turn, `rounds` times; each figure is the median of its rounds (the
  * machine's speed drifts during a run: alternating targets and taking the middle run compares

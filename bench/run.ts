@@ -432,7 +432,7 @@ try {
     table: b4.text,
   };
   method.push(
-    `B4: ${b4.generator}, GET ${SMALL_PATH} (${SMALL_BODY.length} B of JSON) with Basic auth, ${opts.passthroughConnections} connections, ${b4Seconds} s per run, targets alternated over ${opts.rounds} round(s), the median of each figure kept. The shim's CLI runs as plain JavaScript (bundled from the current source, not through tsx), logging each request at level info (to a discarded stdout) with metrics on; each shim target's garbage collection during its runs is read from its own /metrics (nodejs_gc_duration_seconds) and given per 10,000 requests; nginx (${
+    `B4: ${b4.generator}, GET ${SMALL_PATH} (${SMALL_BODY.length} B of JSON) with Basic auth, ${opts.passthroughConnections} connections, ${b4Seconds} s per run, targets alternated over ${opts.rounds} round(s), the median of each figure kept. The shim's CLI runs as plain JavaScript (bundled from the current source, not through tsx), logging each request at level info (stdout to a file, as a production log collector would take it) with metrics on; each shim target's garbage collection during its runs is read from its own /metrics (nodejs_gc_duration_seconds) and given per 10,000 requests; nginx (${
       b4.nginx ?? 'skipped'
     }) runs worker_processes auto with an upstream keepalive pool and an access log; the production path is that nginx with deploy/nginx-zulip-shim.conf's location blocks included (the endpoints the shim changes go to the shim, this GET straight to the upstream); the bare undici pass-through (bench/bare-passthrough.ts) is a node:http server streaming every request through one undici Pool, with nothing else to do. \`npm run bench -- b4\` runs B4 alone, with the 1 MiB and long-poll variants.`,
   );

@@ -1,5 +1,5 @@
 import type { EndpointHandler } from './context.js';
-import { API_PREFIXES, API_ROUTES, interceptOf, type InterceptName } from './http/api-routes.js';
+import { API_PREFIXES, API_ROUTES, routeFactsOf, type InterceptName, type RouteLabel } from './http/api-routes.js';
 import { presenceHandler } from './presence/handler.js';
 import { registerHandler } from './register/handler.js';
 import { ownProfileHandler } from './profile/handler.js';
@@ -38,22 +38,27 @@ export const INTERCEPTED: ReadonlyMap<string, EndpointHandler> = new Map(
   ),
 );
 
-export type Route =
+/**
+ * Where a request goes, with what the rest of its way needs to know of its route (decided here
+ * once): its metrics label (request log, upstream metrics) and whether it is a long poll (the
+ * upstream pool it takes).
+ */
+export type Route = (
   | { kind: 'own'; path: OwnPath }
   | { kind: 'intercepted'; path: string; handler: EndpointHandler }
-  | { kind: 'upstream'; path: string };
+  | { kind: 'upstream'; path: string }
+) & { label: RouteLabel; longPoll: boolean };
 
 const OWN: ReadonlySet<string> = new Set(OWN_PATHS);
 
-/**
- * The route of a request: its method and its request target as sent. Runs on every request, so
- * it allocates nothing for a pass-through path that no pattern's literal prefix fits.
- */
+/** The route of a request: its method and its request target as sent. Runs once a request. */
 export function routeOf(method: string | undefined, target: string | undefined): Route {
   const path = routingPath(target ?? '/');
-  if (OWN.has(path)) return { kind: 'own', path: path as OwnPath };
-  const name = interceptOf(method ?? '', path);
-  return name ? { kind: 'intercepted', path, handler: HANDLERS[name] } : { kind: 'upstream', path };
+  if (OWN.has(path)) return { kind: 'own', path: path as OwnPath, label: 'other', longPoll: false };
+  const { intercept, label, longPoll } = routeFactsOf(method ?? '', path);
+  return intercept
+    ? { kind: 'intercepted', path, handler: HANDLERS[intercept], label, longPoll }
+    : { kind: 'upstream', path, label, longPoll };
 }
 
 /**

@@ -351,7 +351,7 @@ export function createShim(o: ShimOptions): Shim {
   const routeFor = (req: IncomingMessage): Route => {
     const routed = routeOf(req.method, req.url);
     return routed.kind === 'upstream' && isTranslatedAppRequest(config.app, req, routed.path)
-      ? { kind: 'intercepted', path: routed.path, handler: appRequestHandler }
+      ? { ...routed, kind: 'intercepted', handler: appRequestHandler }
       : routed;
   };
   const onRequest = (req: IncomingMessage, res: ServerResponse) => {
@@ -374,7 +374,7 @@ export function createShim(o: ShimOptions): Shim {
           return;
         }
       }
-      const logged = logRequest(req, res, route.path, own);
+      const logged = logRequest(req, res, route.label, own);
       let exchange: PassThroughExchange | undefined;
       // The one listener for all that ends with the answer: the drain list, the log line and
       // metrics, and a pass-through's upstream request.
@@ -387,7 +387,7 @@ export function createShim(o: ShimOptions): Shim {
       const gate = own ? undefined : refusal(req);
       if (route.kind === 'upstream' && !gate) {
         // The pass-through writes the request id into its one answer head.
-        const passed = passThrough.web(req, res, logged);
+        const passed = passThrough.web(req, res, logged, route.longPoll);
         exchange = passed;
         watchBodyDeadline(req, res, config.server.bodyTimeoutMs, { 'x-request-id': logged.requestId }, () => passed.closed()); // X11
         return;
@@ -425,7 +425,7 @@ export function createShim(o: ShimOptions): Shim {
   const onAdminRequest = (req: IncomingMessage, res: ServerResponse) => {
     try {
       const route = routeOf(req.method, req.url);
-      const logged = logRequest(req, res, route.path, true);
+      const logged = logRequest(req, res, route.label, true);
       res.on('close', () => logged.closed());
       res.setHeader('x-request-id', logged.requestId);
       if (route.kind === 'own') void serveOwn(route.path, req, res);

@@ -91,7 +91,23 @@ describe('routing path (X6): what the upstream router sees', () => {
     expect(routeOf('HEAD', '/api/v1/users/me').kind).toBe('upstream');
     expect(routeOf('GET', '/api/v1/users/me/subscriptions').kind).toBe('upstream');
     expect(routeOf('POST', '/healthz').kind).toBe('own');
-    expect(routeOf('GET', '/x/../metrics?a')).toEqual({ kind: 'own', path: '/metrics' });
+    expect(routeOf('GET', '/x/../metrics?a')).toEqual({ kind: 'own', path: '/metrics', label: 'other', longPoll: false });
+  });
+
+  it.each([
+    ['GET', '/api/v1/events?queue_id=1', 'events', true],
+    // The upstream's router holds these as long polls too: so does the route (its own pool, T1).
+    ['GET', '/api/v1//events', 'events', true],
+    ['GET', '/json/x/../events', 'events', true],
+    ['GET', '/api/v1/%65vents', 'events', true],
+    ['DELETE', '/api/v1/events', 'events', false],
+    ['GET', '/api/v1/messages/12/reactions', 'messages', false],
+    ['POST', '/api/v1/users/me/presence', 'presence', false],
+    ['GET', '/api/v1/streams', 'other', false],
+    ['GET', '/healthz', 'other', false],
+  ] as const)('%s %s: label %s, long poll %s, decided with the route', (method, target, label, longPoll) => {
+    const route = routeOf(method, target);
+    expect({ label: route.label, longPoll: route.longPoll }).toEqual({ label, longPoll });
   });
 
   it('the compiled table routes as a plain reading of INTERCEPTED would, for any path', () => {

@@ -106,6 +106,7 @@ describe('the request line written around pino', () => {
     const { createLogger } = await import('../src/observability/logger.js');
     const { requestLogger } = await import('../src/observability/request-log.js');
     const { recordFacts } = await import('../src/observability/request-facts.js');
+    const { routeLabel } = await import('../src/http/api-routes.js');
     const lines: string[] = [];
     const sink = new Writable({
       write(chunk, _enc, cb) {
@@ -116,7 +117,7 @@ describe('the request line written around pino', () => {
     const log = createLogger('info', sink);
     const logRequest = requestLogger(log);
     const server = http.createServer((req, res) => {
-      const logged = logRequest(req, res, req.url ?? '/');
+      const logged = logRequest(req, res, routeLabel(req.url ?? '/'));
       res.on('close', () => logged.closed());
       Object.assign(recordFacts(req), { upstreamMs: 12, realm: 'chat.example.com', featureLevel: 0, kind: 'delta' });
       res.end('{"result":"success"}');

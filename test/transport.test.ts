@@ -261,3 +261,40 @@ describe('X5 under an upstream that closes kept-alive connections under requests
     }
   }, 60_000);
 });
+
+describe('T1: the pool a request takes', () => {
+  /** Two GETs of a path the table does not call a long poll, each held 300 ms by the upstream, through one connection's pool. */
+  async function heldPair(longPoll: boolean | undefined): Promise<number> {
+    let inFlight = 0;
+    let most = 0;
+    const up = await upstream((_req, res) => {
+      most = Math.max(most, ++inFlight);
+      setTimeout(() => {
+        inFlight--;
+        res.end('{}');
+      }, 300);
+    });
+    const transport = createTransport({ target: up.url, timeoutMs: 5_000, maxSockets: 1, insecureTls: false });
+    try {
+      await Promise.all(
+        [1, 2].map(() =>
+          transport.dispatcher
+            .request({ method: 'GET', path: '/api/v1/held', passThrough: true, longPoll } as never)
+            .then((r) => r.body.text()),
+        ),
+      );
+      return most;
+    } finally {
+      await transport.close();
+      await stop(up.server);
+    }
+  }
+
+  it('a request the router called a long poll takes the uncapped long-poll pool, whatever its path says', async () => {
+    expect(await heldPair(true)).toBe(2);
+  });
+
+  it('without the router’s word the path decides: here the one-connection pass-through pool', async () => {
+    expect(await heldPair(undefined)).toBe(1);
+  });
+});

@@ -79,23 +79,11 @@ export function apiPathOf(path: string): { prefix: ApiPrefix; rest: string } | u
   return prefix && { prefix, rest: path.slice(prefix.length) };
 }
 
-/** The last path asked about and its answer: one request asks up to four times (route, log, pool, metrics). */
-let lastPath: string | undefined;
-let lastMatch: Match | undefined;
-
 /**
  * The route of a path (no query), and the prefix it came under; undefined for a path outside
  * the API or not in the table. Runs on every request: a map lookup for most paths.
  */
 export function apiRouteOf(path: string): Match | undefined {
-  if (path !== lastPath) {
-    lastMatch = matchRoute(path);
-    lastPath = path;
-  }
-  return lastMatch;
-}
-
-function matchRoute(path: string): Match | undefined {
   const at = apiPathOf(path);
   if (!at) return undefined;
   const { prefix, rest } = at;
@@ -112,20 +100,37 @@ function matchRoute(path: string): Match | undefined {
   return undefined;
 }
 
-/** The endpoint the shim answers itself for this method and path, if any. */
-export function interceptOf(method: string, path: string): InterceptName | undefined {
-  const m = apiRouteOf(path);
-  if (!m || (m.route.prefixes && !m.route.prefixes.includes(m.prefix))) return undefined;
-  return m.route.intercept?.[method as 'GET' | 'POST'];
+/** What the table says of one request, asked once for it (routes.ts) and handed on. */
+export interface RouteFacts {
+  /** The endpoint the shim answers itself, if any. */
+  intercept: InterceptName | undefined;
+  /** Its metrics label. */
+  label: RouteLabel;
+  /** A long poll: its own upstream pool (T1). */
+  longPoll: boolean;
 }
 
-/** Maps a request path (query allowed) to its route label. */
+const NOT_IN_TABLE: RouteFacts = Object.freeze({ intercept: undefined, label: 'other', longPoll: false });
+
+/** The table's facts for a method and a path (no query; as the upstream's router sees it). */
+export function routeFactsOf(method: string, path: string): RouteFacts {
+  const m = apiRouteOf(path);
+  if (!m) return NOT_IN_TABLE;
+  const taken = !m.route.prefixes || m.route.prefixes.includes(m.prefix);
+  return {
+    intercept: taken ? m.route.intercept?.[method as 'GET' | 'POST'] : undefined,
+    label: m.route.label,
+    longPoll: method === 'GET' && m.route.longPoll === true,
+  };
+}
+
+/** Maps a request path (query allowed) to its route label (for a request not routed by routes.ts: the shim's own calls). */
 export function routeLabel(url: string): RouteLabel {
   const q = url.indexOf('?');
   return apiRouteOf(q < 0 ? url : url.slice(0, q))?.route.label ?? 'other';
 }
 
-/** Whether an upstream request is a long poll (its own pool). */
+/** Whether an upstream request is a long poll (its own pool), for one not routed by routes.ts. */
 export function isLongPoll(method: string, url: string): boolean {
   if (method !== 'GET') return false;
   const q = url.indexOf('?');

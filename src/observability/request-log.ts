@@ -5,7 +5,7 @@ import { pino } from 'pino';
 import { recordedFacts } from './request-facts.js';
 import { loggablePath, type Logger } from './logger.js';
 import type { Metrics } from './metrics.js';
-import { routeLabel, type RouteLabel } from '../http/api-routes.js';
+import type { RouteLabel } from '../http/api-routes.js';
 import { METHOD_LABELS, statusLabel } from './route-label.js';
 import { LabelChildren } from './label-children.js';
 
@@ -74,11 +74,11 @@ export function requestLogger(
    * (it goes upstream); the caller puts it on the answer, and calls `closed()` when the answer
    * closes. `quiet`: the shim's own paths get an id but no line and no metrics.
    */
-  return (req: IncomingMessage, res: ServerResponse, path: string, quiet = false): LoggedRequest => {
+  return (req: IncomingMessage, res: ServerResponse, route: RouteLabel, quiet = false): LoggedRequest => {
     const given = req.headers['x-request-id'];
     const id = typeof given === 'string' && REQUEST_ID.test(given) ? given : randomUUID();
     req.headers['x-request-id'] = id;
-    return new Logged(id, routeLabel(path), req, res, quiet ? undefined : written);
+    return new Logged(id, route, req, res, quiet ? undefined : written);
   };
 
   function written(r: Logged, elapsed: number): void {

@@ -30,11 +30,13 @@ export interface PassThroughOptions {
 
 export interface PassThrough {
   /**
-   * `logged`: the request id goes on the answer, the route label into the upstream metrics.
+   * `logged`: the request id goes on the answer, the route label into the upstream metrics;
+   * `longPoll`: whether the request's route is a long poll (its own upstream pool, T1), as the
+   * router decided; without it the transport reads it from the method and path.
    * The caller calls the returned exchange's `closed()` when the answer closes (the upstream
    * request ends with it), from the one `close` listener it has anyway.
    */
-  web(req: IncomingMessage, res: ServerResponse, logged: LoggedRequest): PassThroughExchange;
+  web(req: IncomingMessage, res: ServerResponse, logged: LoggedRequest, longPoll?: boolean): PassThroughExchange;
   ws(req: IncomingMessage, socket: Duplex, head: Buffer): void;
   close(): Promise<void>;
 }
@@ -196,9 +198,10 @@ export function createPassThrough(o: PassThroughOptions): PassThrough {
   wsProxy.on('econnreset', () => {});
 
   return {
-    web(req, res, logged) {
+    web(req, res, logged, longPoll) {
       const exchange = new PassThroughExchange(req, res, o.log);
       exchange.options.route = logged.route;
+      if (longPoll !== undefined) exchange.options.longPoll = longPoll;
       exchange.answerHeaders.push('x-request-id', logged.requestId);
       for (const pass of WEB_INCOMING) pass(exchange);
       dispatch(exchange.options, exchange);

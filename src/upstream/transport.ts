@@ -31,6 +31,8 @@ export interface UpstreamDispatchOptions extends Dispatcher.DispatchOptions {
   deadlineMs?: number;
   /** The metrics route label, when the caller already knows it (else it is derived from the path). */
   route?: RouteLabel;
+  /** A long poll, when the caller already knows (else it is derived from the method and path). */
+  longPoll?: boolean;
   /**
    * X11: a client's request passed through, whose body streams from the client at its pace: it
    * goes to the pass-through's own pool, so it can never take a connection the shim's own calls
@@ -234,7 +236,7 @@ export const routeLongPolls =
   (longPolls: Dispatch): Interceptor =>
   (dispatch) =>
   (opts, handler) =>
-    isLongPoll(opts.method, opts.path) ? longPolls(opts, handler) : dispatch(opts, handler);
+    ((opts as UpstreamDispatchOptions).longPoll ?? isLongPoll(opts.method, opts.path)) ? longPolls(opts, handler) : dispatch(opts, handler);
 
 // ---- routePassThrough -----------------------------------------------------------------------
 

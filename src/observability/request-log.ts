@@ -16,8 +16,8 @@ const INFO = 30;
 const WARN = 40;
 
 /**
- * Per connection: its bytes read and written when its last answer ended. (A property on the
- * socket instead would give Node's own socket code a second shape to handle: slower, B4.)
+ * Per connection: its bytes read and written when its last answer ended (kept beside the
+ * socket, not on it: Node's socket objects keep the shape Node gives them).
  */
 const countedOf = new WeakMap<Socket, { read: number; written: number }>();
 

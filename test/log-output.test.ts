@@ -1,5 +1,7 @@
+import { spawn } from 'node:child_process';
 import http from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ROOT } from './support/build.js';
 import { logLine, runCli, until, type CliRun } from './support/cli-run.js';
 import { startFake, type FakeZulip } from './support/fake-zulip.js';
 
@@ -76,5 +78,27 @@ async function sendThenStop(prefix: string): Promise<void> {
 describe('stdout: the request log as written', CLI_TIMEOUT, () => {
   it('one process: every line whole and once, the last ones too when SIGTERM follows the last answer', CLI_TIMEOUT, async () => {
     await sendThenStop('one');
+  });
+});
+
+describe('stdout: the last lines at exit', CLI_TIMEOUT, () => {
+  it('are written before the process goes, even to a pipe nobody reads yet', CLI_TIMEOUT, async () => {
+    // A shell pipe: the kernel's buffer fills and nothing reads it for a second (a Node parent
+    // would read the pipe into its own memory at once). The child runs under tsx: with its
+    // loader thread, Node's exit does not wait for a write still under way on libuv's thread
+    // pool, so only lines written at exit itself, synchronously, arrive.
+    const child = [process.execPath, '--import', 'tsx', 'test/support/log-exit-child.ts'].map((a) => `'${a}'`).join(' ');
+    const run = spawn('sh', ['-c', `${child} | (sleep 1; cat)`], { cwd: ROOT, stdio: ['ignore', 'pipe', 'inherit'] });
+    let out = '';
+    run.stdout.on('data', (d: Buffer) => {
+      out += d.toString();
+    });
+    const code = await new Promise<number | null>((r) => run.on('close', r));
+    expect(code).toBe(0);
+    const lines = out
+      .split('\n')
+      .filter((l) => l.startsWith('{'))
+      .map((l) => (JSON.parse(l) as { n: number }).n);
+    expect(lines).toEqual([1, 2, 3]);
   });
 });

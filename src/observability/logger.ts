@@ -21,74 +21,111 @@ export type { Logger };
 
 /** How long a log line may wait in the stdout buffer. */
 const FLUSH_EVERY_MS = 200;
-/** The lines are copied into chunks of this size, each handed to the writer whole. */
-const CHUNK_BYTES = 16 * 1024;
+/** The lines are encoded into chunks of this size, each handed to the writer whole. */
+export const CHUNK_BYTES = 16 * 1024;
 
 /**
- * stdout through a buffer, written out every FLUSH_EVERY_MS (and by pino on exit): a request log
- * line written synchronously cost the pass-through ~40% of its throughput (bench B4).
+ * Log lines encoded straight into a 16 KB chunk, each chunk handed to `to` whole once the next
+ * line would not fit; a line too long for a chunk goes on its own. `handOver` hands over what
+ * the current chunk holds now (a copy: the chunk itself is kept for the next lines, so a partly
+ * filled chunk never holds 16 KB while it waits to be written).
+ */
+export class LineChunks {
+  private chunk: Buffer | undefined;
+  private used = 0;
+
+  constructor(private readonly to: { write(bytes: Buffer): unknown }) {}
+
+  write(line: string): void {
+    // UTF-8 takes at most three bytes for each UTF-16 unit.
+    const most = line.length * 3;
+    if (most > CHUNK_BYTES) {
+      this.handOver();
+      this.to.write(Buffer.from(line));
+      return;
+    }
+    if (this.chunk && this.used + most > CHUNK_BYTES) {
+      this.to.write(this.chunk.subarray(0, this.used));
+      this.chunk = undefined;
+    }
+    if (!this.chunk) {
+      this.chunk = Buffer.allocUnsafeSlow(CHUNK_BYTES);
+      this.used = 0;
+    }
+    this.used += this.chunk.write(line, this.used);
+  }
+
+  handOver(): void {
+    if (!this.chunk || this.used === 0) return;
+    this.to.write(Buffer.from(this.chunk.subarray(0, this.used)));
+    this.used = 0;
+  }
+}
+
+/**
+ * stdout through a buffer, written out every FLUSH_EVERY_MS (and at exit): a request log line
+ * written synchronously cost the pass-through ~40% of its throughput (bench B4).
  *
- * Each line is encoded straight into the current 16 KB chunk, and sonic-boom (pino.destination,
- * in its buffer mode) is handed whole chunks, which it writes out in order, without blocking.
- * A Buffer made for each line, as sonic-boom's own batching needs, cost a passed-through request
- * about 2 µs of the main thread's CPU (a tenth of its throughput, B4): a small Buffer a line,
- * the 8 KB pool slabs they are cut from, and the batch's concatenation. (In its string mode
- * sonic-boom measures the whole pending batch with Buffer.byteLength on every write.)
+ * The lines go into chunks (LineChunks), and sonic-boom (pino.destination, in its buffer mode)
+ * is handed whole chunks, which it writes out in order, without blocking. A Buffer made for
+ * each line, as sonic-boom's own batching needs, cost a passed-through request about 2 µs of
+ * the main thread's CPU (B4: 22,100 → 23,150 req/s): a small Buffer a line, the 8 KB pool slabs
+ * they are cut from, and the batch's concatenation. (In its string mode sonic-boom measures the
+ * whole pending batch with Buffer.byteLength on every write.)
+ *
+ * sonic-boom starts a write by itself only once more than one chunk waits (`minLength`), so a
+ * chunk handed over at exit waits for the synchronous flush there instead of starting a write
+ * the exiting process would not wait for.
  */
 function bufferedStdout(): DestinationStream {
-  const boom = pino.destination({ dest: 1, sync: false, minLength: 0, contentMode: 'buffer' });
-  let chunk = Buffer.allocUnsafeSlow(CHUNK_BYTES);
-  let used = 0;
-  const handOver = () => {
-    if (used === 0) return;
-    boom.write(chunk.subarray(0, used) as unknown as string);
-    chunk = Buffer.allocUnsafeSlow(CHUNK_BYTES);
-    used = 0;
-  };
-  let atExit = false;
-  const write = (line: string) => {
-    if (!atExit) {
-      atExit = true;
-      beforeExit.push(handOver);
-    }
-    // UTF-8 takes at most three bytes for each UTF-16 unit.
-    if (used + line.length * 3 > CHUNK_BYTES) {
-      handOver();
-      if (line.length * 3 > CHUNK_BYTES) {
-        boom.write(Buffer.from(line) as unknown as string);
-        return;
-      }
-    }
-    used += chunk.write(line, used);
+  const boom = pino.destination({ dest: 1, sync: false, minLength: CHUNK_BYTES + 1, maxWrite: 4 * CHUNK_BYTES, contentMode: 'buffer' });
+  const toBoom = { write: (bytes: Buffer) => boom.write(bytes as unknown as string) };
+  const lines = new LineChunks(toBoom);
+  let registered = false;
+  const atExit = () => {
+    // Whatever waits first, then the lines still in the chunk, each written before the process goes.
+    boom.flushSync();
+    lines.handOver();
+    boom.flushSync();
   };
   setInterval(() => {
-    handOver();
+    lines.handOver();
     boom.flush();
   }, FLUSH_EVERY_MS).unref();
   return {
-    write,
+    write: (line: string) => {
+      if (!registered) {
+        registered = true;
+        exitFlushes.push(atExit);
+      }
+      lines.write(line);
+    },
     flush: (cb?: (err?: Error) => void) => {
-      handOver();
+      lines.handOver();
       boom.flush(cb);
     },
     flushSync: () => {
-      handOver();
+      lines.handOver();
       boom.flushSync();
     },
   } as DestinationStream;
 }
 
 /**
- * The chunks' hand-over at exit. pino writes out what sonic-boom holds when the process exits
- * (its own `exit` and `beforeExit` listeners); these listeners, added when this module loads and
- * so before any of pino's, hand sonic-boom the lines still in a chunk first.
+ * Each stdout logger's writes at exit (one `exit` listener for all of them, added when this
+ * module loads and so before pino's own, which then finds nothing left to write). A logger that
+ * never wrote a line adds none.
  */
-const beforeExit: Array<() => void> = [];
-const handOverAll = () => {
-  for (const handOver of beforeExit) handOver();
-};
-process.on('beforeExit', handOverAll);
-process.on('exit', handOverAll);
+const exitFlushes: Array<() => void> = [];
+process.on('exit', () => {
+  for (const flush of exitFlushes) {
+    try {
+      flush();
+    } catch {
+      // stdout closed or broken at exit: nothing more can be written.
+    }
+  }
+});
 
 export function createLogger(level: string, destination?: DestinationStream): Logger {
   return pino(

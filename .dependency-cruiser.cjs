@@ -6,7 +6,7 @@
 const LAYERS = {
   // the embedding API's entry points (package.json "exports"), above all the rest
   testing: ['index'],
-  express: ['index', 'routes'],
+  express: ['http', 'index'],
   index: ['config', 'embed', 'observability', 'open-upstream'],
   // a shim composed as its configuration asks (the CLI's and the embedding API's one way)
   embed: ['config', 'observability', 'open-upstream', 'server'],

@@ -1,6 +1,6 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { createShim, resolveConfig, type Shim, type ShimOptions } from './index.js';
-import { routeOf } from './routes.js';
+import { declaresBody } from './http/headers.js';
 
 /**
  * `import { zulipCompatShim } from 'zulip-compat-shim/express'`: the shim as Connect/Express
@@ -38,10 +38,7 @@ export class BodyConsumedError extends Error {
 
 /** The request declares a body and something has read it already (as on-finished tells it). */
 function bodyConsumed(req: IncomingMessage): boolean {
-  const declared =
-    req.headers['transfer-encoding'] !== undefined ||
-    (req.headers['content-length'] !== undefined && req.headers['content-length'] !== '0');
-  return declared && (req.readableEnded || (req.complete && !req.readable));
+  return declaresBody(req.headers) && (req.readableEnded || (req.complete && !req.readable));
 }
 
 /**
@@ -63,7 +60,7 @@ export function zulipCompatShim(options: ZulipCompatShimOptions = {}): ZulipComp
   );
 
   const serve = (s: Shim, req: IncomingMessage, res: ServerResponse, next: NextFunction) => {
-    if (!passThrough && routeOf(req.method, req.url).kind !== 'intercepted') {
+    if (!passThrough && !s.intercepts(req)) {
       next();
       return;
     }

@@ -65,6 +65,11 @@ export interface Shim {
    */
   handle(req: IncomingMessage, res: ServerResponse, next?: () => void): void;
   /**
+   * Whether the shim answers this request itself: an endpoint it intercepts, the mobile app's
+   * translated requests among them (what `handle` with `next` serves rather than hands on).
+   */
+  intercepts(req: IncomingMessage): boolean;
+  /**
    * Listens (by default at `server.port` and `server.host`; port 0 picks a free one), and on
    * `server.adminListen` when configured; resolves with the public address.
    */
@@ -105,6 +110,7 @@ export async function createShim(options: ShimOptions = {}): Promise<Shim> {
     upstream: upstream.describe,
     handler: (req, res) => shim.handle(req, res),
     handle: (req, res, next) => shim.handle(req, res, next),
+    intercepts: (req) => shim.intercepts(req),
     async listen(port, host) {
       await shim.listen(port, host);
       await shim.listenAdmin();

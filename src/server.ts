@@ -94,6 +94,11 @@ export interface Shim {
    */
   handle(req: IncomingMessage, res: ServerResponse, next?: () => void): void;
   /**
+   * Whether the shim answers this request itself (an intercepted endpoint, the mobile app's
+   * translated requests among them): what `handle` with `next` serves rather than hands on.
+   */
+  intercepts(req: IncomingMessage): boolean;
+  /**
    * Graceful stop: no new connections, in-flight requests (those handed over by `handle` too)
    * get shutdownGraceMs.
    */
@@ -354,7 +359,8 @@ export function createShim(o: ShimOptions): Shim {
       ? { ...routed, kind: 'intercepted', handler: appRequestHandler }
       : routed;
   };
-  const onRequest = (req: IncomingMessage, res: ServerResponse) => {
+  /** A request on its way in; `routed`: its route, when `handle` has already decided it. */
+  const onRequest = (req: IncomingMessage, res: ServerResponse, routed?: Route) => {
     try {
       // X15: an absolute-form target names the realm; it goes on in origin form.
       if (!toOriginForm(req)) {
@@ -362,7 +368,7 @@ export function createShim(o: ShimOptions): Shim {
         return;
       }
       distrustForwarded(req, trustedProxies); // X4, before anything reads them
-      const route = routeFor(req);
+      const route = routed ?? routeFor(req);
       // With --admin-listen, the shim's own paths are answered on that listener only.
       const own = route.kind === 'own' && !admin;
       // X11: a connection past the cap gets one answer, then closes: its own paths answered
@@ -519,8 +525,10 @@ export function createShim(o: ShimOptions): Shim {
       return listen(server, port, host);
     },
     handle(req, res, next) {
-      if (next && routeFor(req).kind !== 'intercepted') {
-        next();
+      // Decided once, here when `next` needs it (routeOf reads an absolute-form target as its path).
+      const route = next ? routeFor(req) : undefined;
+      if (route && route.kind !== 'intercepted') {
+        next!();
         return;
       }
       // Another server's request after close(): no listener of ours to stop accepting it.
@@ -533,8 +541,9 @@ export function createShim(o: ShimOptions): Shim {
       res.once('close', () => {
         handedOver--;
       });
-      onRequest(req, res);
+      onRequest(req, res, route);
     },
+    intercepts: (req) => routeFor(req).kind === 'intercepted',
     ...(admin ? { adminServer: admin } : {}),
     async listenAdmin(port?: number, host?: string) {
       if (!admin || !config.server.adminListen) return undefined;

@@ -5,6 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ConfigError } from '../src/index.js';
 import { BodyConsumedError, zulipCompatShim, type ZulipCompatShimMiddleware } from '../src/express.js';
 import { startFake, type FakeZulip } from './support/fake-zulip.js';
+import { APP_AGENT, OTHER_AGENT } from './support/mobile-app.js';
 
 /**
  * `import { zulipCompatShim } from 'zulip-compat-shim/express'` in an Express app, 4 and 5, as
@@ -107,5 +108,38 @@ describe.each(EXPRESSES)('%s', (_name, makeApp) => {
     });
     expect((await request(app).get('/api/v1/users')).body).toEqual({ name: 'ConfigError' });
     expect(() => zulipCompatShim({ upstream: { url: fake.url }, server: { port: -1 } })).toThrow(ConfigError);
+  });
+});
+
+describe('passThrough: false with the mobile app’s flag (M1, M2)', () => {
+  let fake: FakeZulip;
+  let middleware: ZulipCompatShimMiddleware;
+  beforeAll(async () => {
+    fake = await startFake({ era: '7.0' });
+    middleware = zulipCompatShim({ upstream: { url: fake.url }, log: { level: 'silent' }, app: { featureLevel: 277 }, passThrough: false });
+  });
+  afterAll(async () => {
+    await middleware.close();
+    await fake.stop();
+  });
+
+  it('answers the app’s translated requests itself, and hands the same request from another client on', async () => {
+    const app = express5();
+    app.use(middleware);
+    app.use((_req, res) => {
+      res.status(404).json({ fromApp: 404 });
+    });
+    const send = (agent: string) =>
+      request(app)
+        .post('/api/v1/messages')
+        .set('User-Agent', agent)
+        .set('Authorization', fake.auth(10))
+        .type('form')
+        .send({ type: 'channel', to: '7', topic: 'lunch', content: 'hi' });
+    const fromApp = await send(APP_AGENT);
+    expect(fromApp.body).not.toEqual({ fromApp: 404 });
+    const seen = fake.seen.filter((s) => s.url.split('?')[0] === '/api/v1/messages').at(-1)!;
+    expect(new URLSearchParams(seen.body.toString()).get('type')).toBe('stream');
+    expect((await send(OTHER_AGENT)).body).toEqual({ fromApp: 404 });
   });
 });

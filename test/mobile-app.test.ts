@@ -245,8 +245,27 @@ describe('M2: the app’s requests in the 8.0 server’s form', () => {
     ['POST /messages', 'type=stream&content=%40**channel**', 185, 'type=stream&content=%40**stream**'],
   ])('%s with %s on a server at %d → %s', (endpoint, given, real, expected) => {
     const params = new URLSearchParams(given);
-    translateRequest(endpoint, params, real);
+    translateRequest(endpoint, params, real, 277);
     expect(params.toString()).toBe(new URLSearchParams(expected).toString());
+  });
+
+  it('only the changes up to the level the client is shown: one shown 240 writes the older forms itself', () => {
+    const given = 'type=channel&content=%40**channel**';
+    const params = new URLSearchParams(given);
+    translateRequest('POST /messages', params, 185, 240);
+    expect(params.toString()).toBe(given);
+    translateRequest('POST /messages', params, 185, 247);
+    expect(params.toString()).toBe(new URLSearchParams('type=channel&content=@**stream**').toString());
+  });
+});
+
+describe('M1 with X13: an upstream upgraded while the shim runs', () => {
+  it('register shows the app the answer’s own level once it is past the presented one, never less', async () => {
+    await setup('8.0');
+    expect((await get('/api/v1/server_settings', APP)).body.zulip_feature_level).toBe(277);
+    (fake as { featureLevel: number }).featureLevel = 300;
+    const reg = await post('/api/v1/register', APP, { fetch_event_types: '["realm"]' });
+    expect(reg.body.zulip_feature_level).toBe(300);
   });
 });
 

@@ -1,6 +1,6 @@
 import { endpointKey, TRANSLATED_ENDPOINTS, translateRequest } from '../changes/index.js';
 import type { EndpointHandler } from '../context.js';
-import { readBody } from '../http/body.js';
+import { isFormEncoded, readBody } from '../http/body.js';
 import { apiPathOf } from '../http/api-routes.js';
 import { recordFacts, timedUpstream } from '../observability/request-facts.js';
 import { forwardedHeaders } from '../upstream/client.js';
@@ -47,14 +47,14 @@ export const appRequestHandler: EndpointHandler = async (req, res, ctx) => {
   let body: Buffer | string | undefined;
   if (method === 'GET') {
     const params = new URLSearchParams(q < 0 ? '' : url.slice(q + 1));
-    if (shown > real && translateRequest(endpoint, params, real, headers)) target = `${path}?${params}`;
+    if (translateRequest(endpoint, params, real, shown, headers)) target = `${path}?${params}`;
   } else {
     body = await readBody(req, ctx.config.server.bodyLimitBytes);
     const type = req.headers['content-type'] ?? '';
     if (type) headers['content-type'] = type;
-    if (shown > real && type.startsWith('application/x-www-form-urlencoded')) {
+    if (shown > real && isFormEncoded(type)) {
       const params = new URLSearchParams(body.toString('utf8'));
-      if (translateRequest(endpoint, params, real, headers)) body = params.toString();
+      if (translateRequest(endpoint, params, real, shown, headers)) body = params.toString();
     }
   }
   recordFacts(req).kind = target !== url || typeof body === 'string' ? 'app-translated' : 'passthrough';

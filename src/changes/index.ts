@@ -143,13 +143,22 @@ export function endpointKey(method: string, rest: string): string {
 export const TRANSLATED_ENDPOINTS: ReadonlySet<string> = new Set(REQUEST_CHANGES.flatMap((c) => c.request.endpoints));
 
 /**
- * M2, requests down: applies, in order, every request change an upstream at `real` lacks to the
- * parameters (and headers) of a request to `endpoint` (see endpointKey); true when anything changed.
+ * M2, requests down: applies, in order, every request change between an upstream at `real` and
+ * the level `shown` to the client (real < level ≤ shown) to the parameters (and headers) of a
+ * request to `endpoint` (see endpointKey); true when anything changed. A client shown a lower
+ * level writes the older form itself.
  */
-export function translateRequest(endpoint: string, params: URLSearchParams, real: number, headers: Record<string, string> = {}): boolean {
+export function translateRequest(
+  endpoint: string,
+  params: URLSearchParams,
+  real: number,
+  shown: number,
+  headers: Record<string, string> = {},
+): boolean {
   let changed = false;
   for (const { featureLevel, request } of REQUEST_CHANGES) {
-    if (real < featureLevel && request.endpoints.includes(endpoint) && request.apply(params, headers)) changed = true;
+    if (real < featureLevel && featureLevel <= shown && request.endpoints.includes(endpoint) && request.apply(params, headers))
+      changed = true;
   }
   return changed;
 }

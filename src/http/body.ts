@@ -125,6 +125,12 @@ function multipartEntries(contentType: string, body: Buffer): Promise<Array<[str
   });
 }
 
+/** Whether a body of this Content-Type holds form fields, as Django reads request.POST (none given: a form). */
+export function isFormEncoded(contentType: string | undefined): boolean {
+  const type = (contentType ?? '').toLowerCase();
+  return type === '' || type.startsWith('application/x-www-form-urlencoded');
+}
+
 /** Query parameters, then body parameters (which win in `get`, as in Django's REQ). */
 export async function parseParams(req: IncomingMessage, body: Buffer): Promise<Params> {
   const entries = queryEntries(req.url);
@@ -132,7 +138,7 @@ export async function parseParams(req: IncomingMessage, body: Buffer): Promise<P
   if (body.length > 0) {
     if (type.startsWith('multipart/form-data')) {
       entries.push(...(await multipartEntries(req.headers['content-type']!, body)));
-    } else if (type === '' || type.startsWith('application/x-www-form-urlencoded')) {
+    } else if (isFormEncoded(type)) {
       entries.push(...new URLSearchParams(body.toString('utf8')));
     }
     // Any other content type gives no form parameters, as in Django's request.POST; the

@@ -117,10 +117,11 @@ export const registerHandler: EndpointHandler = async (req, res, ctx) => {
   await setImmediate(); // a large register answer: let other requests run after parsing it
   // X13: the upstream was upgraded while the shim runs; later requests see its new level.
   const upstreamLevel = answer.zulip_feature_level;
-  if (typeof upstreamLevel === 'number' && Number.isInteger(upstreamLevel) && upstreamLevel > featureLevel) {
-    ctx.featureLevels.raised(realm, upstreamLevel);
-  }
-  if (presenting) answer.zulip_feature_level = shown;
+  const answered =
+    typeof upstreamLevel === 'number' && Number.isInteger(upstreamLevel) && upstreamLevel > featureLevel ? upstreamLevel : featureLevel;
+  if (answered > featureLevel) ctx.featureLevels.raised(realm, answered);
+  // M1 on the level the answer itself gives: an upstream just upgraded past the presented level is shown as it is.
+  if (presenting) answer.zulip_feature_level = levelShownTo(ctx.config.app, req.headers, answered);
   const sharedOwners = new Map<string, number | undefined>();
   const users = withUsers ? await backfillRegisterUsers(answer, featureLevel, types, sharedOwners, settingTypes) : undefined;
   ctx.users.logAmbiguousBotOwners(realm, sharedOwners); // X10

@@ -1,5 +1,5 @@
 import type { IncomingMessage } from 'node:http';
-import { encodeForm, parseParams, type Params } from '../http/body.js';
+import { encodeForm, isFormEncoded, parseParams, type Params } from '../http/body.js';
 import { MODERN_USER_OBJECTS_LEVEL, changesAbove, noneAdded, type Added } from '../changes/index.js';
 import { parseJsonObject } from '../upstream/client.js';
 import { backfillList, emailIndex, parseWithListInSteps, stringifyInSteps } from '../profile/user-objects.js';
@@ -138,12 +138,11 @@ export async function withFetchTypes(
   headers: Record<string, string>,
 ): Promise<Buffer> {
   const param = encodeForm([['fetch_event_types', JSON.stringify([...(types.listed ?? []), ...extra])]]);
-  const type = (req.headers['content-type'] ?? '').toLowerCase();
+  const form = isFormEncoded(req.headers['content-type']);
   headers['content-type'] = 'application/x-www-form-urlencoded';
-  const form = type === '' || type.startsWith('application/x-www-form-urlencoded');
   if (form) return Buffer.from(raw.length > 0 ? `${raw.toString('latin1')}&${param}` : param, 'latin1');
   // Any other body gave the server no fields (Django's request.POST): only the parameter goes.
-  if (!type.startsWith('multipart/form-data')) return Buffer.from(param);
+  if (!(req.headers['content-type'] ?? '').toLowerCase().startsWith('multipart/form-data')) return Buffer.from(param);
   const own = await parseParams({ headers: req.headers } as IncomingMessage, raw); // the body's own fields, not the query's
   return Buffer.from(`${encodeForm(own.entries)}&${param}`);
 }

@@ -2,7 +2,9 @@ import http from 'node:http';
 import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import fc from 'fast-check';
-import { INTERCEPTED, removeDotSegments, routeOf, routingPath } from '../src/routes.js';
+import { isLongPoll, routeLabel } from '../src/http/api-routes.js';
+import { removeDotSegments, routingPath } from '../src/http/routing-path.js';
+import { INTERCEPTED, routeOf } from '../src/routes.js';
 import { realmHostMatcher } from '../src/realm-hosts.js';
 import { startFake, type FakeZulip } from './support/fake-zulip.js';
 import { sendRaw } from './support/http-client.js';
@@ -92,6 +94,24 @@ describe('routing path (X6): what the upstream router sees', () => {
     expect(routeOf('GET', '/api/v1/users/me/subscriptions').kind).toBe('upstream');
     expect(routeOf('POST', '/healthz').kind).toBe('own');
     expect(routeOf('GET', '/x/../metrics?a')).toEqual({ kind: 'own', path: '/metrics', label: 'other', longPoll: false });
+  });
+
+  it('a request no router saw (the shim’s own calls, the recorder’s, a replay) reads as the router reads it', () => {
+    const segment = fc.constantFrom('api', 'v1', 'json', 'events', '%65vents', 'messages', 'users', 'me', '', '.', '..', 'x');
+    fc.assert(
+      fc.property(
+        fc.constantFrom('GET', 'POST', 'DELETE'),
+        fc.array(segment, { maxLength: 6 }),
+        fc.constantFrom('', '?queue_id=1'),
+        (method, segments, query) => {
+          const target = `/${segments.join('/')}${query}`;
+          const route = routeOf(method, target);
+          expect(isLongPoll(method, target)).toBe(route.longPoll);
+          if (route.kind !== 'own') expect(routeLabel(target)).toBe(route.label);
+        },
+      ),
+      { numRuns: 3000 },
+    );
   });
 
   it.each([

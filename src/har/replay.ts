@@ -118,7 +118,7 @@ export async function startReplay(o: ReplayOptions): Promise<Replay> {
     const r = q.entries[Math.min(q.next, q.entries.length - 1)]!;
     q.next++;
     o.log.debug({ entry: r.index, repeat }, 'replayed');
-    const wait = repeat && isLongPoll(method, new URL(url, 'http://x').pathname) ? Math.min(r.time, LONG_POLL_CAP_MS) : 0;
+    const wait = repeat && isLongPoll(method, url) ? Math.min(r.time, LONG_POLL_CAP_MS) : 0;
     if (wait < 1) return send(res, method, r);
     const t = setTimeout(() => {
       timers.delete(t);

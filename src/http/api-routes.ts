@@ -1,4 +1,5 @@
 import type { ApiPrefix } from './api-prefix.js';
+import { routingPath } from './routing-path.js';
 
 /**
  * The one table of the Zulip API paths the shim knows: each route's metric label, whether the
@@ -124,15 +125,15 @@ export function routeFactsOf(method: string, path: string): RouteFacts {
   };
 }
 
-/** Maps a request path (query allowed) to its route label (for a request not routed by routes.ts: the shim's own calls). */
-export function routeLabel(url: string): RouteLabel {
-  const q = url.indexOf('?');
-  return apiRouteOf(q < 0 ? url : url.slice(0, q))?.route.label ?? 'other';
+/**
+ * A request target's route label, for a request not routed by routes.ts (the shim's own calls,
+ * the recorder's): read on the path the upstream's router sees, as routes.ts reads it.
+ */
+export function routeLabel(target: string): RouteLabel {
+  return routeFactsOf('GET', routingPath(target)).label;
 }
 
-/** Whether an upstream request is a long poll (its own pool), for one not routed by routes.ts. */
-export function isLongPoll(method: string, url: string): boolean {
-  if (method !== 'GET') return false;
-  const q = url.indexOf('?');
-  return apiRouteOf(q < 0 ? url : url.slice(0, q))?.route.longPoll === true;
+/** Whether an upstream request is a long poll (its own pool), for one not routed by routes.ts; the same reading. */
+export function isLongPoll(method: string, target: string): boolean {
+  return routeFactsOf(method, routingPath(target)).longPoll;
 }

@@ -2,6 +2,7 @@ import http from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startFake, type FakeZulip } from './support/fake-zulip.js';
 import { send } from './support/http-client.js';
+import { pairHoldingUpstream } from './support/pair-holding-upstream.js';
 import { startShim, type RunningShim } from './support/shim.js';
 
 /**
@@ -59,23 +60,9 @@ it('long polls beyond maxSockets do not hold other pass-through requests back', 
 
 describe('T1: the pool is the router’s decision, made on the path the upstream routes', () => {
   /** Two GETs of `path` at once through a shim with one pass-through connection; how many the upstream held at once. */
-  async function heldAtOnce(path: string): Promise<number> {
-    let held = 0;
-    let most = 0;
-    const up = http.createServer((req, res) => {
-      const path = decodeURIComponent(req.url ?? '');
-      if (!path.includes('events') && !path.includes('held')) {
-        res.writeHead(404).end();
-        return;
-      }
-      most = Math.max(most, ++held);
-      setTimeout(() => {
-        held--;
-        res.writeHead(200, { 'content-type': 'application/json' }).end('{"result":"success","msg":"","events":[]}');
-      }, 400);
-    });
-    await new Promise<void>((r) => up.listen(0, '127.0.0.1', r));
-    const url = `http://127.0.0.1:${(up.address() as import('node:net').AddressInfo).port}`;
+  async function heldAtOnce(path: string, longPoll: boolean): Promise<number> {
+    const up = await pairHoldingUpstream(longPoll ? 5_000 : 300);
+    const url = up.url;
     const one = await startShim(url, { upstream: { maxSockets: 1 }, server: { realmHosts: [] } });
     const agent = new http.Agent({ keepAlive: true, maxSockets: 8 });
     try {
@@ -83,23 +70,22 @@ describe('T1: the pool is the router’s decision, made on the path the upstream
         [1, 2].map(() => send(one.url, { method: 'GET', path, headers: { host: 'chat.example.com' } }, { agent, timeoutMs: 10_000 })),
       );
       expect(answers.map((a) => a.status)).toEqual([200, 200]);
-      return most;
+      return up.mostAtOnce();
     } finally {
       agent.destroy();
       await one.close();
-      up.closeAllConnections();
-      await new Promise<void>((r) => up.close(() => r()));
+      await up.close();
     }
   }
 
   it.each(['/api/v1/events?queue_id=q', '/api/v1//events?queue_id=q', '/json/x/../events?queue_id=q', '/api/v1/%65vents?queue_id=q'])(
     'GET %s: a long poll, held beside another, past the one connection',
     async (path) => {
-      expect(await heldAtOnce(path)).toBe(2);
+      expect(await heldAtOnce(path, true)).toBe(2);
     },
   );
 
   it('GET /api/v1/held: not a long poll, one after the other on the one connection', async () => {
-    expect(await heldAtOnce('/api/v1/held')).toBe(1);
+    expect(await heldAtOnce('/api/v1/held', false)).toBe(1);
   });
 });

@@ -272,22 +272,27 @@ describeRedis('RedisStore when Redis goes away and comes back (S1)', () => {
     });
     try {
       await expect
-        .poll(() =>
-          store.ping().then(
-            () => true,
-            () => false,
-          ),
+        .poll(
+          () =>
+            store.ping().then(
+              () => true,
+              () => false,
+            ),
+          // A ping can take the store's whole command timeout (1 s), poll's own default.
+          { timeout: 10_000 },
         )
         .toBe(true);
       await store.merge('r-down', obs(1, { 1: [1, 1] }));
 
       await relay.stop();
       await expect
-        .poll(() =>
-          store.ping().then(
-            () => 'up',
-            (e: unknown) => e instanceof StoreUnavailableError,
-          ),
+        .poll(
+          () =>
+            store.ping().then(
+              () => 'up',
+              (e: unknown) => e instanceof StoreUnavailableError,
+            ),
+          { timeout: 10_000 },
         )
         .toBe(true);
       const failures = await Promise.allSettled([

@@ -5,6 +5,7 @@ import { UpstreamTimeoutError, UpstreamUnavailableError } from '../src/http/erro
 import { createTransport } from '../src/upstream/transport.js';
 import { startFake, type FakeZulip } from './support/fake-zulip.js';
 import { jsonOf, send, type Answer } from './support/http-client.js';
+import { pairHoldingUpstream } from './support/pair-holding-upstream.js';
 import { startShim, type RunningShim } from './support/shim.js';
 
 /**
@@ -263,18 +264,10 @@ describe('X5 under an upstream that closes kept-alive connections under requests
 });
 
 describe('T1: the pool a request takes', () => {
-  /** Two GETs of a path the table does not call a long poll, each held 300 ms by the upstream, through one connection's pool. */
+  /** Two GETs at once of a path the table does not call a long poll, through one connection's pool; how many the upstream held at once. */
   async function heldPair(longPoll: boolean | undefined): Promise<number> {
-    let inFlight = 0;
-    let most = 0;
-    const up = await upstream((_req, res) => {
-      most = Math.max(most, ++inFlight);
-      setTimeout(() => {
-        inFlight--;
-        res.end('{}');
-      }, 300);
-    });
-    const transport = createTransport({ target: up.url, timeoutMs: 5_000, maxSockets: 1, insecureTls: false });
+    const up = await pairHoldingUpstream(longPoll ? 5_000 : 300);
+    const transport = createTransport({ target: up.url, timeoutMs: 20_000, maxSockets: 1, insecureTls: false });
     try {
       await Promise.all(
         [1, 2].map(() =>
@@ -283,10 +276,10 @@ describe('T1: the pool a request takes', () => {
             .then((r) => r.body.text()),
         ),
       );
-      return most;
+      return up.mostAtOnce();
     } finally {
       await transport.close();
-      await stop(up.server);
+      await up.close();
     }
   }
 

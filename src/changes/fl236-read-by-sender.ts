@@ -1,7 +1,7 @@
 import type { ApiChange } from './types.js';
 
 /** The client name under which an older server counts a message as sent by a person. */
-export const HUMAN_CLIENT_AGENT = 'ZulipMobile/flutter';
+const HUMAN_CLIENT_AGENT = 'ZulipMobile/flutter';
 
 /**
  * Feature level 236 (Zulip 8.0): `read_by_sender`. Before it, the server marks a message read

@@ -2,6 +2,7 @@ import type { IncomingMessage } from 'node:http';
 import type { Readable } from 'node:stream';
 import busboy from 'busboy';
 import { badRequest, bodyTooLarge } from './errors.js';
+import { contentLengthOf } from './headers.js';
 
 /**
  * Request bodies are read only on intercepted endpoints (no global body parser), bounded,
@@ -38,7 +39,8 @@ export function readUpTo(body: Readable, limit: number, expectedBytes?: number):
       if (size > limit) {
         body.pause();
         cleanup();
-        resolve({ whole: false, head: chunks.length ? chunks : [into!.subarray(0, size)], size, rest: body });
+        // Past the limit, so past any buffer of the declared size: what was read is in chunks.
+        resolve({ whole: false, head: chunks, size, rest: body });
       }
     };
     const onEnd = () => {
@@ -71,8 +73,8 @@ export function readUpTo(body: Readable, limit: number, expectedBytes?: number):
  * destroyed, at the limit: destroying it would reset the socket before the 413 could be read (X6).
  */
 export async function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
-  const declared = Number(req.headers['content-length']);
-  if (Number.isFinite(declared) && declared > limit) throw bodyTooLarge(limit);
+  const declared = contentLengthOf(req.headers);
+  if (declared !== undefined && declared > limit) throw bodyTooLarge(limit);
   const read = await readUpTo(req, limit);
   if (!read.whole) throw bodyTooLarge(limit);
   return read.body;

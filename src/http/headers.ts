@@ -68,6 +68,14 @@ export function endToEndList(from: IncomingHttpHeaders, extra: readonly string[]
   return out;
 }
 
+/** A message's declared Content-Length, when it gives a whole number; else undefined. */
+export function contentLengthOf(headers: IncomingHttpHeaders): number | undefined {
+  const text = headers['content-length'];
+  if (text === undefined) return undefined;
+  const n = Number(text);
+  return Number.isSafeInteger(n) && n >= 0 ? n : undefined;
+}
+
 /**
  * Whether a request declares a body (RFC 9112 §6.3): Transfer-Encoding says so whatever
  * Content-Length says, else a Content-Length other than 0. (Node refuses a request with both.)

@@ -3,6 +3,7 @@ import type { ShimContext } from '../context.js';
 import { recordFacts, timedUpstream } from '../observability/request-facts.js';
 import { sendEncoded } from '../http/compress.js';
 import { errorBody, sendJson } from '../http/errors.js';
+import { contentLengthOf } from '../http/headers.js';
 import { isSuccess, relay, relayBuffered, rewrittenHeaders } from '../upstream/relay.js';
 import type { EndpointHandler } from '../context.js';
 import { forwardedHeaders, parseJsonObject, type BufferedResponse } from '../upstream/client.js';
@@ -58,8 +59,8 @@ async function readList(
   // X3: read whole, so the exchange has a total deadline (also when passed on as too large).
   const r = await timedUpstream(req, () => ctx.client.open({ realm, method: 'GET', path, headers: forwardedHeaders(req) }));
   const limit = ctx.client.maxResponseBytes;
-  const declared = Number(r.headers['content-length']);
-  if (isSuccess(r.status) && declared > limit) {
+  const declared = contentLengthOf(r.headers);
+  if (isSuccess(r.status) && declared !== undefined && declared > limit) {
     ctx.log.warn(
       { realm: realm.host, limit, bytes: declared },
       'user list larger than the buffer limit: passed on untouched, user backfill skipped',

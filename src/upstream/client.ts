@@ -4,7 +4,7 @@ import { readUpTo } from '../http/body.js';
 import { upstreamBadResponse, UpstreamAnswerTooLargeError } from '../http/errors.js';
 import type { UpstreamObserver } from '../observability/upstream-metrics.js';
 import { setXForwarded } from '../http/forwarded.js';
-import { copyEndToEnd } from '../http/headers.js';
+import { contentLengthOf, copyEndToEnd } from '../http/headers.js';
 import type { Realm } from './realm.js';
 import { createTransport, translate, type Transport, type UpstreamDispatchOptions } from './transport.js';
 
@@ -100,10 +100,10 @@ export class UpstreamClient {
     const r = await this.dispatch(call, this.options.timeoutMs);
     return {
       ...r,
-      read: (maxBytes = this.maxResponseBytes) => readAll(r.body, maxBytes, declaredLength(r.headers)),
+      read: (maxBytes = this.maxResponseBytes) => readAll(r.body, maxBytes, contentLengthOf(r.headers)),
       readUpTo: async (maxBytes = this.maxResponseBytes) => {
         try {
-          return await readUpTo(r.body, maxBytes, declaredLength(r.headers));
+          return await readUpTo(r.body, maxBytes, contentLengthOf(r.headers));
         } catch (e) {
           throw translate(e);
         }
@@ -147,11 +147,6 @@ export class UpstreamClient {
 export { translate };
 
 /** An upstream answer's Content-Length (undefined when absent or not a number). Only the upstream's is trusted this far. */
-function declaredLength(headers: IncomingHttpHeaders): number | undefined {
-  const n = Number(headers['content-length']);
-  return headers['content-length'] !== undefined && Number.isSafeInteger(n) ? n : undefined;
-}
-
 /** Reads an upstream body to the end, failing with UPSTREAM_BAD_RESPONSE past `limit` bytes. */
 async function readAll(body: Readable, limit: number, expectedBytes?: number): Promise<Buffer> {
   let read: Awaited<ReturnType<typeof readUpTo>>;

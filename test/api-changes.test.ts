@@ -58,7 +58,14 @@ describe('feature level 247: @**channel** as @**stream**, outside code', () => {
     ['``a ` @**channel** `` @**channel**', '``a ` @**channel** `` @**stream**'],
     ['an unclosed ` then @**channel**', 'an unclosed ` then @**stream**'],
     ['```\n@**channel**\n```\n@**channel**', '```\n@**channel**\n```\n@**stream**'],
-    ['~~~ quote\n@**channel**\n```\n@**channel**\n~~~\n@**channel**', '~~~ quote\n@**channel**\n```\n@**channel**\n~~~\n@**stream**'],
+    // A quote or spoiler block holds Markdown, its mentions notify; a code block inside it is code (unclosed: to the end).
+    ['~~~ quote\n@**channel**\n```\n@**channel**\n~~~\n@**channel**', '~~~ quote\n@**stream**\n```\n@**channel**\n~~~\n@**channel**'],
+    ['```spoiler Lunch\n@**channel** pizza!\n```\n@**channel**', '```spoiler Lunch\n@**stream** pizza!\n```\n@**stream**'],
+    ['```quoted\n```py\n@**channel**\n```\n@**channel**\n```', '```quoted\n```py\n@**channel**\n```\n@**stream**\n```'],
+    // A block ends only at the same fence; a fence opens one only at the start of a line.
+    ['```\ncode\n````\n@**channel**', '```\ncode\n````\n@**channel**'],
+    ['    ```\n@**channel**', '    ```\n@**stream**'],
+    ['> ```\n> @**channel**', '> ```\n> @**stream**'],
     ['````\n```\n@**channel**\n````\n@**channel**', '````\n```\n@**channel**\n````\n@**stream**'],
     ['```\nnever closed @**channel**', '```\nnever closed @**channel**'],
     ['> @**channel**\r\n```py\r\n@**channel**\r\n```\r\n@**channel**', '> @**stream**\r\n```py\r\n@**channel**\r\n```\r\n@**stream**'],

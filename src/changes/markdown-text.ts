@@ -1,37 +1,43 @@
 /**
- * Zulip Markdown, just far enough to tell message text from code: fenced blocks (``` or ~~~,
- * closed by a fence of the same character at least as long, or by the end of the message) and
- * code spans (a run of backticks closed by a run of the same length). Zulip has no indented code
- * blocks. Pure.
+ * Zulip Markdown, just far enough to tell message text from code, by the rules of Zulip's own
+ * fenced-block preprocessor (zerver/lib/markdown/fenced_code.py): a fence (``` or ~~~, three or
+ * more) opens a block only at the start of a line; the block ends at a line that is exactly the
+ * same fence (trailing spaces aside), or at the end of the message. A `quote`, `quoted` or
+ * `spoiler` block holds Markdown (its mentions notify; blocks nest inside it); any other block
+ * is code. Code spans are a run of backticks closed by a run of the same length. Zulip has no
+ * indented code blocks. Pure.
  */
 
-const OPENING = /^[ \t>]*(`{3,}|~{3,})/;
-const CLOSING = /^[ \t>]*(`{3,}|~{3,})[ \t\r]*$/;
+const OPENING = /^(`{3,}|~{3,})[ ]*\{?\.?([a-zA-Z0-9_+\-./#]*)/;
+const MARKDOWN_BLOCKS: ReadonlySet<string> = new Set(['quote', 'quoted', 'spoiler']);
 
 /** Applies `edit` to every stretch of `content` outside code, leaving code exactly as it was. */
 export function editOutsideCode(content: string, edit: (text: string) => string): string {
-  const lines = content.split('\n');
   const out: string[] = [];
   let prose: string[] = [];
-  let fence: string | undefined;
+  /** The blocks open around the current line, innermost last. */
+  const open: Array<{ fence: string; code: boolean }> = [];
   const flush = () => {
     if (prose.length) out.push(editOutsideSpans(prose.join('\n'), edit));
     prose = [];
   };
-  for (const line of lines) {
-    if (fence === undefined) {
-      const opener = OPENING.exec(line)?.[1];
-      if (opener === undefined) {
+  for (const line of content.split('\n')) {
+    const inner = open.at(-1);
+    if (inner && line.trimEnd() === inner.fence) {
+      flush();
+      out.push(line);
+      open.pop();
+    } else if (inner?.code) {
+      out.push(line);
+    } else {
+      const opener = OPENING.exec(line);
+      if (!opener) {
         prose.push(line);
         continue;
       }
       flush();
-      fence = opener;
       out.push(line);
-    } else {
-      out.push(line);
-      const closer = CLOSING.exec(line)?.[1];
-      if (closer !== undefined && closer[0] === fence[0] && closer.length >= fence.length) fence = undefined;
+      open.push({ fence: opener[1]!, code: !MARKDOWN_BLOCKS.has(opener[2]!) });
     }
   }
   flush();

@@ -4,7 +4,7 @@
  *   direct          the upstream itself
  *   raw → proxy     a raw http server handing every request to the pass-through (src/proxy/passthrough.ts)
  *   … + metrics     the same with the upstream metrics hook (route label, counter, histogram)
- *   express → proxy the same pass-through behind `express()` + `app.use((req, res) => abortWithClient(proxy.web(req, res, UNLOGGED)))`
+ *   express → proxy the same pass-through behind `express()` + `app.use((req, res) => abortWithClient(proxy.web(req, res, 'bench', OTHER)))`
  *   shim            the shim as built (createShim: raw server, request log, metrics, pass-through)
  *   shim, info log  the same with a request log line per request (to /dev/null)
  *
@@ -22,7 +22,8 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 
 /** The pass-through alone, without the request log: a fixed id and label. */
-const UNLOGGED = { requestId: 'bench', route: 'other' as const, closed() {} };
+/** A route not in the table: what every bench request is to the router. */
+const OTHER = { label: 'other', longPoll: false } as const;
 
 type Role = 'upstream' | 'raw' | 'raw-metrics' | 'express' | 'shim';
 
@@ -66,10 +67,10 @@ async function serve(role: Role, upstream: string, logLevel: string): Promise<nu
   });
   const proxy = createPassThrough({ target: upstream, transport, insecureTls: false, log });
   if (role === 'raw' || role === 'raw-metrics')
-    return listen(http.createServer((req, res) => abortWithClient(proxy.web(req, res, UNLOGGED))));
+    return listen(http.createServer((req, res) => abortWithClient(proxy.web(req, res, 'bench', OTHER))));
   const { default: express } = await import('express');
   const app = express();
-  app.use((req, res) => abortWithClient(proxy.web(req, res, UNLOGGED)));
+  app.use((req, res) => abortWithClient(proxy.web(req, res, 'bench', OTHER)));
   return listen(http.createServer(app));
 }
 

@@ -8,7 +8,8 @@ import { findNginx, startNginx } from './nginx.js';
 import { basicAuth, SMALL_PATH } from './synthetic-upstream.js';
 
 /** The pass-through alone, without the request log: a fixed id and label. */
-const UNLOGGED = { requestId: 'bench', route: 'other' as const, closed() {} };
+/** A route not in the table: what every bench request is to the router. */
+const OTHER = { label: 'other', longPoll: false } as const;
 
 /**
  * Where B4's pass-through time goes: the same small JSON answer through
@@ -33,7 +34,7 @@ async function serve(role: string, upstream: string): Promise<void> {
     const { createTransport } = await import('../src/upstream/transport.js');
     const transport = createTransport({ target: upstream, timeoutMs: 120_000, maxSockets: 256, insecureTls: false });
     const pt = createPassThrough({ target: upstream, transport, insecureTls: false, log: createLogger('warn') });
-    handler = (req, res) => abortWithClient(pt.web(req, res, UNLOGGED));
+    handler = (req, res) => abortWithClient(pt.web(req, res, 'bench', OTHER));
     close = async () => {
       await pt.close();
       await transport.close();

@@ -393,7 +393,7 @@ export function createShim(o: ShimOptions): Shim {
       const gate = own ? undefined : refusal(req);
       if (route.kind === 'upstream' && !gate) {
         // The pass-through writes the request id into its one answer head.
-        const passed = passThrough.web(req, res, logged, route.longPoll);
+        const passed = passThrough.web(req, res, logged.requestId, route);
         exchange = passed;
         watchBodyDeadline(req, res, config.server.bodyTimeoutMs, { 'x-request-id': logged.requestId }, () => passed.closed()); // X11
         return;

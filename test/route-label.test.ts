@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { ROUTE_LABELS, routeLabel } from '../src/http/api-routes.js';
+import fc from 'fast-check';
+import { API_PREFIXES, API_ROUTES, ROUTE_LABELS, apiRouteOf, routeLabel } from '../src/http/api-routes.js';
 import { statusLabel } from '../src/observability/route-label.js';
 
 /**
@@ -77,5 +78,49 @@ describe('statusLabel', () => {
     ['timeout', 'timeout'],
   ] as const)('%s → %s', (outcome, label) => {
     expect(statusLabel(outcome)).toBe(label);
+  });
+});
+
+describe('apiRouteOf', () => {
+  /** The table read the plain way: the path split into segments and compared with each route's. */
+  function byTheTable(path: string) {
+    const prefix = API_PREFIXES.find((p) => path.startsWith(`${p}/`));
+    if (!prefix) return undefined;
+    const rest = path.slice(prefix.length);
+    const segments = rest.slice(1).split('/');
+    const matches = (route: (typeof API_ROUTES)[number]) => {
+      const want = route.path.slice(1).split('/');
+      return want.length === segments.length && want.every((w, i) => (w.startsWith('{') ? segments[i] !== '' : w === segments[i]));
+    };
+    const route =
+      API_ROUTES.find((r) => !r.path.includes('{') && r.path === rest) ??
+      API_ROUTES.find((r) => r.path.includes('{') && matches(r)) ??
+      API_ROUTES.find((r) => r.andBelow && rest.startsWith(`${r.path}/`));
+    return route && { route, prefix };
+  }
+
+  it.each([
+    ['/api/v1/users/17', 'user'],
+    ['/api/v1/users/', undefined],
+    ['/api/v1/users//', undefined],
+    ['/api/v1/users/17/', undefined],
+    ['/json/users/me', 'users_me'],
+    ['/api/v1/messages/', 'messages'],
+    ['/api/v1/messagesx/1', undefined],
+    ['/api/v1', undefined],
+    ['/api/v2/users', undefined],
+  ] as const)('%s → %s', (path, label) => {
+    expect(apiRouteOf(path)?.route.label).toBe(label);
+  });
+
+  it('reads every path as the table says, segment by segment', () => {
+    const segment = fc.constantFrom('api', 'v1', 'json', 'users', 'me', 'presence', 'messages', 'events', '17', 'a@b.c', '', 'x');
+    fc.assert(
+      fc.property(fc.constantFrom('/api/v1/', '/json/', '/api/', '/'), fc.array(segment, { maxLength: 5 }), (prefix, segments) => {
+        const path = prefix + segments.join('/');
+        expect(apiRouteOf(path)).toEqual(byTheTable(path));
+      }),
+      { numRuns: 5000 },
+    );
   });
 });

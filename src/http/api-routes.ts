@@ -67,37 +67,53 @@ const segmentsOf = (path: string) =>
 
 const EXACT = new Map<string, ApiRoute>();
 const PATTERNS: Array<{ route: ApiRoute; segments: Array<string | undefined> }> = [];
-const BELOW: ApiRoute[] = [];
+/** Routes that take the paths below them, each with the prefix those paths start with (`/messages/`). */
+const BELOW: Array<{ route: ApiRoute; under: string }> = [];
 for (const route of API_ROUTES) {
   if (route.path.includes('{')) PATTERNS.push({ route, segments: segmentsOf(route.path) });
   else EXACT.set(route.path, route);
-  if (route.andBelow) BELOW.push(route);
+  if (route.andBelow) BELOW.push({ route, under: `${route.path}/` });
 }
 
 /** A path (no query) split into its API prefix and the rest (`/messages`); undefined outside the API. */
 export function apiPathOf(path: string): { prefix: ApiPrefix; rest: string } | undefined {
-  const prefix = path.startsWith('/api/v1/') ? '/api/v1' : path.startsWith('/json/') ? '/json' : undefined;
+  const prefix = prefixOf(path);
   return prefix && { prefix, rest: path.slice(prefix.length) };
+}
+
+const prefixOf = (path: string): ApiPrefix | undefined =>
+  path.startsWith('/api/v1/') ? '/api/v1' : path.startsWith('/json/') ? '/json' : undefined;
+
+/**
+ * Does `path` (from `at`, just after a `/`) have exactly these segments, a `{name}` one matching
+ * any non-empty segment? Read in place: no array made for a path that matches no pattern.
+ */
+function matchesSegments(path: string, at: number, segments: ReadonlyArray<string | undefined>): boolean {
+  for (let i = 0; i < segments.length; i++) {
+    const slash = path.indexOf('/', at);
+    // Every segment but the last ends at a slash; the last ends the path.
+    const last = i === segments.length - 1;
+    if (last === slash >= 0) return false;
+    const end = slash < 0 ? path.length : slash;
+    const s = segments[i];
+    if (s === undefined ? end === at : end - at !== s.length || !path.startsWith(s, at)) return false;
+    at = end + 1;
+  }
+  return true;
 }
 
 /**
  * The route of a path (no query), and the prefix it came under; undefined for a path outside
- * the API or not in the table. Runs on every request: a map lookup for most paths.
+ * the API or not in the table. Runs on every request: a map lookup for most paths, else a
+ * reading in place (bench B4).
  */
 export function apiRouteOf(path: string): Match | undefined {
-  const at = apiPathOf(path);
-  if (!at) return undefined;
-  const { prefix, rest } = at;
-  const exact = EXACT.get(rest);
+  const prefix = prefixOf(path);
+  if (!prefix) return undefined;
+  const exact = EXACT.get(path.slice(prefix.length));
   if (exact) return { route: exact, prefix };
-  let segments: string[] | undefined;
-  for (const p of PATTERNS) {
-    segments ??= rest.slice(1).split('/');
-    if (p.segments.length === segments.length && p.segments.every((s, i) => (s === undefined ? segments![i] !== '' : s === segments![i]))) {
-      return { route: p.route, prefix };
-    }
-  }
-  for (const route of BELOW) if (rest.startsWith(`${route.path}/`)) return { route, prefix };
+  for (const p of PATTERNS) if (matchesSegments(path, prefix.length + 1, p.segments)) return { route: p.route, prefix };
+  for (const b of BELOW) if (path.startsWith(b.under, prefix.length)) return { route: b.route, prefix };
   return undefined;
 }
 

@@ -7,7 +7,7 @@ import { badRequest, sendShimError, ShimError, upstreamUnavailable } from '../ht
 import { setXForwarded } from '../http/forwarded.js';
 import { copyEndToEnd, declaresBody, endToEndList } from '../http/headers.js';
 import { loggablePath, type Logger } from '../observability/logger.js';
-import type { LoggedRequest } from '../observability/request-log.js';
+import type { RouteFacts } from '../http/api-routes.js';
 import { isClientAbort, isUnsendable, type Transport, type UpstreamDispatchOptions } from '../upstream/transport.js';
 
 /**
@@ -30,13 +30,12 @@ export interface PassThroughOptions {
 
 export interface PassThrough {
   /**
-   * `logged`: the request id goes on the answer, the route label into the upstream metrics;
-   * `longPoll`: whether the request's route is a long poll (its own upstream pool, T1), as the
-   * router decided; without it the transport reads it from the method and path.
+   * `requestId` goes on the answer; `route`, as the router decided it, gives the upstream
+   * metrics their label and says whether the request is a long poll (its own upstream pool, T1).
    * The caller calls the returned exchange's `closed()` when the answer closes (the upstream
    * request ends with it), from the one `close` listener it has anyway.
    */
-  web(req: IncomingMessage, res: ServerResponse, logged: LoggedRequest, longPoll?: boolean): PassThroughExchange;
+  web(req: IncomingMessage, res: ServerResponse, requestId: string, route: Pick<RouteFacts, 'label' | 'longPoll'>): PassThroughExchange;
   ws(req: IncomingMessage, socket: Duplex, head: Buffer): void;
   close(): Promise<void>;
 }
@@ -198,11 +197,11 @@ export function createPassThrough(o: PassThroughOptions): PassThrough {
   wsProxy.on('econnreset', () => {});
 
   return {
-    web(req, res, logged, longPoll) {
+    web(req, res, requestId, route) {
       const exchange = new PassThroughExchange(req, res, o.log);
-      exchange.options.route = logged.route;
-      if (longPoll !== undefined) exchange.options.longPoll = longPoll;
-      exchange.answerHeaders.push('x-request-id', logged.requestId);
+      exchange.options.route = route.label;
+      exchange.options.longPoll = route.longPoll;
+      exchange.answerHeaders.push('x-request-id', requestId);
       for (const pass of WEB_INCOMING) pass(exchange);
       dispatch(exchange.options, exchange);
       return exchange;

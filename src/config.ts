@@ -681,7 +681,7 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv = process.env,
 
   const config = validated(layered, sources);
   // --help and --version are answered before any configuration is read (infoRequest).
-  if ((o.needsUpstream ?? true) && !config.upstream.url && !config.replay.har && !config.replay.demo) {
+  if ((o.needsUpstream ?? true) && !hasUpstream(config)) {
     // A near miss in the environment (UPSTREAM=, UPSTREAM_URI=) is the usual cause: name it.
     const known = new Set(SETTINGS.map((s) => s.env));
     const nearMiss = Object.keys(env).find((k) => /^UPSTREAM/i.test(k) && !known.has(k) && env[k]);
@@ -693,6 +693,9 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv = process.env,
   }
   return { config, sources };
 }
+
+/** Whether a configuration names what the shim stands in front of: a server, a recording, or the demo. */
+const hasUpstream = (c: Config): boolean => Boolean(c.upstream.url || c.replay.har || c.replay.demo);
 
 /**
  * The layered settings through the schema, or the one ConfigError that words what is wrong: a
@@ -724,7 +727,7 @@ export function configFromObject(given: unknown, source = 'options', o: { needsU
   for (const k of keyPaths(defaults)) sources.set(k, DEFAULT_SOURCE);
   for (const k of keyPaths(over)) sources.set(k, source);
   const config = validated(merge(defaults, over), sources);
-  if ((o.needsUpstream ?? true) && !config.upstream.url && !config.replay.har && !config.replay.demo) {
+  if ((o.needsUpstream ?? true) && !hasUpstream(config)) {
     throw new ConfigError(
       `no upstream: give upstream.url for a Zulip server, replay.har for a recording, or replay.demo: true for the bundled one (${source})`,
     );

@@ -41,7 +41,8 @@ export const appRequestHandler: EndpointHandler = async (req, res, ctx) => {
   const q = url.indexOf('?');
   const path = q < 0 ? url : url.slice(0, q);
   const endpoint = endpointOf(req.method, path) ?? '';
-  const method = req.method === 'GET' || req.method === 'PATCH' ? req.method : 'POST';
+  // Only a translated endpoint's request comes here (isTranslatedAppRequest): GET, POST or PATCH.
+  const method = req.method as 'GET' | 'POST' | 'PATCH';
   const headers: Record<string, string> = { ...forwardedHeaders(req), 'accept-encoding': req.headers['accept-encoding'] ?? 'identity' };
   let target = url;
   let body: Buffer | string | undefined;

@@ -6,6 +6,8 @@ import request from 'supertest';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startRecorder } from '../src/har/recorder.js';
 import { startReplay, type Replay } from '../src/har/replay.js';
+import { HAR_FLUSH_MS } from '../src/har/writer.js';
+import { createShim } from '../src/index.js';
 import { createLogger } from '../src/observability/logger.js';
 import { startFake, type FakeZulip } from './support/fake-zulip.js';
 import { compileSchema } from './support/schema.js';
@@ -310,5 +312,54 @@ describe('record through the shim, replay the file (H1, H2)', () => {
       });
       expect(replay.misses()).toEqual(['POST /api/v1/messages?x=1 with form body api_key=[redacted]&content=hi']);
     });
+  });
+});
+
+/**
+ * X8 as the shim is started (record.har, through the embedding API and so open-upstream.ts): an
+ * exchange reaches the file on disk, as valid HAR, within HAR_FLUSH_MS while the shim keeps
+ * running, not only when it closes.
+ */
+describe('recording reaches the file within HAR_FLUSH_MS (X8)', () => {
+  it('writes an exchange while the shim runs, within the flush interval of its end', async () => {
+    const fake = await startFake({ era: '2.1' });
+    const dir = mkdtempSync(join(tmpdir(), 'zcs-har-flush-'));
+    const file = join(dir, 'live.har');
+    const shim = await createShim({ upstream: { url: fake.url }, record: { har: file }, log: { level: 'silent' } });
+    try {
+      const { url } = await shim.listen(0, '127.0.0.1');
+      /** The request URLs in the file now; undefined while it is not whole JSON. */
+      const urlsOnDisk = (): string[] | undefined => {
+        try {
+          const har = JSON.parse(readFileSync(file, 'utf8')) as { log: { entries: Array<{ request: { url: string } }> } };
+          return har.log.entries.map((e) => e.request.url);
+        } catch {
+          return undefined;
+        }
+      };
+      expect(urlsOnDisk()).toEqual([]); // the file is valid from the start
+
+      const res = await fetch(`${url}/test/echo?flushed=1`);
+      expect(res.status).toBe(200);
+      await res.arrayBuffer();
+      const answered = performance.now();
+      // Polled for the interval and a margin for the write itself: without the periodic flush
+      // the entry would reach the file only at close.
+      const deadline = answered + HAR_FLUSH_MS + 750;
+      while (!urlsOnDisk()?.includes(`${fake.url}/test/echo?flushed=1`) && performance.now() < deadline) {
+        await new Promise((r) => setTimeout(r, 20));
+      }
+      expect(urlsOnDisk()).toContain(`${fake.url}/test/echo?flushed=1`);
+      const har = JSON.parse(readFileSync(file, 'utf8')) as unknown;
+      expect(validateHar(har) ? [] : validateHar.errors).toEqual([]);
+      // Still running: it answers the next request.
+      const next = await fetch(`${url}/test/echo?flushed=2`);
+      await next.arrayBuffer();
+      expect(next.status).toBe(200);
+    } finally {
+      // The directory is left for the suite's credential check of HAR files, which removes it.
+      await shim.close();
+      await fake.stop();
+    }
   });
 });

@@ -1,8 +1,9 @@
 import net from 'node:net';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { loggablePath } from '../src/observability/logger.js';
 import { startFake, type FakeZulip } from './support/fake-zulip.js';
 import { startShim, type RunningShim } from './support/shim.js';
+import { EVENT_WAIT } from './support/wait.js';
 
 /** P13 in the request log: no credential from a request target reaches a log line. */
 
@@ -150,5 +151,83 @@ describe('the request line written around pino', () => {
     log.info(rest, msg as string);
     const pinos = lines[0]!.replace(/"time":"[^"]*"/, `"time":"${time}"`);
     expect(ours).toBe(pinos);
+  });
+});
+
+/**
+ * The access line's bytesIn and bytesOut are one request's bytes, not the connection's: on a
+ * kept-alive connection the second line counts only the second request and the second answer
+ * (request-log.ts subtracts what the connection had carried when the previous answer ended).
+ */
+describe('bytes in and out on a kept-alive connection', () => {
+  /** Reads answers off one connection, each as the exact bytes received (head and body, by Content-Length). */
+  function answerReader(socket: net.Socket): () => Promise<Buffer> {
+    let buffered = Buffer.alloc(0);
+    let waiting: (() => void) | undefined;
+    socket.on('data', (d: Buffer) => {
+      buffered = Buffer.concat([buffered, d]);
+      waiting?.();
+    });
+    socket.on('close', () => waiting?.());
+    return async () => {
+      for (;;) {
+        const end = buffered.indexOf('\r\n\r\n');
+        if (end >= 0) {
+          const head = buffered.subarray(0, end).toString('latin1');
+          const length = /\r\ncontent-length: *(\d+)/i.exec(head)?.[1];
+          if (length === undefined) throw new Error(`an answer without Content-Length: ${head}`);
+          const size = end + 4 + Number(length);
+          if (buffered.length >= size) {
+            const answer = buffered.subarray(0, size);
+            buffered = buffered.subarray(size);
+            return answer;
+          }
+        }
+        if (socket.destroyed) throw new Error('the connection closed before a whole answer');
+        await new Promise<void>((resolve) => (waiting = resolve));
+      }
+    };
+  }
+
+  it('counts each request and each answer exactly, the second without the first', async () => {
+    const fake = await startFake({ era: '2.1' });
+    const previous = process.env.TEST_LOG_LEVEL;
+    process.env.TEST_LOG_LEVEL = 'info';
+    const shim = await startShim(fake.url);
+    const socket = net.connect(Number(new URL(shim.url).port), '127.0.0.1');
+    try {
+      await new Promise<void>((resolve, reject) => socket.once('connect', resolve).once('error', reject));
+      const nextAnswer = answerReader(socket);
+      // Passed through (not intercepted), of different sizes each way.
+      const requests = [
+        'GET /test/big?kb=3 HTTP/1.1\r\nHost: chat.example.com\r\nX-Request-Id: bytes-first\r\n\r\n',
+        `GET /test/big?kb=5 HTTP/1.1\r\nHost: chat.example.com\r\nX-Request-Id: bytes-second\r\nUser-Agent: ${'a'.repeat(150)}\r\n\r\n`,
+      ];
+      const answers: Buffer[] = [];
+      for (const r of requests) {
+        socket.write(r); // the second only once the first answer is whole: one request at a time
+        answers.push(await nextAnswer());
+      }
+      expect(answers.map((a) => a.toString('latin1', 0, 12))).toEqual(['HTTP/1.1 200', 'HTTP/1.1 200']);
+      expect(socket.destroyed).toBe(false); // both on the one connection
+
+      const lineOf = (id: string) =>
+        shim.logs.map((l) => JSON.parse(l) as Record<string, unknown>).find((l) => l.reqId === id && l.msg === 'request completed');
+      await vi.waitFor(() => expect(lineOf('bytes-second')).toBeDefined(), EVENT_WAIT);
+      expect(lineOf('bytes-first')).toMatchObject({
+        bytesIn: Buffer.byteLength(requests[0]!),
+        bytesOut: answers[0]!.length,
+      });
+      expect(lineOf('bytes-second')).toMatchObject({
+        bytesIn: Buffer.byteLength(requests[1]!),
+        bytesOut: answers[1]!.length,
+      });
+    } finally {
+      socket.destroy();
+      if (previous === undefined) delete process.env.TEST_LOG_LEVEL;
+      else process.env.TEST_LOG_LEVEL = previous;
+      await shim.close();
+      await fake.stop();
+    }
   });
 });

@@ -3,6 +3,7 @@ import request from 'supertest';
 import { afterEach, describe, expect, it } from 'vitest';
 import { startFake, type FakeZulip } from './support/fake-zulip.js';
 import { autoConnectionCap, descriptorLimit } from '../src/http/connection-cap.js';
+import { sendRaw } from './support/http-client.js';
 import { startShim, type RunningShim } from './support/shim.js';
 
 /**
@@ -125,5 +126,47 @@ describe('the connection cap (X11)', () => {
     expect(autoConnectionCap(100, 256)).toBe(1);
     expect(descriptorLimit('/nonexistent')).toBeUndefined();
     if (process.platform === 'linux') expect(descriptorLimit()).toBeGreaterThan(0);
+  });
+});
+
+describe('a declared Content-Length is not memory (X11)', () => {
+  const LIMIT = 256 * 1024 * 1024;
+  const presenceHead = (length: number) =>
+    'POST /api/v1/users/me/presence HTTP/1.1\r\nHost: chat.example.com\r\n' +
+    `Content-Type: application/x-www-form-urlencoded\r\nContent-Length: ${length}\r\n\r\n`;
+
+  it('a body declared just under the limit, of which a few bytes come, holds only those bytes until its 408', async () => {
+    fake = await startFake({ era: '2.1' });
+    shim = await startShim(fake.url, { server: { bodyLimitBytes: LIMIT, bodyTimeoutMs: 1_000 } });
+    const before = process.memoryUsage().arrayBuffers;
+    let most = before;
+    let settled = false;
+    // A client that declares 256 MiB, sends 15 bytes and then nothing (the shim runs in this process).
+    const answer = sendRaw(shim.url, Buffer.from(`${presenceHead(LIMIT - 1)}status=active&`), 10_000).finally(() => (settled = true));
+    while (!settled) {
+      most = Math.max(most, process.memoryUsage().arrayBuffers);
+      await pause(10);
+    }
+    // The 408 says the shim was waiting for the rest of that body the whole time memory was sampled.
+    const a = await answer;
+    expect(a.status).toBe(408);
+    expect(JSON.parse(a.body.toString())).toMatchObject({ result: 'error', code: 'BAD_REQUEST' });
+    // Nothing of the declared size was allocated for it: a buffer of it would be 256 MiB.
+    expect(most - before).toBeLessThan(16 * 1024 * 1024);
+  });
+
+  it('a body declared over the limit gets the 413 at once, without waiting for any of it', async () => {
+    fake = await startFake({ era: '2.1' });
+    shim = await startShim(fake.url, { server: { bodyLimitBytes: LIMIT, bodyTimeoutMs: 5_000 } });
+    const started = performance.now();
+    const a = await sendRaw(shim.url, Buffer.from(presenceHead(1_000_000_000)), 10_000);
+    expect(a.status).toBe(413);
+    expect(JSON.parse(a.body.toString())).toEqual({
+      result: 'error',
+      msg: `Request body too large (limit ${LIMIT} bytes)`,
+      code: 'BAD_REQUEST',
+    });
+    // Well before the body deadline (a 408 there would mean the shim waited for the body).
+    expect(performance.now() - started).toBeLessThan(2_500);
   });
 });

@@ -24,17 +24,23 @@ const countedOf = new WeakMap<Socket, { read: number; written: number }>();
 /** A user agent is cut to this many characters in the line (a client controls it). */
 const USER_AGENT_CHARS = 200;
 
-/** The ISO time of the current millisecond, made at most once per millisecond. */
+/**
+ * The ISO time of a moment on the performance clock (`performance.now()`, which every request's
+ * record reads anyway), the string made at most once per millisecond.
+ */
 let isoAt = 0;
 let iso = '';
-function isoNow(): string {
-  const now = Date.now();
-  if (now !== isoAt) {
-    isoAt = now;
-    iso = new Date(now).toISOString();
+function isoAtTime(now: number): string {
+  const ms = Math.floor(performance.timeOrigin + now);
+  if (ms !== isoAt) {
+    isoAt = ms;
+    iso = new Date(ms).toISOString();
   }
   return iso;
 }
+
+/** The methods with a label of their own, each as the JSON string the line carries. */
+const METHOD_JSON: ReadonlyMap<string, string> = new Map([...METHOD_LABELS].map((m) => [m, JSON.stringify(m)]));
 
 /** What the request log knows of a request as it starts: its id and its metrics route label. */
 export interface LoggedRequest {
@@ -81,7 +87,8 @@ export function requestLogger(
     return new Logged(id, route, req, res, quiet ? undefined : written);
   };
 
-  function written(r: Logged, elapsed: number): void {
+  function written(r: Logged, ended: number): void {
+    const elapsed = ended - r.started;
     const { req, res, socket } = r;
     // Bytes on the connection since the previous answer on it ended: one request at a time on
     // a connection, so that is this one's (head and body).
@@ -113,7 +120,7 @@ export function requestLogger(
     const level = aborted || status >= 500 ? WARN : INFO;
     if (log.levelVal > level || !access()) return;
     const f = recordedFacts(req);
-    let line = `{"level":${level},"time":"${isoNow()}","name":${name},"reqId":"${r.requestId}","req":{"method":${JSON.stringify(req.method)},"path":${JSON.stringify(loggablePath(req.url))}},"res":{"status":${status}},"responseTime":${Math.round(elapsed)}`;
+    let line = `{"level":${level},"time":"${isoAtTime(ended)}","name":${name},"reqId":"${r.requestId}","req":{"method":${METHOD_JSON.get(req.method ?? '') ?? JSON.stringify(req.method)},"path":${JSON.stringify(loggablePath(req.url))}},"res":{"status":${status}},"responseTime":${Math.round(elapsed)}`;
     line += `,"remote":${JSON.stringify(socket?.remoteAddress ?? '')},"bytesIn":${bytesIn},"bytesOut":${bytesOut}`;
     const agent = req.headers['user-agent'];
     if (agent) line += `,"userAgent":${JSON.stringify(agent.length > USER_AGENT_CHARS ? agent.slice(0, USER_AGENT_CHARS) : agent)}`;
@@ -128,7 +135,7 @@ export function requestLogger(
 
 /** One request's record, from its start to its answer's close: one object a request, no closures. */
 class Logged implements LoggedRequest {
-  private readonly started = performance.now();
+  readonly started = performance.now();
   /** The connection as the request came (an answer's close may find it detached). */
   readonly socket: Socket | null;
 
@@ -137,12 +144,13 @@ class Logged implements LoggedRequest {
     readonly route: RouteLabel,
     readonly req: IncomingMessage,
     readonly res: ServerResponse,
-    private readonly done: ((r: Logged, elapsed: number) => void) | undefined,
+    /** Called with the performance-clock time the answer closed at. */
+    private readonly done: ((r: Logged, ended: number) => void) | undefined,
   ) {
     this.socket = req.socket as Socket | null;
   }
 
   closed(): void {
-    this.done?.(this, performance.now() - this.started);
+    this.done?.(this, performance.now());
   }
 }

@@ -82,12 +82,15 @@ describe('stdout: the request log as written', CLI_TIMEOUT, () => {
 });
 
 describe('stdout: the last lines at exit', CLI_TIMEOUT, () => {
-  it('are written before the process goes, even to a pipe nobody reads yet', CLI_TIMEOUT, async () => {
+  it.each([
+    ['exits at once', 'exit'],
+    ['lets its event loop run dry', 'drain'],
+  ])('are written before the process goes, even to a pipe nobody reads yet: a process that %s', CLI_TIMEOUT, async (_, mode) => {
     // A shell pipe: the kernel's buffer fills and nothing reads it for a second (a Node parent
     // would read the pipe into its own memory at once). The child runs under tsx: with its
     // loader thread, Node's exit does not wait for a write still under way on libuv's thread
     // pool, so only lines written at exit itself, synchronously, arrive.
-    const child = [process.execPath, '--import', 'tsx', 'test/support/log-exit-child.ts'].map((a) => `'${a}'`).join(' ');
+    const child = [process.execPath, '--import', 'tsx', 'test/support/log-exit-child.ts', mode].map((a) => `'${a}'`).join(' ');
     const run = spawn('sh', ['-c', `${child} | (sleep 1; cat)`], { cwd: ROOT, stdio: ['ignore', 'pipe', 'inherit'] });
     let out = '';
     run.stdout.on('data', (d: Buffer) => {

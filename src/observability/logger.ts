@@ -78,28 +78,22 @@ export class LineChunks {
  * the exiting process would not wait for.
  */
 function bufferedStdout(): DestinationStream {
-  const boom = pino.destination({ dest: 1, sync: false, minLength: CHUNK_BYTES + 1, maxWrite: 4 * CHUNK_BYTES, contentMode: 'buffer' });
-  const toBoom = { write: (bytes: Buffer) => boom.write(bytes as unknown as string) };
-  const lines = new LineChunks(toBoom);
-  let registered = false;
   const atExit = () => {
     // Whatever waits first, then the lines still in the chunk, each written before the process goes.
     boom.flushSync();
     lines.handOver();
     boom.flushSync();
   };
+  flushAtExit(atExit);
+  const boom = pino.destination({ dest: 1, sync: false, minLength: CHUNK_BYTES + 1, maxWrite: 4 * CHUNK_BYTES, contentMode: 'buffer' });
+  const toBoom = { write: (bytes: Buffer) => boom.write(bytes as unknown as string) };
+  const lines = new LineChunks(toBoom);
   setInterval(() => {
     lines.handOver();
     boom.flush();
   }, FLUSH_EVERY_MS).unref();
   return {
-    write: (line: string) => {
-      if (!registered) {
-        registered = true;
-        exitFlushes.push(atExit);
-      }
-      lines.write(line);
-    },
+    write: (line: string) => lines.write(line),
     flush: (cb?: (err?: Error) => void) => {
       lines.handOver();
       boom.flush(cb);
@@ -112,20 +106,27 @@ function bufferedStdout(): DestinationStream {
 }
 
 /**
- * Each stdout logger's writes at exit (one `exit` listener for all of them, added when this
- * module loads and so before pino's own, which then finds nothing left to write). A logger that
- * never wrote a line adds none.
+ * Each stdout logger's writes at exit, run by one `exit` listener for all of them. It is added
+ * with the first stdout logger, before that logger's sonic-boom is made, and so before the
+ * `exit` listener pino adds for it, which then finds nothing left to write. Importing this
+ * module adds none.
  */
 const exitFlushes: Array<() => void> = [];
-process.on('exit', () => {
-  for (const flush of exitFlushes) {
-    try {
-      flush();
-    } catch {
-      // stdout closed or broken at exit: nothing more can be written.
+let exitListening = false;
+function flushAtExit(flush: () => void): void {
+  exitFlushes.push(flush);
+  if (exitListening) return;
+  exitListening = true;
+  process.on('exit', () => {
+    for (const f of exitFlushes) {
+      try {
+        f();
+      } catch {
+        // stdout closed or broken at exit: nothing more can be written.
+      }
     }
-  }
-});
+  });
+}
 
 export function createLogger(level: string, destination?: DestinationStream): Logger {
   return pino(

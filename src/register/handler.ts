@@ -105,9 +105,10 @@ export const registerHandler: EndpointHandler = async (req, res, ctx) => {
   const limit = ctx.config.upstream.maxResponseBytes;
   const bounded = await r.readUpTo(limit);
   if (!bounded.whole) {
+    // M1 too: the mobile app then sees the real level in it, and refuses a server below 9.0.
     ctx.log.warn(
-      { realm: realm.host, limit },
-      'register answer larger than the buffer limit: passed on untouched, presence and user backfill skipped',
+      { realm: realm.host, limit, ...(presenting ? { appShownRealLevel: featureLevel } : {}) },
+      `register answer larger than upstream.maxResponseBytes: passed on untouched, presence and user backfill skipped${presenting ? ', the mobile app shown the real feature level' : ''}`,
     );
     f.kind = 'passthrough-large';
     return passOn(res, r, bounded);

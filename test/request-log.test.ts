@@ -231,3 +231,26 @@ describe('bytes in and out on a kept-alive connection', () => {
     }
   });
 });
+
+describe("the request line's time", () => {
+  it('is the wall clock as it reads at the answer, stepped or not (X14), not a clock of the process', async () => {
+    const { createLogger } = await import('../src/observability/logger.js');
+    const { requestLogger } = await import('../src/observability/request-log.js');
+    const lines: string[] = [];
+    const logRequest = requestLogger(createLogger('info', { write: (line: string) => lines.push(line) } as never));
+    const socket = { bytesRead: 100, bytesWritten: 200, remoteAddress: '127.0.0.1' };
+    const req = { method: 'GET', url: '/api/v1/users/me', headers: {}, socket } as never;
+    const res = { writableFinished: true, statusCode: 200 } as never;
+    vi.useFakeTimers({ toFake: ['Date'] });
+    try {
+      // The machine's clock stepped an hour ahead, then back a year, while the process runs.
+      for (const at of ['2031-05-06T07:08:09.123Z', '2030-05-06T06:08:09.456Z']) {
+        vi.setSystemTime(new Date(at));
+        logRequest(req, res, 'users_me').closed();
+        expect((JSON.parse(lines.at(-1)!) as { time: string }).time).toBe(at);
+      }
+    } finally {
+      vi.useRealTimers();
+    }
+  });
+});

@@ -317,11 +317,11 @@ describe('record through the shim, replay the file (H1, H2)', () => {
 
 /**
  * X8 as the shim is started (record.har, through the embedding API and so open-upstream.ts): an
- * exchange reaches the file on disk, as valid HAR, within HAR_FLUSH_MS while the shim keeps
+ * exchange reaches the file on disk, as valid HAR, by the periodic flush while the shim keeps
  * running, not only when it closes.
  */
-describe('recording reaches the file within HAR_FLUSH_MS (X8)', () => {
-  it('writes an exchange while the shim runs, within the flush interval of its end', async () => {
+describe('recording reaches the file while the shim runs (X8)', () => {
+  it('writes an exchange by the periodic flush, before the shim closes', async () => {
     const fake = await startFake({ era: '2.1' });
     const dir = mkdtempSync(join(tmpdir(), 'zcs-har-flush-'));
     const file = join(dir, 'live.har');
@@ -343,9 +343,10 @@ describe('recording reaches the file within HAR_FLUSH_MS (X8)', () => {
       expect(res.status).toBe(200);
       await res.arrayBuffer();
       const answered = performance.now();
-      // Polled for the interval and a margin for the write itself: without the periodic flush
-      // the entry would reach the file only at close.
-      const deadline = answered + HAR_FLUSH_MS + 750;
+      // Polled while the shim runs: without the periodic flush the entry would reach the file
+      // only at close. The margin is for a busy machine's fsync; har-writer.test.ts pins the
+      // interval itself.
+      const deadline = answered + HAR_FLUSH_MS + 10_000;
       while (!urlsOnDisk()?.includes(`${fake.url}/test/echo?flushed=1`) && performance.now() < deadline) {
         await new Promise((r) => setTimeout(r, 20));
       }

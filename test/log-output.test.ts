@@ -1,4 +1,4 @@
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import http from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ROOT } from './support/build.js';
@@ -103,5 +103,25 @@ describe('stdout: the last lines at exit', CLI_TIMEOUT, () => {
       .filter((l) => l.startsWith('{'))
       .map((l) => (JSON.parse(l) as { n: number }).n);
     expect(lines).toEqual([1, 2, 3]);
+  });
+});
+
+describe('the stdout logger and the process', () => {
+  it('importing it adds no exit listener; the first stdout logger adds one, for every stdout logger', CLI_TIMEOUT, () => {
+    const script = [
+      "const before = process.listenerCount('exit');",
+      "const { createLogger } = await import('./src/observability/logger.ts');",
+      "const imported = process.listenerCount('exit') - before;",
+      "createLogger('silent');",
+      "const one = process.listenerCount('exit') - before;",
+      "createLogger('silent');",
+      "console.log(JSON.stringify({ imported, one, two: process.listenerCount('exit') - before }));",
+    ].join('\n');
+    const r = spawnSync(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], { cwd: ROOT, encoding: 'utf8' });
+    expect(r.status).toBe(0);
+    const counts = JSON.parse(r.stdout.trim().split('\n').at(-1)!) as { imported: number; one: number; two: number };
+    expect(counts.imported).toBe(0);
+    // Ours and pino's own (one for all its streams); a second logger adds neither.
+    expect(counts).toEqual({ imported: 0, one: 2, two: 2 });
   });
 });

@@ -270,16 +270,15 @@ describe('M1 with X13: an upstream upgraded while the shim runs', () => {
 });
 
 describe('M1 with a register answer past upstream.maxResponseBytes', () => {
-  it('goes on untouched, with the real level, and the warning says the app was shown it and which key to raise', async () => {
+  it('goes on untouched, with the real level, and the warning says what was skipped and which key to raise', async () => {
     fake = await startFake({ era: '8.0' });
     shim = await startShim(fake.url, { app: { featureLevel: 277 }, upstream: { maxResponseBytes: 2048 } });
     const reg = await post('/api/v1/register', APP, APP_REGISTER);
     expect(reg.status).toBe(200);
     expect(reg.body.zulip_feature_level).toBe(237);
     const line = shim.logs.find((l) => l.includes('register answer larger than'));
-    expect(line).toContain('upstream.maxResponseBytes');
-    expect(line).toContain('the mobile app shown the real feature level');
-    expect(JSON.parse(line!)).toMatchObject({ limit: 2048, appShownRealLevel: 237 });
+    expect(line).toContain("upstream.maxResponseBytes: passed on untouched, presence and the mobile app's presented level skipped");
+    expect(JSON.parse(line!)).toMatchObject({ limit: 2048, skipped: ['presence', "the mobile app's presented level"] });
   });
 });
 

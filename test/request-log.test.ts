@@ -233,7 +233,7 @@ describe('bytes in and out on a kept-alive connection', () => {
 });
 
 describe("the request line's time", () => {
-  it('is the wall clock as it reads at the answer, stepped or not (X14), not a clock of the process', async () => {
+  it('is the wall clock as it reads at the answer, stepped or not, not a clock of the process', async () => {
     const { createLogger } = await import('../src/observability/logger.js');
     const { requestLogger } = await import('../src/observability/request-log.js');
     const lines: string[] = [];

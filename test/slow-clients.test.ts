@@ -158,15 +158,13 @@ describe('a declared Content-Length is not memory (X11)', () => {
   it('a body declared over the limit gets the 413 at once, without waiting for any of it', async () => {
     fake = await startFake({ era: '2.1' });
     shim = await startShim(fake.url, { server: { bodyLimitBytes: LIMIT, bodyTimeoutMs: 5_000 } });
-    const started = performance.now();
     const a = await sendRaw(shim.url, Buffer.from(presenceHead(1_000_000_000)), 10_000);
+    // A 413, not the body deadline's 408: the shim did not wait for the body.
     expect(a.status).toBe(413);
     expect(JSON.parse(a.body.toString())).toEqual({
       result: 'error',
       msg: `Request body too large (limit ${LIMIT} bytes)`,
       code: 'BAD_REQUEST',
     });
-    // Well before the body deadline (a 408 there would mean the shim waited for the body).
-    expect(performance.now() - started).toBeLessThan(2_500);
   });
 });

@@ -78,16 +78,15 @@ export class LineChunks {
  * the exiting process would not wait for.
  */
 function bufferedStdout(): DestinationStream {
-  const atExit = () => {
+  const boom = pino.destination({ dest: 1, sync: false, minLength: CHUNK_BYTES + 1, maxWrite: 4 * CHUNK_BYTES, contentMode: 'buffer' });
+  const toBoom = { write: (bytes: Buffer) => boom.write(bytes as unknown as string) };
+  const lines = new LineChunks(toBoom);
+  flushAtExit(() => {
     // Whatever waits first, then the lines still in the chunk, each written before the process goes.
     boom.flushSync();
     lines.handOver();
     boom.flushSync();
-  };
-  flushAtExit(atExit);
-  const boom = pino.destination({ dest: 1, sync: false, minLength: CHUNK_BYTES + 1, maxWrite: 4 * CHUNK_BYTES, contentMode: 'buffer' });
-  const toBoom = { write: (bytes: Buffer) => boom.write(bytes as unknown as string) };
-  const lines = new LineChunks(toBoom);
+  });
   setInterval(() => {
     lines.handOver();
     boom.flush();
@@ -106,10 +105,9 @@ function bufferedStdout(): DestinationStream {
 }
 
 /**
- * Each stdout logger's writes at exit, run by one `exit` listener for all of them. It is added
- * with the first stdout logger, before that logger's sonic-boom is made, and so before the
- * `exit` listener pino adds for it, which then finds nothing left to write. Importing this
- * module adds none.
+ * Each stdout logger's writes at exit, run by one `exit` listener for all of them, added with the
+ * first stdout logger: importing this module adds none (an application embedding the shim may
+ * never make one).
  */
 const exitFlushes: Array<() => void> = [];
 let exitListening = false;

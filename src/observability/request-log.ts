@@ -26,8 +26,8 @@ const USER_AGENT_CHARS = 200;
 
 /**
  * The ISO time of the current millisecond, made at most once per millisecond. The wall clock,
- * not the performance clock the record is timed by: a log line's time must follow the
- * machine's clock when it is stepped (X14), as the other logs beside it do.
+ * not the performance clock the record is timed by: a log line's time follows the machine's
+ * clock when it is stepped, as pino's other lines and the logs beside the shim's do.
  */
 let isoAt = 0;
 let iso = '';

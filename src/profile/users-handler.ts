@@ -63,7 +63,7 @@ async function readList(
   if (isSuccess(r.status) && declared !== undefined && declared > limit) {
     ctx.log.warn(
       { realm: realm.host, limit, bytes: declared },
-      'user list larger than the buffer limit: passed on untouched, user backfill skipped',
+      'user list larger than upstream.maxResponseBytes: passed on untouched, user backfill skipped',
     );
     recordFacts(req).kind = 'passthrough-large';
     await relay(res, r);

@@ -105,10 +105,14 @@ export const registerHandler: EndpointHandler = async (req, res, ctx) => {
   const limit = ctx.config.upstream.maxResponseBytes;
   const bounded = await r.readUpTo(limit);
   if (!bounded.whole) {
-    // M1 too: the mobile app then sees the real level in it, and refuses a server below 9.0.
+    // What was not done to it; for M1, the mobile app then sees the answer's own level and
+    // refuses a server below 9.0.
+    const skipped = [withPresence && 'presence', withUsers && 'user backfill', presenting && "the mobile app's presented level"].filter(
+      (x): x is string => typeof x === 'string',
+    );
     ctx.log.warn(
-      { realm: realm.host, limit, ...(presenting ? { appShownRealLevel: featureLevel } : {}) },
-      `register answer larger than upstream.maxResponseBytes: passed on untouched, presence and user backfill skipped${presenting ? ', the mobile app shown the real feature level' : ''}`,
+      { realm: realm.host, limit, skipped },
+      `register answer larger than upstream.maxResponseBytes: passed on untouched, ${skipped.join(' and ')} skipped`,
     );
     f.kind = 'passthrough-large';
     return passOn(res, r, bounded);

@@ -271,10 +271,18 @@ export async function measureB4(o: B4Options): Promise<B4Result> {
   );
   const small = Object.fromEntries(targets.map(([name]) => [name, typical(smallName, name)]));
   const verdict = b4Verdict(small);
+  // Each round's shim ÷ bare, the two run one after the other: how far the machine moved the
+  // figure within this run (a spread wider than the target's margin says the run cannot decide it).
+  const ofRounds = (target: string) => rows.filter((r) => r.variant === smallName && r.target === target).map((r) => r.rps);
+  const bareRounds = ofRounds(BARE_TARGET);
+  const perRound = ofRounds(SHIM_TARGET).map((rps, i) => rps / bareRounds[i]!);
   const x = (v: number | null) => (v === null ? '–' : `${v.toFixed(2)}×`);
   const met = (m: boolean | null) => (m === null ? 'not measured' : m ? 'met' : 'NOT met');
   out.push(
     `- Small GET: shim ÷ bare undici ${x(verdict.shimVsBare)} and shim p99 ÷ nginx p99 ${x(verdict.shimP99VsNginx)} (targets ≥ 0.85×, ≤ 2×: ${met(verdict.passThroughMet)}); shim ÷ nginx ${x(verdict.shimVsNginx)}; production path ÷ nginx ${x(verdict.productionVsNginx)} (target ≥ 0.95×: ${met(verdict.productionMet)})`,
+  );
+  out.push(
+    `- Small GET, each round's shim ÷ bare undici: ${perRound.map((r) => r.toFixed(2)).join(', ') || '–'}${perRound.length > 1 ? ` (median ${median(perRound).toFixed(2)}×, range ${Math.min(...perRound).toFixed(2)}–${Math.max(...perRound).toFixed(2)}×)` : ''}`,
   );
   out.push('');
   out.push(

@@ -1,5 +1,5 @@
 import { timedUpstream } from '../observability/request-facts.js';
-import { forwardedHeaders, type UpstreamHead } from '../upstream/client.js';
+import type { UpstreamHead } from '../upstream/client.js';
 import { dateHeaderTime, recordInLedger } from './intake.js';
 import type { LedgerState, ModernPresence } from './ledger.js';
 import type { Poll } from './report.js';
@@ -62,7 +62,7 @@ export async function recordOwnReport(poll: Poll, own: UpstreamHead | undefined,
   let userId: number;
   try {
     const path = `${apiPrefixOf(req.url)}/users/me`;
-    const caller = await timedUpstream(req, () => ctx.callers.get(realm, req.headers, path, forwardedHeaders(req)));
+    const caller = await timedUpstream(req, () => ctx.callers.get(realm, req, path));
     if (caller.isBot) return; // bots have no presence (P7)
     userId = caller.userId;
   } catch (e) {

@@ -89,12 +89,11 @@ const hidden = (row: unknown) => isRow(row) && deliveryEmailHidden(row);
  * `null` (E4; backfillList fills a row as the caller's own only with its address).
  */
 async function ownRowOf(req: IncomingMessage, ctx: ShimContext, realm: Realm, url: string): Promise<OwnRow | undefined> {
-  const headers = forwardedHeaders(req);
   try {
     const me = `${apiPrefixOf(url)}/users/me`;
-    const { userId, deliveryEmail } = await timedUpstream(req, () => ctx.callers.get(realm, req.headers, me, headers));
+    const { userId, deliveryEmail } = await timedUpstream(req, () => ctx.callers.get(realm, req, me));
     if (deliveryEmail !== undefined) return { userId, deliveryEmail };
-    const found = await timedUpstream(req, () => lookUp(ctx, new Set(['delivery_email']), realm, userId, headers));
+    const found = await timedUpstream(req, () => lookUp(ctx, new Set(['delivery_email']), realm, userId, forwardedHeaders(req)));
     return { userId, deliveryEmail: found.deliveryEmail };
   } catch (e) {
     ctx.log.warn({ realm: realm.host, err: e }, 'user objects: own row unknown, its delivery_email stays null');

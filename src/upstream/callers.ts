@@ -2,9 +2,9 @@ import { upstreamBadResponse } from '../http/errors.js';
 import { isSuccess } from './relay.js';
 import type { Metrics } from '../observability/metrics.js';
 import { SharedCache } from '../cache/shared-cache.js';
-import { parseJsonObject, type UpstreamClient } from './client.js';
+import { forwardedHeaders, parseJsonObject, type UpstreamClient } from './client.js';
 import { callerKey, type Realm } from './realm.js';
-import type { IncomingHttpHeaders } from 'node:http';
+import type { IncomingHttpHeaders, IncomingMessage } from 'node:http';
 
 /**
  * V2 before 6.0: who a caller is (its user id, and its real address where its own user shows
@@ -34,7 +34,8 @@ export interface CallerOptions {
 interface LoadContext {
   realm: Realm;
   path: string;
-  headers: Record<string, string>;
+  /** The client's request, whose headers (forwardedHeaders) the lookup sends: made only on a miss. */
+  req: IncomingMessage;
 }
 
 export class Callers {
@@ -59,11 +60,11 @@ export class Callers {
 
   /**
    * The caller the request's credentials stand for, asked of the upstream at `path` (its
-   * GET …/users/me) when not cached. Serve it only after the upstream has accepted these
-   * credentials for the request at hand.
+   * GET …/users/me, with the request's forwarded headers) when not cached. Serve it only after
+   * the upstream has accepted these credentials for the request at hand.
    */
-  get(realm: Realm, credentials: IncomingHttpHeaders, path: string, headers: Record<string, string>): Promise<Caller> {
-    return this.cache.get(keyOf(realm, credentials), { realm, path, headers });
+  get(realm: Realm, req: IncomingMessage, path: string): Promise<Caller> {
+    return this.cache.get(keyOf(realm, req.headers), { realm, path, req });
   }
 
   /**
@@ -75,8 +76,8 @@ export class Callers {
     if (caller) void this.cache.set(keyOf(realm, credentials), caller);
   }
 
-  private async load({ realm, path, headers }: LoadContext): Promise<Caller> {
-    const r = await this.client.fetch({ realm, method: 'GET', path, headers });
+  private async load({ realm, path, req }: LoadContext): Promise<Caller> {
+    const r = await this.client.fetch({ realm, method: 'GET', path, headers: forwardedHeaders(req) });
     if (!isSuccess(r.status)) throw upstreamBadResponse(`GET /users/me answered HTTP ${r.status}`);
     const caller = callerOf(parseJsonObject(r.body));
     if (!caller) throw upstreamBadResponse('GET /users/me has no user_id');

@@ -21,8 +21,7 @@ import { cpus, loadavg } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 
-/** The pass-through alone, without the request log: a fixed id and label. */
-/** A route not in the table: what every bench request is to the router. */
+/** The pass-through alone, without the request log: a fixed request id and this route (not in the table). */
 const OTHER = { label: 'other', longPoll: false } as const;
 
 type Role = 'upstream' | 'raw' | 'raw-metrics' | 'express' | 'shim';

@@ -7,8 +7,7 @@ import { cannon } from './load.js';
 import { findNginx, startNginx } from './nginx.js';
 import { basicAuth, SMALL_PATH } from './synthetic-upstream.js';
 
-/** The pass-through alone, without the request log: a fixed id and label. */
-/** A route not in the table: what every bench request is to the router. */
+/** The pass-through alone, without the request log: a fixed request id and this route (not in the table). */
 const OTHER = { label: 'other', longPoll: false } as const;
 
 /**

@@ -75,14 +75,15 @@ for (const route of API_ROUTES) {
   if (route.andBelow) BELOW.push({ route, under: `${route.path}/` });
 }
 
+/** The API prefix a path (no query) starts with; undefined outside the API. */
+const prefixOf = (path: string): ApiPrefix | undefined =>
+  path.startsWith('/api/v1/') ? '/api/v1' : path.startsWith('/json/') ? '/json' : undefined;
+
 /** A path (no query) split into its API prefix and the rest (`/messages`); undefined outside the API. */
 export function apiPathOf(path: string): { prefix: ApiPrefix; rest: string } | undefined {
   const prefix = prefixOf(path);
   return prefix && { prefix, rest: path.slice(prefix.length) };
 }
-
-const prefixOf = (path: string): ApiPrefix | undefined =>
-  path.startsWith('/api/v1/') ? '/api/v1' : path.startsWith('/json/') ? '/json' : undefined;
 
 /**
  * Does `path` (from `at`, just after a `/`) have exactly these segments, a `{name}` one matching

@@ -110,11 +110,8 @@ function bufferedStdout(): DestinationStream {
  * never make one).
  */
 const exitFlushes: Array<() => void> = [];
-let exitListening = false;
 function flushAtExit(flush: () => void): void {
-  exitFlushes.push(flush);
-  if (exitListening) return;
-  exitListening = true;
+  if (exitFlushes.push(flush) > 1) return; // the listener is there since the first
   process.on('exit', () => {
     for (const f of exitFlushes) {
       try {

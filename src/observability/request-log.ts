@@ -40,9 +40,6 @@ function isoNow(): string {
   return iso;
 }
 
-/** The methods with a label of their own, each as the JSON string the line carries. */
-const METHOD_JSON: ReadonlyMap<string, string> = new Map([...METHOD_LABELS].map((m) => [m, JSON.stringify(m)]));
-
 /** What the request log knows of a request as it starts: its id and its metrics route label. */
 export interface LoggedRequest {
   /** X-Request-Id: the client's when sane, else a fresh UUID; sent upstream and on the answer. */
@@ -120,7 +117,7 @@ export function requestLogger(
     const level = aborted || status >= 500 ? WARN : INFO;
     if (log.levelVal > level || !access()) return;
     const f = recordedFacts(req);
-    let line = `{"level":${level},"time":"${isoNow()}","name":${name},"reqId":"${r.requestId}","req":{"method":${METHOD_JSON.get(req.method ?? '') ?? JSON.stringify(req.method)},"path":${JSON.stringify(loggablePath(req.url))}},"res":{"status":${status}},"responseTime":${Math.round(elapsed)}`;
+    let line = `{"level":${level},"time":"${isoNow()}","name":${name},"reqId":"${r.requestId}","req":{"method":${JSON.stringify(req.method)},"path":${JSON.stringify(loggablePath(req.url))}},"res":{"status":${status}},"responseTime":${Math.round(elapsed)}`;
     line += `,"remote":${JSON.stringify(socket?.remoteAddress ?? '')},"bytesIn":${bytesIn},"bytesOut":${bytesOut}`;
     const agent = req.headers['user-agent'];
     if (agent) line += `,"userAgent":${JSON.stringify(agent.length > USER_AGENT_CHARS ? agent.slice(0, USER_AGENT_CHARS) : agent)}`;
@@ -135,7 +132,7 @@ export function requestLogger(
 
 /** One request's record, from its start to its answer's close: one object a request, no closures. */
 class Logged implements LoggedRequest {
-  readonly started = performance.now();
+  private readonly started = performance.now();
   /** The connection as the request came (an answer's close may find it detached). */
   readonly socket: Socket | null;
 

@@ -107,9 +107,10 @@ export const registerHandler: EndpointHandler = async (req, res, ctx) => {
   if (!bounded.whole) {
     // What was not done to it; for M1, the mobile app then sees the answer's own level and
     // refuses a server below 9.0.
-    const skipped = [withPresence && 'presence', withUsers && 'user backfill', presenting && "the mobile app's presented level"].filter(
-      (x): x is string => typeof x === 'string',
-    );
+    const skipped: string[] = [];
+    if (withPresence) skipped.push('presence');
+    if (withUsers) skipped.push('user backfill');
+    if (presenting) skipped.push("the mobile app's presented level");
     ctx.log.warn(
       { realm: realm.host, limit, skipped },
       `register answer larger than upstream.maxResponseBytes: passed on untouched, ${skipped.join(' and ')} skipped`,

@@ -18,6 +18,10 @@ afterEach(async () => {
   await fake?.stop();
 });
 
+const callerHits = async () => {
+  const text = (await request(shim.url).get('/metrics')).text;
+  return Number(/^zulip_compat_shim_lookup_cache_total\{cache="caller",result="hit"\} (\d+)/m.exec(text)?.[1] ?? 0);
+};
 const lookups = () => fake.seen.filter((s) => s.method === 'GET' && s.url.split('?')[0] === '/api/v1/users/me');
 
 describe('the caller lookup of an active presence report (2.1)', () => {
@@ -42,9 +46,9 @@ describe('the caller lookup of an active presence report (2.1)', () => {
     expect(h['x-forwarded-for']).toMatch(/^203\.0\.113\.7, .*127\.0\.0\.1$/);
     expect(h['x-forwarded-host']).toBe('chat.example.com');
     expect(h['x-forwarded-proto']).toBe('http');
-    // The same caller again: answered from the cache, no second lookup.
+    // The same caller again: answered from the cache (its hit counted), no second lookup.
     expect((await poll()).status).toBe(200);
-    await new Promise((r) => setTimeout(r, 100));
+    await expect.poll(() => callerHits(), EVENT_WAIT).toBe(1);
     expect(lookups()).toHaveLength(1);
   });
 });

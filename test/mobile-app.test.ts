@@ -1,5 +1,6 @@
 import request from 'supertest';
 import { afterEach, describe, expect, it } from 'vitest';
+import { isTranslatedAppRequest } from '../src/app/handler.js';
 import { presentedLevel } from '../src/app/presented.js';
 import { appProbe } from '../src/checks.js';
 import { translateRequest } from '../src/changes/index.js';
@@ -99,6 +100,22 @@ describe('M1: the level the app is shown', () => {
 });
 
 describe('M2: the app’s requests in the 8.0 server’s form', () => {
+  it.each([
+    ['GET', '/api/v1/messages', true],
+    ['POST', '/api/v1/messages', true],
+    ['PATCH', '/api/v1/messages/5', true],
+    ['POST', '/json/typing', true],
+    ['HEAD', '/api/v1/messages', false],
+    ['DELETE', '/api/v1/messages/5', false],
+    ['PUT', '/api/v1/messages/5', false],
+    ['OPTIONS', '/api/v1/messages', false],
+    ['GET', '/api/v1/messages/5', false],
+  ] as const)('the app’s %s %s reaches the translator: %s (it sends only GET, POST and PATCH on)', (method, path, taken) => {
+    const app = { featureLevel: 277, userAgents: ['ZulipFlutter'] };
+    expect(isTranslatedAppRequest(app, { method, headers: { 'user-agent': APP } }, path)).toBe(taken);
+    expect(isTranslatedAppRequest(app, { method, headers: { 'user-agent': OTHER } }, path)).toBe(false);
+  });
+
   it('narrows: channel → stream, channels → streams, with left out (GET /messages, POST /messages/flags/narrow)', async () => {
     await setup('8.0');
     const narrow = JSON.stringify([

@@ -2,6 +2,7 @@ import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { loggablePath } from '../src/observability/logger.js';
 import { startFake, type FakeZulip } from './support/fake-zulip.js';
+import { parseAnswer } from './support/http-client.js';
 import { startShim, type RunningShim } from './support/shim.js';
 import { EVENT_WAIT } from './support/wait.js';
 
@@ -171,17 +172,11 @@ describe('bytes in and out on a kept-alive connection', () => {
     socket.on('close', () => waiting?.());
     return async () => {
       for (;;) {
-        const end = buffered.indexOf('\r\n\r\n');
-        if (end >= 0) {
-          const head = buffered.subarray(0, end).toString('latin1');
-          const length = /\r\ncontent-length: *(\d+)/i.exec(head)?.[1];
-          if (length === undefined) throw new Error(`an answer without Content-Length: ${head}`);
-          const size = end + 4 + Number(length);
-          if (buffered.length >= size) {
-            const answer = buffered.subarray(0, size);
-            buffered = buffered.subarray(size);
-            return answer;
-          }
+        const { complete, size } = parseAnswer(buffered);
+        if (complete) {
+          const answer = buffered.subarray(0, size);
+          buffered = buffered.subarray(size);
+          return answer;
         }
         if (socket.destroyed) throw new Error('the connection closed before a whole answer');
         await new Promise<void>((resolve) => (waiting = resolve));

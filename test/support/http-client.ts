@@ -168,9 +168,19 @@ export function sendRaw(base: string, bytes: Buffer, timeoutMs: number, o: { unt
   });
 }
 
-function parseAnswer(buf: Buffer): { status: number; headers: Record<string, string>; body: Buffer; complete: boolean } {
+/**
+ * The first answer in bytes read off a connection: its status, headers and body (by
+ * Content-Length), whether it is whole, and then its size (head and body) in `bytes`.
+ */
+export function parseAnswer(buf: Buffer): {
+  status: number;
+  headers: Record<string, string>;
+  body: Buffer;
+  complete: boolean;
+  size: number;
+} {
   const end = buf.indexOf('\r\n\r\n');
-  if (end < 0) return { status: 0, headers: {}, body: Buffer.alloc(0), complete: false };
+  if (end < 0) return { status: 0, headers: {}, body: Buffer.alloc(0), complete: false, size: 0 };
   const lines = buf.subarray(0, end).toString('latin1').split('\r\n');
   const status = Number(/^HTTP\/1\.[01] (\d{3})/.exec(lines[0] ?? '')?.[1] ?? 0);
   const headers: Record<string, string> = {};
@@ -181,5 +191,5 @@ function parseAnswer(buf: Buffer): { status: number; headers: Record<string, str
   const length = Number(headers['content-length'] ?? NaN);
   const rest = buf.subarray(end + 4);
   const complete = Number.isFinite(length) && rest.length >= length;
-  return { status, headers, body: complete ? rest.subarray(0, length) : rest, complete };
+  return { status, headers, body: complete ? rest.subarray(0, length) : rest, complete, size: complete ? end + 4 + length : 0 };
 }

@@ -286,39 +286,49 @@ export class ConfigError extends Error {
 }
 
 type Kind = 'string' | 'int' | 'bool' | 'list';
-export interface Setting {
-  path: [string, string];
+/** An option as `--help` lists it: its argument, one line, and the variable that sets it too. */
+interface HelpLine {
   flag: string;
+  arg?: string;
+  help: string;
+  env?: string;
   /** A one-letter alias (`-x`). */
   short?: string;
-  env: string;
-  kind: Kind;
 }
 
-/** The Interface table of the contract, one row per setting. */
+export interface Setting extends HelpLine {
+  path: [string, string];
+  env: string;
+  kind: Kind;
+  /** `--help` follows the line with config/default.json's value. */
+  withDefault?: true;
+}
+
+/** The Interface table of the contract, one row per setting, in the order `--help` lists them. */
+// biome-ignore format: a table, one row per setting
 export const SETTINGS: Setting[] = [
-  { flag: 'upstream', env: 'UPSTREAM_URL', path: ['upstream', 'url'], kind: 'string' },
-  { flag: 'replay', env: 'REPLAY_HAR', path: ['replay', 'har'], kind: 'string' },
-  { flag: 'demo', env: 'DEMO', path: ['replay', 'demo'], kind: 'bool' },
-  { flag: 'record', env: 'RECORD_HAR', path: ['record', 'har'], kind: 'string' },
-  { flag: 'port', env: 'PORT', path: ['server', 'port'], kind: 'int' },
-  { flag: 'host', env: 'HOST', path: ['server', 'host'], kind: 'string' },
-  { flag: 'redis', env: 'REDIS_URL', path: ['store', 'redisUrl'], kind: 'string' },
-  { flag: 'redis-sentinels', env: 'REDIS_SENTINELS', path: ['store', 'redisSentinels'], kind: 'string' },
-  { flag: 'redis-sentinel-name', env: 'REDIS_SENTINEL_NAME', path: ['store', 'redisSentinelName'], kind: 'string' },
-  { flag: 'redis-cluster', env: 'REDIS_CLUSTER', path: ['store', 'redisCluster'], kind: 'string' },
-  { flag: 'coalesce-ms', env: 'PRESENCE_COALESCE_MS', path: ['presence', 'coalesceMs'], kind: 'int' },
-  { flag: 'share-snapshots', env: 'PRESENCE_SHARE_SNAPSHOTS', path: ['presence', 'shareSnapshots'], kind: 'string' },
-  { flag: 'log-level', env: 'LOG_LEVEL', path: ['log', 'level'], kind: 'string' },
-  { flag: 'access-log', env: 'ACCESS_LOG', path: ['log', 'access'], kind: 'string' },
-  { flag: 'upstream-timeout-ms', env: 'UPSTREAM_TIMEOUT_MS', path: ['upstream', 'timeoutMs'], kind: 'int' },
-  { flag: 'replay-strict', env: 'REPLAY_STRICT', path: ['replay', 'strict'], kind: 'bool' },
-  { flag: 'insecure-upstream-tls', env: 'UPSTREAM_INSECURE_TLS', path: ['upstream', 'insecureTls'], kind: 'bool' },
-  { flag: 'shutdown-grace-ms', env: 'SHUTDOWN_GRACE_MS', path: ['server', 'shutdownGraceMs'], kind: 'int' },
-  { flag: 'realm-hosts', env: 'REALM_HOSTS', path: ['server', 'realmHosts'], kind: 'list' },
-  { flag: 'trust-proxy', env: 'TRUST_PROXY', path: ['server', 'trustProxy'], kind: 'list' },
-  { flag: 'app-feature-level', env: 'APP_FEATURE_LEVEL', path: ['app', 'featureLevel'], kind: 'int' },
-  { flag: 'admin-listen', env: 'ADMIN_LISTEN', path: ['server', 'adminListen'], kind: 'string' },
+  { flag: 'upstream', env: 'UPSTREAM_URL', path: ['upstream', 'url'], kind: 'string', arg: 'URL', help: 'the old Zulip server (http or https)' },
+  { flag: 'replay', env: 'REPLAY_HAR', path: ['replay', 'har'], kind: 'string', arg: 'FILE.har', help: 'use a recorded HAR as the upstream' },
+  { flag: 'demo', env: 'DEMO', path: ['replay', 'demo'], kind: 'bool', help: 'replay the bundled Zulip 2.1 recording' },
+  { flag: 'record', env: 'RECORD_HAR', path: ['record', 'har'], kind: 'string', arg: 'FILE.har', help: 'record every upstream exchange, redacted' },
+  { flag: 'port', env: 'PORT', path: ['server', 'port'], kind: 'int', arg: 'N', help: 'listen port', withDefault: true },
+  { flag: 'host', env: 'HOST', path: ['server', 'host'], kind: 'string', arg: 'H', help: 'listen address', withDefault: true },
+  { flag: 'redis', env: 'REDIS_URL', path: ['store', 'redisUrl'], kind: 'string', arg: 'URL', help: 'share state between replicas through Redis' },
+  { flag: 'redis-sentinels', env: 'REDIS_SENTINELS', path: ['store', 'redisSentinels'], kind: 'string', arg: 'LIST', help: 'or through the primary these Sentinels name' },
+  { flag: 'redis-sentinel-name', env: 'REDIS_SENTINEL_NAME', path: ['store', 'redisSentinelName'], kind: 'string', arg: 'N', help: "the Sentinels' name for that primary" },
+  { flag: 'redis-cluster', env: 'REDIS_CLUSTER', path: ['store', 'redisCluster'], kind: 'string', arg: 'LIST', help: 'or through a Redis Cluster (host:port,…)' },
+  { flag: 'coalesce-ms', env: 'PRESENCE_COALESCE_MS', path: ['presence', 'coalesceMs'], kind: 'int', arg: 'N', help: 'one full presence fetch per realm per N ms' },
+  { flag: 'share-snapshots', env: 'PRESENCE_SHARE_SNAPSHOTS', path: ['presence', 'shareSnapshots'], kind: 'string', arg: 'MODE', help: 'auto | always | never' },
+  { flag: 'log-level', env: 'LOG_LEVEL', path: ['log', 'level'], kind: 'string', arg: 'L', help: 'pino level', withDefault: true },
+  { flag: 'access-log', env: 'ACCESS_LOG', path: ['log', 'access'], kind: 'string', arg: 'on|off', help: 'one line per request', withDefault: true },
+  { flag: 'upstream-timeout-ms', env: 'UPSTREAM_TIMEOUT_MS', path: ['upstream', 'timeoutMs'], kind: 'int', arg: 'N', help: '504 after N ms of upstream silence' },
+  { flag: 'replay-strict', env: 'REPLAY_STRICT', path: ['replay', 'strict'], kind: 'bool', help: 'a replay miss fails the process at shutdown' },
+  { flag: 'insecure-upstream-tls', env: 'UPSTREAM_INSECURE_TLS', path: ['upstream', 'insecureTls'], kind: 'bool', help: 'accept self-signed upstream certificates' },
+  { flag: 'shutdown-grace-ms', env: 'SHUTDOWN_GRACE_MS', path: ['server', 'shutdownGraceMs'], kind: 'int', arg: 'N', help: 'drain deadline on SIGTERM/SIGINT' },
+  { flag: 'realm-hosts', env: 'REALM_HOSTS', path: ['server', 'realmHosts'], kind: 'list', arg: 'LIST', help: 'admit only these Host names (*. wildcards)' },
+  { flag: 'trust-proxy', env: 'TRUST_PROXY', path: ['server', 'trustProxy'], kind: 'list', arg: 'CIDRS', help: 'keep X-Forwarded-Host/Proto from these peers' },
+  { flag: 'app-feature-level', env: 'APP_FEATURE_LEVEL', path: ['app', 'featureLevel'], kind: 'int', arg: 'N', help: 'the feature level the mobile app is shown' },
+  { flag: 'admin-listen', env: 'ADMIN_LISTEN', path: ['server', 'adminListen'], kind: 'string', arg: 'HOST:PORT', help: 'serve /healthz, /readyz, /metrics there only' },
 ];
 
 /**
@@ -541,42 +551,21 @@ export interface CliResult {
   sources: ReadonlyMap<string, string>;
 }
 
-/**
- * What `--help` says of each option, in the order it lists them: the flag's argument and one
- * line. A setting's variable is its SETTINGS row's; `withDefault` adds its value from
- * config/default.json. Every setting has a line (test/cli.test.ts).
- */
-const HELP_LINES: ReadonlyArray<{ flag: string; arg?: string; text: string; withDefault?: true }> = [
-  { flag: 'upstream', arg: 'URL', text: 'the old Zulip server (http or https)' },
-  { flag: 'replay', arg: 'FILE.har', text: 'use a recorded HAR as the upstream' },
-  { flag: 'demo', text: 'replay the bundled Zulip 2.1 recording' },
-  { flag: 'record', arg: 'FILE.har', text: 'record every upstream exchange, redacted' },
-  { flag: 'port', arg: 'N', text: 'listen port', withDefault: true },
-  { flag: 'host', arg: 'H', text: 'listen address', withDefault: true },
-  { flag: 'config', arg: 'FILE', text: 'a JSON config file' },
-  { flag: 'redis', arg: 'URL', text: 'share state between replicas through Redis' },
-  { flag: 'redis-sentinels', arg: 'LIST', text: 'or through the primary these Sentinels name' },
-  { flag: 'redis-sentinel-name', arg: 'N', text: "the Sentinels' name for that primary" },
-  { flag: 'redis-cluster', arg: 'LIST', text: 'or through a Redis Cluster (host:port,…)' },
-  { flag: 'coalesce-ms', arg: 'N', text: 'one full presence fetch per realm per N ms' },
-  { flag: 'share-snapshots', arg: 'MODE', text: 'auto | always | never' },
-  { flag: 'log-level', arg: 'L', text: 'pino level', withDefault: true },
-  { flag: 'access-log', arg: 'on|off', text: 'one line per request', withDefault: true },
-  { flag: 'upstream-timeout-ms', arg: 'N', text: '504 after N ms of upstream silence' },
-  { flag: 'replay-strict', text: 'a replay miss fails the process at shutdown' },
-  { flag: 'insecure-upstream-tls', text: 'accept self-signed upstream certificates' },
-  { flag: 'shutdown-grace-ms', arg: 'N', text: 'drain deadline on SIGTERM/SIGINT' },
-  { flag: 'realm-hosts', arg: 'LIST', text: 'admit only these Host names (*. wildcards)' },
-  { flag: 'trust-proxy', arg: 'CIDRS', text: 'keep X-Forwarded-Host/Proto from these peers' },
-  { flag: 'app-feature-level', arg: 'N', text: 'the feature level the mobile app is shown' },
-  { flag: 'admin-listen', arg: 'HOST:PORT', text: 'serve /healthz, /readyz, /metrics there only' },
-  { flag: 'healthcheck', text: 'ask GET /healthz of the shim so configured: exit 0 or 1' },
+const CONFIG_LINE: HelpLine = { flag: 'config', arg: 'FILE', help: 'a JSON config file', env: 'CONFIG_FILE' };
+const INFO_LINES: readonly HelpLine[] = [
+  { flag: 'healthcheck', help: 'ask GET /healthz of the shim so configured: exit 0 or 1' },
   {
     flag: 'check',
-    text: 'check the configuration, the upstream and the store, say\nwhat was found, and exit: 0 when all answer, 2 when not',
+    help: 'check the configuration, the upstream and the store, say\nwhat was found, and exit: 0 when all answer, 2 when not',
   },
-  { flag: 'version', text: 'print the version and exit' },
-  { flag: 'help', text: 'print this help and exit' },
+  { flag: 'version', help: 'print the version and exit' },
+  { flag: 'help', help: 'print this help and exit' },
+];
+
+/** What `--help` lists, in order: the settings (`--config` after where to listen), then the options that only ask. */
+const HELP_LINES: ReadonlyArray<HelpLine | Setting> = [
+  ...SETTINGS.flatMap((s) => (s.flag === 'host' ? [s, CONFIG_LINE] : [s])),
+  ...INFO_LINES,
 ];
 
 /** The flags --help lists (for the test that every setting has its line). */
@@ -586,12 +575,11 @@ export const HELP_FLAGS: readonly string[] = HELP_LINES.map((l) => l.flag);
 export function usage(): string {
   const defaults = readJson(DEFAULT_FILE, DEFAULT_SOURCE);
   const indent = ' '.repeat(28);
-  const lines = HELP_LINES.map(({ flag, arg, text, withDefault }) => {
-    const setting = SETTINGS.find((s) => s.flag === flag);
-    const short = setting?.short ?? INFO_OPTIONS[flag as keyof typeof INFO_OPTIONS]?.short;
+  const lines = HELP_LINES.map((line) => {
+    const { flag, arg, help, env } = line;
+    const short = line.short ?? INFO_OPTIONS[flag as keyof typeof INFO_OPTIONS]?.short;
     const left = `${short ? `-${short}, ` : ''}--${flag}${arg ? ` ${arg}` : ''}`;
-    const shown = withDefault && setting ? `${text} (default ${String(valueAt(defaults, setting.path))})` : text;
-    const env = flag === 'config' ? 'CONFIG_FILE' : setting?.env;
+    const shown = 'path' in line && line.withDefault ? `${help} (default ${String(valueAt(defaults, line.path))})` : help;
     const [first, ...more] = shown.split('\n');
     return [`  ${left.padEnd(26)}${env ? `${first!.padEnd(46)}[${env}]` : first}`, ...more.map((m) => `${indent}${m}`)].join('\n');
   });

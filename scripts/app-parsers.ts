@@ -38,6 +38,8 @@ export interface Field {
   filled?: string[];
   /** Keys of the object being parsed that the app copies into the value before parsing it. */
   merged?: string[];
+  /** The parser lets the key be absent or null; a value that is there must have the shape. */
+  optional?: true;
   /** `file:line` of the parser line. */
   at: string;
 }
@@ -62,7 +64,10 @@ export interface AppParsers {
   commit: string;
   classes: Record<string, ParsedClass>;
   dispatch: Record<string, Dispatch>;
-  /** Fields read by helpers whose type depends on another field; not checked. */
+  /**
+   * Fields not checked: read by helpers whose type depends on another field, or optional ones
+   * whose value a converter or a hand-written `fromJson(Object?)` reads.
+   */
   notChecked: string[];
 }
 
@@ -194,14 +199,25 @@ function elementShape(expr: string, source: string): Shape | undefined {
   return undefined;
 }
 
-/** One constructor argument: the field it requires, or undefined when optional. */
+/**
+ * One constructor argument: the field it reads, `optional` when the parser lets it be absent or
+ * null (a nullable cast, a null test, a default, `$enumDecodeNullable`); undefined when it reads
+ * no key, or an optional key through a helper whose shape is not described here; 'unchecked'
+ * when a present value's shape cannot be read from the parser (a converter, a hand-written
+ * `fromJson(Object?)`).
+ */
 function fieldOf(arg: string, owner: string, source: string, at: string): Field | undefined | 'unchecked' {
-  const expr = arg.replace(/^\w+:\s*/, '').replace(/\s+/g, ' ');
+  let expr = arg.replace(/^\w+:\s*/, '').replace(/\s+/g, ' ');
+  // `json['k'] == null ? null : C.fromJson(json['k'] as …)`: the value, when there is one, is the second branch's.
+  const nullTest = /^\(?(?:json\['[^']+'\]|\w+\.\w+\(json, '[^']+'\)) == null \? [^:]+ : (.*)$/.exec(expr);
+  if (nullTest) expr = nullTest[1]!;
   const direct = /json\['([^']+)'\]/.exec(expr);
   const reader = /(?:\w+\.)?(_?read\w+)\(\s*json,\s*'([^']+)',?\s*\)/.exec(expr);
   const readerFirst = reader && (!direct || reader.index < direct.index);
   const key = readerFirst ? reader[2]! : direct?.[1];
   if (key === undefined) return undefined;
+  const optional = (f: Field): Field => ({ ...f, optional: true });
+  const nullable = nullTest !== null || /== null|\?\?/.test(expr);
   let field: Field = { key, path: [key], shape: { type: 'object' }, at };
   if (readerFirst) {
     const meaning = READERS[reader[1]!];
@@ -210,22 +226,39 @@ function fieldOf(arg: string, owner: string, source: string, at: string): Field 
     if (m === 'optional') return undefined;
     if (m === 'unchecked') return 'unchecked';
     field = { ...field, ...m };
-    if (m.shape) return /== null|\?\)|\bas \w+(<[^>]*>)?\?/.test(expr) ? undefined : field;
+    if (m.shape) return nullable || /\?\)|\bas \w+(<[^>]*>)?\?/.test(expr) ? optional(field) : field;
   }
   const helper = /^(\w+\._\w+)\(\s*json\['[^']+'\](?: as \w+)?,?\s*\)$/.exec(expr);
   if (helper) {
     const shape = HELPERS[helper[1]!];
     if (shape === undefined) throw new Error(`${at}: unknown fromJson helper ${helper[1]} (describe it in HELPERS)`);
-    return shape === 'optional' ? undefined : { ...field, shape };
+    if (shape === 'optional') return undefined;
+    return nullable ? optional({ ...field, shape }) : { ...field, shape };
   }
-  if (/== null|\$enumDecodeNullable|_\$JsonConverterFromJson|\?\?/.test(expr)) return undefined;
-  const en = /^\$enumDecode\(\s*_\$(\w+),/.exec(expr);
-  if (en) return { ...field, shape: { type: 'enum', values: enumValues(source, en[1]!), fallback: /unknownValue:/.test(expr) } };
+  if (/_\$JsonConverterFromJson/.test(expr)) {
+    if (nullable) return 'unchecked';
+    throw new Error(`${at}: ${key} is read by a converter that is not described here: ${expr}`);
+  }
+  const en = /^\$enumDecode(Nullable)?\(\s*_\$(\w+),/.exec(expr);
+  if (en) {
+    const f: Field = { ...field, shape: { type: 'enum', values: enumValues(source, en[2]!), fallback: /unknownValue:/.test(expr) } };
+    return en[1] || nullable ? optional(f) : f;
+  }
   const cast = /\)?\s*as (\w+)(<[^>]*>)?(\??)/.exec(expr.slice((readerFirst ? reader.index : direct!.index) + 1));
-  if (!cast) throw new Error(`${at}: no cast for ${key}: ${expr}`);
-  if (cast[3] === '?') return undefined;
-  const type = CASTS[cast[1]!];
-  if (!type) throw new Error(`${at}: unknown cast ${cast[1]} for ${key}`);
+  if (!cast) {
+    // An optional value handed whole to a hand-written parser (`GroupSettingValue.fromJson(json['k'])`).
+    if (nullable) return 'unchecked';
+    throw new Error(`${at}: no cast for ${key}: ${expr}`);
+  }
+  const made = fieldOfCast(field, cast[1]!, expr, source, at);
+  return cast[3] === '?' || nullable ? optional(made) : made;
+}
+
+/** A field read with `as T` (`T` a JSON type): its shape, with the class or elements the expression makes of it. */
+function fieldOfCast(field: Field, castType: string, expr: string, source: string, at: string): Field {
+  const { key } = field;
+  const type = CASTS[castType];
+  if (!type) throw new Error(`${at}: unknown cast ${castType} for ${key}`);
   const cls = new RegExp(`^(\\w+)\\.fromJson\\(\\s*(?:\\w+\\.)?(?:json\\['${key}'\\]|_?read\\w+\\(json, '${key}'\\)) as Map`).exec(expr);
   if (cls) return { ...field, shape: { type: 'class', name: cls[1]! } };
   if (type === 'array') {
@@ -347,8 +380,9 @@ if (process.argv[1] && import.meta.url.endsWith(process.argv[1].replace(/^.*\//,
   }
   const parsers = readAppParsers(gitDir, commit);
   writeFileSync(APP_PARSERS_FILE, `${JSON.stringify(parsers, null, 1)}\n`);
-  const fields = Object.values(parsers.classes).reduce((n, c) => n + c.fields.length, 0);
+  const fields = Object.values(parsers.classes).flatMap((c) => c.fields);
+  const optional = fields.filter((f) => f.optional).length;
   console.log(
-    `${Object.keys(parsers.classes).length} classes, ${fields} required fields, ${Object.keys(parsers.dispatch.Event?.cases ?? {}).length} event cases → ${APP_PARSERS_FILE}`,
+    `${Object.keys(parsers.classes).length} classes, ${fields.length - optional} required and ${optional} optional fields, ${Object.keys(parsers.dispatch.Event?.cases ?? {}).length} event cases → ${APP_PARSERS_FILE}`,
   );
 }

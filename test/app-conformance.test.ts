@@ -128,11 +128,27 @@ describe('the judge', () => {
       (r: Record<string, unknown>) => delete (r.realm_users as Record<string, unknown>[])[0]!.role,
       /realm_users .*\[0\]\.role .*: missing/,
     ],
+    [
+      'an optional field that is there with the wrong JSON type',
+      (r: Record<string, unknown>) => ((r.realm_users as Record<string, unknown>[])[0]!.delivery_email = 5),
+      /realm_users .*\[0\]\.delivery_email .*is not a string/,
+    ],
   ])('fails a register answer with %s', (_what, spoil, problem) => {
     const register = eraAnswer('register', ERA_FEATURE_LEVEL['8.0']);
     expect(parseProblems('InitialSnapshot', register)).toEqual([]);
     spoil(register);
     expect(parseProblems('InitialSnapshot', register).join('\n')).toMatch(problem);
+  });
+
+  it('lets an optional field be absent or null, as the app’s parser does', () => {
+    const register = eraAnswer('register', ERA_FEATURE_LEVEL['8.0']);
+    const user = (register.realm_users as Record<string, unknown>[])[0]!;
+    delete user.delivery_email;
+    user.avatar_url = null;
+    expect(APP_PARSERS.classes.User!.fields.filter((f) => f.optional).map((f) => f.key)).toEqual(
+      expect.arrayContaining(['delivery_email', 'avatar_url']),
+    );
+    expect(parseProblems('InitialSnapshot', register)).toEqual([]);
   });
 
   it('fails what the app’s dispatch cannot place, and a known event without its fields', () => {

@@ -4,9 +4,10 @@ import { APP_PARSERS_FILE, type AppParsers, type Field, type Shape } from '../..
 /**
  * M4: the Zulip mobile app's own parsers as the judge. test/fixtures/app-parsers.json holds what
  * the app's generated fromJson code (zulip-flutter at a pinned commit, read by
- * scripts/app-parsers.ts) requires of each class; `parseProblems` says where a JSON value would
- * make the app's parse of it fail: a required key missing or null, a wrong JSON type, an enum
- * value the app has no fallback for, a message or event the app's dispatch cannot place.
+ * scripts/app-parsers.ts) reads of each class; `parseProblems` says where a JSON value would
+ * make the app's parse of it fail: a required key missing or null, a wrong JSON type (of an
+ * optional key too, when it is there), an enum value the app has no fallback for, a message or
+ * event the app's dispatch cannot place.
  */
 
 export const APP_PARSERS = JSON.parse(readFileSync(APP_PARSERS_FILE, 'utf8')) as AppParsers;
@@ -64,7 +65,7 @@ function checkField(field: Field, owner: Json, where: string, cls: string, out: 
   }
   let value = field.path.length ? at(owner, field.path) : owner;
   if (value === undefined || value === null) {
-    if (!filled.includes(field.key)) out.push(`${here}: missing`);
+    if (!field.optional && !filled.includes(field.key)) out.push(`${here}: missing`);
     return;
   }
   if (field.merged && isObject(value)) value = { ...value, ...Object.fromEntries(field.merged.map((k) => [k, owner[k]])) };

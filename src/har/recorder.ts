@@ -1,9 +1,8 @@
 import http, { type IncomingHttpHeaders, type IncomingMessage, type ServerResponse } from 'node:http';
-import https from 'node:https';
 import { type Duplex, Transform } from 'node:stream';
-import { createProxyServer } from 'http-proxy-3';
 import type { Dispatcher } from 'undici';
 import { abortWithClient, dropHopByHop, PassThroughExchange, pipeBody } from '../proxy/passthrough.js';
+import { webSocketForwarder } from '../proxy/websocket.js';
 import { createTransport, isClientAbort } from '../upstream/transport.js';
 import { loggablePath, type Logger } from '../observability/logger.js';
 import { loggableUrl } from '../observability/startup.js';
@@ -190,10 +189,12 @@ export async function startRecorder(o: RecorderOptions): Promise<Recorder> {
 
   // The shim in front keeps the deadlines (timeout 0: none here); X5 retries happen here too.
   const transport = createTransport({ target: upstream, timeoutMs: 0, maxSockets: 256, insecureTls: o.insecureTls ?? false });
-  const secure = upstream.startsWith('https:');
-  const agentOptions = { keepAlive: true, maxSockets: 256, maxFreeSockets: 64, scheduling: 'lifo' as const };
-  const agent = secure ? new https.Agent({ ...agentOptions, rejectUnauthorized: !o.insecureTls }) : new http.Agent(agentOptions);
-  const wsProxy = createProxyServer({ target: upstream, agent, xfwd: false, ws: true, changeOrigin: false, secure: !o.insecureTls });
+  const upgrades = webSocketForwarder({
+    target: upstream,
+    insecureTls: o.insecureTls ?? false,
+    log: o.log,
+    failure: 'recorder: upstream error on a WebSocket upgrade',
+  });
   const writes = new Set<Promise<void>>();
 
   const context: RecorderContext = {
@@ -210,12 +211,6 @@ export async function startRecorder(o: RecorderOptions): Promise<Recorder> {
     },
   };
 
-  wsProxy.on('error', (err, req, res) => {
-    o.log.warn({ err, path: loggablePath(req.url) }, 'recorder: upstream error on a WebSocket upgrade');
-    (res as ServerResponse | Duplex).destroy();
-  });
-  wsProxy.on('econnreset', () => {});
-
   const server = http.createServer((req: IncomingMessage, res: ServerResponse) => {
     const exchange = new RecordingExchange(req, res, context);
     for (const pass of RECORDER_INCOMING) pass(exchange);
@@ -223,9 +218,8 @@ export async function startRecorder(o: RecorderOptions): Promise<Recorder> {
     transport.dispatch(exchange.options, exchange);
   });
   server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
-    socket.on('error', () => socket.destroy());
     o.log.debug({ path: loggablePath(req.url) }, 'recorder: WebSocket upgrade passed on, not recorded');
-    wsProxy.ws(req, socket, head);
+    upgrades.ws(req, socket, head);
   });
   // Like the shim, never cut a long poll.
   allowLongPolls(server);
@@ -248,8 +242,7 @@ export async function startRecorder(o: RecorderOptions): Promise<Recorder> {
           server.closeIdleConnections();
         });
         await Promise.all([...writes]);
-        wsProxy.close();
-        agent.destroy();
+        upgrades.close();
         await transport.close();
         await writer.close();
         o.log.info({ file: o.file, entries: writer.count }, 'HAR recording written');

@@ -1,7 +1,5 @@
-import http, { type IncomingHttpHeaders, type IncomingMessage, type ServerResponse } from 'node:http';
-import https from 'node:https';
+import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
-import { createProxyServer } from 'http-proxy-3';
 import type { Dispatcher } from 'undici';
 import { badRequest, sendShimError, ShimError, upstreamUnavailable } from '../http/errors.js';
 import { setXForwarded } from '../http/forwarded.js';
@@ -9,6 +7,7 @@ import { copyEndToEnd, declaresBody, endToEndList } from '../http/headers.js';
 import { loggablePath, type Logger } from '../observability/logger.js';
 import type { RouteFacts } from '../http/api-routes.js';
 import { isClientAbort, isUnsendable, type Transport, type UpstreamDispatchOptions } from '../upstream/transport.js';
+import { webSocketForwarder } from './websocket.js';
 
 /**
  * T1: everything the shim does not handle itself is streamed to the upstream and back,
@@ -18,7 +17,7 @@ import { isClientAbort, isUnsendable, type Transport, type UpstreamDispatchOptio
  * Read like node-http-proxy's `web-incoming` / `web-outgoing`: an ordered list of small named
  * passes over one request (WEB_INCOMING), and over its answer (WEB_OUTGOING). HTTP requests
  * go through the shim's one upstream transport (timeouts, long-poll pool, X5 retry, metrics);
- * WebSocket upgrades through http-proxy-3, which has no equal there.
+ * WebSocket upgrades through http-proxy-3, which has no equal there (websocket.ts).
  */
 export interface PassThroughOptions {
   target: string;
@@ -186,15 +185,12 @@ function fail(exchange: PassThroughExchange, err: Error): void {
 
 export function createPassThrough(o: PassThroughOptions): PassThrough {
   const dispatch = o.transport.dispatch;
-  const secure = o.target.startsWith('https:');
-  const agent = secure ? new https.Agent({ keepAlive: true, rejectUnauthorized: !o.insecureTls }) : new http.Agent({ keepAlive: true });
-  const wsProxy = createProxyServer({ target: o.target, agent, ws: true, xfwd: false, changeOrigin: false, secure: !o.insecureTls });
-  // Without an error handler http-proxy would throw and take the process down (E4).
-  wsProxy.on('error', (err, _req, socket) => {
-    o.log.warn({ err }, 'upstream error on a WebSocket upgrade');
-    (socket as Duplex).destroy();
+  const upgrades = webSocketForwarder({
+    target: o.target,
+    insecureTls: o.insecureTls,
+    log: o.log,
+    failure: 'upstream error on a WebSocket upgrade',
   });
-  wsProxy.on('econnreset', () => {});
 
   return {
     web(req, res, requestId, route) {
@@ -207,13 +203,11 @@ export function createPassThrough(o: PassThroughOptions): PassThrough {
       return exchange;
     },
     ws(req, socket, head) {
-      socket.on('error', () => socket.destroy());
       setXForwarded(req, req.headers);
-      wsProxy.ws(req, socket, head);
+      upgrades.ws(req, socket, head);
     },
     async close() {
-      wsProxy.close();
-      agent.destroy();
+      upgrades.close();
     },
   };
 }

@@ -1,0 +1,89 @@
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import net from 'node:net';
+import { afterEach, describe, expect, it } from 'vitest';
+import { createLogger } from '../src/observability/logger.js';
+import { webSocketForwarder, type WebSocketForwarder } from '../src/proxy/websocket.js';
+
+/** An upstream that switches protocols on every upgrade and then echoes what it reads. */
+async function echoingUpstream(): Promise<{ url: string; server: http.Server }> {
+  const server = http.createServer((_req, res) => res.writeHead(426).end());
+  server.on('upgrade', (_req, socket, head) => {
+    socket.write('HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n');
+    if (head.length) socket.write(head);
+    socket.pipe(socket);
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, server };
+}
+
+/** A server in front whose upgrades go to `forwarder`. */
+async function front(forwarder: WebSocketForwarder): Promise<{ port: number; server: http.Server }> {
+  const server = http.createServer((_req, res) => res.writeHead(404).end());
+  server.on('upgrade', (req, socket, head) => forwarder.ws(req, socket, head));
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  return { port: (server.address() as AddressInfo).port, server };
+}
+
+/** Upgrades, sends `after` once switched, and gives back all it read until the connection closed or 1 s passed. */
+function upgrade(port: number, after: string): Promise<string> {
+  return new Promise((resolve) => {
+    const s = net.connect(port, '127.0.0.1', () => s.write('GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n'));
+    let text = '';
+    let sent = false;
+    s.on('data', (d) => {
+      text += d.toString();
+      if (!sent && text.includes('\r\n\r\n')) {
+        sent = true;
+        s.write(after);
+      }
+      if (text.endsWith(after)) s.end();
+    });
+    s.on('close', () => resolve(text));
+    s.on('error', () => resolve(text));
+    setTimeout(() => s.destroy(), 1000);
+  });
+}
+
+const closers: Array<() => void> = [];
+afterEach(() => {
+  for (const c of closers.splice(0)) c();
+});
+
+function logged(): { lines: string[]; log: ReturnType<typeof createLogger> } {
+  const lines: string[] = [];
+  return { lines, log: createLogger('warn', { write: (l: string) => lines.push(l) } as never) };
+}
+
+describe('the WebSocket forwarder (T1)', () => {
+  it('hands the upgraded connection to the upstream: its 101, then bytes both ways', async () => {
+    const up = await echoingUpstream();
+    const forwarder = webSocketForwarder({ target: up.url, insecureTls: false, log: logged().log, failure: 'upgrade failed' });
+    const f = await front(forwarder);
+    closers.push(() => up.server.close(), () => f.server.close(), () => forwarder.close());
+    // The first upgrade loads the library; the second finds it loaded.
+    for (const word of ['first', 'second']) {
+      const text = await upgrade(f.port, `${word} frame`);
+      expect(text).toMatch(/^HTTP\/1\.1 101 Switching Protocols\r\n/);
+      expect(text.endsWith(`${word} frame`)).toBe(true);
+    }
+  });
+
+  it('closes an upgrade that comes after close(), unanswered', async () => {
+    const up = await echoingUpstream();
+    const forwarder = webSocketForwarder({ target: up.url, insecureTls: false, log: logged().log, failure: 'upgrade failed' });
+    const f = await front(forwarder);
+    closers.push(() => up.server.close(), () => f.server.close());
+    forwarder.close();
+    expect(await upgrade(f.port, 'frame')).toBe('');
+  });
+
+  it('closes the connection and says so when the upstream cannot be reached (E4: the process stays up)', async () => {
+    const { lines, log } = logged();
+    const forwarder = webSocketForwarder({ target: 'http://127.0.0.1:1', insecureTls: false, log, failure: 'upgrade failed' });
+    const f = await front(forwarder);
+    closers.push(() => f.server.close(), () => forwarder.close());
+    expect(await upgrade(f.port, 'frame')).toBe('');
+    expect(lines.some((l) => l.includes('"msg":"upgrade failed"') && l.includes('"path":"/ws"'))).toBe(true);
+  });
+});

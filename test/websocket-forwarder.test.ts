@@ -28,7 +28,9 @@ async function front(forwarder: WebSocketForwarder): Promise<{ port: number; ser
 /** Upgrades, sends `after` once switched, and gives back all it read until the connection closed or 1 s passed. */
 function upgrade(port: number, after: string): Promise<string> {
   return new Promise((resolve) => {
-    const s = net.connect(port, '127.0.0.1', () => s.write('GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n'));
+    const s = net.connect(port, '127.0.0.1', () =>
+      s.write('GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n'),
+    );
     let text = '';
     let sent = false;
     s.on('data', (d) => {
@@ -60,7 +62,11 @@ describe('the WebSocket forwarder (T1)', () => {
     const up = await echoingUpstream();
     const forwarder = webSocketForwarder({ target: up.url, insecureTls: false, log: logged().log, failure: 'upgrade failed' });
     const f = await front(forwarder);
-    closers.push(() => up.server.close(), () => f.server.close(), () => forwarder.close());
+    closers.push(
+      () => up.server.close(),
+      () => f.server.close(),
+      () => forwarder.close(),
+    );
     // The first upgrade loads the library; the second finds it loaded.
     for (const word of ['first', 'second']) {
       const text = await upgrade(f.port, `${word} frame`);
@@ -73,7 +79,10 @@ describe('the WebSocket forwarder (T1)', () => {
     const up = await echoingUpstream();
     const forwarder = webSocketForwarder({ target: up.url, insecureTls: false, log: logged().log, failure: 'upgrade failed' });
     const f = await front(forwarder);
-    closers.push(() => up.server.close(), () => f.server.close());
+    closers.push(
+      () => up.server.close(),
+      () => f.server.close(),
+    );
     forwarder.close();
     expect(await upgrade(f.port, 'frame')).toBe('');
   });
@@ -82,7 +91,10 @@ describe('the WebSocket forwarder (T1)', () => {
     const { lines, log } = logged();
     const forwarder = webSocketForwarder({ target: 'http://127.0.0.1:1', insecureTls: false, log, failure: 'upgrade failed' });
     const f = await front(forwarder);
-    closers.push(() => f.server.close(), () => forwarder.close());
+    closers.push(
+      () => f.server.close(),
+      () => forwarder.close(),
+    );
     expect(await upgrade(f.port, 'frame')).toBe('');
     expect(lines.some((l) => l.includes('"msg":"upgrade failed"') && l.includes('"path":"/ws"'))).toBe(true);
   });

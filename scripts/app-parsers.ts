@@ -89,13 +89,15 @@ const READERS: Record<string, (key: string, owner: string) => Partial<Field> | '
   _readValue: () => 'unchecked',
   _readFromMessage: () => 'optional',
   _readPoll: () => 'optional',
-  _readProfileData: () => 'optional',
+  // `(User._readProfileData(json, 'profile_data') as Map<String, dynamic>?)?.map(…)`: the key itself, cast below
+  _readProfileData: () => ({}),
   _readMoveData: () => 'optional',
   _readWhole: () => 'optional',
   _readRealmUrl: () => 'optional',
-  _readNullableStringFromPerson: () => 'optional',
-  readStringFromJson: () => 'optional',
-  readIntFromJson: () => 'optional',
+  _readNullableStringFromPerson: () => 'unchecked',
+  // JsonNullable's readers, whose value a converter reads (absent, null and a value differ)
+  readStringFromJson: () => 'unchecked',
+  readIntFromJson: () => 'unchecked',
 };
 
 /** The app's own (underscore) fromJson functions given `json['key']`. */
@@ -217,7 +219,7 @@ function fieldOf(arg: string, owner: string, source: string, at: string): Field 
   const key = readerFirst ? reader[2]! : direct?.[1];
   if (key === undefined) return undefined;
   const optional = (f: Field): Field => ({ ...f, optional: true });
-  const nullable = nullTest !== null || /== null|\?\?/.test(expr);
+  const nullable = nullTest !== null || /== null|\?\?/.test(topLevel(expr));
   let field: Field = { key, path: [key], shape: { type: 'object' }, at };
   if (readerFirst) {
     const meaning = READERS[reader[1]!];
@@ -235,23 +237,48 @@ function fieldOf(arg: string, owner: string, source: string, at: string): Field 
     if (shape === 'optional') return undefined;
     return nullable ? optional({ ...field, shape }) : { ...field, shape };
   }
-  if (/_\$JsonConverterFromJson/.test(expr)) {
-    if (nullable) return 'unchecked';
-    throw new Error(`${at}: ${key} is read by a converter that is not described here: ${expr}`);
-  }
+  // `_$JsonConverterFromJson` passes null on as null: optional, its value the converter's to read.
+  if (/_\$JsonConverterFromJson/.test(expr)) return 'unchecked';
   const en = /^\$enumDecode(Nullable)?\(\s*_\$(\w+),/.exec(expr);
   if (en) {
     const f: Field = { ...field, shape: { type: 'enum', values: enumValues(source, en[2]!), fallback: /unknownValue:/.test(expr) } };
     return en[1] || nullable ? optional(f) : f;
   }
-  const cast = /\)?\s*as (\w+)(<[^>]*>)?(\??)/.exec(expr.slice((readerFirst ? reader.index : direct!.index) + 1));
+  const cast = castAfter(expr, (readerFirst ? reader.index : direct!.index) + 1);
   if (!cast) {
     // An optional value handed whole to a hand-written parser (`GroupSettingValue.fromJson(json['k'])`).
     if (nullable) return 'unchecked';
     throw new Error(`${at}: no cast for ${key}: ${expr}`);
   }
-  const made = fieldOfCast(field, cast[1]!, expr, source, at);
-  return cast[3] === '?' || nullable ? optional(made) : made;
+  const made = fieldOfCast(field, cast.type, expr, source, at);
+  return cast.nullable || nullable ? optional(made) : made;
+}
+
+/** `expr` without what stands inside parentheses (an element's lambda, a call's arguments). */
+function topLevel(expr: string): string {
+  let depth = 0;
+  let out = '';
+  for (const ch of expr) {
+    if (ch === '(') depth++;
+    if (depth === 0) out += ch;
+    if (ch === ')') depth = Math.max(0, depth - 1);
+  }
+  return out;
+}
+
+/** The first `as T` (`as Map<String, List<dynamic>>?` whole) from `from` on: T, and whether it is nullable. */
+function castAfter(expr: string, from: number): { type: string; nullable: boolean } | undefined {
+  const m = /\bas (\w+)/.exec(expr.slice(from));
+  if (!m) return undefined;
+  let i = from + m.index + m[0].length;
+  if (expr[i] === '<') {
+    for (let depth = 0; i < expr.length; i++) {
+      if (expr[i] === '<') depth++;
+      else if (expr[i] === '>' && --depth === 0) break;
+    }
+    i++;
+  }
+  return { type: m[1]!, nullable: expr[i] === '?' };
 }
 
 /** A field read with `as T` (`T` a JSON type): its shape, with the class or elements the expression makes of it. */

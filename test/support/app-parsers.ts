@@ -89,8 +89,8 @@ function checkShape(shape: Shape, value: unknown, where: string, out: string[], 
       if (!isObject(value)) wrong('an object');
       return;
     case 'enum':
-      if (shape.fallback ? typeof value !== typeof shape.values[0] : !shape.values.includes(value as string | number))
-        wrong(`one of ${JSON.stringify(shape.values)}`);
+      // With a fallback (`unknownValue:`) the app's $enumDecode takes any value, of any type.
+      if (!shape.fallback && !shape.values.includes(value as string | number)) wrong(`one of ${JSON.stringify(shape.values)}`);
       return;
     case 'class':
       checkClass(shape.name, value, where, out, filled);

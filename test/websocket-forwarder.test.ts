@@ -1,26 +1,35 @@
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import net from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
+import { startRecorder } from '../src/har/recorder.js';
 import { createLogger } from '../src/observability/logger.js';
 import { webSocketForwarder, type WebSocketForwarder } from '../src/proxy/websocket.js';
 
-/** An upstream that switches protocols on every upgrade and then echoes what it reads. */
-async function echoingUpstream(): Promise<{ url: string; server: http.Server }> {
+/** An upstream that switches protocols on every upgrade and then echoes what it reads; `upgrades()` counts those it got. */
+async function echoingUpstream(): Promise<{ url: string; server: http.Server; upgrades: () => number }> {
   const server = http.createServer((_req, res) => res.writeHead(426).end());
+  let upgrades = 0;
   server.on('upgrade', (_req, socket, head) => {
+    upgrades++;
     socket.write('HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n');
     if (head.length) socket.write(head);
     socket.pipe(socket);
   });
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, server };
+  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, server, upgrades: () => upgrades };
 }
 
-/** A server in front whose upgrades go to `forwarder`. */
-async function front(forwarder: WebSocketForwarder): Promise<{ port: number; server: http.Server }> {
+/** A server in front whose upgrades go to `forwarder` (and then, with `thenClose`, closes it at once). */
+async function front(forwarder: WebSocketForwarder, thenClose = false): Promise<{ port: number; server: http.Server }> {
   const server = http.createServer((_req, res) => res.writeHead(404).end());
-  server.on('upgrade', (req, socket, head) => forwarder.ws(req, socket, head));
+  server.on('upgrade', (req, socket, head) => {
+    forwarder.ws(req, socket, head);
+    if (thenClose) void forwarder.close();
+  });
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
   return { port: (server.address() as AddressInfo).port, server };
 }
@@ -83,8 +92,21 @@ describe('the WebSocket forwarder (T1)', () => {
       () => up.server.close(),
       () => f.server.close(),
     );
-    forwarder.close();
+    await forwarder.close();
     expect(await upgrade(f.port, 'frame')).toBe('');
+    expect(up.upgrades()).toBe(0);
+  });
+
+  it('closes an upgrade it was handed just before close(), while the library was still loading, unanswered', async () => {
+    const up = await echoingUpstream();
+    const forwarder = webSocketForwarder({ target: up.url, insecureTls: false, log: logged().log, failure: 'upgrade failed' });
+    const f = await front(forwarder, true);
+    closers.push(
+      () => up.server.close(),
+      () => f.server.close(),
+    );
+    expect(await upgrade(f.port, 'frame')).toBe('');
+    expect(up.upgrades()).toBe(0);
   });
 
   it('closes the connection and says so when the upstream cannot be reached (E4: the process stays up)', async () => {
@@ -97,5 +119,24 @@ describe('the WebSocket forwarder (T1)', () => {
     );
     expect(await upgrade(f.port, 'frame')).toBe('');
     expect(lines.some((l) => l.includes('"msg":"upgrade failed"') && l.includes('"path":"/ws"'))).toBe(true);
+  });
+
+  it('serves the recorder too: its upgrades reach the upstream, and go unrecorded', async () => {
+    const up = await echoingUpstream();
+    const dir = mkdtempSync(join(tmpdir(), 'zcs-ws-'));
+    const file = join(dir, 'ws.har');
+    const recorder = await startRecorder({ upstream: up.url, file, log: logged().log, flushMs: 20 });
+    closers.push(
+      () => up.server.close(),
+      () => rmSync(dir, { recursive: true, force: true }),
+    );
+    try {
+      const text = await upgrade(Number(new URL(recorder.url).port), 'through the recorder');
+      expect(text).toMatch(/^HTTP\/1\.1 101 Switching Protocols\r\n/);
+      expect(text.endsWith('through the recorder')).toBe(true);
+    } finally {
+      await recorder.close();
+    }
+    expect((JSON.parse(readFileSync(file, 'utf8')) as { log: { entries: unknown[] } }).log.entries).toEqual([]);
   });
 });

@@ -242,7 +242,7 @@ export async function startRecorder(o: RecorderOptions): Promise<Recorder> {
           server.closeIdleConnections();
         });
         await Promise.all([...writes]);
-        upgrades.close();
+        await upgrades.close();
         await transport.close();
         await writer.close();
         o.log.info({ file: o.file, entries: writer.count }, 'HAR recording written');

@@ -206,8 +206,6 @@ export function createPassThrough(o: PassThroughOptions): PassThrough {
       setXForwarded(req, req.headers);
       upgrades.ws(req, socket, head);
     },
-    async close() {
-      upgrades.close();
-    },
+    close: () => upgrades.close(),
   };
 }

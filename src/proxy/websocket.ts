@@ -12,10 +12,14 @@ import { loggablePath, type Logger } from '../observability/logger.js';
  * The pass-through and the recorder each hold one.
  */
 export interface WebSocketForwarder {
-  /** Hands `socket` on to the upstream; an upgrade the upstream refuses or cuts closes it. */
+  /**
+   * Hands `socket` on to the upstream: its answer goes back as it came (a 101 and the bytes
+   * both ways after it, or its refusal, after which the connection closes); an upstream that
+   * cannot be reached closes it with a warning.
+   */
   ws(req: IncomingMessage, socket: Duplex, head: Buffer): void;
-  /** No upgrade is forwarded from now on; the agent's sockets are closed. */
-  close(): void;
+  /** No upgrade is forwarded from now on; resolves once the agent's sockets are closed. */
+  close(): Promise<void>;
 }
 
 export interface WebSocketForwarderOptions {
@@ -57,27 +61,28 @@ export function webSocketForwarder(o: WebSocketForwarderOptions): WebSocketForwa
         socket.destroy();
         return;
       }
+      const failed = (err: unknown) => {
+        o.log.warn({ err, path: loggablePath(req.url) }, o.failure);
+        socket.destroy();
+      };
       started ??= start();
-      started.then(
-        ({ proxy }) => {
-          if (closed || socket.destroyed) socket.destroy();
-          else proxy.ws(req, socket, head);
-        },
-        (err: unknown) => {
-          o.log.warn({ err, path: loggablePath(req.url) }, o.failure);
+      started.then(({ proxy }) => {
+        if (closed || socket.destroyed) {
           socket.destroy();
-        },
-      );
+          return;
+        }
+        try {
+          proxy.ws(req, socket, head);
+        } catch (err) {
+          failed(err); // E4: a throw here would otherwise end the process as an unhandled rejection
+        }
+      }, failed);
     },
-    close() {
+    async close() {
       closed = true;
-      void started?.then(
-        ({ proxy, agent }) => {
-          proxy.close();
-          agent.destroy();
-        },
-        () => {},
-      );
+      const s = await started?.catch(() => undefined);
+      s?.proxy.close();
+      s?.agent.destroy();
     },
   };
 }

@@ -109,6 +109,9 @@ export interface B4Verdict {
   shimVsBare: number | null;
   shimVsNginx: number | null;
   shimP99VsNginx: number | null;
+  /** The p99 target's margin: what the bare pass-through's own tail takes of it, and the shim's over the bare one's. */
+  bareP99VsNginx: number | null;
+  shimP99VsBare: number | null;
   productionVsNginx: number | null;
   /** shim ≥ 0.85× bare and p99 ≤ 2× nginx's (null: a reference was not measured). */
   passThroughMet: boolean | null;
@@ -129,6 +132,8 @@ export function b4Verdict(small: Record<string, Row | undefined>): B4Verdict {
     shimVsBare,
     shimVsNginx: ratio(shim?.rps, nginx?.rps),
     shimP99VsNginx,
+    bareP99VsNginx: ratio(bare?.p99, nginx?.p99),
+    shimP99VsBare: ratio(shim?.p99, bare?.p99),
     productionVsNginx,
     passThroughMet: shimVsBare === null || shimP99VsNginx === null ? null : shimVsBare >= 0.85 && shimP99VsNginx <= 2,
     productionMet: productionVsNginx === null ? null : productionVsNginx >= 0.95,
@@ -281,11 +286,8 @@ export async function measureB4(o: B4Options): Promise<B4Result> {
   out.push(
     `- Small GET: shim ÷ bare undici ${x(verdict.shimVsBare)} and shim p99 ÷ nginx p99 ${x(verdict.shimP99VsNginx)} (targets ≥ 0.85×, ≤ 2×: ${met(verdict.passThroughMet)}); shim ÷ nginx ${x(verdict.shimVsNginx)}; production path ÷ nginx ${x(verdict.productionVsNginx)} (target ≥ 0.95×: ${met(verdict.productionMet)})`,
   );
-  // The p99 target's margin: what the bare pass-through's own tail already takes of it.
-  const p99Of = (target: string) => small[target]?.p99;
-  const ratioOf = (a: number | undefined, b: number | undefined) => (a === undefined || b === undefined ? null : a / b);
   out.push(
-    `- Small GET p99: the bare undici pass-through's ÷ nginx's ${x(ratioOf(p99Of(BARE_TARGET), p99Of(NGINX_TARGET)))}, the shim's ÷ the bare one's ${x(ratioOf(p99Of(SHIM_TARGET), p99Of(BARE_TARGET)))}`,
+    `- Small GET p99: the bare undici pass-through's ÷ nginx's ${x(verdict.bareP99VsNginx)}, the shim's ÷ the bare one's ${x(verdict.shimP99VsBare)}`,
   );
   out.push(
     `- Small GET, each round's shim ÷ bare undici: ${perRound.map((r) => r.toFixed(2)).join(', ') || '–'}${perRound.length > 1 ? ` (median ${median(perRound).toFixed(2)}×, range ${Math.min(...perRound).toFixed(2)}–${Math.max(...perRound).toFixed(2)}×)` : ''}`,

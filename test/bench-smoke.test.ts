@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, describe, expect, it } from 'vitest';
 import { nodeArgsFor, ROOT } from './support/build.js';
+import { BARE_TARGET, b4Verdict, NGINX_TARGET, PRODUCTION_TARGET, SHIM_TARGET } from '../bench/b4.js';
 import { basicAuth, PRESENCE_PATH, SMALL_PATH, SyntheticZulip } from '../bench/synthetic-upstream.js';
 
 /**
@@ -106,5 +107,35 @@ describe('synthetic upstream flavours', () => {
     } finally {
       await z.stop();
     }
+  });
+});
+
+describe('B4 verdict', () => {
+  const row = (target: string, rps: number, p99: number) => ({ variant: 'small', target, rps, p50: p99 / 2, p99, errors: 0, non2xx: 0 });
+  const small = (shimRps: number, shimP99: number) => ({
+    [NGINX_TARGET]: row(NGINX_TARGET, 40_000, 2.5),
+    [PRODUCTION_TARGET]: row(PRODUCTION_TARGET, 39_000, 2.6),
+    [BARE_TARGET]: row(BARE_TARGET, 30_000, 4),
+    [SHIM_TARGET]: row(SHIM_TARGET, shimRps, shimP99),
+  });
+
+  it.each([
+    ['both met', 27_000, 4.8, true],
+    ['the rate below 0.85× the bare pass-through', 25_000, 4.8, false],
+    ['the p99 above 2× nginx', 27_000, 5.1, false],
+  ])('%s', (_what, rps, p99, met) => {
+    const v = b4Verdict(small(rps, p99));
+    expect(v.passThroughMet).toBe(met);
+    expect(v.productionMet).toBe(true); // 39,000 ÷ 40,000
+    expect(v.shimVsBare).toBeCloseTo(rps / 30_000);
+    expect(v.shimP99VsNginx).toBeCloseTo(p99 / 2.5);
+    // The p99 target's margin: the bare pass-through's own tail, and the shim's over it.
+    expect(v.bareP99VsNginx).toBeCloseTo(1.6);
+    expect(v.shimP99VsBare).toBeCloseTo(p99 / 4);
+  });
+
+  it('decides nothing about a reference that was not measured', () => {
+    const v = b4Verdict({ [SHIM_TARGET]: row(SHIM_TARGET, 27_000, 4.8) });
+    expect([v.passThroughMet, v.productionMet, v.bareP99VsNginx, v.shimP99VsBare]).toEqual([null, null, null, null]);
   });
 });

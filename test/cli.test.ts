@@ -462,4 +462,8 @@ describe('--help', () => {
     for (const s of SETTINGS) expect(text.match(new RegExp(` --${s.flag}\\b.*\\[${s.env}\\]$`, 'gm')), s.flag).toHaveLength(1);
     expect(text).toContain('  --port N                  listen port (default 9991)                    [PORT]\n');
   });
+
+  it('says what it said: the whole text as test/fixtures/help.txt holds it (a change to it is a change to this file)', () => {
+    expect(usage()).toBe(readFileSync(join(ROOT, 'test/fixtures/help.txt'), 'utf8'));
+  });
 });

@@ -66,46 +66,40 @@ function logged(): { lines: string[]; log: ReturnType<typeof createLogger> } {
   return { lines, log: createLogger('warn', { write: (l: string) => lines.push(l) } as never) };
 }
 
+/** An echoing upstream, a forwarder to it and a server in front of that, all closed after the test. */
+async function chain(thenClose = false) {
+  const up = await echoingUpstream();
+  const forwarder = webSocketForwarder({ target: up.url, insecureTls: false, log: logged().log, failure: 'upgrade failed' });
+  const f = await front(forwarder, thenClose);
+  closers.push(
+    () => up.server.close(),
+    () => f.server.close(),
+    () => void forwarder.close(),
+  );
+  return { up, forwarder, port: f.port };
+}
+
 describe('the WebSocket forwarder (T1)', () => {
   it('hands the upgraded connection to the upstream: its 101, then bytes both ways', async () => {
-    const up = await echoingUpstream();
-    const forwarder = webSocketForwarder({ target: up.url, insecureTls: false, log: logged().log, failure: 'upgrade failed' });
-    const f = await front(forwarder);
-    closers.push(
-      () => up.server.close(),
-      () => f.server.close(),
-      () => forwarder.close(),
-    );
+    const { port } = await chain();
     // The first upgrade loads the library; the second finds it loaded.
     for (const word of ['first', 'second']) {
-      const text = await upgrade(f.port, `${word} frame`);
+      const text = await upgrade(port, `${word} frame`);
       expect(text).toMatch(/^HTTP\/1\.1 101 Switching Protocols\r\n/);
       expect(text.endsWith(`${word} frame`)).toBe(true);
     }
   });
 
   it('closes an upgrade that comes after close(), unanswered', async () => {
-    const up = await echoingUpstream();
-    const forwarder = webSocketForwarder({ target: up.url, insecureTls: false, log: logged().log, failure: 'upgrade failed' });
-    const f = await front(forwarder);
-    closers.push(
-      () => up.server.close(),
-      () => f.server.close(),
-    );
+    const { up, forwarder, port } = await chain();
     await forwarder.close();
-    expect(await upgrade(f.port, 'frame')).toBe('');
+    expect(await upgrade(port, 'frame')).toBe('');
     expect(up.upgrades()).toBe(0);
   });
 
   it('closes an upgrade it was handed just before close(), while the library was still loading, unanswered', async () => {
-    const up = await echoingUpstream();
-    const forwarder = webSocketForwarder({ target: up.url, insecureTls: false, log: logged().log, failure: 'upgrade failed' });
-    const f = await front(forwarder, true);
-    closers.push(
-      () => up.server.close(),
-      () => f.server.close(),
-    );
-    expect(await upgrade(f.port, 'frame')).toBe('');
+    const { up, port } = await chain(true);
+    expect(await upgrade(port, 'frame')).toBe('');
     expect(up.upgrades()).toBe(0);
   });
 

@@ -1,8 +1,8 @@
 import http from 'node:http';
-import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import request from 'supertest';
 import { startFake, type FakeZulip } from './support/fake-zulip.js';
+import { rawUpgrade } from './support/http-client.js';
 import { startShim, type RunningShim } from './support/shim.js';
 import { loadConfig } from '../src/config.js';
 import { TrustedProxies } from '../src/http/forwarded.js';
@@ -176,22 +176,10 @@ describe('pass-through (T1, E1, E2)', () => {
   }, 60_000);
 
   /** A raw upgrade, to a fake that does not speak WebSocket: it still reaches it and comes back. */
-  const rawUpgrade = (extraHeaders = ''): Promise<string> => {
-    const { port } = new URL(shim.url);
-    return new Promise<string>((resolve) => {
-      const s = net.connect(Number(port), '127.0.0.1', () => {
-        s.write(`GET /test/echo HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n${extraHeaders}\r\n`);
-      });
-      let text = '';
-      s.on('data', (d) => (text += d.toString()));
-      s.on('close', () => resolve(text));
-      s.on('error', () => resolve(text));
-      setTimeout(() => s.destroy(), 1000);
-    });
-  };
+  const upgradeEcho = (headers = '') => rawUpgrade(Number(new URL(shim.url).port), { path: '/test/echo', headers });
 
   it('passes WebSocket-style upgrades through', async () => {
-    const answer = await rawUpgrade();
+    const answer = await upgradeEcho();
     expect(answer).toMatch(/^HTTP\/1\.1 200/);
     // X4 on upgrades too: the echoed request carries the shim's X-Forwarded-*.
     expect(answer).toContain('"x-forwarded-host":"x"');
@@ -200,7 +188,7 @@ describe('pass-through (T1, E1, E2)', () => {
   });
 
   it("replaces a client's X-Forwarded-Host/Proto on an upgrade too, and appends to X-Forwarded-For (X4)", async () => {
-    const answer = await rawUpgrade(
+    const answer = await upgradeEcho(
       'X-Forwarded-Host: other-realm.example.com\r\nX-Forwarded-Proto: https\r\nX-Forwarded-For: 203.0.113.7\r\n',
     );
     expect(answer).toMatch(/^HTTP\/1\.1 200/);

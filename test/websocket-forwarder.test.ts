@@ -1,13 +1,13 @@
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { startRecorder } from '../src/har/recorder.js';
 import { createLogger } from '../src/observability/logger.js';
 import { webSocketForwarder, type WebSocketForwarder } from '../src/proxy/websocket.js';
+import { rawUpgrade } from './support/http-client.js';
 
 /** An upstream that switches protocols on every upgrade and then echoes what it reads; `upgrades()` counts those it got. */
 async function echoingUpstream(): Promise<{ url: string; server: http.Server; upgrades: () => number }> {
@@ -32,28 +32,6 @@ async function front(forwarder: WebSocketForwarder, thenClose = false): Promise<
   });
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
   return { port: (server.address() as AddressInfo).port, server };
-}
-
-/** Upgrades, sends `after` once switched, and gives back all it read until the connection closed or 1 s passed. */
-function upgrade(port: number, after: string): Promise<string> {
-  return new Promise((resolve) => {
-    const s = net.connect(port, '127.0.0.1', () =>
-      s.write('GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n'),
-    );
-    let text = '';
-    let sent = false;
-    s.on('data', (d) => {
-      text += d.toString();
-      if (!sent && text.includes('\r\n\r\n')) {
-        sent = true;
-        s.write(after);
-      }
-      if (text.endsWith(after)) s.end();
-    });
-    s.on('close', () => resolve(text));
-    s.on('error', () => resolve(text));
-    setTimeout(() => s.destroy(), 1000);
-  });
 }
 
 const closers: Array<() => void> = [];
@@ -84,7 +62,7 @@ describe('the WebSocket forwarder (T1)', () => {
     const { port } = await chain();
     // The first upgrade loads the library; the second finds it loaded.
     for (const word of ['first', 'second']) {
-      const text = await upgrade(port, `${word} frame`);
+      const text = await rawUpgrade(port, { after: `${word} frame` });
       expect(text).toMatch(/^HTTP\/1\.1 101 Switching Protocols\r\n/);
       expect(text.endsWith(`${word} frame`)).toBe(true);
     }
@@ -93,13 +71,13 @@ describe('the WebSocket forwarder (T1)', () => {
   it('closes an upgrade that comes after close(), unanswered', async () => {
     const { up, forwarder, port } = await chain();
     await forwarder.close();
-    expect(await upgrade(port, 'frame')).toBe('');
+    expect(await rawUpgrade(port, { after: 'frame' })).toBe('');
     expect(up.upgrades()).toBe(0);
   });
 
   it('closes an upgrade it was handed just before close(), while the library was still loading, unanswered', async () => {
     const { up, port } = await chain(true);
-    expect(await upgrade(port, 'frame')).toBe('');
+    expect(await rawUpgrade(port, { after: 'frame' })).toBe('');
     expect(up.upgrades()).toBe(0);
   });
 
@@ -111,7 +89,7 @@ describe('the WebSocket forwarder (T1)', () => {
       () => f.server.close(),
       () => forwarder.close(),
     );
-    expect(await upgrade(f.port, 'frame')).toBe('');
+    expect(await rawUpgrade(f.port, { after: 'frame' })).toBe('');
     expect(lines.some((l) => l.includes('"msg":"upgrade failed"') && l.includes('"path":"/ws"'))).toBe(true);
   });
 
@@ -125,7 +103,7 @@ describe('the WebSocket forwarder (T1)', () => {
       () => rmSync(dir, { recursive: true, force: true }),
     );
     try {
-      const text = await upgrade(Number(new URL(recorder.url).port), 'through the recorder');
+      const text = await rawUpgrade(Number(new URL(recorder.url).port), { after: 'through the recorder' });
       expect(text).toMatch(/^HTTP\/1\.1 101 Switching Protocols\r\n/);
       expect(text.endsWith('through the recorder')).toBe(true);
     } finally {

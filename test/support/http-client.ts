@@ -193,3 +193,35 @@ export function parseAnswer(buf: Buffer): {
   const complete = Number.isFinite(length) && rest.length >= length;
   return { status, headers, body: complete ? rest.subarray(0, length) : rest, complete, size: complete ? end + 4 + length : 0 };
 }
+
+/**
+ * A raw WebSocket-style upgrade on a new connection: what the server sends, as text, once it
+ * closes the connection, or (without `after`) once its first answer is whole. With `after`,
+ * those bytes are sent as soon as the answer's head is in and the connection is ended when they
+ * come back (an upstream that echoes). What came by `timeoutMs` otherwise.
+ */
+export function rawUpgrade(port: number, o: { path?: string; headers?: string; after?: string; timeoutMs?: number } = {}): Promise<string> {
+  return new Promise((resolve) => {
+    const s = net.connect(port, '127.0.0.1', () =>
+      s.write(`GET ${o.path ?? '/ws'} HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n${o.headers ?? ''}\r\n`),
+    );
+    let text = '';
+    let sent = false;
+    const timer = setTimeout(() => s.destroy(), o.timeoutMs ?? 10_000);
+    s.on('data', (d: Buffer) => {
+      text += d.toString('latin1');
+      const headIn = text.includes('\r\n\r\n');
+      if (o.after === undefined) {
+        if (parseAnswer(Buffer.from(text, 'latin1')).complete) s.destroy();
+      } else if (headIn && !sent) {
+        sent = true;
+        s.write(o.after);
+      } else if (sent && text.endsWith(o.after)) s.end();
+    });
+    s.on('close', () => {
+      clearTimeout(timer);
+      resolve(text);
+    });
+    s.on('error', () => s.destroy());
+  });
+}

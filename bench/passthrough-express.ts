@@ -4,7 +4,7 @@
  *   direct          the upstream itself
  *   raw → proxy     a raw http server handing every request to the pass-through (src/proxy/passthrough.ts)
  *   … + metrics     the same with the upstream metrics hook (route label, counter, histogram)
- *   express → proxy the same pass-through behind `express()` + `app.use((req, res) => abortWithClient(proxy.web(req, res, 'bench', OTHER)))`
+ *   express → proxy the same pass-through behind `express()` + `app.use((req, res) => abortWithClient(proxy.web(req, res, 'bench', NOT_IN_TABLE)))`
  *   shim            the shim as built (createShim: raw server, request log, metrics, pass-through)
  *   shim, info log  the same with a request log line per request (to /dev/null)
  *
@@ -21,8 +21,6 @@ import { cpus, loadavg } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 
-/** The pass-through alone, without the request log: a fixed request id and this route (not in the table). */
-const OTHER = { label: 'other', longPoll: false } as const;
 
 type Role = 'upstream' | 'raw' | 'raw-metrics' | 'express' | 'shim';
 
@@ -54,6 +52,7 @@ async function serve(role: Role, upstream: string, logLevel: string): Promise<nu
     return (await shim.listen(0, '127.0.0.1')).port;
   }
   const { abortWithClient, createPassThrough } = await import('../src/proxy/passthrough.js');
+  const { NOT_IN_TABLE } = await import('../src/http/api-routes.js');
   const { createMetrics } = await import('../src/observability/metrics.js');
   const { upstreamObserver } = await import('../src/observability/upstream-metrics.js');
   const { createTransport } = await import('../src/upstream/transport.js');
@@ -66,10 +65,10 @@ async function serve(role: Role, upstream: string, logLevel: string): Promise<nu
   });
   const proxy = createPassThrough({ target: upstream, transport, insecureTls: false, log });
   if (role === 'raw' || role === 'raw-metrics')
-    return listen(http.createServer((req, res) => abortWithClient(proxy.web(req, res, 'bench', OTHER))));
+    return listen(http.createServer((req, res) => abortWithClient(proxy.web(req, res, 'bench', NOT_IN_TABLE))));
   const { default: express } = await import('express');
   const app = express();
-  app.use((req, res) => abortWithClient(proxy.web(req, res, 'bench', OTHER)));
+  app.use((req, res) => abortWithClient(proxy.web(req, res, 'bench', NOT_IN_TABLE)));
   return listen(http.createServer(app));
 }
 

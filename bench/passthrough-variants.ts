@@ -7,8 +7,6 @@ import { cannon } from './load.js';
 import { findNginx, startNginx } from './nginx.js';
 import { basicAuth, SMALL_PATH } from './synthetic-upstream.js';
 
-/** The pass-through alone, without the request log: a fixed request id and this route (not in the table). */
-const OTHER = { label: 'other', longPoll: false } as const;
 
 /**
  * Where B4's pass-through time goes: the same small JSON answer through
@@ -29,11 +27,12 @@ async function serve(role: string, upstream: string): Promise<void> {
   let close = async () => {};
   if (role === 'raw-proxy') {
     const { abortWithClient, createPassThrough } = await import('../src/proxy/passthrough.js');
+    const { NOT_IN_TABLE } = await import('../src/http/api-routes.js');
     const { createLogger } = await import('../src/observability/logger.js');
     const { createTransport } = await import('../src/upstream/transport.js');
     const transport = createTransport({ target: upstream, timeoutMs: 120_000, maxSockets: 256, insecureTls: false });
     const pt = createPassThrough({ target: upstream, transport, insecureTls: false, log: createLogger('warn') });
-    handler = (req, res) => abortWithClient(pt.web(req, res, 'bench', OTHER));
+    handler = (req, res) => abortWithClient(pt.web(req, res, 'bench', NOT_IN_TABLE));
     close = async () => {
       await pt.close();
       await transport.close();

@@ -128,7 +128,8 @@ export interface RouteFacts {
   longPoll: boolean;
 }
 
-const NOT_IN_TABLE: RouteFacts = Object.freeze({ intercept: undefined, label: 'other', longPoll: false });
+/** The facts of a path the table does not name (passed through, counted as `other`). */
+export const NOT_IN_TABLE: RouteFacts = Object.freeze({ intercept: undefined, label: 'other', longPoll: false });
 
 /** The table's facts for a method and a path (no query; as the upstream's router sees it). */
 export function routeFactsOf(method: string, path: string): RouteFacts {

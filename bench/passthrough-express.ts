@@ -21,7 +21,6 @@ import { cpus, loadavg } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 
-
 type Role = 'upstream' | 'raw' | 'raw-metrics' | 'express' | 'shim';
 
 /** A 114-byte JSON answer, the size used in ../shared/reference/anchors.md §6. */

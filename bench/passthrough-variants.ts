@@ -7,7 +7,6 @@ import { cannon } from './load.js';
 import { findNginx, startNginx } from './nginx.js';
 import { basicAuth, SMALL_PATH } from './synthetic-upstream.js';
 
-
 /**
  * Where B4's pass-through time goes: the same small JSON answer through
  *   direct                  the synthetic upstream itself

@@ -1,5 +1,5 @@
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { shippedCli, spawnChild, startCli, type Child } from './children.js';
@@ -94,7 +94,21 @@ function wrk(
  * `gcMsPer10k`: for a shim target, the garbage collection its processes did during the run (its
  * own `/metrics`, `nodejs_gc_duration_seconds`, every kind), in ms per 10,000 requests.
  */
-export type Row = { variant: string; target: string; gcMsPer10k?: number } & WrkResult;
+export type Row = { variant: string; target: string; gcMsPer10k?: number; onCpu?: number; runQueue?: number } & WrkResult;
+
+/**
+ * A process's main thread as Linux's scheduler counts it (/proc/PID/schedstat): ns on a core,
+ * ns runnable but waiting for one. Undefined where there is no such file.
+ */
+function schedOf(pid: number | undefined): { onCpuNs: number; waitNs: number } | undefined {
+  if (pid === undefined) return undefined;
+  try {
+    const [onCpuNs, waitNs] = readFileSync(`/proc/${pid}/schedstat`, 'utf8').split(' ').map(Number);
+    return onCpuNs === undefined || waitNs === undefined ? undefined : { onCpuNs, waitNs };
+  } catch {
+    return undefined;
+  }
+}
 
 export const NGINX_TARGET = 'nginx (worker_processes auto)';
 /** nginx with the shim's location blocks: the passed-through requests of topology (b). */
@@ -189,6 +203,11 @@ export async function measureB4(o: B4Options): Promise<B4Result> {
   const shims = [shim];
   const production = nginx.bin !== undefined ? await startNginx(nginx.bin, up.url, 'auto', shim.url) : undefined;
   const targets: Array<[string, string]> = [['direct', up.url]];
+  /** The Node targets' processes: how busy their one main thread is during a run. */
+  const pids = new Map<string, number | undefined>([
+    [BARE_TARGET, bare.proc.pid],
+    [SHIM_TARGET, shim.pid],
+  ]);
   if (ng) targets.push([NGINX_TARGET, ng.url]);
   if (production) targets.push([PRODUCTION_TARGET, production.url]);
   targets.push([BARE_TARGET, bare.url]);
@@ -199,6 +218,7 @@ export async function measureB4(o: B4Options): Promise<B4Result> {
     const before = await startCli(beforeCli, up.url, { dir });
     shims.push(before);
     targets.push(['shim before', before.url]);
+    pids.set('shim before', before.pid);
   }
 
   const rows: Row[] = [];
@@ -207,7 +227,11 @@ export async function measureB4(o: B4Options): Promise<B4Result> {
     const runs = rows.filter((r) => r.variant === variant && r.target === target);
     if (runs.length === 0) return undefined;
     const of = (k: 'rps' | 'p50' | 'p99' | 'errors' | 'non2xx') => median(runs.map((r) => r[k]));
-    const gc = runs.flatMap((r) => (r.gcMsPer10k === undefined ? [] : [r.gcMsPer10k]));
+    // Figures only some targets have: the median of the runs that have them.
+    const some = (k: 'gcMsPer10k' | 'onCpu' | 'runQueue') => {
+      const had = runs.flatMap((r) => (r[k] === undefined ? [] : [r[k]]));
+      return had.length ? { [k]: median(had) } : {};
+    };
     return {
       variant,
       target,
@@ -216,7 +240,9 @@ export async function measureB4(o: B4Options): Promise<B4Result> {
       p99: of('p99'),
       errors: of('errors'),
       non2xx: of('non2xx'),
-      ...(gc.length ? { gcMsPer10k: median(gc) } : {}),
+      ...some('gcMsPer10k'),
+      ...some('onCpu'),
+      ...some('runQueue'),
     };
   };
   const smallName = `small GET ${SMALL_PATH}`;
@@ -246,11 +272,20 @@ export async function measureB4(o: B4Options): Promise<B4Result> {
         for (const [name, url] of targets) {
           // Every target but the references is a shim, with its own /metrics.
           const gcBefore = NOT_A_SHIM.has(name) ? undefined : (await gcOf(url)).seconds;
+          const schedBefore = schedOf(pids.get(name));
           const res = await load(`${url}${v.path}`, { ...v, headers: auth });
+          const schedAfter = schedOf(pids.get(name));
+          const sched =
+            schedBefore && schedAfter
+              ? {
+                  onCpu: (schedAfter.onCpuNs - schedBefore.onCpuNs) / (v.seconds * 1e9),
+                  runQueue: (schedAfter.waitNs - schedBefore.waitNs) / (v.seconds * 1e9),
+                }
+              : {};
           const requests = res.rps * v.seconds;
           const gcMsPer10k =
             gcBefore === undefined || requests === 0 ? undefined : (((await gcOf(url)).seconds - gcBefore) * 1000 * 10_000) / requests;
-          rows.push({ variant: v.name, target: name, ...res, ...(gcMsPer10k === undefined ? {} : { gcMsPer10k }) });
+          rows.push({ variant: v.name, target: name, ...res, ...sched, ...(gcMsPer10k === undefined ? {} : { gcMsPer10k }) });
           o.log(
             `  ${name}: ${res.rps.toFixed(0)} req/s, p50 ${res.p50} ms, p99 ${res.p99} ms${res.errors || res.non2xx ? `, ${res.errors} errors, ${res.non2xx} non-2xx` : ''}`,
           );
@@ -289,6 +324,14 @@ export async function measureB4(o: B4Options): Promise<B4Result> {
   out.push(
     `- Small GET p99: the bare undici pass-through's ÷ nginx's ${x(verdict.bareP99VsNginx)}, the shim's ÷ the bare one's ${x(verdict.shimP99VsBare)}`,
   );
+  const pct = (v: number) => `${Math.round(v * 100)} %`;
+  const busy = [...pids.keys()].flatMap((name) => {
+    const b = small[name];
+    return b?.onCpu === undefined || b.runQueue === undefined ? [] : [`${name} ${pct(b.onCpu)} (waiting for a core ${pct(b.runQueue)})`];
+  });
+  // A main thread on a core nearly all the run is the proxy's limit: its latency at this many
+  // connections is then its queue, set by its cost a request (nginx runs in C, over its workers).
+  if (busy.length) out.push(`- Small GET, each Node target's main thread on a core during its runs: ${busy.join('; ')}`);
   out.push(
     `- Small GET, each round's shim ÷ bare undici: ${perRound.map((r) => r.toFixed(2)).join(', ') || '–'}${perRound.length > 1 ? ` (median ${median(perRound).toFixed(2)}×, range ${Math.min(...perRound).toFixed(2)}–${Math.max(...perRound).toFixed(2)}×)` : ''}`,
   );

@@ -212,3 +212,38 @@ it('leaves a 9.0 register untouched, parameters the shim would check included (X
   expect(r.status).toBe(200);
   expect(new URLSearchParams(fake.seen.at(-1)!.body.toString()).get('presence_history_limit_days')).toBe('1e3');
 });
+
+describe.each(['5.0', '7.0', '8.0'] as const)('a logged-out visitor’s register on a web-public %s realm (P3, P7)', (era) => {
+  const full = (user: number) => poll(user, { status: 'active', slim_presence: 'true', last_update_id: '-1' });
+  const spectator = (form: Record<string, string>) => request(shim.url).post('/json/register').type('form').send(form);
+
+  it('is answered as Zulip answers a spectator, and empties nobody else’s presence', async () => {
+    fake = await startFake({ era, users: 6, spectators: true });
+    for (const u of fake.humans()) fake.report(u.user_id, 'active');
+    // A window longer than the test: every poll below is answered from the first one's snapshot.
+    shim = await startShim(fake.url, { presence: { coalesceMs: 60_000 } });
+    const everyone = fake
+      .humans()
+      .map((u) => String(u.user_id))
+      .sort();
+    const [first, second] = fake.humans().map((u) => u.user_id);
+    expect(Object.keys((await full(first!)).body.presences).sort()).toEqual(everyone);
+
+    const forms: Array<Record<string, string>> = [
+      { fetch_event_types: '["presence"]', slim_presence: 'true' },
+      { fetch_event_types: '["presence"]' },
+    ];
+    for (const form of forms) {
+      const r = await spectator(form);
+      expect(r.status).toBe(200);
+      // As a 9.0+ server answers a spectator: no presence of anyone, and no id to continue from.
+      expect(r.body.queue_id).toBeNull();
+      expect(r.body.presences).toEqual({});
+      expect(r.body).not.toHaveProperty('presence_last_update_id');
+    }
+    // Nobody's view of the realm is the visitor's: a full poll still holds every user.
+    const after = await full(second!);
+    expect(after.status).toBe(200);
+    expect(Object.keys(after.body.presences).sort()).toEqual(everyone);
+  });
+});

@@ -62,6 +62,14 @@ async function passOn(res: ServerResponse, r: UpstreamResponse, bounded: Bounded
   await pipeline(bounded.rest, res);
 }
 
+/**
+ * A logged-out visitor's answer (a web-public realm, 5.0+): Zulip gives it no event queue,
+ * `queue_id: null`, which no other register answer has, and no presence (`presences: {}`).
+ */
+function isSpectators(answer: Record<string, unknown>): boolean {
+  return answer.queue_id === null;
+}
+
 export const registerHandler: EndpointHandler = async (req, res, ctx) => {
   const raw = await readBody(req, ctx.config.server.bodyLimitBytes);
   const params = await parseParams(req, raw);
@@ -139,8 +147,11 @@ export const registerHandler: EndpointHandler = async (req, res, ctx) => {
     );
   }
   const presences = answer.presences;
-  if (!withPresence || !presences || typeof presences !== 'object' || Array.isArray(presences)) {
-    // No presence in it (a spectator, an upstream that left it out): as it came unless users were filled (V4).
+  if (!withPresence || isSpectators(answer) || !presences || typeof presences !== 'object' || Array.isArray(presences)) {
+    // No presence of the realm in it (a logged-out visitor's, an upstream that left it out): as
+    // it came unless users were filled (V4). A visitor's empty map is nobody's view of the realm
+    // (P7): taken in, it would have put every user out of view; answered from the ledger, it
+    // would have shown a visitor what Zulip shows only the realm's users.
     if ((!users || users.added.length === 0) && settingTypes.length === 0 && !presenting) return passOn(res, r, bounded);
     f.kind = 'register';
     const raw = await serializeRegister(answer);

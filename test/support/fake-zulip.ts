@@ -98,6 +98,13 @@ export interface FakeOptions {
    * messages and every documented event of the era. Default: only the fields the fake models.
    */
   whole?: boolean;
+  /**
+   * A web-public realm (`enable_spectator_access`, 5.0+): a `/json/register` with no session is a
+   * logged-out visitor's, answered as Zulip answers one: `queue_id: null` and, when presence is
+   * asked for, `presences: {}` (with `server_timestamp`). Only those parts of a spectator's
+   * answer are modelled.
+   */
+  spectators?: boolean;
 }
 
 const DAY = 86_400;
@@ -108,6 +115,7 @@ export class FakeZulip {
   readonly oneRealm: boolean;
   readonly emailAddressVisibility: 'nobody' | 'admins';
   readonly whole: boolean;
+  readonly spectators: boolean;
   now: number;
   users: FakeUser[] = [];
   /** < 7.0: rows per user per client name. */
@@ -140,6 +148,7 @@ export class FakeZulip {
     this.featureLevel = ERA_FEATURE_LEVEL[o.era];
     this.emailAddressVisibility = o.emailAddressVisibility ?? 'nobody';
     this.whole = o.whole ?? false;
+    this.spectators = o.spectators ?? false;
     this.now = o.now ?? 1_700_000_000.25;
     const n = o.users ?? 6;
     const roles: FakeUser['role'][] = [100, 200, 300, 400, 600];
@@ -794,6 +803,7 @@ export class FakeZulip {
   }
 
   private async register(req: IncomingMessage, res: ServerResponse, body: Buffer): Promise<void> {
+    if (this.isSpectator(req)) return this.spectatorRegister(req, res, body);
     const u = this.authenticate(req, res);
     if (!u) return;
     this.stats.register++;
@@ -841,6 +851,36 @@ export class FakeZulip {
         if (this.featureLevel >= 263) out.presence_last_update_id = this.slimPresence().maxId;
       }
       if (this.featureLevel >= 70) out.server_timestamp = this.now;
+    }
+    this.json(res, 200, out);
+  }
+
+  /** A logged-out visitor of a web-public realm: `/json/` with no session at all (5.0+). */
+  private isSpectator(req: IncomingMessage): boolean {
+    return (
+      this.spectators &&
+      this.featureLevel >= ERA_FEATURE_LEVEL['5.0'] &&
+      (req.url ?? '').startsWith('/json/') &&
+      !/(?:^|;\s*)sessionid=/.test(req.headers.cookie ?? '')
+    );
+  }
+
+  /** Zulip's register for a spectator: no event queue, and no presence of anyone. */
+  private async spectatorRegister(req: IncomingMessage, res: ServerResponse, body: Buffer): Promise<void> {
+    this.stats.register++;
+    const params = await this.readParams(req, body);
+    const types = params.has('fetch_event_types') ? (JSON.parse(params.get('fetch_event_types')!) as string[]) : undefined;
+    const out: Record<string, unknown> = {
+      result: 'success',
+      msg: '',
+      queue_id: null,
+      last_event_id: -1,
+      zulip_version: this.era,
+      zulip_feature_level: this.featureLevel,
+    };
+    if (types === undefined || types.includes('presence')) {
+      out.presences = {};
+      out.server_timestamp = this.now;
     }
     this.json(res, 200, out);
   }

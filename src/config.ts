@@ -224,7 +224,11 @@ export const configSchema = z
     }),
     featureLevel: z.strictObject({
       ttlMs: ms.min(1).describe("How long an upstream's feature level (from server_settings) is reused."),
-      failureTtlMs: ms.min(1).describe('A Host whose server_settings the upstream refused (4xx) is not asked again for this long.'),
+      failureTtlMs: ms
+        .min(1)
+        .describe(
+          'A Host whose server_settings the upstream refused (4xx, but 408 and 429) is not asked again for this long; its refusal is what callers get meanwhile.',
+        ),
     }),
     memory: z
       .strictObject({

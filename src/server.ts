@@ -31,6 +31,7 @@ import { PresenceState } from './presence/state.js';
 import { appRequestHandler, isTranslatedAppRequest } from './app/handler.js';
 import { RealmAdmission } from './upstream/realm-admission.js';
 import { FeatureLevels } from './upstream/feature-level.js';
+import { relayBuffered, UpstreamRefused } from './upstream/relay.js';
 import { realmOf } from './upstream/realm.js';
 import { UserDirectory, USER_LIST_MIN_REFRESH_MS } from './upstream/user-directory.js';
 import { Callers } from './upstream/callers.js';
@@ -330,6 +331,8 @@ export function createShim(o: ShimOptions): Shim {
     try {
       await h(req, res, context);
     } catch (e) {
+      // E1: an upstream answer that was not a success (a failed server_settings, say) goes on as it came.
+      if (e instanceof UpstreamRefused && !res.headersSent) return relayBuffered(res, e.response);
       const err = toShimError(e);
       if (!(e instanceof ShimError)) log.error({ err: e }, 'unexpected error in handler');
       if (err.status === 413) answerTooLarge(req, res, err);

@@ -336,12 +336,20 @@ describe.each<Era>(['2.1', '7.0'])('upstream faults, Zulip %s upstream', (era) =
     }
   }
 
-  it('answers a presence poll with E2 when server_settings fails, and recovers', async () => {
-    for (const fault of ['html-500', 'reset-in-headers', 'silent-headers', 'not-json-2xx'] as FaultName[]) {
+  it('answers a presence poll with the upstream’s refusal (E1) or E2 when server_settings fails, and recovers', async () => {
+    const outcomes: Partial<Record<FaultName, Outcome>> = {
+      // The upstream's own answer, Retry-After and all: what the client's call would have got.
+      'html-500': { kind: 'E1' },
+      'rate-limited': { kind: 'E1' },
+      'reset-in-headers': UNAVAILABLE,
+      'silent-headers': TIMED_OUT,
+      'not-json-2xx': BAD_RESPONSE,
+    };
+    for (const [fault, outcome] of Object.entries(outcomes) as Array<[FaultName, Outcome]>) {
+      const upstream = outcome.kind === 'E1' ? await upstreamAnswer(fault) : undefined;
       await withFreshShim(['/api/v1/server_settings'], fault, async (fresh) => {
         const a = await call(fresh, ENDPOINTS.presence.out(fake));
-        const outcome = fault === 'silent-headers' ? TIMED_OUT : fault === 'reset-in-headers' ? UNAVAILABLE : BAD_RESPONSE;
-        expectOutcome(`server_settings ${fault} under presence`, outcome, a);
+        expectOutcome(`server_settings ${fault} under presence`, outcome, a, upstream);
         expect(await fresh.shim.context.store.load(realmKey)).toBeUndefined();
         // Own profile does not need the level to answer: it checks every field instead (E4).
         const profile = await call(fresh, ENDPOINTS.profile.out(fake));
@@ -349,6 +357,38 @@ describe.each<Era>(['2.1', '7.0'])('upstream faults, Zulip %s upstream', (era) =
       });
     }
   }, 60_000);
+
+  it('remembers a Host the upstream refuses (4xx, X2) and relays the refusal (E1); a rate limit is asked again', async () => {
+    const fresh = await startShim(fake.url, { upstream: { timeoutMs: TIMEOUT_MS }, featureLevel: { failureTtlMs: 60_000 } });
+    try {
+      const refusal = JSON.stringify({ result: 'error', msg: 'Invalid subdomain', code: 'BAD_REQUEST' });
+      for (const [status, asked] of [
+        [404, 1],
+        [429, 2],
+      ] as const) {
+        fake.resetStats();
+        fake.override = (req, res) => {
+          if ((req.url ?? '').split('?')[0] !== '/api/v1/server_settings') return false;
+          res.writeHead(status, { 'content-type': 'application/json', 'retry-after': '7' }).end(refusal);
+          return true;
+        };
+        // A Host of its own for each status: nothing remembered from the one before.
+        const out = {
+          ...ENDPOINTS.presence.out(fake),
+          headers: { ...ENDPOINTS.presence.out(fake).headers, host: `refused-${status}.example.com` },
+        };
+        for (let i = 0; i < 2; i++) {
+          const a = await call(fresh, out);
+          if (a instanceof Error) throw a;
+          expect([a.status, a.headers['retry-after'], a.body.toString()]).toEqual([status, '7', refusal]);
+        }
+        expect(fake.stats.requests.get('GET /api/v1/server_settings')).toBe(asked);
+      }
+    } finally {
+      fake.override = undefined;
+      await fresh.close();
+    }
+  });
 
   it('answers with E2 or the documented fallbacks when the user list fails', async () => {
     const outcomes: Record<string, Outcome> = {

@@ -17,13 +17,6 @@ export interface Poll extends Asker {
   request: PresenceRequest;
 }
 
-/** An upstream answer that is not a success: the caller gets it unchanged (E1). */
-export class UpstreamRefused extends Error {
-  constructor(readonly response: BufferedResponse) {
-    super(`upstream answered ${response.status}`);
-  }
-}
-
 /** The caller's own report as the client made it, or as a ping (`ping_only: 'true'`), read whole. */
 export async function report(
   poll: Poll,

@@ -1,11 +1,11 @@
 import { timedUpstream } from '../observability/request-facts.js';
-import { isSuccess } from '../upstream/relay.js';
+import { isSuccess, UpstreamRefused } from '../upstream/relay.js';
 import type { ArrivingResponse, UpstreamHead } from '../upstream/client.js';
 import { callerKey } from '../upstream/realm.js';
 import { loadLedger, readPresenceAnswer, takeInAnswer, upstreamTime, type Format } from './intake.js';
 import { wantsModern } from './params.js';
 import { planDuringRefresh, planLeader, planReplicaSource, planStart, pollPolicy, viewOf, type PollPolicy } from './plan.js';
-import { fullReport, report, UpstreamRefused, type Poll } from './report.js';
+import { fullReport, report, type Poll } from './report.js';
 import {
   everyCallerSeesTheSameUsers,
   fromData,

@@ -1,8 +1,9 @@
 import type { LRUCache } from 'lru-cache';
 import { budgetedLru, type Footprint } from '../cache/budgeted.js';
 import type { Logger } from '../observability/logger.js';
-import { upstreamBadResponse, upstreamUnavailable } from '../http/errors.js';
+import { upstreamUnavailable } from '../http/errors.js';
 import { parseJsonObject, type UpstreamClient } from './client.js';
+import { UpstreamRefused } from './relay.js';
 import type { Realm } from './realm.js';
 import type { RealmAdmission } from './realm-admission.js';
 
@@ -59,6 +60,13 @@ const hostKey = (realm: Realm) => `${realm.upstream}|${realm.host}`;
 
 /** X2: what an entry holds: its key (a Host may be long), the realm it names, and a fixed part. */
 const footprint = (key: string, realmUrl?: string): Footprint => ({ fixed: 256, strings: [key, realmUrl] });
+/** A remembered refusal holds the upstream's answer, relayed to each caller (E1): its bytes count too. */
+const failureFootprint = (key: string, e: Error): Footprint => {
+  const f = footprint(key);
+  if (!(e instanceof UpstreamRefused)) return f;
+  const headers = Object.entries(e.response.headers).flatMap(([k, v]) => [k, ...(Array.isArray(v) ? v : [String(v)])]);
+  return { ...f, strings: [...(f.strings ?? []), ...headers], bytes: [e.response.body] };
+};
 
 /**
  * "The feature level of this realm": one cached, single-flight `GET /api/v1/server_settings`
@@ -88,7 +96,7 @@ export class FeatureLevels {
     });
     // Failures take a quarter of the budget at most: a flood of made-up hosts cannot evict the
     // real realms' answers.
-    this.failures = budgetedLru<string, Error>(Math.max(1024, Math.floor(maxBytes / 4)), (_v, key) => footprint(key), {
+    this.failures = budgetedLru<string, Error>(Math.max(1024, Math.floor(maxBytes / 4)), (v, key) => failureFootprint(key, v), {
       ttl: options.failureTtlMs,
     });
   }
@@ -161,10 +169,12 @@ export class FeatureLevels {
       headers: { accept: 'application/json', 'accept-encoding': 'identity' },
     });
     if (r.status < 200 || r.status >= 300) {
-      const err = upstreamBadResponse(`server_settings answered HTTP ${r.status}`);
-      // X2: the upstream refused this Host (4xx): remembered. A 5xx or no answer at all is a
-      // fault of the upstream that ends when it does, so the next request asks again.
-      if (r.status < 500) this.failures.set(hostKey(realm), err);
+      // E1: the caller gets the upstream's own answer (a 503 with its Retry-After while the
+      // server is down for maintenance, say), as its own call would have.
+      const err = new UpstreamRefused(r);
+      // X2: the upstream refused this Host (4xx): remembered. A 5xx, a rate limit (429), a
+      // request timeout (408) or no answer at all ends when it does: the next request asks again.
+      if (r.status < 500 && r.status !== 429 && r.status !== 408) this.failures.set(hostKey(realm), err);
       this.log.warn({ realm: realm.host, status: r.status }, 'server_settings failed');
       throw err;
     }

@@ -11,6 +11,16 @@ export async function relay(res: ServerResponse, r: UpstreamResponse): Promise<v
   await pipeline(r.body, res);
 }
 
+/**
+ * An upstream answer that is not a success, read whole: the caller gets it unchanged (E1),
+ * wherever it is caught (the presence handler, or the server's for any intercepted endpoint).
+ */
+export class UpstreamRefused extends Error {
+  constructor(readonly response: BufferedResponse) {
+    super(`upstream answered ${response.status}`);
+  }
+}
+
 export function relayBuffered(res: ServerResponse, r: BufferedResponse): void {
   const headers = headersOf(r.headers);
   headers['content-length'] = String(r.body.length);

@@ -79,12 +79,18 @@ describe('M1: the level the app is shown', () => {
     const app = await get('/api/v1/server_settings', APP);
     expect(app.body.zulip_feature_level).toBe(277);
     expect(app.body.zulip_compat_shim.app).toEqual({ presented_feature_level: 277, feature_level: 185 });
+    expect(shim.logs.filter((l) => l.includes('cannot be served'))).toEqual([]);
     await shim.close();
     await fake.stop();
     await setup('6.0');
     const old = await get('/api/v1/server_settings', APP);
     expect(old.body.zulip_feature_level).toBe(old.body.zulip_compat_shim.app.feature_level);
     expect(old.body.zulip_feature_level).toBeLessThan(185);
+    // Not judged at start-up here (the test's shim makes no start-up check): said when found, once a realm.
+    await get('/api/v1/server_settings', APP);
+    const said = shim.logs.filter((l) => l.includes('app.featureLevel cannot be served by this server'));
+    expect(said).toHaveLength(1);
+    expect(JSON.parse(said[0]!)).toMatchObject({ level: 40, featureLevel: old.body.zulip_feature_level, appFeatureLevel: 277 });
   });
 
   it.each([

@@ -4,7 +4,7 @@ import type { Logger } from '../observability/logger.js';
 import { upstreamUnavailable } from '../http/errors.js';
 import { parseJsonObject, type UpstreamClient } from './client.js';
 import { UpstreamRefused } from './relay.js';
-import type { Realm } from './realm.js';
+import { firstFor, type Realm } from './realm.js';
 import type { RealmAdmission } from './realm-admission.js';
 
 /**
@@ -79,6 +79,8 @@ export class FeatureLevels {
   private readonly failures: LRUCache<string, Error>;
 
   private readonly admission: RealmAdmission;
+  /** Realms whose server was found unable to serve app.featureLevel, said already (M1). */
+  private readonly appUnservableLogged = new Set<string>();
 
   constructor(
     private readonly client: UpstreamClient,
@@ -132,6 +134,19 @@ export class FeatureLevels {
     const realm = info.realmUrl ? { ...hostRealm, key: `${hostRealm.upstream}|realm:${info.realmUrl}` } : hostRealm;
     if (info.featureLevel < FL.LAST_UPDATE_ID) this.admission.admit(realm.key);
     return { realm, featureLevel: info.featureLevel };
+  }
+
+  /**
+   * M1: app.featureLevel cannot be served by this realm's server (below Zulip 7.0), found when
+   * the app asked: judged at start-up (exit 2) only when the upstream answered then, so said
+   * here, once a realm.
+   */
+  appLevelUnservable(realm: Realm, featureLevel: number, appFeatureLevel: number, servedFrom: number): void {
+    if (!firstFor(this.appUnservableLogged, realm)) return;
+    this.log.warn(
+      { realm: realm.host, featureLevel, appFeatureLevel },
+      `app.featureLevel cannot be served by this server (Zulip 7.0, feature level ${servedFrom}, or later is needed): the mobile app is shown the real level and refuses the server`,
+    );
   }
 
   /** Primes the cache from a server_settings answer that passed through anyway. */

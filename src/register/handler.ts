@@ -29,7 +29,7 @@ import {
   type EventTypes,
 } from './users.js';
 import { addedHeaders } from '../profile/handler.js';
-import { noneAdded } from '../changes/index.js';
+import { noneAdded, type Added } from '../changes/index.js';
 
 /**
  * POST /api/v1/register and /json/register (R1, R2): when the answer carries presence, its
@@ -68,6 +68,16 @@ async function passOn(res: ServerResponse, r: UpstreamResponse, bounded: Bounded
  */
 function isSpectators(answer: Record<string, unknown>): boolean {
   return answer.queue_id === null;
+}
+
+/** W2: the presence settings the old server behaves with, where it does not send them, named as added. */
+function addPresenceSettings(answer: Record<string, unknown>, added: Added): void {
+  for (const [key, value] of Object.entries(OLD_SERVER_PRESENCE_SETTINGS)) {
+    if (key in answer) continue;
+    answer[key] = value;
+    added.added.push(key);
+    added.sources[key] = 'rule';
+  }
 }
 
 export const registerHandler: EndpointHandler = async (req, res, ctx) => {
@@ -147,15 +157,19 @@ export const registerHandler: EndpointHandler = async (req, res, ctx) => {
     );
   }
   const presences = answer.presences;
-  if (!withPresence || isSpectators(answer) || !presences || typeof presences !== 'object' || Array.isArray(presences)) {
+  const spectator = isSpectators(answer);
+  if (!withPresence || spectator || !presences || typeof presences !== 'object' || Array.isArray(presences)) {
     // No presence of the realm in it (a logged-out visitor's, an upstream that left it out): as
     // it came unless users were filled (V4). A visitor's empty map is nobody's view of the realm
     // (P7): taken in, it would have put every user out of view; answered from the ledger, it
-    // would have shown a visitor what Zulip shows only the realm's users.
-    if ((!users || users.added.length === 0) && settingTypes.length === 0 && !presenting) return passOn(res, r, bounded);
+    // would have shown a visitor what Zulip shows only the realm's users. Its presence settings
+    // are added all the same (W2), as a modern server sends them to a visitor too.
+    const added = users ?? noneAdded();
+    if (withPresence && spectator) addPresenceSettings(answer, added);
+    if (added.added.length === 0 && settingTypes.length === 0 && !presenting) return passOn(res, r, bounded);
     f.kind = 'register';
     const raw = await serializeRegister(answer);
-    await sendEncoded(req, res, r.status, { raw }, { ...rewrittenHeaders(r.headers), ...addedHeaders(users) });
+    await sendEncoded(req, res, r.status, { raw }, { ...rewrittenHeaders(r.headers), ...addedHeaders(added) });
     return;
   }
 
@@ -183,12 +197,7 @@ export const registerHandler: EndpointHandler = async (req, res, ctx) => {
   }
   if (answer.server_timestamp === undefined) answer.server_timestamp = serverTimestamp;
   const added = users ?? noneAdded();
-  for (const [key, value] of Object.entries(OLD_SERVER_PRESENCE_SETTINGS)) {
-    if (key in answer) continue;
-    answer[key] = value;
-    added.added.push(key);
-    added.sources[key] = 'rule';
-  }
+  addPresenceSettings(answer, added);
 
   const out = Buffer.from(JSON.stringify(answer));
   f.kind = 'register';

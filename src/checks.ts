@@ -2,7 +2,7 @@ import { Agent, request } from 'undici';
 import type { Logger } from './observability/logger.js';
 import { StoreUnavailableError } from './store/types.js';
 import { featureLevelOf, realmUrlOf } from './upstream/feature-level.js';
-import { APP_SERVED_FROM } from './app/presented.js';
+import { APP_SERVED_FROM, unservableReason } from './app/presented.js';
 
 /**
  * The probes of `--check`, also run once at start-up (after listening), where a failure is a
@@ -103,6 +103,6 @@ export function appProbe(appLevel: number | undefined, real: number | undefined)
   if (real >= APP_SERVED_FROM) return { ok: true, line: `app: shown feature level ${appLevel} (the server is at ${real})` };
   return {
     ok: false,
-    line: `app: --app-feature-level ${appLevel} cannot be served by a server at feature level ${real} (Zulip 7.0, feature level ${APP_SERVED_FROM}, or later is needed)`,
+    line: `app: ${unservableReason(appLevel, real)}`,
   };
 }

@@ -6,7 +6,7 @@ import { forwardedHeaders, parseJsonObject } from './upstream/client.js';
 import { FL, featureLevelOf } from './upstream/feature-level.js';
 import { realmOf } from './upstream/realm.js';
 import { VERSION } from './version.js';
-import { APP_SERVED_FROM, appLevelFor, presentedLevel } from './app/presented.js';
+import { appLevelFor, presentedLevel, warnUnservable } from './app/presented.js';
 import { emulatedUserFeatures } from './changes/index.js';
 import { USER_BY_EMAIL_LEVEL, USER_BY_ID_LEVEL } from './profile/users-handler.js';
 import { USER_SETTINGS_LEVEL } from './register/users.js';
@@ -50,7 +50,7 @@ export const serverSettingsHandler: EndpointHandler = async (req, res, ctx) => {
     const shown = presentedLevel(asked, real);
     settings.zulip_feature_level = shown;
     shim.app = { presented_feature_level: shown, feature_level: real };
-    if (shown < asked) ctx.featureLevels.appLevelUnservable(realm, real, asked, APP_SERVED_FROM);
+    if (shown < asked) warnUnservable(ctx, asked, real);
   }
   sendJson(res, r.status, settings, rewrittenHeaders(r.headers));
 };

@@ -302,7 +302,7 @@ export function createShim(o: ShimOptions): Shim {
           await check();
         } catch (e) {
           // Our own words: a library's internal wording means little to an operator.
-          const detail = e instanceof ShimError ? ` (${e.message})` : '';
+          const detail = e instanceof ShimError || e instanceof UpstreamRefused ? ` (${e.message})` : '';
           sendJson(res, 503, { result: 'error', msg: `not ready: ${problem}${detail}`, code: 'NOT_READY' });
           return;
         }

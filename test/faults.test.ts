@@ -350,6 +350,8 @@ describe.each<Era>(['2.1', '7.0'])('upstream faults, Zulip %s upstream', (era) =
       await withFreshShim(['/api/v1/server_settings'], fault, async (fresh) => {
         const a = await call(fresh, ENDPOINTS.presence.out(fake));
         expectOutcome(`server_settings ${fault} under presence`, outcome, a, upstream);
+        // Register too: any intercepted endpoint that needs the level (the server relays the refusal).
+        expectOutcome(`server_settings ${fault} under register`, outcome, await call(fresh, ENDPOINTS.register.out(fake)), upstream);
         expect(await fresh.shim.context.store.load(realmKey)).toBeUndefined();
         // Own profile does not need the level to answer: it checks every field instead (E4).
         const profile = await call(fresh, ENDPOINTS.profile.out(fake));
@@ -369,7 +371,14 @@ describe.each<Era>(['2.1', '7.0'])('upstream faults, Zulip %s upstream', (era) =
         fake.resetStats();
         fake.override = (req, res) => {
           if ((req.url ?? '').split('?')[0] !== '/api/v1/server_settings') return false;
-          res.writeHead(status, { 'content-type': 'application/json', 'retry-after': '7' }).end(refusal);
+          // A cookie and a date were the shim's own call's: they go to no client.
+          const head = {
+            'content-type': 'application/json',
+            'retry-after': '7',
+            'set-cookie': 'lb=1',
+            date: 'Thu, 01 Jan 2015 00:00:00 GMT',
+          };
+          res.writeHead(status, head).end(refusal);
           return true;
         };
         // A Host of its own for each status: nothing remembered from the one before.
@@ -381,8 +390,35 @@ describe.each<Era>(['2.1', '7.0'])('upstream faults, Zulip %s upstream', (era) =
           const a = await call(fresh, out);
           if (a instanceof Error) throw a;
           expect([a.status, a.headers['retry-after'], a.body.toString()]).toEqual([status, '7', refusal]);
+          expect(a.headers['set-cookie']).toBeUndefined();
+          expect(a.headers.date).not.toBe('Thu, 01 Jan 2015 00:00:00 GMT');
         }
         expect(fake.stats.requests.get('GET /api/v1/server_settings')).toBe(asked);
+      }
+      // A redirect is no answer to the caller's call (E2), remembered all the same; a refusal
+      // larger than a line of JSON goes to its first caller whole, and is remembered as E2.
+      for (const [status, body, second] of [
+        [301, '', 502],
+        [404, 'x'.repeat(10_000), 502],
+      ] as const) {
+        fake.resetStats();
+        fake.override = (req, res) => {
+          if ((req.url ?? '').split('?')[0] !== '/api/v1/server_settings') return false;
+          res.writeHead(status, { location: 'https://chat.example.com/api/v1/server_settings', 'content-type': 'text/html' }).end(body);
+          return true;
+        };
+        const out = {
+          ...ENDPOINTS.presence.out(fake),
+          headers: { ...ENDPOINTS.presence.out(fake).headers, host: `moved-${status}-${body.length}.example.com` },
+        };
+        const first = await call(fresh, out);
+        const again = await call(fresh, out);
+        if (first instanceof Error || again instanceof Error) throw first instanceof Error ? first : again;
+        expect([first.status, again.status]).toEqual([status === 301 ? 502 : status, second]);
+        if (status === 301) expect(first.headers.location).toBeUndefined();
+        else expect(first.body.toString()).toBe(body);
+        expect(jsonOf(again)).toMatchObject({ result: 'error', code: 'UPSTREAM_BAD_RESPONSE' });
+        expect(fake.stats.requests.get('GET /api/v1/server_settings')).toBe(1);
       }
     } finally {
       fake.override = undefined;

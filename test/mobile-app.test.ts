@@ -86,9 +86,10 @@ describe('M1: the level the app is shown', () => {
     const old = await get('/api/v1/server_settings', APP);
     expect(old.body.zulip_feature_level).toBe(old.body.zulip_compat_shim.app.feature_level);
     expect(old.body.zulip_feature_level).toBeLessThan(185);
-    // Not judged at start-up here (the test's shim makes no start-up check): said when found, once a realm.
+    // Not judged at start-up here (the test's shim makes no start-up check): said when found, once.
     await get('/api/v1/server_settings', APP);
-    const said = shim.logs.filter((l) => l.includes('app.featureLevel cannot be served by this server'));
+    await request(shim.url).get('/api/v1/server_settings').set('User-Agent', APP).set('Host', 'alias.example.com');
+    const said = shim.logs.filter((l) => l.includes('app: --app-feature-level 277 cannot be served by a server at feature level'));
     expect(said).toHaveLength(1);
     expect(JSON.parse(said[0]!)).toMatchObject({ level: 40, featureLevel: old.body.zulip_feature_level, appFeatureLevel: 277 });
   });

@@ -1,10 +1,10 @@
 import type { LRUCache } from 'lru-cache';
 import { budgetedLru, type Footprint } from '../cache/budgeted.js';
 import type { Logger } from '../observability/logger.js';
-import { upstreamUnavailable } from '../http/errors.js';
-import { parseJsonObject, type UpstreamClient } from './client.js';
-import { UpstreamRefused } from './relay.js';
-import { firstFor, type Realm } from './realm.js';
+import { upstreamBadResponse, upstreamUnavailable } from '../http/errors.js';
+import { parseJsonObject, type BufferedResponse, type UpstreamClient } from './client.js';
+import { isSuccess, UpstreamRefused } from './relay.js';
+import type { Realm } from './realm.js';
 import type { RealmAdmission } from './realm-admission.js';
 
 /**
@@ -60,6 +60,23 @@ const hostKey = (realm: Realm) => `${realm.upstream}|${realm.host}`;
 
 /** X2: what an entry holds: its key (a Host may be long), the realm it names, and a fixed part. */
 const footprint = (key: string, realmUrl?: string): Footprint => ({ fixed: 256, strings: [key, realmUrl] });
+/**
+ * A refusal's answer is remembered whole up to this size (Zulip's own is a line of JSON): a
+ * larger one (an error page) is remembered as the shim's E2 instead, so the failures' budget
+ * holds thousands of Hosts whatever the upstream's pages weigh (X2).
+ */
+const REMEMBERED_BODY_BYTES = 4096;
+
+/**
+ * E1: a server_settings answer that is not a success, as the caller gets it: the upstream's
+ * status, body and headers (a 503's Retry-After while the server is down for maintenance), but
+ * for those of the shim's own call alone: a cookie set for it, its date.
+ */
+function refusalOf(r: BufferedResponse): UpstreamRefused {
+  const { 'set-cookie': _cookie, date: _date, ...headers } = r.headers;
+  return new UpstreamRefused({ ...r, headers }, `server_settings answered HTTP ${r.status}`);
+}
+
 /** A remembered refusal holds the upstream's answer, relayed to each caller (E1): its bytes count too. */
 const failureFootprint = (key: string, e: Error): Footprint => {
   const f = footprint(key);
@@ -79,8 +96,6 @@ export class FeatureLevels {
   private readonly failures: LRUCache<string, Error>;
 
   private readonly admission: RealmAdmission;
-  /** Realms whose server was found unable to serve app.featureLevel, said already (M1). */
-  private readonly appUnservableLogged = new Set<string>();
 
   constructor(
     private readonly client: UpstreamClient,
@@ -136,19 +151,6 @@ export class FeatureLevels {
     return { realm, featureLevel: info.featureLevel };
   }
 
-  /**
-   * M1: app.featureLevel cannot be served by this realm's server (below Zulip 7.0), found when
-   * the app asked: judged at start-up (exit 2) only when the upstream answered then, so said
-   * here, once a realm.
-   */
-  appLevelUnservable(realm: Realm, featureLevel: number, appFeatureLevel: number, servedFrom: number): void {
-    if (!firstFor(this.appUnservableLogged, realm)) return;
-    this.log.warn(
-      { realm: realm.host, featureLevel, appFeatureLevel },
-      `app.featureLevel cannot be served by this server (Zulip 7.0, feature level ${servedFrom}, or later is needed): the mobile app is shown the real level and refuses the server`,
-    );
-  }
-
   /** Primes the cache from a server_settings answer that passed through anyway. */
   observe(realm: Realm, settings: Record<string, unknown>): void {
     this.failures.delete(hostKey(realm));
@@ -183,13 +185,17 @@ export class FeatureLevels {
       path: '/api/v1/server_settings',
       headers: { accept: 'application/json', 'accept-encoding': 'identity' },
     });
-    if (r.status < 200 || r.status >= 300) {
-      // E1: the caller gets the upstream's own answer (a 503 with its Retry-After while the
-      // server is down for maintenance, say), as its own call would have.
-      const err = new UpstreamRefused(r);
-      // X2: the upstream refused this Host (4xx): remembered. A 5xx, a rate limit (429), a
-      // request timeout (408) or no answer at all ends when it does: the next request asks again.
-      if (r.status < 500 && r.status !== 429 && r.status !== 408) this.failures.set(hostKey(realm), err);
+    if (!isSuccess(r.status)) {
+      const refusal = refusalOf(r);
+      // A redirect is not the caller's to follow (it would fetch server_settings in place of its
+      // own call): the upstream URL is wrong, an error of the shim's (E2).
+      const err = r.status < 400 ? upstreamBadResponse(refusal.message) : refusal;
+      // X2: the upstream refused this Host (4xx, or a redirect): remembered, within the budget. A
+      // 5xx, a rate limit (429), a request timeout (408) or no answer at all ends when it does:
+      // the next request asks again.
+      if (r.status < 500 && r.status !== 429 && r.status !== 408) {
+        this.failures.set(hostKey(realm), r.body.length <= REMEMBERED_BODY_BYTES ? err : upstreamBadResponse(refusal.message));
+      }
       this.log.warn({ realm: realm.host, status: r.status }, 'server_settings failed');
       throw err;
     }

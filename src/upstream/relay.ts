@@ -16,8 +16,11 @@ export async function relay(res: ServerResponse, r: UpstreamResponse): Promise<v
  * wherever it is caught (the presence handler, or the server's for any intercepted endpoint).
  */
 export class UpstreamRefused extends Error {
-  constructor(readonly response: BufferedResponse) {
-    super(`upstream answered ${response.status}`);
+  constructor(
+    readonly response: BufferedResponse,
+    message = `upstream answered ${response.status}`,
+  ) {
+    super(message);
   }
 }
 

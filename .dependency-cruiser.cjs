@@ -52,6 +52,14 @@ module.exports = {
       from: { path: '^src/' },
       to: { circular: true },
     },
+    {
+      name: 'cli-loads-the-shim-late',
+      severity: 'error',
+      comment:
+        'src/cli.ts imports the shim (serve.ts and what it needs) only dynamically, when it serves or checks: --healthcheck (the image runs it every 30 s), --version and --help need the configuration alone',
+      from: { path: '^src/cli\\.ts$' },
+      to: { path: '^src/', pathNot: ['^src/(config|version)\\.ts$'], dependencyTypesNot: ['dynamic-import'] },
+    },
     ...Object.entries(LAYERS).map(([layer, below]) => ({
       name: `layer-${layer}`,
       severity: 'error',

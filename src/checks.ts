@@ -3,6 +3,7 @@ import type { Logger } from './observability/logger.js';
 import { StoreUnavailableError } from './store/types.js';
 import { featureLevelOf, realmUrlOf } from './upstream/feature-level.js';
 import { APP_SERVED_FROM, unservableReason } from './app/presented.js';
+import { oneLine } from './config.js';
 
 /**
  * The probes of `--check`, also run once at start-up (after listening), where a failure is a
@@ -19,11 +20,6 @@ export interface Probe {
 
 /** How long the upstream's server_settings may take before the probe says it does not answer. */
 export const PROBE_TIMEOUT_MS = 10_000;
-
-/** Error text on one line (a file's JSON error, say, may carry a newline). */
-export function oneLine(text: string): string {
-  return text.replace(/\s*\n\s*/g, ' ').trim();
-}
 
 /**
  * Asks `target` for `/api/v1/server_settings`: a Zulip server answers 200 with a JSON object

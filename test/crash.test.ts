@@ -8,7 +8,7 @@ import { logLine, runCli, until } from './support/cli-run.js';
  * supervisor to restart it; an unhandled rejection is logged and the shim keeps serving.
  */
 
-/** src/cli.ts EXIT_UNCAUGHT (EX_SOFTWARE); not imported: importing the CLI would run it. */
+/** src/serve.ts EXIT_UNCAUGHT (EX_SOFTWARE); not imported: the test runs the CLI as a child. */
 const EXIT_UNCAUGHT = 70;
 
 describe('errors that escape every handler', () => {

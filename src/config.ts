@@ -227,7 +227,7 @@ export const configSchema = z
       failureTtlMs: ms
         .min(1)
         .describe(
-          'A Host whose server_settings the upstream refused (4xx, but 408 and 429) is not asked again for this long; its refusal is what callers get meanwhile.',
+          'A Host whose server_settings the upstream refused (4xx but 408 and 429, or a redirect) is not asked again for this long; callers get its refusal meanwhile (a 502 from the shim for a redirect or a refusal over 1 KiB).',
         ),
     }),
     memory: z

@@ -367,6 +367,7 @@ describe.each<Era>(['2.1', '7.0'])('upstream faults, Zulip %s upstream', (era) =
       for (const [status, asked] of [
         [404, 1],
         [429, 2],
+        [408, 2],
       ] as const) {
         fake.resetStats();
         fake.override = (req, res) => {
@@ -395,11 +396,13 @@ describe.each<Era>(['2.1', '7.0'])('upstream faults, Zulip %s upstream', (era) =
         }
         expect(fake.stats.requests.get('GET /api/v1/server_settings')).toBe(asked);
       }
-      // A redirect is no answer to the caller's call (E2), remembered all the same; a refusal
-      // larger than a line of JSON goes to its first caller whole, and is remembered as E2.
+      // A redirect is no answer to the caller's call (E2), remembered all the same; a refusal up
+      // to 1 KiB is remembered whole, a larger one goes to its first caller whole and is
+      // remembered as E2 (X2: the upstream's pages cannot crowd the failures' budget).
       for (const [status, body, second] of [
         [301, '', 502],
-        [404, 'x'.repeat(10_000), 502],
+        [404, 'x'.repeat(1024), 404],
+        [404, 'x'.repeat(1025), 502],
       ] as const) {
         fake.resetStats();
         fake.override = (req, res) => {
@@ -417,7 +420,8 @@ describe.each<Era>(['2.1', '7.0'])('upstream faults, Zulip %s upstream', (era) =
         expect([first.status, again.status]).toEqual([status === 301 ? 502 : status, second]);
         if (status === 301) expect(first.headers.location).toBeUndefined();
         else expect(first.body.toString()).toBe(body);
-        expect(jsonOf(again)).toMatchObject({ result: 'error', code: 'UPSTREAM_BAD_RESPONSE' });
+        if (second === 502) expect(jsonOf(again)).toMatchObject({ result: 'error', code: 'UPSTREAM_BAD_RESPONSE' });
+        else expect(again.body.toString()).toBe(body);
         expect(fake.stats.requests.get('GET /api/v1/server_settings')).toBe(1);
       }
     } finally {

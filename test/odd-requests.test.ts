@@ -349,6 +349,28 @@ describe('--realm-hosts (X2): other hosts get a 400 with no upstream call', () =
 });
 
 describe("/readyz in the shim's own words", () => {
+  it('with server_settings refused: 503 naming the call and the status the upstream gave', async () => {
+    const fake = await startFake({ era: '5.0' });
+    fake.override = (req, res) => {
+      if ((req.url ?? '').split('?')[0] !== '/api/v1/server_settings') return false;
+      res.writeHead(503, { 'content-type': 'text/html', 'retry-after': '30' }).end('<h1>Down for maintenance</h1>');
+      return true;
+    };
+    const shim = await startShim(fake.url);
+    try {
+      const a = await get(shim.url, '/readyz', { host: 'chat.example.com' });
+      expect(a.status).toBe(503);
+      expect(JSON.parse(a.body)).toEqual({
+        result: 'error',
+        msg: 'not ready: the Zulip server does not answer GET /api/v1/server_settings (server_settings answered HTTP 503)',
+        code: 'NOT_READY',
+      });
+    } finally {
+      await shim.close();
+      await fake.stop();
+    }
+  });
+
   it("with Redis down: 503 naming the store, not the Redis client's wording", async () => {
     const fake = await startFake({ era: '5.0' });
     const shim = await startShim(fake.url, { store: { redisUrl: 'redis://127.0.0.1:1' } });

@@ -61,11 +61,12 @@ const hostKey = (realm: Realm) => `${realm.upstream}|${realm.host}`;
 /** X2: what an entry holds: its key (a Host may be long), the realm it names, and a fixed part. */
 const footprint = (key: string, realmUrl?: string): Footprint => ({ fixed: 256, strings: [key, realmUrl] });
 /**
- * A refusal's answer is remembered whole up to this size (Zulip's own is a line of JSON): a
- * larger one (an error page) is remembered as the shim's E2 instead, so the failures' budget
- * holds thousands of Hosts whatever the upstream's pages weigh (X2).
+ * A refusal's answer is remembered whole up to this size (Zulip's own is a line of JSON, a
+ * front nginx's 404 page a few hundred bytes): a larger one (a full error page) is remembered as
+ * the shim's E2 instead, so the upstream's pages cannot crowd the failures' budget (X2): about a
+ * thousand refused Hosts fit in the default one with Zulip's own refusals.
  */
-const REMEMBERED_BODY_BYTES = 4096;
+const REMEMBERED_BODY_BYTES = 1024;
 
 /**
  * E1: a server_settings answer that is not a success, as the caller gets it: the upstream's
@@ -79,7 +80,8 @@ function refusalOf(r: BufferedResponse): UpstreamRefused {
 
 /** A remembered refusal holds the upstream's answer, relayed to each caller (E1): its bytes count too. */
 const failureFootprint = (key: string, e: Error): Footprint => {
-  const f = footprint(key);
+  // An Error of its own is about 500 bytes before any stack is read (measured).
+  const f = { ...footprint(key), fixed: 512 };
   if (!(e instanceof UpstreamRefused)) return f;
   const headers = Object.entries(e.response.headers).flatMap(([k, v]) => [k, ...(Array.isArray(v) ? v : [String(v)])]);
   return { ...f, strings: [...(f.strings ?? []), ...headers], bytes: [e.response.body] };

@@ -3,7 +3,7 @@ import { recordFacts, timedUpstream } from '../observability/request-facts.js';
 import { parseParams, readBody } from '../http/body.js';
 import { sendEncoded } from '../http/compress.js';
 import { sendBytes } from '../http/errors.js';
-import { isSuccess, relay, relayBuffered, rewrittenHeaders, UpstreamRefused } from '../upstream/relay.js';
+import { isSuccess, relay, relayBuffered, rewrittenHeaders } from '../upstream/relay.js';
 import { forwardedHeaders, parseJsonObject } from '../upstream/client.js';
 import { FL } from '../upstream/feature-level.js';
 import { realmOf, type Realm } from '../upstream/realm.js';
@@ -38,27 +38,24 @@ export const presenceHandler: PresenceHandler = async (req, res, ctx) => {
   // E3, in the modern server's order and words, before the presence call.
   const request = parsePresenceRequest(await parseParams(req, raw));
   const poll: Poll = { req, ctx, realm, featureLevel, era: presenceEra(featureLevel), request };
-  try {
-    // A value only the upstream validates is wrong: let it say so in its own words (E1).
-    if (upstreamWillReject(request, featureLevel)) {
-      return relayBuffered(
-        res,
-        await report(poll, { ping_only: request.raw.get('ping_only'), slim_presence: request.raw.get('slim_presence') }),
-      );
-    }
-    if (request.pingOnly) return await pingOnly(poll, res);
-    const modern = wantsModern(request);
-    // 2.1 has only the legacy format, which then feeds modern answers too.
-    const format: Format = modern && poll.era !== 'legacy' ? 'slim' : 'legacy';
-    const { snapshot, own } = await obtainSnapshot(poll, format);
-    // P15: the caller's own report is in the ledger its modern answer is built from.
-    if (modern) await recordOwnReport(poll, own, snapshot);
-    const built = modern ? await modernAnswer(poll, snapshot) : await legacyAnswer(poll, snapshot);
-    await send(poll, res, built, own ? rewrittenHeaders(own.headers) : {});
-  } catch (e) {
-    if (e instanceof UpstreamRefused) return relayBuffered(res, e.response);
-    throw e;
+  // A refusal of the caller's report further on (UpstreamRefused) goes on as it came: the
+  // server relays it for every intercepted endpoint (E1).
+  // A value only the upstream validates is wrong: let it say so in its own words (E1).
+  if (upstreamWillReject(request, featureLevel)) {
+    return relayBuffered(
+      res,
+      await report(poll, { ping_only: request.raw.get('ping_only'), slim_presence: request.raw.get('slim_presence') }),
+    );
   }
+  if (request.pingOnly) return pingOnly(poll, res);
+  const modern = wantsModern(request);
+  // 2.1 has only the legacy format, which then feeds modern answers too.
+  const format: Format = modern && poll.era !== 'legacy' ? 'slim' : 'legacy';
+  const { snapshot, own } = await obtainSnapshot(poll, format);
+  // P15: the caller's own report is in the ledger its modern answer is built from.
+  if (modern) await recordOwnReport(poll, own, snapshot);
+  const built = modern ? await modernAnswer(poll, snapshot) : await legacyAnswer(poll, snapshot);
+  await send(poll, res, built, own ? rewrittenHeaders(own.headers) : {});
 };
 
 async function passThrough(req: IncomingMessage, res: ServerResponse, ctx: PresenceContext, realm: Realm, raw: Buffer): Promise<void> {

@@ -6,7 +6,7 @@ import { forwardedHeaders, parseJsonObject } from './upstream/client.js';
 import { FL, featureLevelOf } from './upstream/feature-level.js';
 import { realmOf } from './upstream/realm.js';
 import { VERSION } from './version.js';
-import { appLevelFor, presentedLevel, warnUnservable } from './app/presented.js';
+import { APP_SERVED_FROM, appLevelFor, presentedLevel, unservableReason } from './app/presented.js';
 import { emulatedUserFeatures } from './changes/index.js';
 import { USER_BY_EMAIL_LEVEL, USER_BY_ID_LEVEL } from './profile/users-handler.js';
 import { USER_SETTINGS_LEVEL } from './register/users.js';
@@ -50,7 +50,13 @@ export const serverSettingsHandler: EndpointHandler = async (req, res, ctx) => {
     const shown = presentedLevel(asked, real);
     settings.zulip_feature_level = shown;
     shim.app = { presented_feature_level: shown, feature_level: real };
-    if (shown < asked) warnUnservable(ctx, asked, real);
+    // M1: judged at start-up (exit 2) only when the upstream answered then; said here once.
+    if (shown < asked && ctx.featureLevels.firstFoundBelow(APP_SERVED_FROM)) {
+      ctx.log.warn(
+        { featureLevel: real, appFeatureLevel: asked },
+        `app: ${unservableReason(asked, real)}: the mobile app is shown the real level and refuses the server`,
+      );
+    }
   }
   sendJson(res, r.status, settings, rewrittenHeaders(r.headers));
 };

@@ -1,6 +1,5 @@
 import type { IncomingHttpHeaders } from 'node:http';
 import type { Config } from '../config.js';
-import type { Logger } from '../observability/logger.js';
 
 /**
  * M1: the Zulip mobile app (zulip-flutter) refuses servers below feature level 277. With
@@ -37,20 +36,4 @@ export function levelShownTo(app: Config['app'], headers: IncomingHttpHeaders, r
 /** M1: why the app cannot be shown `appLevel` in front of a server at `real` (below APP_SERVED_FROM). */
 export function unservableReason(appLevel: number, real: number): string {
   return `--app-feature-level ${appLevel} cannot be served by a server at feature level ${real} (Zulip 7.0, feature level ${APP_SERVED_FROM}, or later is needed)`;
-}
-
-/** Shims (their contexts) that said their upstream cannot be served: one server has one level. */
-const saidUnservable = new WeakSet<object>();
-
-/**
- * M1: the start-up check refuses such a server (exit 2), but only when the upstream answered
- * then; one found only when the app asks is said here, once a shim.
- */
-export function warnUnservable(ctx: { log: Logger }, appLevel: number, real: number): void {
-  if (saidUnservable.has(ctx)) return;
-  saidUnservable.add(ctx);
-  ctx.log.warn(
-    { featureLevel: real, appFeatureLevel: appLevel },
-    `app: ${unservableReason(appLevel, real)}: the mobile app is shown the real level and refuses the server`,
-  );
 }

@@ -98,6 +98,8 @@ export class FeatureLevels {
   private readonly failures: LRUCache<string, Error>;
 
   private readonly admission: RealmAdmission;
+  /** Levels some realm was found below (firstFoundBelow). */
+  private readonly foundBelow = new Set<number>();
 
   constructor(
     private readonly client: UpstreamClient,
@@ -151,6 +153,16 @@ export class FeatureLevels {
     const realm = info.realmUrl ? { ...hostRealm, key: `${hostRealm.upstream}|realm:${info.realmUrl}` } : hostRealm;
     if (info.featureLevel < FL.LAST_UPDATE_ID) this.admission.admit(realm.key);
     return { realm, featureLevel: info.featureLevel };
+  }
+
+  /**
+   * Whether this is the first time a realm of this upstream was found below `level` (one
+   * server, one level: a warning about it is due once).
+   */
+  firstFoundBelow(level: number): boolean {
+    if (this.foundBelow.has(level)) return false;
+    this.foundBelow.add(level);
+    return true;
   }
 
   /** Primes the cache from a server_settings answer that passed through anyway. */

@@ -33,11 +33,3 @@ export function callerKey(headers: IncomingHttpHeaders): string {
   h.update(headers.cookie ?? '');
   return h.digest('base64url').slice(0, 22);
 }
-
-/** Whether a once-per-realm log line is due for this realm, marking it logged (bounded, X2). */
-export function firstFor(logged: Set<string>, realm: Realm): boolean {
-  if (logged.has(realm.key)) return false;
-  if (logged.size >= 1_000) logged.clear();
-  logged.add(realm.key);
-  return true;
-}

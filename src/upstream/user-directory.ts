@@ -8,7 +8,7 @@ import { bytesOf, type Footprint } from '../cache/budgeted.js';
 import type { UpstreamClient } from './client.js';
 import { fetchLarge } from './large-fetch.js';
 import { BadAnswer, lines, STEP, unpackMember, userColumnsOf, type EmailTable, type Member, type UserColumns } from './large-answers.js';
-import { firstFor, type Realm } from './realm.js';
+import type { Realm } from './realm.js';
 import { apiPrefixFor } from '../http/api-prefix.js';
 
 /**
@@ -196,6 +196,14 @@ export async function directoryOf(answer: Record<string, unknown>, fetchedAt: nu
     throw e instanceof BadAnswer ? upstreamBadResponse(e.message) : e;
   }
   return Directory.of(columns, fetchedAt);
+}
+
+/** Whether a once-per-realm log line is due for this realm, marking it logged (bounded, X2). */
+function firstFor(logged: Set<string>, realm: Realm): boolean {
+  if (logged.has(realm.key)) return false;
+  if (logged.size >= 1_000) logged.clear();
+  logged.add(realm.key);
+  return true;
 }
 
 export class UserDirectory {

@@ -2,6 +2,7 @@ import type { LRUCache } from 'lru-cache';
 import { budgetedLru, type Footprint } from '../cache/budgeted.js';
 import type { Logger } from '../observability/logger.js';
 import { upstreamBadResponse, upstreamUnavailable } from '../http/errors.js';
+import { endToEnd } from '../http/headers.js';
 import { parseJsonObject, type BufferedResponse, type UpstreamClient } from './client.js';
 import { isSuccess, UpstreamRefused } from './relay.js';
 import type { Realm } from './realm.js';
@@ -68,14 +69,16 @@ const footprint = (key: string, realmUrl?: string): Footprint => ({ fixed: 256, 
  */
 const REMEMBERED_BODY_BYTES = 1024;
 
+/** Headers of a refusal that were the shim's own call's, not the caller's: its cookie, its date. */
+const OWN_CALL_ONLY: ReadonlySet<string> = new Set(['set-cookie', 'date']);
+
 /**
  * E1: a server_settings answer that is not a success, as the caller gets it: the upstream's
  * status, body and headers (a 503's Retry-After while the server is down for maintenance), but
  * for those of the shim's own call alone: a cookie set for it, its date.
  */
-function refusalOf(r: BufferedResponse): UpstreamRefused {
-  const { 'set-cookie': _cookie, date: _date, ...headers } = r.headers;
-  return new UpstreamRefused({ ...r, headers }, `server_settings answered HTTP ${r.status}`);
+function refusalOf(r: BufferedResponse, message: string): UpstreamRefused {
+  return new UpstreamRefused({ ...r, headers: endToEnd(r.headers, OWN_CALL_ONLY) }, message);
 }
 
 /** A remembered refusal holds the upstream's answer, relayed to each caller (E1): its bytes count too. */
@@ -200,15 +203,15 @@ export class FeatureLevels {
       headers: { accept: 'application/json', 'accept-encoding': 'identity' },
     });
     if (!isSuccess(r.status)) {
-      const refusal = refusalOf(r);
+      const message = `server_settings answered HTTP ${r.status}`;
       // A redirect is not the caller's to follow (it would fetch server_settings in place of its
       // own call): the upstream URL is wrong, an error of the shim's (E2).
-      const err = r.status < 400 ? upstreamBadResponse(refusal.message) : refusal;
+      const err = r.status < 400 ? upstreamBadResponse(message) : refusalOf(r, message);
       // X2: the upstream refused this Host (4xx, or a redirect): remembered, within the budget. A
       // 5xx, a rate limit (429), a request timeout (408) or no answer at all ends when it does:
       // the next request asks again.
       if (r.status < 500 && r.status !== 429 && r.status !== 408) {
-        this.failures.set(hostKey(realm), r.body.length <= REMEMBERED_BODY_BYTES ? err : upstreamBadResponse(refusal.message));
+        this.failures.set(hostKey(realm), r.body.length <= REMEMBERED_BODY_BYTES ? err : upstreamBadResponse(message));
       }
       this.log.warn({ realm: realm.host, status: r.status }, 'server_settings failed');
       throw err;

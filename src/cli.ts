@@ -75,7 +75,7 @@ async function main(argv: string[]): Promise<number> {
   }
   try {
     const { check, serve } = await import('./serve.js');
-    return await (checking ? check(argv) : serve(argv, loadConfig(argv)));
+    return await (checking ? check(argv) : serve(argv));
   } catch (e) {
     if (e instanceof ConfigError) return configFailure(e);
     throw e;

@@ -132,8 +132,8 @@ export async function check(argv: string[]): Promise<number> {
 }
 
 /** Serves with the configuration loaded from `argv`; resolves to the exit code once stopped. */
-export async function serve(argv: string[], loaded: ReturnType<typeof loadConfig>): Promise<number> {
-  const { config, sources } = loaded;
+export async function serve(argv: string[]): Promise<number> {
+  const { config, sources } = loadConfig(argv);
   const log = createLogger(config.log.level);
   warnNearMisses(log);
   tuneRuntime();

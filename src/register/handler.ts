@@ -158,13 +158,14 @@ export const registerHandler: EndpointHandler = async (req, res, ctx) => {
   }
   const presences = answer.presences;
   const spectator = isSpectators(answer);
+  // What the answer gains, named in its headers (V4, W2).
+  const added = users ?? noneAdded();
   if (!withPresence || spectator || !presences || typeof presences !== 'object' || Array.isArray(presences)) {
     // No presence of the realm in it (a logged-out visitor's, an upstream that left it out): as
     // it came unless users were filled (V4). A visitor's empty map is nobody's view of the realm
     // (P7): taken in, it would have put every user out of view; answered from the ledger, it
     // would have shown a visitor what Zulip shows only the realm's users. Its presence settings
     // are added all the same (W2), as a modern server sends them to a visitor too.
-    const added = users ?? noneAdded();
     if (withPresence && spectator) addPresenceSettings(answer, added);
     if (added.added.length === 0 && settingTypes.length === 0 && !presenting) return passOn(res, r, bounded);
     f.kind = 'register';
@@ -196,7 +197,6 @@ export const registerHandler: EndpointHandler = async (req, res, ctx) => {
     answer.presence_last_update_id = await idForLegacyPresences(asker, intake, serverTimestamp, historyLimitDays, empty);
   }
   if (answer.server_timestamp === undefined) answer.server_timestamp = serverTimestamp;
-  const added = users ?? noneAdded();
   addPresenceSettings(answer, added);
 
   const out = Buffer.from(JSON.stringify(answer));

@@ -577,9 +577,6 @@ const HELP_LINES: ReadonlyArray<HelpLine | Setting> = [
   ...INFO_LINES,
 ];
 
-/** The flags --help lists (for the test that every setting has its line). */
-export const HELP_FLAGS: readonly string[] = HELP_LINES.map((l) => l.flag);
-
 /** The `--help` text: HELP_LINES in columns, each setting with its variable (and default). */
 export function usage(): string {
   const defaults = readJson(DEFAULT_FILE, DEFAULT_SOURCE);

@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { HarEntry } from '../src/har/har.js';
 import { Redactor } from '../src/har/redact.js';
-import { HarWriter } from '../src/har/writer.js';
+import { HAR_FLUSH_MS, HarWriter } from '../src/har/writer.js';
 import { createLogger } from '../src/observability/logger.js';
 import { compileSchema } from './support/schema.js';
 
@@ -109,6 +109,10 @@ describe('HarWriter (H1)', () => {
     }
     expect((JSON.parse(readFileSync(file, 'utf8')) as { log: { entries: unknown[] } }).log.entries).toHaveLength(1);
     await w.close();
+  });
+
+  it('X8: a recording the shim makes is valid HAR on disk within a second of an exchange', () => {
+    expect(HAR_FLUSH_MS).toBeLessThanOrEqual(1_000);
   });
 
   it('replaces, at close, a secret learnt after its entry reached the file', async () => {

@@ -64,7 +64,7 @@ describe.each(['2.1', '4.0', '7.0'] as const)('register on a Zulip %s upstream (
     for (const form of forms) {
       const r = await register(10, form);
       expect(r.status).toBe(200);
-
+      expect(r.body).toMatchObject({ server_presence_ping_interval_seconds: 60, server_presence_offline_threshold_seconds: 140 });
       const added = String(r.headers['x-zulip-compat-backfilled']).split(',');
       expect(added).toEqual(expect.arrayContaining(['server_presence_ping_interval_seconds', 'server_presence_offline_threshold_seconds']));
     }

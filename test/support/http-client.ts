@@ -198,16 +198,22 @@ export function parseAnswer(buf: Buffer): {
  * A raw WebSocket-style upgrade on a new connection: what the server sends, as text, once it
  * closes the connection, or (without `after`) once its first answer is whole. With `after`,
  * those bytes are sent as soon as the answer's head is in and the connection is ended when they
- * come back (an upstream that echoes). What came by `timeoutMs` otherwise.
+ * come back (an upstream that echoes). Rejected when none of that happened by `timeoutMs`: a
+ * connection left open is no answer (an empty text means the server closed it unanswered).
  */
 export function rawUpgrade(port: number, o: { path?: string; headers?: string; after?: string; timeoutMs?: number } = {}): Promise<string> {
-  return new Promise((resolve) => {
+  const timeoutMs = o.timeoutMs ?? 10_000;
+  return new Promise((resolve, reject) => {
     const s = net.connect(port, '127.0.0.1', () =>
       s.write(`GET ${o.path ?? '/ws'} HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n${o.headers ?? ''}\r\n`),
     );
     let text = '';
     let sent = false;
-    const timer = setTimeout(() => s.destroy(), o.timeoutMs ?? 10_000);
+    let timedOut = false;
+    const timer = setTimeout(() => {
+      timedOut = true;
+      s.destroy();
+    }, timeoutMs);
     s.on('data', (d: Buffer) => {
       text += d.toString('latin1');
       const headIn = text.includes('\r\n\r\n');
@@ -220,7 +226,9 @@ export function rawUpgrade(port: number, o: { path?: string; headers?: string; a
     });
     s.on('close', () => {
       clearTimeout(timer);
-      resolve(text);
+      if (timedOut)
+        reject(new Error(`upgrade: the connection was still open after ${timeoutMs} ms (${JSON.stringify(text.slice(0, 200))} so far)`));
+      else resolve(text);
     });
     s.on('error', () => s.destroy());
   });

@@ -117,6 +117,23 @@ describe('unknown realms (X2)', () => {
     }
     expect([...settingsCalls.values()]).toEqual([1, 1, 1, 1]);
   });
+  it('a remembered refusal counts its answer in memory.featureLevelsBytes: a second Host evicts the first', async () => {
+    const settingsCalls = new Map<string, number>();
+    // About 0.8 KiB of refusal: two of them are more than the failures' quarter of an 8 KiB budget.
+    const refusal = JSON.stringify({ result: 'error', msg: `Invalid subdomain ${'x'.repeat(700)}`, code: 'BAD_REQUEST' });
+    upstream = http.createServer((req, res) => {
+      const host = req.headers.host ?? '';
+      settingsCalls.set(host, (settingsCalls.get(host) ?? 0) + 1);
+      res.writeHead(404, { 'content-type': 'application/json' }).end(refusal);
+    });
+    await new Promise<void>((r) => upstream!.listen(0, '127.0.0.1', r));
+    shim = await startShim(`http://127.0.0.1:${(upstream.address() as AddressInfo).port}`, { memory: { featureLevelsBytes: 8192 } });
+    for (const host of ['first.example', 'second.example', 'first.example']) {
+      const answer = await request(shim.url).post('/api/v1/users/me/presence').set('Host', host).type('form').send({ status: 'active' });
+      expect([answer.status, answer.text]).toEqual([404, refusal]);
+    }
+    expect(Object.fromEntries(settingsCalls)).toEqual({ 'first.example': 2, 'second.example': 1 });
+  });
 });
 
 describe('large answers (B7)', () => {

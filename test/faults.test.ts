@@ -2,7 +2,7 @@ import http, { type IncomingMessage, type ServerResponse } from 'node:http';
 import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { LedgerState } from '../src/presence/ledger.js';
-import { startFake, type Era, type FakeZulip } from './support/fake-zulip.js';
+import { failing, startFake, type Era, type FakeZulip } from './support/fake-zulip.js';
 import { jsonOf, send, type Answer, type Outgoing } from './support/http-client.js';
 import { until } from './support/cli-run.js';
 import { realmKeyOf } from './support/realm-key.js';
@@ -370,18 +370,14 @@ describe.each<Era>(['2.1', '7.0'])('upstream faults, Zulip %s upstream', (era) =
         [408, 2],
       ] as const) {
         fake.resetStats();
-        fake.override = (req, res) => {
-          if ((req.url ?? '').split('?')[0] !== '/api/v1/server_settings') return false;
-          // A cookie and a date were the shim's own call's: they go to no client.
-          const head = {
-            'content-type': 'application/json',
-            'retry-after': '7',
-            'set-cookie': 'lb=1',
-            date: 'Thu, 01 Jan 2015 00:00:00 GMT',
-          };
-          res.writeHead(status, head).end(refusal);
-          return true;
+        // A cookie and a date were the shim's own call's: they go to no client.
+        const headers = {
+          'content-type': 'application/json',
+          'retry-after': '7',
+          'set-cookie': 'lb=1',
+          date: 'Thu, 01 Jan 2015 00:00:00 GMT',
         };
+        fake.override = failing('GET', '/api/v1/server_settings', { status, headers, body: refusal });
         // A Host of its own for each status: nothing remembered from the one before.
         const out = {
           ...ENDPOINTS.presence.out(fake),
@@ -405,11 +401,8 @@ describe.each<Era>(['2.1', '7.0'])('upstream faults, Zulip %s upstream', (era) =
         [404, 'x'.repeat(1025), 502],
       ] as const) {
         fake.resetStats();
-        fake.override = (req, res) => {
-          if ((req.url ?? '').split('?')[0] !== '/api/v1/server_settings') return false;
-          res.writeHead(status, { location: 'https://chat.example.com/api/v1/server_settings', 'content-type': 'text/html' }).end(body);
-          return true;
-        };
+        const headers = { location: 'https://chat.example.com/api/v1/server_settings', 'content-type': 'text/html' };
+        fake.override = failing('GET', '/api/v1/server_settings', { status, headers, body });
         const out = {
           ...ENDPOINTS.presence.out(fake),
           headers: { ...ENDPOINTS.presence.out(fake).headers, host: `moved-${status}-${body.length}.example.com` },

@@ -6,7 +6,7 @@ import { isLongPoll, routeLabel } from '../src/http/api-routes.js';
 import { removeDotSegments, routingPath } from '../src/http/routing-path.js';
 import { INTERCEPTED, routeOf } from '../src/routes.js';
 import { realmHostMatcher } from '../src/realm-hosts.js';
-import { startFake, type FakeZulip } from './support/fake-zulip.js';
+import { failing, startFake, type FakeZulip } from './support/fake-zulip.js';
 import { sendRaw } from './support/http-client.js';
 import { startShim, type RunningShim } from './support/shim.js';
 
@@ -351,11 +351,8 @@ describe('--realm-hosts (X2): other hosts get a 400 with no upstream call', () =
 describe("/readyz in the shim's own words", () => {
   it('with server_settings refused: 503 naming the call and the status the upstream gave', async () => {
     const fake = await startFake({ era: '5.0' });
-    fake.override = (req, res) => {
-      if ((req.url ?? '').split('?')[0] !== '/api/v1/server_settings') return false;
-      res.writeHead(503, { 'content-type': 'text/html', 'retry-after': '30' }).end('<h1>Down for maintenance</h1>');
-      return true;
-    };
+    const headers = { 'content-type': 'text/html', 'retry-after': '30' };
+    fake.override = failing('GET', '/api/v1/server_settings', { status: 503, headers, body: '<h1>Down for maintenance</h1>' });
     const shim = await startShim(fake.url);
     try {
       const a = await get(shim.url, '/readyz', { host: 'chat.example.com' });

@@ -1,6 +1,7 @@
 import request from 'supertest';
 import { afterEach, describe, expect, it } from 'vitest';
 import { startFake, type FakeZulip } from './support/fake-zulip.js';
+import { parsePrometheusText, sampleValue } from './support/prometheus-text.js';
 import { startShim, type RunningShim } from './support/shim.js';
 import { EVENT_WAIT } from './support/wait.js';
 
@@ -18,10 +19,11 @@ afterEach(async () => {
   await fake?.stop();
 });
 
-const callerHits = async () => {
-  const text = (await request(shim.url).get('/metrics')).text;
-  return Number(/^zulip_compat_shim_lookup_cache_total\{cache="caller",result="hit"\} (\d+)/m.exec(text)?.[1] ?? 0);
-};
+const callerHits = async () =>
+  sampleValue(parsePrometheusText((await request(shim.url).get('/metrics')).text), 'zulip_compat_shim_lookup_cache_total', {
+    cache: 'caller',
+    result: 'hit',
+  });
 const lookups = () => fake.seen.filter((s) => s.method === 'GET' && s.url.split('?')[0] === '/api/v1/users/me');
 
 describe('the caller lookup of an active presence report (2.1)', () => {

@@ -4,7 +4,7 @@ import net from 'node:net';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { EVENT_WAIT } from './support/wait.js';
 import { startFake, type FakeZulip } from './support/fake-zulip.js';
-import { adminRedis, deleteKeysUnder, describeRedis, REDIS_URL, testKeyPrefix } from './support/redis.js';
+import { adminRedis, deleteKeysUnder, describeRedis, keysUnder, REDIS_URL, testKeyPrefix } from './support/redis.js';
 import { pollThrough, replicaSuite } from './support/replica-suite.js';
 import { startShim, type RunningShim } from './support/shim.js';
 
@@ -129,7 +129,7 @@ describeRedis('a client whose polls alternate between replicas, during a refresh
     // The first replica lets go of the realm's fetch lock just after its answer (a 1 ms window:
     // nothing to publish). Until then the second one would follow that fetch, not make its own
     // (P9 across replicas), as it once did here on a busy machine.
-    await vi.waitFor(async () => expect(await admin.keys(`${prefix}*snap*`)).toEqual([]), EVENT_WAIT);
+    await vi.waitFor(async () => expect((await keysUnder(admin, prefix)).filter((k) => k.includes('snap'))).toEqual([]), EVENT_WAIT);
     // The second replica's next refresh is slow.
     let release!: () => void;
     fake.fullPresenceHeld = new Promise<void>((r) => {

@@ -967,12 +967,22 @@ export class FakeZulip {
   }
 }
 
-/** An override (FakeZulip.override) under which `method path` fails with HTTP 500, whatever the query. */
-export function failing(method: string, path: string): NonNullable<FakeZulip['override']> {
+/**
+ * An override (FakeZulip.override) under which `method path` fails, whatever the query: HTTP 500
+ * with Zulip's JSON, or the answer given (status, headers, body).
+ */
+export function failing(
+  method: string,
+  path: string,
+  answer: { status: number; headers: Record<string, string>; body: string } = {
+    status: 500,
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ result: 'error', msg: 'Internal server error' }),
+  },
+): NonNullable<FakeZulip['override']> {
   return (req, res) => {
     if (req.method !== method || req.url?.split('?')[0] !== path) return false;
-    res.writeHead(500, { 'content-type': 'application/json' });
-    res.end(JSON.stringify({ result: 'error', msg: 'Internal server error' }));
+    res.writeHead(answer.status, answer.headers).end(answer.body);
     return true;
   };
 }

@@ -1,7 +1,7 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterEach, expect, it, vi } from 'vitest';
-import { createLogger } from '../src/observability/logger.js';
+import { capturedLog } from './support/captured-log.js';
 import { webSocketForwarder } from '../src/proxy/websocket.js';
 import { rawUpgrade } from './support/http-client.js';
 
@@ -22,8 +22,7 @@ afterEach(() => {
 });
 
 it('a throw inside the library closes that connection with the warning, and the next upgrade is served the same (E4)', async () => {
-  const lines: string[] = [];
-  const log = createLogger('warn', { write: (l: string) => lines.push(l) } as never);
+  const { lines, log } = capturedLog('warn');
   const forwarder = webSocketForwarder({ target: 'http://127.0.0.1:1', insecureTls: false, log, failure: 'upgrade failed' });
   const server = http.createServer((_req, res) => res.writeHead(404).end());
   server.on('upgrade', (req, socket, head) => forwarder.ws(req, socket, head));

@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { startRecorder } from '../src/har/recorder.js';
-import { createLogger } from '../src/observability/logger.js';
+import { capturedLog } from './support/captured-log.js';
 import { webSocketForwarder, type WebSocketForwarder } from '../src/proxy/websocket.js';
 import { rawUpgrade } from './support/http-client.js';
 
@@ -39,15 +39,10 @@ afterEach(() => {
   for (const c of closers.splice(0)) c();
 });
 
-function logged(): { lines: string[]; log: ReturnType<typeof createLogger> } {
-  const lines: string[] = [];
-  return { lines, log: createLogger('warn', { write: (l: string) => lines.push(l) } as never) };
-}
-
 /** An echoing upstream, a forwarder to it and a server in front of that, all closed after the test. */
 async function chain(thenClose = false) {
   const up = await echoingUpstream();
-  const forwarder = webSocketForwarder({ target: up.url, insecureTls: false, log: logged().log, failure: 'upgrade failed' });
+  const forwarder = webSocketForwarder({ target: up.url, insecureTls: false, log: capturedLog('warn').log, failure: 'upgrade failed' });
   const f = await front(forwarder, thenClose);
   closers.push(
     () => up.server.close(),
@@ -82,7 +77,7 @@ describe('the WebSocket forwarder (T1)', () => {
   });
 
   it('closes the connection and says so when the upstream cannot be reached (E4: the process stays up)', async () => {
-    const { lines, log } = logged();
+    const { lines, log } = capturedLog('warn');
     const forwarder = webSocketForwarder({ target: 'http://127.0.0.1:1', insecureTls: false, log, failure: 'upgrade failed' });
     const f = await front(forwarder);
     closers.push(
@@ -97,7 +92,7 @@ describe('the WebSocket forwarder (T1)', () => {
     const up = await echoingUpstream();
     const dir = mkdtempSync(join(tmpdir(), 'zcs-ws-'));
     const file = join(dir, 'ws.har');
-    const recorder = await startRecorder({ upstream: up.url, file, log: logged().log, flushMs: 20 });
+    const recorder = await startRecorder({ upstream: up.url, file, log: capturedLog('warn').log, flushMs: 20 });
     closers.push(
       () => up.server.close(),
       () => rmSync(dir, { recursive: true, force: true }),

@@ -43,6 +43,37 @@ export function bareUndiciPassThrough(upstream: string): { handler: http.Request
   return { handler, close: () => pool.close() };
 }
 
+/**
+ * The shim's own pass-through (src/proxy/passthrough.ts) with nothing else around it: each
+ * request handed to it as a path the route table does not name, on the shim's default upstream
+ * timeout and pool size; `observe`: the upstream metrics hook. The bench's second reference,
+ * beside the bare undici one: what the shim adds before its pass-through and what the
+ * pass-through adds to undici.
+ */
+export async function shimPassThroughAlone(
+  upstream: string,
+  o: { logLevel: string; observe?: boolean },
+): Promise<{ handler: http.RequestListener; close(): Promise<void> }> {
+  const { loadConfig } = await import('../src/config.js');
+  const { createLogger } = await import('../src/observability/logger.js');
+  const { abortWithClient, createPassThrough } = await import('../src/proxy/passthrough.js');
+  const { NOT_IN_TABLE } = await import('../src/http/api-routes.js');
+  const { createMetrics } = await import('../src/observability/metrics.js');
+  const { upstreamObserver } = await import('../src/observability/upstream-metrics.js');
+  const { createTransport } = await import('../src/upstream/transport.js');
+  const { timeoutMs, maxSockets } = loadConfig(['--upstream', upstream], {}).config.upstream;
+  const observe = o.observe ? upstreamObserver(createMetrics()) : undefined;
+  const transport = createTransport({ target: upstream, timeoutMs, maxSockets, insecureTls: false, observe });
+  const proxy = createPassThrough({ target: upstream, transport, insecureTls: false, log: createLogger(o.logLevel) });
+  return {
+    handler: (req, res) => abortWithClient(proxy.web(req, res, 'bench', NOT_IN_TABLE)),
+    async close() {
+      await proxy.close();
+      await transport.close();
+    },
+  };
+}
+
 const isMain = process.argv[1] !== undefined && /bare-passthrough\.[jt]s$/.test(process.argv[1]);
 if (isMain) {
   const upstream = process.argv[2];

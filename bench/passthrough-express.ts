@@ -20,6 +20,7 @@ import { createRequire } from 'node:module';
 import { cpus, loadavg } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
+import { shimPassThroughAlone } from './bare-passthrough.js';
 
 type Role = 'upstream' | 'raw' | 'raw-metrics' | 'express' | 'shim';
 
@@ -50,24 +51,11 @@ async function serve(role: Role, upstream: string, logLevel: string): Promise<nu
     const shim = createShim({ config, log, target: upstream, upstreamId: upstream });
     return (await shim.listen(0, '127.0.0.1')).port;
   }
-  const { abortWithClient, createPassThrough } = await import('../src/proxy/passthrough.js');
-  const { NOT_IN_TABLE } = await import('../src/http/api-routes.js');
-  const { createMetrics } = await import('../src/observability/metrics.js');
-  const { upstreamObserver } = await import('../src/observability/upstream-metrics.js');
-  const { createTransport } = await import('../src/upstream/transport.js');
-  const transport = createTransport({
-    target: upstream,
-    timeoutMs: config.upstream.timeoutMs,
-    maxSockets: config.upstream.maxSockets,
-    insecureTls: false,
-    observe: role === 'raw-metrics' ? upstreamObserver(createMetrics()) : undefined,
-  });
-  const proxy = createPassThrough({ target: upstream, transport, insecureTls: false, log });
-  if (role === 'raw' || role === 'raw-metrics')
-    return listen(http.createServer((req, res) => abortWithClient(proxy.web(req, res, 'bench', NOT_IN_TABLE))));
+  const { handler } = await shimPassThroughAlone(upstream, { logLevel, observe: role === 'raw-metrics' });
+  if (role === 'raw' || role === 'raw-metrics') return listen(http.createServer(handler));
   const { default: express } = await import('express');
   const app = express();
-  app.use((req, res) => abortWithClient(proxy.web(req, res, 'bench', NOT_IN_TABLE)));
+  app.use(handler);
   return listen(http.createServer(app));
 }
 

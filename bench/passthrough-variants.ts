@@ -1,7 +1,7 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { parseArgs } from 'node:util';
-import { bareUndiciPassThrough } from './bare-passthrough.js';
+import { bareUndiciPassThrough, shimPassThroughAlone } from './bare-passthrough.js';
 import { serveParent, spawnChild, type Child } from './children.js';
 import { cannon } from './load.js';
 import { findNginx, startNginx } from './nginx.js';
@@ -22,23 +22,8 @@ import { basicAuth, SMALL_PATH } from './synthetic-upstream.js';
  */
 
 async function serve(role: string, upstream: string): Promise<void> {
-  let handler: http.RequestListener;
-  let close = async () => {};
-  if (role === 'raw-proxy') {
-    const { abortWithClient, createPassThrough } = await import('../src/proxy/passthrough.js');
-    const { NOT_IN_TABLE } = await import('../src/http/api-routes.js');
-    const { createLogger } = await import('../src/observability/logger.js');
-    const { createTransport } = await import('../src/upstream/transport.js');
-    const transport = createTransport({ target: upstream, timeoutMs: 120_000, maxSockets: 256, insecureTls: false });
-    const pt = createPassThrough({ target: upstream, transport, insecureTls: false, log: createLogger('warn') });
-    handler = (req, res) => abortWithClient(pt.web(req, res, 'bench', NOT_IN_TABLE));
-    close = async () => {
-      await pt.close();
-      await transport.close();
-    };
-  } else {
-    ({ handler, close } = bareUndiciPassThrough(upstream));
-  }
+  const { handler, close } =
+    role === 'raw-proxy' ? await shimPassThroughAlone(upstream, { logLevel: 'warn' }) : bareUndiciPassThrough(upstream);
   const server = http.createServer(handler);
   server.keepAliveTimeout = 65_000;
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));

@@ -151,6 +151,19 @@ describe('the judge', () => {
     expect(parseProblems('InitialSnapshot', register)).toEqual([]);
   });
 
+  it('lets an enum with a fallback take any value, as the app’s $enumDecode(…, unknownValue:) does', () => {
+    const register = eraAnswer('register', ERA_FEATURE_LEVEL['8.0']);
+    const settings = register.user_settings as Record<string, unknown>;
+    expect(APP_PARSERS.classes.UserSettings!.fields.find((f) => f.key === 'emojiset')?.shape).toMatchObject({
+      type: 'enum',
+      fallback: true,
+    });
+    for (const unknown of ['no-such-set', 5]) {
+      settings.emojiset = unknown;
+      expect(parseProblems('InitialSnapshot', register)).toEqual([]);
+    }
+  });
+
   it('fails what the app’s dispatch cannot place, and a known event without its fields', () => {
     expect(parseProblems('Message', { type: 'direct' }).join()).toMatch(/the app throws/);
     expect(parseProblems('GetEventsResult', { events: [{ id: 1, type: 'realm_user', op: 'remove', person: {} }] }).join()).toMatch(

@@ -315,7 +315,7 @@ export async function measureB4(o: B4Options): Promise<B4Result> {
   // figure within this run (a spread wider than the target's margin says the run cannot decide it).
   const ofRounds = (target: string) => rows.filter((r) => r.variant === smallName && r.target === target).map((r) => r.rps);
   const bareRounds = ofRounds(BARE_TARGET);
-  const perRound = ofRounds(SHIM_TARGET).map((rps, i) => rps / bareRounds[i]!);
+  const perRound = ofRounds(SHIM_TARGET).flatMap((rps, i) => (bareRounds[i] ? [rps / bareRounds[i]] : []));
   const x = (v: number | null) => (v === null ? '–' : `${v.toFixed(2)}×`);
   const met = (m: boolean | null) => (m === null ? 'not measured' : m ? 'met' : 'NOT met');
   out.push(

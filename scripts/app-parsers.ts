@@ -1,24 +1,64 @@
 /**
- * Writes test/fixtures/app-parsers.json: what the Zulip mobile app's generated JSON parsers
- * (zulip-flutter `lib/api/**\/*.g.dart`, json_serializable) require of each class, at a pinned
- * commit (contract M4: the app's own parsers are the judge). A field is required when its parser
- * reads it with a non-nullable cast (`as String`, `as num`, `as List<dynamic>`, …) or
- * `$enumDecode`, with no default, no null test and no nullable converter; its JSON type is the
- * cast's. Which class an event or a message is parsed as comes from the app's hand-written
- * dispatch (`Event.fromJson` in events.dart, `Message.fromJson` in model.dart).
+ * Writes test/fixtures/app-parsers/<name>.json, one for each ref of the Zulip mobile app listed in
+ * APP_REFS: what the app's generated JSON parsers (zulip-flutter `lib/api/**\/*.g.dart`,
+ * json_serializable) require of each class at that ref (contract M4: the app's own parsers are the
+ * judge; M5: at every ref listed, the app as it ships and as its open pull requests will make it).
+ * A field is required when its parser reads it with a non-nullable cast (`as String`, `as num`,
+ * `as List<dynamic>`, …) or `$enumDecode`, with no default, no null test and no nullable
+ * converter; its JSON type is the cast's. Which class an event or a message is parsed as comes
+ * from the app's hand-written dispatch (`Event.fromJson` in events.dart, `Message.fromJson` in
+ * model.dart).
  *
- *   node --import tsx scripts/app-parsers.ts <zulip-flutter git dir> [commit]
+ *   node --import tsx scripts/app-parsers.ts <zulip-flutter git dir>
+ *   (npm run fixtures:app-parsers -- <zulip-flutter git dir>)
+ *
+ * The git dir is a clone or mirror of zulip/zulip-flutter that has every ref listed (the pull
+ * requests' `refs/pull/N/head` come with a mirror, `git clone --mirror`). Each ref is resolved to
+ * its commit, which the fixture records beside the ref; a ref that resolves to the commit of one
+ * listed before it gets a fixture naming that one (`sameAs`) instead of a copy. Fixtures of refs
+ * no longer listed are removed.
  *
  * Helpers the generated code calls (`readValue:` and `fromJson:` functions) are written by hand
  * in the app; each one the parsers use is described in READERS and HELPERS below, and the script
- * stops at one it does not know, so a new pinned commit is read, not guessed.
+ * stops at one it does not know, so a new ref is read, not guessed.
  */
 import { execFileSync } from 'node:child_process';
-import { writeFileSync } from 'node:fs';
+import { mkdirSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { PROJECT_ROOT } from '../src/version.js';
 
-export const PINNED_COMMIT = 'e989e4f6';
+export const APP_REPOSITORY = 'zulip/zulip-flutter';
+
+/**
+ * The refs of the app the judge reads (contract M5), in one place: the shim satisfies every one
+ * at once. Adding one is a line here and `npm run fixtures:app-parsers -- <git dir>`; the
+ * conformance test (test/app-conformance.test.ts) then runs against it too.
+ */
+export const APP_REFS = {
+  pinned: {
+    ref: 'e989e4f6',
+    why: 'the commit docs/mobile-app.md was read against (main at the v30.0.274 release)',
+  },
+  main: {
+    ref: 'refs/heads/main',
+    why: 'the newest main in the git dir: what the next release ships',
+  },
+  'sweep-2398': {
+    ref: 'refs/pull/2398/head',
+    why: 'server sweep pull request: deletes the code for servers before 7.0 (TODO(server-7)), on an older main',
+  },
+  'sweep-2416': {
+    ref: 'refs/pull/2416/head',
+    why: 'server sweep pull request: 2398, then deletes the code for servers before 8.0 (TODO(server-8))',
+  },
+  'sweep-2436': {
+    ref: 'refs/pull/2436/head',
+    why: 'server sweep pull request, the newest: 2416 rebased on main, then deletes the code for servers before 9.0 (TODO(server-9))',
+  },
+} as const satisfies Record<string, { ref: string; why: string }>;
+
+export type AppRefName = keyof typeof APP_REFS;
+export const APP_REF_NAMES = Object.keys(APP_REFS) as AppRefName[];
 
 export type Shape =
   | { type: 'integer' | 'number' | 'string' | 'boolean' | 'object' }
@@ -61,6 +101,9 @@ export interface Dispatch {
 
 export interface AppParsers {
   repository: string;
+  /** The ref as given (a commit, a branch, `refs/pull/N/head`). */
+  ref: string;
+  /** The commit it resolved to. */
   commit: string;
   classes: Record<string, ParsedClass>;
   dispatch: Record<string, Dispatch>;
@@ -70,6 +113,16 @@ export interface AppParsers {
    */
   notChecked: string[];
 }
+
+/** The fixture of a ref that resolved to the commit of one listed before it: that one's parsers. */
+export interface SameAsFixture {
+  repository: string;
+  ref: string;
+  commit: string;
+  sameAs: AppRefName;
+}
+
+export type AppParsersFixture = AppParsers | SameAsFixture;
 
 /** readValue functions: where they read, and what they mean. */
 const READERS: Record<string, (key: string, owner: string) => Partial<Field> | 'optional' | 'unchecked'> = {
@@ -144,11 +197,17 @@ const CASTS: Record<string, Shape['type']> = {
   Map: 'map',
 };
 
-function git(dir: string, commit: string, ...args: string[]): string {
-  return execFileSync('git', ['--git-dir', dir, ...args.map((a) => a.replace('{commit}', commit))], {
-    encoding: 'utf8',
-    maxBuffer: 64 << 20,
-  });
+function git(dir: string, ...args: string[]): string {
+  return execFileSync('git', ['--git-dir', dir, ...args], { encoding: 'utf8', maxBuffer: 64 << 20 });
+}
+
+/** The commit `ref` names in `gitDir` (a commit, a tag, a branch, `refs/pull/N/head`); throws when it names none. */
+export function resolveRef(gitDir: string, ref: string): string {
+  try {
+    return git(gitDir, 'rev-parse', '--verify', '--quiet', '--end-of-options', `${ref}^{commit}`).trim();
+  } catch {
+    throw new Error(`${gitDir}: ${ref} names no commit (a mirror of ${APP_REPOSITORY} has refs/pull/N/head: git clone --mirror)`);
+  }
 }
 
 /** Splits a call's argument text at top-level commas. */
@@ -353,17 +412,19 @@ function parseDispatch(file: string, source: string, factory: string, into: AppP
   into.dispatch[factory] = { by: [...new Set(by)], cases, ...(otherwise ? { otherwise } : {}), at: line };
 }
 
-export function readAppParsers(gitDir: string, commit: string): AppParsers {
-  const full = git(gitDir, commit, 'rev-parse', '{commit}').trim();
-  const out: AppParsers = { repository: 'zulip/zulip-flutter', commit: full, classes: {}, dispatch: {}, notChecked: [] };
-  const files = git(gitDir, commit, 'ls-tree', '-r', '--name-only', '{commit}', 'lib/api')
+/** What the app's parsers at `ref` (anything `git rev-parse` resolves to a commit) require. */
+export function readAppParsers(gitDir: string, ref: string): AppParsers {
+  const commit = resolveRef(gitDir, ref);
+  const show = (file: string) => git(gitDir, 'show', `${commit}:${file}`);
+  const out: AppParsers = { repository: APP_REPOSITORY, ref, commit, classes: {}, dispatch: {}, notChecked: [] };
+  const files = git(gitDir, 'ls-tree', '-r', '--name-only', commit, 'lib/api')
     .split('\n')
     .filter((f) => f.endsWith('.g.dart'));
-  for (const file of files) parseClasses(file, git(gitDir, commit, 'show', `{commit}:${file}`), out);
-  parseDispatch('lib/api/model/events.dart', git(gitDir, commit, 'show', '{commit}:lib/api/model/events.dart'), 'Event', out);
-  parseDispatch('lib/api/model/model.dart', git(gitDir, commit, 'show', '{commit}:lib/api/model/model.dart'), 'Message', out);
+  for (const file of files) parseClasses(file, show(file), out);
+  parseDispatch('lib/api/model/events.dart', show('lib/api/model/events.dart'), 'Event', out);
+  parseDispatch('lib/api/model/model.dart', show('lib/api/model/model.dart'), 'Message', out);
   for (const [name, { file, fields }] of Object.entries(HAND_WRITTEN)) {
-    const source = git(gitDir, commit, 'show', `{commit}:${file}`);
+    const source = show(file);
     const lines = source.split('\n');
     const start = lines.findIndex((l) => l.includes(`${name}.fromJson(`));
     const found = fields.map(([text, field]) => {
@@ -397,19 +458,47 @@ export function readAppParsers(gitDir: string, commit: string): AppParsers {
   return out;
 }
 
-export const APP_PARSERS_FILE = resolve(PROJECT_ROOT, 'test/fixtures/app-parsers.json');
+export const APP_PARSERS_DIR = resolve(PROJECT_ROOT, 'test/fixtures/app-parsers');
+
+export const appParsersFile = (name: AppRefName): string => resolve(APP_PARSERS_DIR, `${name}.json`);
+
+/** Writes the fixture of every ref in APP_REFS (and removes any other), saying what each holds. */
+export function writeAppParsers(gitDir: string, log: (line: string) => void = console.log): void {
+  mkdirSync(APP_PARSERS_DIR, { recursive: true });
+  const written = new Map<string, AppRefName>();
+  for (const name of APP_REF_NAMES) {
+    const { ref } = APP_REFS[name];
+    const commit = resolveRef(gitDir, ref);
+    const same = written.get(commit);
+    let fixture: AppParsersFixture;
+    let said: string;
+    if (same) {
+      fixture = { repository: APP_REPOSITORY, ref, commit, sameAs: same };
+      said = `the same commit as ${same}`;
+    } else {
+      const parsers = readAppParsers(gitDir, ref);
+      written.set(commit, name);
+      fixture = parsers;
+      const fields = Object.values(parsers.classes).flatMap((c) => c.fields);
+      const optional = fields.filter((f) => f.optional).length;
+      said = `${Object.keys(parsers.classes).length} classes, ${fields.length - optional} required and ${optional} optional fields, ${Object.keys(parsers.dispatch.Event?.cases ?? {}).length} event cases`;
+    }
+    writeFileSync(appParsersFile(name), `${JSON.stringify(fixture, null, 1)}\n`);
+    log(`${name} (${ref} = ${commit.slice(0, 10)}): ${said} → ${appParsersFile(name)}`);
+  }
+  for (const file of readdirSync(APP_PARSERS_DIR)) {
+    if (file.endsWith('.json') && !(file.slice(0, -'.json'.length) in APP_REFS)) {
+      rmSync(resolve(APP_PARSERS_DIR, file));
+      log(`removed ${file}: not in APP_REFS`);
+    }
+  }
+}
 
 if (process.argv[1] && import.meta.url.endsWith(process.argv[1].replace(/^.*\//, ''))) {
-  const [gitDir, commit = PINNED_COMMIT] = process.argv.slice(2);
-  if (!gitDir) {
-    console.error('usage: node --import tsx scripts/app-parsers.ts <zulip-flutter git dir> [commit]');
+  const [gitDir, ...rest] = process.argv.slice(2);
+  if (!gitDir || rest.length) {
+    console.error('usage: node --import tsx scripts/app-parsers.ts <zulip-flutter git dir>   (the refs are APP_REFS in this file)');
     process.exit(2);
   }
-  const parsers = readAppParsers(gitDir, commit);
-  writeFileSync(APP_PARSERS_FILE, `${JSON.stringify(parsers, null, 1)}\n`);
-  const fields = Object.values(parsers.classes).flatMap((c) => c.fields);
-  const optional = fields.filter((f) => f.optional).length;
-  console.log(
-    `${Object.keys(parsers.classes).length} classes, ${fields.length - optional} required and ${optional} optional fields, ${Object.keys(parsers.dispatch.Event?.cases ?? {}).length} event cases → ${APP_PARSERS_FILE}`,
-  );
+  writeAppParsers(gitDir);
 }

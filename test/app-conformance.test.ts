@@ -1,21 +1,24 @@
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import request from 'supertest';
 import { parse } from 'yaml';
+import { APP_PARSERS_DIR, APP_REF_NAMES, APP_REFS, readAppParsers } from '../scripts/app-parsers.js';
 import { buildAnswers, OPENAPI_ANSWERS_FILE } from '../scripts/openapi-answers.js';
 import { PROJECT_ROOT } from '../src/version.js';
 import { afterEach, describe, expect, it } from 'vitest';
-import { APP_PARSERS, parseProblems } from './support/app-parsers.js';
+import { APP_JUDGES, judgeAt } from './support/app-parsers.js';
 import { eraAnswer, eraEvents } from './support/era-answers.js';
 import { ERA_FEATURE_LEVEL, startFake, type FakeZulip } from './support/fake-zulip.js';
 import { APP_AGENT, APP_REGISTER, OTHER_AGENT } from './support/mobile-app.js';
 import { startShim, type RunningShim } from './support/shim.js';
 
 /**
- * M4 (docs/mobile-app.md): the Zulip mobile app's own parsers are the judge. Through the shim
- * with --app-feature-level 277, every answer and event the app parses, from upstreams that send
- * whole answers as Zulip 7.0 and 8.0 do, has every field those parsers require, with its JSON
- * type: register, server_settings, messages, one message and every event the era sends.
+ * M4, M5 (docs/mobile-app.md): the Zulip mobile app's own parsers are the judge, at every ref of
+ * the app listed in scripts/app-parsers.ts (APP_REFS: the pinned commit, the newest main, the
+ * open pull requests that remove old-server code). Through the shim with --app-feature-level 277,
+ * every answer and event the app parses, from upstreams that send whole answers as Zulip 7.0 and
+ * 8.0 do, has every field the parsers at each ref require, with its JSON type: register,
+ * server_settings, messages, one message and every event the era sends.
  */
 
 const APP = APP_AGENT;
@@ -29,34 +32,40 @@ afterEach(async () => {
 
 const asApp = (r: request.Test) => r.set('User-Agent', APP).set('Authorization', fake.auth(10));
 
-describe.each(['7.0', '8.0'] as const)('the app’s parsers accept what it gets through the shim from %s', (era) => {
+// Every listed ref of the app (APP_REFS) × every era; each answer's problems are reported even
+// after an earlier answer's (expect.soft), so a failure lists all that the ref misses.
+const EACH_REF_AND_ERA = APP_JUDGES.flatMap((judge) =>
+  (['7.0', '8.0'] as const).map((era) => [judge.name, judge.ref, era, judge] as const),
+);
+
+describe.each(EACH_REF_AND_ERA)('the app’s parsers at %s (%s) accept what it gets through the shim from %s', (_name, _ref, era, judge) => {
   it('register, server_settings, messages, one message and every event', async () => {
     fake = await startFake({ era, whole: true });
     shim = await startShim(fake.url, { app: { featureLevel: 277 } });
 
     const settings = await asApp(request(shim.url).get('/api/v1/server_settings'));
     expect(settings.body.zulip_feature_level).toBe(277);
-    expect(parseProblems('GetServerSettingsResult', settings.body)).toEqual([]);
+    expect.soft(judge.parseProblems('GetServerSettingsResult', settings.body)).toEqual([]);
 
     const register = await asApp(request(shim.url).post('/api/v1/register')).type('form').send(APP_REGISTER);
     expect(register.status).toBe(200);
     expect(register.body.zulip_feature_level).toBe(277);
     expect(register.body.realm_users.length).toBeGreaterThan(1);
-    expect(parseProblems('InitialSnapshot', register.body)).toEqual([]);
+    expect.soft(judge.parseProblems('InitialSnapshot', register.body)).toEqual([]);
 
     const narrow = JSON.stringify([{ operator: 'channel', operand: 7 }]);
     const messages = await asApp(
       request(shim.url).get(`/api/v1/messages?anchor=newest&num_before=20&num_after=0&narrow=${encodeURIComponent(narrow)}`),
     );
     expect(messages.body.messages.map((m: { type: string }) => m.type).sort()).toEqual(['private', 'stream']);
-    expect(parseProblems('GetMessagesResult', messages.body)).toEqual([]);
+    expect.soft(judge.parseProblems('GetMessagesResult', messages.body)).toEqual([]);
     const message = await asApp(request(shim.url).get('/api/v1/messages/16?apply_markdown=true'));
-    expect(parseProblems('GetMessageResult', message.body)).toEqual([]);
+    expect.soft(judge.parseProblems('GetMessageResult', message.body)).toEqual([]);
 
     const events = await asApp(request(shim.url).get(`/api/v1/events?queue_id=${register.body.queue_id}&last_event_id=-1`));
     expect(events.body.events).toHaveLength(eraEvents(ERA_FEATURE_LEVEL[era]).length);
     expect(events.body.events.find((e: { type: string }) => e.type === 'delete_message')).toHaveProperty('message_ids');
-    expect(parseProblems('GetEventsResult', events.body)).toEqual([]);
+    expect.soft(judge.parseProblems('GetEventsResult', events.body)).toEqual([]);
   });
 });
 
@@ -104,15 +113,43 @@ describe('the fixtures', () => {
     const stored = JSON.parse(readFileSync(OPENAPI_ANSWERS_FILE, 'utf8'));
     expect(buildAnswers(parse(readFileSync(file, 'utf8'), { maxAliasCount: -1 }), stored.source)).toEqual(stored);
   });
+
+  it('are the app’s refs APP_REFS lists, one each, each recording its ref and the commit it resolved to', () => {
+    expect(readdirSync(APP_PARSERS_DIR).sort()).toEqual(APP_REF_NAMES.map((name) => `${name}.json`).sort());
+    expect(APP_JUDGES.map((j) => j.name)).toEqual(APP_REF_NAMES);
+    for (const judge of APP_JUDGES) {
+      expect(judge.parsers.repository, judge.name).toBe('zulip/zulip-flutter');
+      expect(judge.parsers.ref, judge.name).toBe(APP_REFS[judge.name].ref);
+      expect(judge.parsers.commit, judge.name).toMatch(/^[0-9a-f]{40}$/);
+      expect(judge.commit, judge.name).toBe(judge.parsers.commit);
+      if (judge.sameAs) expect(judgeAt(judge.sameAs).commit, judge.name).toBe(judge.commit);
+    }
+    expect(judgeAt('pinned').commit.startsWith(APP_REFS.pinned.ref)).toBe(true);
+  });
+
+  // Skipped (and reported so) unless ZULIP_FLUTTER_GIT_DIR names a mirror of zulip/zulip-flutter
+  // (`git clone --mirror`, for refs/pull/N/head). Fails when a ref moved (a new main, a pull
+  // request pushed again): `npm run fixtures:app-parsers -- <git dir>` writes them anew.
+  const gitDir = process.env.ZULIP_FLUTTER_GIT_DIR;
+  it.skipIf(!gitDir)(
+    'hold what scripts/app-parsers.ts reads at each ref in the git dir ZULIP_FLUTTER_GIT_DIR names',
+    () => {
+      for (const judge of APP_JUDGES) expect(readAppParsers(gitDir!, judge.ref), judge.name).toEqual(judge.parsers);
+    },
+    60_000,
+  );
 });
 
 describe('the judge', () => {
-  it('is the app’s parsers at the pinned commit: the classes the inventory names, and its 46 event cases', () => {
-    expect(APP_PARSERS.commit).toMatch(/^e989e4f6/);
+  const pinned = judgeAt('pinned');
+  const sweep = judgeAt('sweep-2436');
+
+  it('at the pinned commit is the app’s parsers there: the classes the inventory names, and its 46 event cases', () => {
+    expect(pinned.parsers.commit).toMatch(/^e989e4f6/);
     for (const name of ['InitialSnapshot', 'User', 'ZulipStream', 'Subscription', 'StreamMessage', 'DmMessage', 'GetEventsResult']) {
-      expect(APP_PARSERS.classes[name]?.fields.length, name).toBeGreaterThan(0);
+      expect(pinned.parsers.classes[name]?.fields.length, name).toBeGreaterThan(0);
     }
-    expect(Object.keys(APP_PARSERS.dispatch.Event!.cases)).toHaveLength(46);
+    expect(Object.keys(pinned.parsers.dispatch.Event!.cases)).toHaveLength(46);
   });
 
   it.each([
@@ -133,42 +170,74 @@ describe('the judge', () => {
       (r: Record<string, unknown>) => ((r.realm_users as Record<string, unknown>[])[0]!.delivery_email = 5),
       /realm_users .*\[0\]\.delivery_email .*is not a string/,
     ],
-  ])('fails a register answer with %s', (_what, spoil, problem) => {
+  ])('at the pinned commit fails a register answer with %s', (_what, spoil, problem) => {
     const register = eraAnswer('register', ERA_FEATURE_LEVEL['8.0']);
-    expect(parseProblems('InitialSnapshot', register)).toEqual([]);
+    expect(pinned.parseProblems('InitialSnapshot', register)).toEqual([]);
     spoil(register);
-    expect(parseProblems('InitialSnapshot', register).join('\n')).toMatch(problem);
+    expect(pinned.parseProblems('InitialSnapshot', register).join('\n')).toMatch(problem);
   });
 
-  it('lets an optional field be absent or null, as the app’s parser does', () => {
+  it('at the pinned commit lets an optional field be absent or null, as the app’s parser does', () => {
     const register = eraAnswer('register', ERA_FEATURE_LEVEL['8.0']);
     const user = (register.realm_users as Record<string, unknown>[])[0]!;
     delete user.delivery_email;
     user.avatar_url = null;
-    expect(APP_PARSERS.classes.User!.fields.filter((f) => f.optional).map((f) => f.key)).toEqual(
+    expect(pinned.parsers.classes.User!.fields.filter((f) => f.optional).map((f) => f.key)).toEqual(
       expect.arrayContaining(['delivery_email', 'avatar_url']),
     );
-    expect(parseProblems('InitialSnapshot', register)).toEqual([]);
+    expect(pinned.parseProblems('InitialSnapshot', register)).toEqual([]);
   });
 
-  it('lets an enum with a fallback take any value, as the app’s $enumDecode(…, unknownValue:) does', () => {
+  it('at the pinned commit lets an enum with a fallback take any value, as the app’s $enumDecode(…, unknownValue:) does', () => {
     const register = eraAnswer('register', ERA_FEATURE_LEVEL['8.0']);
     const settings = register.user_settings as Record<string, unknown>;
-    expect(APP_PARSERS.classes.UserSettings!.fields.find((f) => f.key === 'emojiset')?.shape).toMatchObject({
+    expect(pinned.parsers.classes.UserSettings!.fields.find((f) => f.key === 'emojiset')?.shape).toMatchObject({
       type: 'enum',
       fallback: true,
     });
     for (const unknown of ['no-such-set', 5]) {
       settings.emojiset = unknown;
-      expect(parseProblems('InitialSnapshot', register)).toEqual([]);
+      expect(pinned.parseProblems('InitialSnapshot', register)).toEqual([]);
     }
   });
 
-  it('fails what the app’s dispatch cannot place, and a known event without its fields', () => {
-    expect(parseProblems('Message', { type: 'direct' }).join()).toMatch(/the app throws/);
-    expect(parseProblems('GetEventsResult', { events: [{ id: 1, type: 'realm_user', op: 'remove', person: {} }] }).join()).toMatch(
+  it('at the pinned commit fails what the app’s dispatch cannot place, and a known event without its fields', () => {
+    expect(pinned.parseProblems('Message', { type: 'direct' }).join()).toMatch(/the app throws/);
+    expect(pinned.parseProblems('GetEventsResult', { events: [{ id: 1, type: 'realm_user', op: 'remove', person: {} }] }).join()).toMatch(
       /person\.user_id .*missing/,
     );
-    expect(parseProblems('GetEventsResult', { events: [{ id: 1, type: 'no_such_event' }] })).toEqual([]); // UnexpectedEvent: ignored
+    expect(pinned.parseProblems('GetEventsResult', { events: [{ id: 1, type: 'no_such_event' }] })).toEqual([]); // UnexpectedEvent: ignored
+  });
+
+  // The app's server sweep (pull requests 2398, 2416, 2436) deletes the defaults and values it kept
+  // for servers before 9.0: what the pinned commit let an old server leave out, 2436 requires.
+  it.each([
+    'server_typing_started_expiry_period_milliseconds',
+    'server_typing_stopped_wait_period_milliseconds',
+    'server_typing_started_wait_period_milliseconds',
+    'server_thumbnail_formats',
+  ])('at sweep-2436 fails a register answer without %s, which the pinned commit gives a default', (key) => {
+    const register = eraAnswer('register', ERA_FEATURE_LEVEL['8.0']);
+    register.server_thumbnail_formats = []; // feature level 273 (9.0): not in 8.0's answer
+    expect(sweep.parseProblems('InitialSnapshot', register)).toEqual([]);
+    delete register[key];
+    expect(pinned.parseProblems('InitialSnapshot', register)).toEqual([]);
+    expect(sweep.parseProblems('InitialSnapshot', register).join('\n')).toMatch(
+      new RegExp(`^InitialSnapshot\\.${key} \\[.*\\]: missing$`, 'm'),
+    );
+  });
+
+  it('at sweep-2436 fails an update_message event flagged wildcard_mentioned (MessageFlag without it, no fallback); the pinned commit takes it', () => {
+    const event = eraEvents(ERA_FEATURE_LEVEL['8.0']).find((e) => e.type === 'update_message')!;
+    expect(sweep.parseProblems('GetEventsResult', { events: [event] })).toEqual([]);
+    const flagged = { events: [{ ...event, flags: ['read', 'wildcard_mentioned'] }] };
+    expect(pinned.parseProblems('GetEventsResult', flagged)).toEqual([]);
+    expect(sweep.parseProblems('GetEventsResult', flagged).join('\n')).toMatch(
+      /^GetEventsResult\.events .*\[0\]\.flags \[UpdateMessageEvent, .*\]\[1\]: "wildcard_mentioned" is not one of /m,
+    );
+    // A message's own flags go through MessageFlag.fromRawString, which makes an unknown one `unknown`.
+    const answer = eraAnswer('message', ERA_FEATURE_LEVEL['8.0']);
+    (answer.message as Record<string, unknown>).flags = ['read', 'wildcard_mentioned'];
+    expect(sweep.parseProblems('GetMessageResult', answer)).toEqual([]);
   });
 });

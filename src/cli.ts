@@ -2,6 +2,7 @@
 import { readFileSync } from 'node:fs';
 import http from 'node:http';
 import { ConfigError, infoRequest, loadConfig, oneLine, parseListenAddress, usage, type Config } from './config.js';
+import { HeldSignals } from './signals.js';
 import { VERSION } from './version.js';
 
 /**
@@ -73,9 +74,11 @@ async function main(argv: string[]): Promise<number> {
     process.stdout.write(`${VERSION}\n`);
     return 0;
   }
+  // X9: a serving shim's signals are held from here, before its code has loaded.
+  const signals = checking ? undefined : new HeldSignals();
   try {
     const { check, serve } = await import('./serve.js');
-    return await (checking ? check(argv) : serve(argv));
+    return await (checking ? check(argv) : serve(argv, signals));
   } catch (e) {
     if (e instanceof ConfigError) return configFailure(e);
     throw e;

@@ -8,6 +8,7 @@ import { tuneRuntime } from './runtime.js';
 import type { Shim } from './server.js';
 import { createMetrics } from './observability/metrics.js';
 import { createStore } from './store/create.js';
+import { HeldSignals } from './signals.js';
 import { realmOf } from './upstream/realm.js';
 import { VERSION } from './version.js';
 
@@ -131,8 +132,19 @@ export async function check(argv: string[]): Promise<number> {
   return ok ? 0 : 2;
 }
 
-/** Serves with the configuration loaded from `argv`; resolves to the exit code once stopped. */
-export async function serve(argv: string[]): Promise<number> {
+/**
+ * Serves with the configuration loaded from `argv`; resolves to the exit code once stopped.
+ * `signals` are taken from the caller's first moment (the CLI's), else from here on.
+ */
+export async function serve(argv: string[], signals: HeldSignals = new HeldSignals()): Promise<number> {
+  try {
+    return await serveWith(argv, signals);
+  } finally {
+    signals.release();
+  }
+}
+
+async function serveWith(argv: string[], signals: HeldSignals): Promise<number> {
   const { config, sources } = loadConfig(argv);
   const log = createLogger(config.log.level);
   warnNearMisses(log);
@@ -208,9 +220,9 @@ export async function serve(argv: string[]): Promise<number> {
       process.stderr.write(`zulip-compat-shim: ${app.line}\n`);
       stop('app.featureLevel', 2);
     });
-    // X9: these drain (stop accepting, finish in-flight requests up to the deadline)…
-    for (const signal of ['SIGTERM', 'SIGINT'] as const) process.on(signal, () => stop(signal));
-    // …and SIGHUP reloads the configuration without dropping a connection, as nginx does.
-    process.on('SIGHUP', () => reload(argv, shim, log));
+    // X9: SIGTERM and SIGINT drain (stop accepting, finish in-flight requests up to the
+    // deadline); SIGHUP reloads the configuration without dropping a connection, as nginx does.
+    // One that came while the shim was starting is acted on now.
+    signals.handTo((signal) => (signal === 'SIGHUP' ? reload(argv, shim, log) : stop(signal)));
   });
 }

@@ -8,6 +8,7 @@ import { SETTINGS, usage } from '../src/config.js';
 import { featureLevelOrUnknown, loggableUrl } from '../src/observability/startup.js';
 import { logLine, oneErrorLine, ROOT, runCli, until } from './support/cli-run.js';
 import { startFake, type FakeZulip } from './support/fake-zulip.js';
+import { systemPort } from './support/ports.js';
 import { startShim } from './support/shim.js';
 
 const PACKAGE_VERSION = (JSON.parse(readFileSync(resolve(ROOT, 'package.json'), 'utf8')) as { version: string }).version;
@@ -309,6 +310,55 @@ describe.concurrent('start-up line and signals', CLI_TIMEOUT, () => {
       rmSync(dir, { recursive: true, force: true });
     }
   });
+
+  /**
+   * Resolves once the child process catches SIGHUP (Linux: its bit in /proc/PID/status SigCgt;
+   * node itself catches none until a listener is added, unlike SIGTERM, which it catches to
+   * restore the terminal): the first moment the shim takes its signals.
+   */
+  const catchesSighup = (pid: number) =>
+    until(
+      `pid ${pid} to catch SIGHUP`,
+      () => {
+        const mask = /^SigCgt:\s*([0-9a-f]+)$/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1];
+        return mask && BigInt(`0x${mask}`) & 1n ? true : undefined;
+      },
+      10_000,
+    );
+
+  it.each(['SIGHUP', 'SIGTERM'] as const)(
+    'a %s at the first moment the shim takes signals, before it is up, is held and acted on; it never ends the process by itself (X9)',
+    async (signal) => {
+      const port = await systemPort();
+      const run = runCli(['--upstream', fake.url, '--port', String(port), '--log-level', 'info']);
+      try {
+        await catchesSighup(run.child.pid!);
+        // Not listening yet: the signal comes while the shim is still starting.
+        const refused = await new Promise<string>((done) =>
+          net
+            .connect(port, '127.0.0.1', function (this: net.Socket) {
+              this.destroy();
+              done('connected');
+            })
+            .on('error', (e: NodeJS.ErrnoException) => done(e.code ?? e.message)),
+        );
+        run.child.kill(signal);
+        expect(refused).toBe('ECONNREFUSED');
+        if (signal === 'SIGHUP') {
+          const start = await until('the start-up line', () => logLine(run, 'zulip-compat-shim listening'));
+          await until('the reload', () => logLine(run, /^reload \(SIGHUP\)/));
+          expect(run.child.signalCode).toBeNull();
+          expect(await request(new URL(String(start.listen)), '/healthz')).toMatchObject({ status: 200 });
+          run.child.kill('SIGTERM');
+        }
+        expect(await run.exited).toBe(0);
+        expect(run.child.signalCode).toBeNull();
+        expect(logLine(run, 'shutting down')).toMatchObject({ signal: 'SIGTERM' });
+      } finally {
+        run.child.kill('SIGKILL');
+      }
+    },
+  );
 
   it('--check says what it found of the configuration, the upstream and the store: 0 when all answer, 2 when not', async () => {
     const good = runCli(['--check', '--upstream', fake.url]);

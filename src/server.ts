@@ -352,6 +352,8 @@ export function createShim(o: ShimOptions): Shim {
   const inFlight = new InFlightAnswers();
   /** Requests handed over by `handle` (another server's) whose answers are not done yet. */
   let handedOver = 0;
+  /** X9: the drain has begun: no new request is taken, and every answer closes its connection. */
+  let draining = false;
   /**
    * Where a request goes: routes.ts's table, and (M2) the mobile app's requests that a newer API
    * changed to the translator. The one decision, for the listener and for `handle` alike.
@@ -374,6 +376,16 @@ export function createShim(o: ShimOptions): Shim {
       const route = routed ?? routeFor(req);
       // With --admin-listen, the shim's own paths are answered on that listener only.
       const own = route.kind === 'own' && !admin;
+      // X9: draining, a request that came on a kept-alive connection is not taken (its client
+      // tries again elsewhere, as after nginx's graceful shutdown); the shim's own paths are
+      // answered. Either way the connection then closes.
+      if (draining) {
+        res.shouldKeepAlive = false;
+        if (!own) {
+          sendShimError(res, shuttingDown(), { 'retry-after': '1' });
+          return;
+        }
+      }
       // X11: a connection past the cap gets one answer, then closes: its own paths answered
       // (a probe tells a busy shim from a dead one), anything else a 503 with Retry-After.
       if (cap.overCap(req.socket)) {
@@ -556,6 +568,10 @@ export function createShim(o: ShimOptions): Shim {
     close() {
       if (closing) return closing;
       const drainEnds = Date.now() + config.server.shutdownGraceMs;
+      // X9: each answer from now on says `Connection: close`, those in flight too (a held long
+      // poll's), so no connection outlives the answer it is carrying.
+      draining = true;
+      for (const { res } of inFlight) if (!res.headersSent) res.shouldKeepAlive = false;
       closing = new Promise<void>((resolve) => {
         // X9: at the drain deadline, a request still waiting for its answer (a held long poll,
         // say) gets a Zulip-shaped 503 and `Connection: close`, not a reset; an answer already

@@ -78,3 +78,48 @@ it("an upstream failure after the shim has answered (the drain's 503) does not t
   expect(res.destroy).not.toHaveBeenCalled();
   expect(warn).not.toHaveBeenCalled();
 });
+
+it('from the drain on, the in-flight long poll is answered with Connection: close and a request that comes after is not taken', async () => {
+  const shim = await startShim(fake.url, { server: { shutdownGraceMs: 5_000 } });
+  const held: ServerResponse[] = [];
+  fake.override = (req, res) => {
+    if (!req.url?.startsWith('/api/v1/events')) return false;
+    held.push(res);
+    return true;
+  };
+  const connect = async () => {
+    const socket = net.connect(Number(new URL(shim.url).port), '127.0.0.1');
+    socket.on('error', () => {});
+    const got = { text: '', closed: once(socket, 'close') };
+    socket.on('data', (d: Buffer) => (got.text += d.toString()));
+    await once(socket, 'connect');
+    return { socket, got };
+  };
+  const poll = `GET /api/v1/events?queue_id=q&last_event_id=-1 HTTP/1.1\r\nHost: chat.example.com\r\nAuthorization: ${fake.auth(10)}\r\n`;
+  const a = await connect();
+  const b = await connect();
+  try {
+    a.socket.write(`${poll}\r\n`);
+    b.socket.write(poll); // its head not yet ended
+    for (let i = 0; i < 300 && held.length === 0; i++) await new Promise((r) => setTimeout(r, 10));
+    expect(held).toHaveLength(1);
+    const closing = shim.close();
+    b.socket.write('\r\n');
+    await b.got.closed;
+    expect(b.got.text).toMatch(/^HTTP\/1\.1 503 /);
+    expect(b.got.text).toMatch(/\r\nconnection: close\r\n/i);
+    expect(b.got.text).toContain('restarting');
+    const body = JSON.stringify({ result: 'success', msg: '', events: [] });
+    held[0]!.writeHead(200, { 'content-type': 'application/json', 'content-length': String(body.length) }).end(body);
+    await a.got.closed;
+    expect(a.got.text).toMatch(/^HTTP\/1\.1 200 /);
+    expect(a.got.text).toMatch(/\r\nconnection: close\r\n/i);
+    await closing;
+    expect(held).toHaveLength(1); // b's long poll never reached the upstream
+  } finally {
+    fake.override = undefined;
+    a.socket.destroy();
+    b.socket.destroy();
+    await shim.close();
+  }
+}, 15_000);

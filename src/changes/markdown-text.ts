@@ -1141,7 +1141,13 @@ function paragraph(sc: Scan, parent: Element, level: Level, a: number, b: number
 function nextBacktick(sc: Scan, from: number, end: number): number {
   const { t } = sc;
   const near = Math.min(end, from + 16);
-  for (let i = from; i < near; i++) if (t.charCodeAt(i) === BACKTICK) return i;
+  for (let i = from; i < near; i++) {
+    if (t.charCodeAt(i) === BACKTICK) {
+      sc.steps += i - from;
+      return i;
+    }
+  }
+  sc.steps += near - from;
   if (near === end) return -1;
   if (!(sc.backtickFrom <= near && (near <= sc.backtickAt || sc.backtickAt === -1))) {
     sc.backtickFrom = near;
@@ -1151,6 +1157,48 @@ function nextBacktick(sc: Scan, from: number, end: number): number {
   return sc.backtickAt !== -1 && sc.backtickAt < end ? sc.backtickAt : -1;
 }
 
+/** The code spans of one unit (a paragraph, list item or heading), marked in spanMarks. */
+function codeSpans(sc: Scan, unit: number): void {
+  if (!singleBackticks(sc, unit)) pairRuns(sc, unit);
+}
+
+/**
+ * The common case, single backticks only: each unescaped one is closed by the next, in one pass
+ * and nothing kept. Returns false, having marked nothing, at the first longer run.
+ */
+function singleBackticks(sc: Scan, unit: number): boolean {
+  const { t, spanMarks } = sc;
+  const marked = spanMarks.n;
+  let open = -1;
+  let openPiece = -1;
+  let steps = 0;
+  for (let p = sc.unitFirst.a[unit]!; p !== -1; p = sc.pieceNext.a[p]!) {
+    const start = sc.pieceStart.a[p]!;
+    const end = sc.pieceEnd.a[p]!;
+    for (let i = nextBacktick(sc, start, end); i !== -1; ) {
+      if (i + 1 < end && t.charCodeAt(i + 1) === BACKTICK) {
+        spanMarks.n = marked;
+        sc.steps += steps;
+        return false;
+      }
+      let k = i;
+      while (k > start && t.charCodeAt(k - 1) === BACKSLASH) k--;
+      if (open !== -1) {
+        markSpan(sc, unit, open, openPiece, i + 1, p);
+        open = -1;
+      } else if ((i - k) % 2 === 0) {
+        open = i;
+        openPiece = p;
+      }
+      steps += i + 1 - k;
+      i = i + 1 < end ? nextBacktick(sc, i + 1, end) : -1;
+    }
+    steps++;
+  }
+  sc.steps += steps;
+  return true;
+}
+
 /**
  * The code spans of one unit, by Python-Markdown's BACKTICK_RE. A run opens at its first
  * backtick, or at its second when the first is escaped. An opening run of N (after the escape)
@@ -1158,41 +1206,35 @@ function nextBacktick(sc: Scan, from: number, end: number): number {
  * regex's backtracking); that search costs at most N tries, so all of them cost at most the
  * number of backticks. The next run to open is the first after the span.
  */
-function codeSpans(sc: Scan, unit: number): void {
+function pairRuns(sc: Scan, unit: number): void {
   const { t, runs } = sc;
+  let { pos, len, opens, piece } = runs;
   let count = 0;
   let maxLength = 0;
+  let steps = 0;
   for (let p = sc.unitFirst.a[unit]!; p !== -1; p = sc.pieceNext.a[p]!) {
     const start = sc.pieceStart.a[p]!;
     const end = sc.pieceEnd.a[p]!;
-    sc.steps += 1 + Math.min(end - start, 16);
     for (let i = nextBacktick(sc, start, end); i !== -1; ) {
       const j = runEnd(t, i, BACKTICK, end);
       let k = i;
       while (k > start && t.charCodeAt(k - 1) === BACKSLASH) k--;
-      if (count === runs.pos.length) growRuns(runs);
-      runs.pos[count] = i;
-      runs.len[count] = j - i;
-      runs.opens[count] = j - i - ((i - k) % 2);
-      runs.piece[count++] = p;
-      maxLength = Math.max(maxLength, j - i);
-      sc.steps += j - k + 16;
+      if (count === pos.length) {
+        growRuns(runs);
+        ({ pos, len, opens, piece } = runs);
+      }
+      pos[count] = i;
+      len[count] = j - i;
+      opens[count] = j - i - ((i - k) % 2);
+      piece[count++] = p;
+      if (j - i > maxLength) maxLength = j - i;
+      steps += j - k;
       i = j < end ? nextBacktick(sc, j, end) : -1;
     }
+    steps++;
   }
+  sc.steps += steps;
   if (count < 2) return;
-  const { len, opens } = runs;
-  if (maxLength === 1) {
-    // Single backticks: each unescaped one is closed by the next.
-    for (let i = 0; i < count - 1; i++) {
-      if (opens[i]! > 0) {
-        span(sc, unit, i, i + 1);
-        i++;
-      }
-    }
-    sc.steps += count;
-    return;
-  }
   // first[k]: the first run of exactly k backticks not yet passed; following[j]: the next run of j's length.
   const first = new Int32Array(maxLength + 1).fill(-1);
   const following = new Int32Array(count);
@@ -1239,24 +1281,25 @@ function growRuns(runs: Runs): void {
 /** Marks the span from run `open` (after its escape) to the end of run `close`. */
 function span(sc: Scan, unit: number, open: number, close: number): void {
   const { pos, len, opens, piece } = sc.runs;
+  markSpan(sc, unit, pos[open]! + len[open]! - opens[open]!, piece[open]!, pos[close]! + len[close]!, piece[close]!);
+}
+
+/** Marks [from, to) of `unit`, `from` in piece fromPiece and `to` in toPiece. */
+function markSpan(sc: Scan, unit: number, from: number, fromPiece: number, to: number, toPiece: number): void {
   const marks = sc.spanMarks;
-  const from = pos[open]! + len[open]! - opens[open]!;
-  const to = pos[close]! + len[close]!;
-  const openPiece = piece[open]!;
-  const closePiece = piece[close]!;
-  if (!sc.unitInterleaved.a[unit] || openPiece === closePiece) {
+  if (!sc.unitInterleaved.a[unit] || fromPiece === toPiece) {
     marks.push(from);
     marks.push(to);
     return;
   }
   // The unit's pieces may enclose another unit's text: mark each piece's part alone.
   marks.push(from);
-  marks.push(sc.pieceEnd.a[openPiece]!);
-  for (let p = sc.pieceNext.a[openPiece]!; p !== closePiece; p = sc.pieceNext.a[p]!) {
+  marks.push(sc.pieceEnd.a[fromPiece]!);
+  for (let p = sc.pieceNext.a[fromPiece]!; p !== toPiece; p = sc.pieceNext.a[p]!) {
     marks.push(sc.pieceStart.a[p]!);
     marks.push(sc.pieceEnd.a[p]!);
   }
-  marks.push(sc.pieceStart.a[closePiece]!);
+  marks.push(sc.pieceStart.a[toPiece]!);
   marks.push(to);
 }
 
@@ -1282,8 +1325,9 @@ function complement(sc: Scan, contentLength: number): Array<ProseRange> {
   const { t, origin } = sc;
   const lists = [sortedPairs(sc.fenceMarks), sortedPairs(sc.blockMarks), sortedPairs(sc.spanMarks)];
   const next = [0, 0, 0];
-  const at = (i: number) => (origin ? origin[i]! : i);
-  const ranges: Array<ProseRange> = [];
+  // The prose's bounds first, the ranges then in an array of their number (a grown one costs more).
+  const bounds = new Int32Array(lists[0]!.length + lists[1]!.length + lists[2]!.length + 2);
+  let count = 0;
   /** Where the code so far ends: prose runs from there to the next mark's start. */
   let covered = 0;
   for (;;) {
@@ -1295,11 +1339,22 @@ function complement(sc: Scan, contentLength: number): Array<ProseRange> {
     const start = lists[pick]![next[pick]!]!;
     const end = lists[pick]![next[pick]! + 1]!;
     next[pick]! += 2;
-    sc.steps++;
     if (end <= start) continue;
-    if (start > covered) ranges.push([at(covered), at(start)]);
+    if (start > covered) {
+      bounds[count++] = covered;
+      bounds[count++] = start;
+    }
     covered = Math.max(covered, end);
   }
-  if (t.length > covered) ranges.push([at(covered), contentLength]);
+  if (t.length > covered) {
+    bounds[count++] = covered;
+    bounds[count++] = t.length;
+  }
+  sc.steps += bounds.length / 2;
+  const ranges = new Array<ProseRange>(count / 2);
+  for (let r = 0; r < count; r += 2) {
+    const end = bounds[r + 1]!;
+    ranges[r / 2] = origin ? [origin[bounds[r]!]!, end === t.length ? contentLength : origin[end]!] : [bounds[r]!, end];
+  }
   return ranges;
 }

@@ -151,11 +151,11 @@ export class FeatureLevels {
    * the client's Host. A realm the shim keeps state for (below the modern presence API) must be
    * admitted first: new ones at a bounded rate (NewRealmsTooFastError past it).
    */
-  async resolve(hostRealm: Realm): Promise<{ realm: Realm; featureLevel: number }> {
+  async resolve(hostRealm: Realm): Promise<{ realm: Realm; featureLevel: number; realmUrl?: string | undefined }> {
     const info = await this.info(hostRealm);
     const realm = info.realmUrl ? { ...hostRealm, key: `${hostRealm.upstream}|realm:${info.realmUrl}` } : hostRealm;
     if (info.featureLevel < FL.LAST_UPDATE_ID) this.admission.admit(realm.key);
-    return { realm, featureLevel: info.featureLevel };
+    return { realm, featureLevel: info.featureLevel, realmUrl: info.realmUrl };
   }
 
   /**

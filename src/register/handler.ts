@@ -1,7 +1,7 @@
 import { setImmediate } from 'node:timers/promises';
-import type { ServerResponse } from 'node:http';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import { pipeline } from 'node:stream/promises';
-import type { EndpointHandler } from '../context.js';
+import type { EndpointHandler, ShimContext } from '../context.js';
 import { recordFacts, timedUpstream } from '../observability/request-facts.js';
 import { type Bounded, parseParams, readBody } from '../http/body.js';
 import { sendEncoded } from '../http/compress.js';
@@ -10,7 +10,7 @@ import { isSuccess, relay, relayBuffered, rewrittenHeaders } from '../upstream/r
 import { forwardedHeaders, type UpstreamResponse } from '../upstream/client.js';
 import { FL } from '../upstream/feature-level.js';
 import { levelShownTo } from '../app/presented.js';
-import { realmOf } from '../upstream/realm.js';
+import { hasCredentials, realmOf, type Realm } from '../upstream/realm.js';
 import { limitLegacyHistory, presenceEra } from '../presence/convert.js';
 import { idForLegacyPresences, registerPresences } from '../presence/answers.js';
 import { historyCutoff } from '../presence/ledger.js';
@@ -80,6 +80,22 @@ function addPresenceSettings(answer: Record<string, unknown>, added: Added): voi
   }
 }
 
+/**
+ * X12: whether the upstream refused the caller a realm new to the shim (its credentials), so the
+ * realm keeps no state. Throws NewRealmsTooFastError past the rate of new realms.
+ */
+async function admissionRefused(req: IncomingMessage, ctx: ShimContext, realm: Realm, featureLevel: number): Promise<boolean> {
+  return (await timedUpstream(req, () => ctx.admission.admitCaller(req, realm, featureLevel))) !== undefined;
+}
+
+/** A register the upstream accepted with presence, for a realm it had refused the caller just before (X12). */
+function presenceNotKept(ctx: ShimContext, realm: Realm): void {
+  ctx.log.warn(
+    { realm: realm.host },
+    "register: presence passed on as the upstream sent it: the realm is new to the shim and the upstream refused the caller's GET /users/me",
+  );
+}
+
 export const registerHandler: EndpointHandler = async (req, res, ctx) => {
   const raw = await readBody(req, ctx.config.server.bodyLimitBytes);
   const params = await parseParams(req, raw);
@@ -106,6 +122,9 @@ export const registerHandler: EndpointHandler = async (req, res, ctx) => {
   const shown = levelShownTo(ctx.config.app, req.headers, featureLevel);
   const presenting = shown !== featureLevel;
   if (!withPresence && !withUsers && !presenting) headers['accept-encoding'] = req.headers['accept-encoding'] ?? 'identity';
+  // X12: a realm new to the shim keeps presence state once the upstream accepts the caller for
+  // it; until then (no credentials: a logged-out visitor's, or refused ones) its presence goes on as it came.
+  const keepsPresence = withPresence && hasCredentials(req.headers) && !(await admissionRefused(req, ctx, realm, featureLevel));
   const call = { realm, method: 'POST' as const, path: req.url ?? '/api/v1/register', headers, body };
   // X3: an answer the shim reads ends within the deadline; one passed on streams.
   if (!withPresence && !withUsers && !presenting) {
@@ -160,13 +179,14 @@ export const registerHandler: EndpointHandler = async (req, res, ctx) => {
   const spectator = isSpectators(answer);
   // What the answer gains, named in its headers (V4, W2).
   const added = users ?? noneAdded();
-  if (!withPresence || spectator || !presences || typeof presences !== 'object' || Array.isArray(presences)) {
+  if (!withPresence || spectator || !keepsPresence || !presences || typeof presences !== 'object' || Array.isArray(presences)) {
     // No presence of the realm in it (a logged-out visitor's, an upstream that left it out): as
     // it came unless users were filled (V4). A visitor's empty map is nobody's view of the realm
     // (P7): taken in, it would have put every user out of view; answered from the ledger, it
     // would have shown a visitor what Zulip shows only the realm's users. Its presence settings
     // are added all the same (W2), as a modern server sends them to a visitor too.
     if (withPresence && spectator) addPresenceSettings(answer, added);
+    else if (withPresence && !keepsPresence) presenceNotKept(ctx, realm);
     if (added.added.length === 0 && settingTypes.length === 0 && !presenting) return passOn(res, r, bounded);
     f.kind = 'register';
     const raw = await serializeRegister(answer);

@@ -29,6 +29,7 @@ import { basicAuth, PRESENCE_PATH, SMALL_BODY, SMALL_PATH, type Flavour, type Up
 // `npm run bench -- long-polls`: more held long polls than descriptors allow (X11);
 // `npm run bench -- record-secrets`: recording requests that each carry a new secret (X2, X8);
 // `npm run bench -- markdown-scan`: the prose scan of messages, 1 MB adversarial ones among them (M6).
+// `npm run bench -- lockout`: real new realms during a flood of made-up ones (X12).
 const OWN_RUNS: Record<string, string> = {
   b4: './passthrough.js',
   b7: './b7.js',
@@ -38,6 +39,7 @@ const OWN_RUNS: Record<string, string> = {
   'long-polls': './long-polls.js',
   'record-secrets': './record-secrets.js',
   'markdown-scan': './markdown-scan.js',
+  lockout: './realm-lockout.js',
 };
 // Every child (the shim, the upstream) runs as plain JavaScript, as the shim ships.
 await useBuiltChildren();

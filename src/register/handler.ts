@@ -1,5 +1,6 @@
 import { setImmediate } from 'node:timers/promises';
-import type { EndpointHandler } from '../context.js';
+import type { IncomingMessage } from 'node:http';
+import type { EndpointHandler, ShimContext } from '../context.js';
 import { recordFacts, timedUpstream } from '../observability/request-facts.js';
 import { parseParams, readBody } from '../http/body.js';
 import { sendEncoded } from '../http/compress.js';
@@ -7,7 +8,7 @@ import { isSuccess, relay, relayBounded, rewrittenHeaders } from '../upstream/re
 import { forwardedHeaders } from '../upstream/client.js';
 import { FL } from '../upstream/feature-level.js';
 import { levelShownTo } from '../app/presented.js';
-import { realmOf } from '../upstream/realm.js';
+import { hasCredentials, realmOf, type Realm } from '../upstream/realm.js';
 import { limitLegacyHistory, presenceEra } from '../presence/convert.js';
 import { idForLegacyPresences, registerPresences } from '../presence/answers.js';
 import { historyCutoff } from '../presence/ledger.js';
@@ -70,6 +71,22 @@ function addMissing(answer: Record<string, unknown>, keys: Readonly<Record<strin
   }
 }
 
+/**
+ * X12: whether the upstream refused the caller a realm new to the shim (its credentials), so the
+ * realm keeps no state. Throws NewRealmsTooFastError past the rate of new realms.
+ */
+async function admissionRefused(req: IncomingMessage, ctx: ShimContext, realm: Realm, featureLevel: number): Promise<boolean> {
+  return (await timedUpstream(req, () => ctx.admission.admitCaller(req, realm, featureLevel))) !== undefined;
+}
+
+/** A register the upstream accepted with presence, for a realm it had refused the caller just before (X12). */
+function presenceNotKept(ctx: ShimContext, realm: Realm): void {
+  ctx.log.warn(
+    { realm: realm.host },
+    "register: presence passed on as the upstream sent it: the realm is new to the shim and the upstream refused the caller's GET /users/me",
+  );
+}
+
 export const registerHandler: EndpointHandler = async (req, res, ctx) => {
   const raw = await readBody(req, ctx.config.server.bodyLimitBytes);
   const params = await parseParams(req, raw);
@@ -96,6 +113,9 @@ export const registerHandler: EndpointHandler = async (req, res, ctx) => {
   const shown = levelShownTo(ctx.config.app, req.headers, featureLevel);
   const presenting = shown !== featureLevel;
   if (!withPresence && !withUsers && !presenting) headers['accept-encoding'] = req.headers['accept-encoding'] ?? 'identity';
+  // X12: a realm new to the shim keeps presence state once the upstream accepts the caller for
+  // it; until then (no credentials: a logged-out visitor's, or refused ones) its presence goes on as it came.
+  const keepsPresence = withPresence && hasCredentials(req.headers) && !(await admissionRefused(req, ctx, realm, featureLevel));
   const call = { realm, method: 'POST' as const, path: req.url ?? '/api/v1/register', headers, body };
   // X3: an answer the shim reads ends within the deadline; one passed on streams.
   if (!withPresence && !withUsers && !presenting) {
@@ -152,13 +172,14 @@ export const registerHandler: EndpointHandler = async (req, res, ctx) => {
   const added = users ?? noneAdded();
   // M2: what the app's parsers require at the level it is shown, which the upstream does not send.
   if (presenting) addMissing(answer, registerAdditions(answered, answer.zulip_feature_level as number), added);
-  if (!withPresence || spectator || !presences || typeof presences !== 'object' || Array.isArray(presences)) {
+  if (!withPresence || spectator || !keepsPresence || !presences || typeof presences !== 'object' || Array.isArray(presences)) {
     // No presence of the realm in it (a logged-out visitor's, an upstream that left it out): as
     // it came unless users were filled (V4). A visitor's empty map is nobody's view of the realm
     // (P7): taken in, it would have put every user out of view; answered from the ledger, it
     // would have shown a visitor what Zulip shows only the realm's users. Its presence settings
     // are added all the same (W2), as a modern server sends them to a visitor too.
     if (withPresence && spectator) addMissing(answer, OLD_SERVER_PRESENCE_SETTINGS, added);
+    else if (withPresence && !keepsPresence) presenceNotKept(ctx, realm);
     if (added.added.length === 0 && settingTypes.length === 0 && !presenting) return relayBounded(res, r, bounded);
     f.kind = 'register';
     const raw = await serializeRegister(answer);

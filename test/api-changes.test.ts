@@ -14,6 +14,7 @@ import { FormFields } from '../src/http/form-fields.js';
 import { CHANGES, checkedBundle, USER_CHANGES } from '../src/changes/index.js';
 import { editOutsideCode, proseRanges } from '../src/changes/markdown-text.js';
 import { sentAs } from './support/app-content.js';
+import { MARKDOWN_SHAPES } from './support/markdown-shapes.js';
 
 /**
  * U2, V1, M2: one registry of API changes, both directions. Each change is one module naming its
@@ -215,6 +216,8 @@ describe('feature levels 250 and 271: the app’s narrow links in content', () =
     ['xhttps://chat.example.com/#narrow/channel/5', 'xhttps://chat.example.com/#narrow/channel/5'],
     ['type #narrow/channel/5 to search', 'type #narrow/channel/5 to search'],
     ['`[x](#narrow/channel/5-general)`', '`[x](#narrow/channel/5-general)`'],
+    // A link's path ends where its prose does: a code span right after it is code.
+    ['](#narrow/channel/5`https://chat.example.com/#narrow/channel/`', '](#narrow/stream/5`https://chat.example.com/#narrow/channel/`'],
     ['```\nhttps://chat.example.com/#narrow/channel/5-general\n```', '```\nhttps://chat.example.com/#narrow/channel/5-general\n```'],
   ])('%j → %j', (content, expected) => {
     expect(sentAs(content)).toBe(expected);
@@ -272,6 +275,7 @@ describe('feature levels 250 and 271: the app’s narrow links in content', () =
         };
         expect(code(out)).toBe(code(content));
       }),
+      { numRuns: 2000 },
     );
   });
 });
@@ -291,5 +295,19 @@ describe('what is not translated', () => {
     const form = new FormFields(`narrow=${encodeURIComponent(`[{"operator":"channel","operand":${deep}}]`)}`);
     expect(translateRequest('GET /messages', form, 185, 277).changed).toBe(false);
     expect(form.edited).toBe(false);
+  });
+});
+
+describe('the app’s mentions in every Markdown shape, on 7.0 and 8.0 (M6)', () => {
+  const SEVEN = 185;
+  const EIGHT = 237;
+  it.each(MARKDOWN_SHAPES)('%s: %j', (_what, content, reading) => {
+    const at = content.indexOf('@**channel**');
+    const live = `${content.slice(0, at)}@**stream**${content.slice(at + '@**channel**'.length)}`;
+    for (const real of [SEVEN, EIGHT]) expect(sentAs(content, real)).toBe(reading === 'prose' ? live : content);
+    // The same shape with the topic wildcard: refused on 7.0 where it is live, sent as typed on 8.0.
+    const topic = content.replace('@**channel**', '@**topic**');
+    expect(sentAs(topic, SEVEN)).toBe(reading === 'prose' ? TOPIC_WILDCARD_REFUSAL : topic);
+    expect(sentAs(topic, EIGHT)).toBe(topic);
   });
 });

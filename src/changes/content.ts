@@ -6,14 +6,14 @@ import type { Content, Site, TextEdit } from './types.js';
  * Every function here is pure and linear in the content's length.
  */
 
-/** Each match of `pattern` (a global RegExp) that lies wholly inside one prose range. */
-export function* proseMatches(content: Content, pattern: RegExp): Generator<RegExpExecArray> {
+/** Each match of `pattern` (a global RegExp) that lies wholly inside one prose range, with where that range ends. */
+export function* proseMatches(content: Content, pattern: RegExp): Generator<[RegExpExecArray, number]> {
   for (const [start, end] of content.prose) {
     const text = content.text.slice(start, end);
     pattern.lastIndex = 0;
     for (let m = pattern.exec(text); m !== null; m = pattern.exec(text)) {
       m.index += start;
-      yield m;
+      yield [m, end];
     }
   }
 }
@@ -24,7 +24,7 @@ export function* proseMatches(content: Content, pattern: RegExp): Generator<RegE
  */
 export function mentionEdits(content: Content, name: string, to: string): TextEdit[] {
   const edits: TextEdit[] = [];
-  for (const m of proseMatches(content, new RegExp(`@_?\\*\\*${name}\\*\\*`, 'g'))) {
+  for (const [m] of proseMatches(content, new RegExp(`@_?\\*\\*${name}\\*\\*`, 'g'))) {
     const start = m.index + m[0].indexOf('**') + 2;
     edits.push({ start, end: start + name.length, text: to });
   }
@@ -36,8 +36,11 @@ export function hasLiveMention(content: Content, name: string): boolean {
   return !proseMatches(content, new RegExp(`@\\*\\*${name}\\*\\*`, 'g')).next().done;
 }
 
-/** Characters that end a narrow link's path: Zulip's hash encoding writes none of them (it uses `.XX`). */
-const LINK_END = /[\s)\]>"'<]/;
+/**
+ * Characters that end a narrow link's path: Zulip's hash encoding writes none of them (it writes
+ * `.`, `%`, `(` and `)` as `.2E`, `.`, `.28`, `.29`, and encodes the rest as a URL component).
+ */
+const LINK_END = /[\s()[\]<>"'`#]/;
 /** What may stand before an absolute link (an autolink or a Markdown link's target). */
 const BEFORE_URL = /[\s(<[]/;
 
@@ -45,12 +48,12 @@ const BEFORE_URL = /[\s(<[]/;
  * The narrow links of the realm in prose: relative ones as a Markdown link's target
  * (`](#narrow/…`) and absolute ones on the realm's own URL (`https://chat.example.com/#narrow/…`,
  * the host compared case-insensitively), never links to other sites. Yields where each link's
- * path after `#narrow/` starts and ends.
+ * path after `#narrow/` starts and ends (within its prose range).
  */
 function* narrowLinks(content: Content, site: Site): Generator<{ start: number; end: number }> {
   const text = content.text;
   const own = site.realmUrl === undefined ? undefined : `${site.realmUrl}/`;
-  for (const m of proseMatches(content, /#narrow\//g)) {
+  for (const [m, proseEnd] of proseMatches(content, /#narrow\//g)) {
     const at = m.index;
     const relative = text.startsWith('](', at - 2);
     const absolute =
@@ -60,7 +63,8 @@ function* narrowLinks(content: Content, site: Site): Generator<{ start: number; 
     if (!relative && !absolute) continue;
     const start = at + m[0].length;
     let end = start;
-    while (end < text.length && !LINK_END.test(text[end]!)) end++;
+    // A link ends where prose does: what follows (a code span's backtick) is not its.
+    while (end < proseEnd && !LINK_END.test(text[end]!)) end++;
     yield { start, end };
   }
 }

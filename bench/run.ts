@@ -27,7 +27,8 @@ import { basicAuth, PRESENCE_PATH, SMALL_BODY, SMALL_PATH, type Flavour, type Up
 // `npm run bench -- flood`: memory under a flood of hosts with the default budgets (X2);
 // `npm run bench -- slow`: presence and profile latency beside slow uploads and idle connections (X11);
 // `npm run bench -- long-polls`: more held long polls than descriptors allow (X11);
-// `npm run bench -- record-secrets`: recording requests that each carry a new secret (X2, X8).
+// `npm run bench -- record-secrets`: recording requests that each carry a new secret (X2, X8);
+// `npm run bench -- forced-deltas`: other clients' deltas beside a caller sending made-up ids (X1).
 const OWN_RUNS: Record<string, string> = {
   b4: './passthrough.js',
   b7: './b7.js',
@@ -36,6 +37,7 @@ const OWN_RUNS: Record<string, string> = {
   slow: './slow-clients.js',
   'long-polls': './long-polls.js',
   'record-secrets': './record-secrets.js',
+  'forced-deltas': './forced-deltas.js',
 };
 // Every child (the shim, the upstream) runs as plain JavaScript, as the shim ships.
 await useBuiltChildren();

@@ -196,9 +196,9 @@ export async function ledgerToAnswerFrom(
 }
 
 /**
- * X1, I6: the counter raised to a client id this ledger cannot vouch for (plan.ts `planAnswer`
- * says when), where plausible (the store decides by its epoch clock), so the id echoed with the
- * full answer is then vouched for and the next delta is exact.
+ * X1, I6: the counter raised past a client id this ledger cannot vouch for (plan.ts `planAnswer`
+ * says when), where plausible and the realm has raises left (the store decides by its epoch
+ * clock), so the full answer carries the raise's mark and the next delta is exact.
  */
 export async function raisedCounter(asker: Asker, ledger: LedgerState, to: number): Promise<LedgerState> {
   try {

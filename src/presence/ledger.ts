@@ -33,11 +33,15 @@
  *   a snapshot is an input to the ledger, never a second source of data or ids (X1).
  * - I6 an answer's id is never below the client's `last_update_id` (X1). A client id the ledger
  *   cannot vouch for gets full data; if it is plausible (0 < id <= the epoch clock now, I1) the
- *   counter is raised to it first (`raiseCounter`), so the id echoed is then vouched for and the
- *   next delta is exact. An implausible id (above the clock) cannot move the counter for
- *   everyone: it is echoed with full data and stays unvouched, so that client keeps getting full
- *   data (never a partial map, P3) until the clock passes its id, when the counter is raised to
- *   it and deltas resume; a client that re-registers or sends -1 gets an id of the ledger's own.
+ *   counter is raised past it first (`raiseCounter`), and the answer carries the raise's mark
+ *   (the id just above it), so the next delta is exact. The ids raised past were never issued:
+ *   the ledger keeps them as a raised range and vouches for none of them, so whoever holds one
+ *   (made up, or echoed while implausible with older data) gets full data and the mark, and no
+ *   user is stamped anew: a raise costs its caller one full answer, never the realm a delta of
+ *   every user. Raises are bounded per realm (RAISES_PER_MINUTE); past that, and for an
+ *   implausible id (above the clock), the id is echoed with full data and stays unvouched, so
+ *   that client keeps getting full data (never a partial map, P3) until a later poll may raise
+ *   the counter; a client that re-registers or sends -1 gets an id of the ledger's own.
  * - I7 every change to a ledger is a `LedgerChange` applied by one writer at a time (the store),
  *   so every replica sees one history of ids (S1).
  * - I8 a user's `active` never moves back by a client's later report (P14): servers before 7.0
@@ -70,10 +74,18 @@ export interface LedgerEntry {
   readonly present: boolean;
 }
 
+/**
+ * I6: ids the counter was raised past, `(after, upTo]`, never issued, and when (the epoch
+ * clock, ms). `upTo + 1` is the raise's mark, the id its caller continues from.
+ */
+export type RaisedRange = readonly [after: number, upTo: number, atMs: number];
+
 export interface LedgerState {
   readonly epoch: number;
   readonly lastId: number;
   readonly users: ReadonlyMap<number, LedgerEntry>;
+  /** I6: the ranges the counter was raised past, oldest first, at most RAISES_KEPT. */
+  readonly raised: ReadonlyArray<RaisedRange>;
   /**
    * (server_timestamp, lastId after merging it) of recent merges, newest last, bounded: tells
    * which id a client holding an upstream answer of a given time is safe to continue from.
@@ -132,7 +144,7 @@ function epochFor(nowMs: number): number {
  */
 export function createLedger(nowMs: number = Date.now(), floor = 0): LedgerState {
   const epoch = Math.max(epochFor(nowMs), floor);
-  const state: LedgerState = { epoch, lastId: epoch, users: UserTable.empty(), merges: [], completeAt: 0 };
+  const state: LedgerState = { epoch, lastId: epoch, users: UserTable.empty(), raised: [], merges: [], completeAt: 0 };
   // Indexed from the start, so every merge after extends it (B7: never a sort of the realm).
   indexes.set(state, { ids: [], users: [], length: 0 });
   return state;
@@ -155,30 +167,40 @@ function isPlausibleId(id: number, nowMs: number): boolean {
   return Number.isSafeInteger(id) && id > 0 && id <= epochFor(nowMs);
 }
 
+/** I6: raises a realm's counter takes in a minute of the epoch clock, at most. */
+export const RAISES_PER_MINUTE = 6;
+
 /**
- * I6: raises the counter to `atLeast` when that id is plausible at `nowMs` (the clock epochs
- * come from) and above the counter; otherwise the same state. The ledger then vouches for it,
- * and for every id between: ids it never issued, which clients can hold only as echoes, with
- * full data from before the ledger's newest changes (another client may hold `atLeast` itself,
- * echoed while it was implausible). So every user in view is stamped once more, above
- * `atLeast`: a delta from any of those ids then carries every user, and nothing they missed is
- * lost (P6). A raise is rare (an id from another store or server, or garbage); it costs one
- * realm-wide delta.
+ * I6: raised ranges a ledger keeps. Past it the two oldest become one: the ids issued between
+ * them (over ten minutes old at RAISES_PER_MINUTE) are then vouched for no more, and a client
+ * still holding one gets full data once, never a delta that could miss something.
+ */
+const RAISES_KEPT = 64;
+
+const MINUTE_MS = 60_000;
+
+/**
+ * I6: raises the counter past `atLeast` when that id is plausible at `nowMs` (the clock epochs
+ * come from), above the counter, and the realm has raises left this minute; otherwise the same
+ * state. The ids in between were never issued: kept as a raised range the ledger vouches for
+ * none of (whoever holds one, made up or echoed while implausible with older data, gets full
+ * data), and `atLeast + 1`, the mark, is the id the caller's full answer carries (`answerEntries`).
+ * No user is stamped anew, so every id the ledger issued still gets its exact delta.
  */
 export function raiseCounter(state: LedgerState, atLeast: number, nowMs: number): LedgerState {
   if (atLeast <= state.lastId || !isPlausibleId(atLeast + 1, nowMs)) return state;
-  const stamp = atLeast + 1;
-  const present: number[] = [];
-  const users = UserTable.from(state.users).edit();
-  state.users.forEach((e, userId) => {
-    if (!e.present) return;
-    users.set(userId, { ...e, changedAt: stamp });
-    present.push(userId);
-  });
-  if (present.length === 0) return { ...state, lastId: atLeast };
-  const next: LedgerState = { ...state, lastId: stamp, users: users.done() };
-  extendIndex(state, next, present);
+  const recent = state.raised.filter(([, , atMs]) => atMs > nowMs - MINUTE_MS).length;
+  if (recent >= RAISES_PER_MINUTE) return state;
+  let raised = [...state.raised, [state.lastId, atLeast, nowMs] as const];
+  if (raised.length > RAISES_KEPT) raised = [[raised[0]![0], raised[1]![1], raised[1]![2]], ...raised.slice(2)];
+  const next: LedgerState = { ...state, lastId: atLeast + 1, raised };
+  extendIndex(state, next, []);
   return next;
+}
+
+/** I6: the raised range holding `id`, if any. */
+function raisedRangeOf(state: LedgerState, id: number): RaisedRange | undefined {
+  return state.raised.find(([after, upTo]) => id > after && id <= upTo);
 }
 
 /** A merge computed ahead (`mergeInSteps`): `next` is `merge(base, observation)`. */
@@ -201,9 +223,9 @@ export function applyChange(state: LedgerState, change: LedgerChange, nowMs: num
   return change.prepared?.base === state ? change.prepared.next : merge(state, change.observation);
 }
 
-/** I2. */
+/** I2, I6: ids the ledger issued; never one it was raised past. */
 export function vouchesFor(state: LedgerState, id: number): boolean {
-  return Number.isSafeInteger(id) && id > state.epoch && id <= state.lastId;
+  return Number.isSafeInteger(id) && id > state.epoch && id <= state.lastId && raisedRangeOf(state, id) === undefined;
 }
 
 const samePresence = (e: LedgerEntry, p: ModernPresence) => e.active === p.active_timestamp && e.idle === p.idle_timestamp;
@@ -267,7 +289,7 @@ function clockChecked(state: LedgerState, obs: Observation): LedgerState {
   if (obs.report || obs.dateTimed || newest === undefined || obs.serverTimestamp >= newest - (obs.maxLateSeconds ?? CLOCK_STEP_SECONDS))
     return state;
   const epoch = state.lastId + 1;
-  const fresh: LedgerState = { epoch, lastId: epoch, users: UserTable.empty(), merges: [], completeAt: 0 };
+  const fresh: LedgerState = { epoch, lastId: epoch, users: UserTable.empty(), raised: [], merges: [], completeAt: 0 };
   indexes.set(fresh, { ids: [], users: [], length: 0 });
   return fresh;
 }
@@ -311,7 +333,7 @@ function* mergeSteps(current: LedgerState, obs: Observation): Generator<void, Le
   const dateTimed = obs.dateTimed === true || obs.report === true;
   if (!users && (dateTimed || (lastMerge && lastMerge[0] >= ts)) && completeAt === state.completeAt) return state;
   const merges = dateTimed ? state.merges : [...state.merges, [ts, lastId] as const].sort((a, b) => a[0] - b[0]).slice(-MERGE_HISTORY);
-  const next: LedgerState = { epoch: state.epoch, lastId, users: users?.done() ?? state.users, merges, completeAt };
+  const next: LedgerState = { ...state, lastId, users: users?.done() ?? state.users, merges, completeAt };
   extendIndex(state, next, changed);
   return next;
 }
@@ -325,7 +347,7 @@ export function changesFrom(base: LedgerState, next: LedgerState): LedgerState {
   const users = new Map<number, LedgerEntry>();
   // A ledger never drops a user: every difference is a user `next` holds.
   for (const [id, e] of UserTable.from(next.users).differences(UserTable.from(base.users))) if (e) users.set(id, e);
-  return { epoch: next.epoch, lastId: next.lastId, users, merges: next.merges, completeAt: next.completeAt };
+  return { ...next, users };
 }
 
 /**
@@ -345,13 +367,7 @@ export function withChanges(base: LedgerState, changes: LedgerState): LedgerStat
     edit.set(id, e);
   }
   moved.sort((a, b) => a[0] - b[0]);
-  const next: LedgerState = {
-    epoch: changes.epoch,
-    lastId: changes.lastId,
-    users: edit.done(),
-    merges: changes.merges,
-    completeAt: changes.completeAt,
-  };
+  const next: LedgerState = { ...changes, users: edit.done() };
   extendIndex(
     base,
     next,
@@ -513,11 +529,23 @@ function* presentUsers(state: LedgerState): Generator<number> {
   for (const [userId, e] of state.users) if (e.present) yield userId;
 }
 
+/** What an answer holds (`answerEntries`). */
+export interface AnswerEntries {
+  delta: boolean;
+  entries: Iterable<[number, LedgerEntry]>;
+  /**
+   * I6: the least id the answer carries (-1: no such floor): for full data to an id the counter
+   * was raised past, that raise's mark. The answer holds the ledger's data as of its counter,
+   * which is at least the mark, so a delta from it misses nothing.
+   */
+  leastId: number;
+}
+
 /**
  * P3, P12, I5: the users an answer holds and their entries, one at a time (B7: a caller can
  * build a 100k-user answer in steps), with whether it is a delta. Pure, like `answer`.
  */
-export function answerEntries(state: LedgerState, q: AnswerRequest): { delta: boolean; entries: Iterable<[number, LedgerEntry]> } {
+export function answerEntries(state: LedgerState, q: AnswerRequest): AnswerEntries {
   const lastUpdateId = q.lastUpdateId;
   const delta = (q.delta ?? answersWithDelta(state, lastUpdateId)) && lastUpdateId !== undefined && vouchesFor(state, lastUpdateId);
   const cutoff = historyCutoff(q.historyLimitDays, q.serverTimestamp, lastUpdateId);
@@ -533,19 +561,20 @@ export function answerEntries(state: LedgerState, q: AnswerRequest): { delta: bo
       yield [userId, e];
     }
   }
-  return { delta, entries: entries() };
+  const range = delta || lastUpdateId === undefined ? undefined : raisedRangeOf(state, lastUpdateId);
+  return { delta, entries: entries(), leastId: range ? range[1] + 1 : -1 };
 }
 
 /** P3, P4, P12, I5, I6: what a client gets for a poll. */
 export function answer(state: LedgerState, q: AnswerRequest): Answer {
-  const { delta, entries } = answerEntries(state, q);
+  const { delta, entries, leastId } = answerEntries(state, q);
   const presences: Record<string, ModernPresence> = {};
   let largest = -1;
   for (const [userId, e] of entries) {
     presences[String(userId)] = { active_timestamp: e.active, idle_timestamp: e.idle };
     if (e.changedAt > largest) largest = e.changedAt;
   }
-  return { presences, presenceLastUpdateId: answerId(largest, q.lastUpdateId), full: !delta };
+  return { presences, presenceLastUpdateId: answerId(Math.max(largest, leastId), q.lastUpdateId), full: !delta };
 }
 
 export interface LegacyIdRequest {

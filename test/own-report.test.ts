@@ -124,6 +124,38 @@ describe('P14: active time never moves back by a client going idle', () => {
   });
 });
 
+describe('P14 and invisible mode: a user turning invisible is shown as the upstream has them (I8)', () => {
+  // The realm is polled every five minutes meanwhile, as clients do; the last report's age is
+  // below and well above the backdated row's (420 s before 7.0, 320 s from it).
+  it.each([
+    ['3.0', 60],
+    ['3.0', 900],
+    ['3.0', 7_200],
+    ['7.0', 60],
+    ['7.0', 900],
+    ['7.0', 7_200],
+  ] as const)('on %s, the last report %i s before', async (era, age) => {
+    await setup(era, 0);
+    const first = await poll(11, { status: 'active', last_update_id: '-1' });
+    expect((first.body.presences as Modern)['13']!.active_timestamp).toBe(Math.floor(fake.now));
+    let id = first.body.presence_last_update_id as number;
+    for (let waited = 0; waited < age; waited += Math.min(300, age - waited)) {
+      fake.advance(Math.min(300, age - waited));
+      id = (await poll(11, { status: 'active', last_update_id: String(id) })).body.presence_last_update_id;
+    }
+    fake.setPresenceEnabled(13, false);
+    // As the upstream has it: one idle row well back, no active time but date_joined.
+    const upstream = fake.slimPresence().presences['13']!;
+    const joined = Math.floor(Date.parse(fake.user(13).date_joined) / 1000);
+    const hidden = { active_timestamp: joined, idle_timestamp: upstream.idle_timestamp };
+    expect(upstream.active_timestamp ?? joined).toBe(joined);
+    const delta = await poll(11, { status: 'active', last_update_id: String(id) });
+    expect((delta.body.presences as Modern)['13']).toEqual(hidden);
+    const full = await poll(12, { status: 'active', last_update_id: '-1' });
+    expect((full.body.presences as Modern)['13']).toEqual(hidden);
+  });
+});
+
 describe('P6: a register timed by its Date header is not older than a snapshot of the same second', () => {
   it('on 2.1, register right after a poll in the same second, with a report between them', async () => {
     await setup('2.1');

@@ -263,6 +263,10 @@ export async function takeInAnswer(
   }
   // Let other requests run between converting and merging a large snapshot (B6).
   await setImmediate();
-  const ledger = modern ? await recordInLedger(asker, { serverTimestamp, presences: modern, complete, dateTimed }) : undefined;
+  // I8: every era but 2.1's has invisible mode, whose backdating is taken as it is.
+  const invisibleMode = asker.era !== 'legacy';
+  const ledger = modern
+    ? await recordInLedger(asker, { serverTimestamp, presences: modern, complete, dateTimed, invisibleMode })
+    : undefined;
   return { serverTimestamp, modern, modernError, ledger };
 }

@@ -48,9 +48,12 @@
  *   keep one row per client, so an `idle` report after an `active` one makes the user look
  *   active long ago; a modern server keeps the last active time. An observation whose
  *   `idle_timestamp` is not older than the entry's keeps the entry's `active` where it is
- *   larger. Only an observation that moves the whole user back (its `idle_timestamp` older
- *   too) is the upstream backdating them on purpose (invisible mode, P6) and is taken as it is.
- *   A caller's own report (P15) only ever raises a user's timestamps.
+ *   larger. The upstream backdating a user on purpose is taken as it is (P6): an observation
+ *   that moves the whole user back (its `idle_timestamp` older too), or, where the upstream has
+ *   invisible mode (3.0+), one that hides them: their active time back and their last report
+ *   at least HIDDEN_REPORT_AGE_SECONDS before the observation, as the one backdated idle row
+ *   invisible mode writes shows, whatever its time against the report the ledger holds. A
+ *   caller's own report (P15) only ever raises a user's timestamps.
  * - I9 an observation older than the newest merged by more than an answer can be late is the
  *   upstream's clock stepping back (X14): the realm starts a new epoch above every id it issued.
  */
@@ -114,6 +117,11 @@ export interface Observation {
    * about anyone else.
    */
   report?: boolean | undefined;
+  /**
+   * I8: the upstream has invisible mode (`presence_enabled`, feature level 3: every era but
+   * 2.1's), so an observation that shows a user hidden is its doing, taken as it is.
+   */
+  invisibleMode?: boolean | undefined;
   /**
    * Timed by a `Date` header (a report's answer, a register before feature level 70), a clock
    * that may be another machine's (a front proxy's): it orders the data it carries, but is not
@@ -231,16 +239,30 @@ export function vouchesFor(state: LedgerState, id: number): boolean {
 const samePresence = (e: LedgerEntry, p: ModernPresence) => e.active === p.active_timestamp && e.idle === p.idle_timestamp;
 
 /**
+ * I8: how long before an upstream answer's own time the user's last report is when the upstream
+ * hides them. Invisible mode replaces a user's rows with one idle row OFFLINE_THRESHOLD_SECS +
+ * 120 back: 420 s before 7.0 (threshold 300), 320 s from it (200). The realm's own polls see an
+ * ordinary idle report within a minute or so, long before it is this old.
+ */
+export const HIDDEN_REPORT_AGE_SECONDS = 320;
+
+/** I8: does a newer observation show the upstream hiding the user (their active time back, their last report that old)? */
+export function hidesUser(prev: LedgerEntry, seen: ModernPresence, serverTimestamp: number): boolean {
+  return seen.active_timestamp < prev.active && serverTimestamp - seen.idle_timestamp >= HIDDEN_REPORT_AGE_SECONDS;
+}
+
+/**
  * I8 (P14, P15): what a newer observation of a user leaves in the ledger. The upstream moving
- * the whole user back (`idle_timestamp` older too: invisible mode) is taken as it is; otherwise
- * the active time seen last stays where it is larger (P2: idle never below it).
+ * the whole user back (`idle_timestamp` older too) or hiding them (`hides`: invisible mode) is
+ * taken as it is; otherwise the active time seen last stays where it is larger (P2: idle never
+ * below it).
  * `raiseOnly`: a report, or an observation at the entry's own server_timestamp, which the
  * upstream's clock cannot order (a register before 5.0 is timed by its `Date` header, to the
  * second): a user's timestamps only move forward but for invisible mode's backdating, which
  * one second cannot show, so each timestamp takes the later of the two, in any order.
  */
-export function keptActive(prev: LedgerEntry, seen: ModernPresence, raiseOnly: boolean): ModernPresence {
-  if (!raiseOnly && seen.idle_timestamp < prev.idle) return seen;
+export function keptActive(prev: LedgerEntry, seen: ModernPresence, raiseOnly: boolean, hides = false): ModernPresence {
+  if (!raiseOnly && (hides || seen.idle_timestamp < prev.idle)) return seen;
   const active = Math.max(prev.active, seen.active_timestamp);
   const idle = Math.max(seen.idle_timestamp, active, raiseOnly ? prev.idle : 0);
   return active === seen.active_timestamp && idle === seen.idle_timestamp ? seen : { active_timestamp: active, idle_timestamp: idle };
@@ -313,7 +335,8 @@ function* mergeSteps(current: LedgerState, obs: Observation): Generator<void, Le
     if (prev && ts < prev.seenAt) continue; // I3: an older snapshot
     if (!prev && ts < state.completeAt) continue; // I3: a newer complete snapshot left them out
     // I3 at one server_timestamp: the later data, each timestamp on its own (I8).
-    const p = prev ? keptActive(prev, seen, obs.report === true || ts === prev.seenAt) : seen;
+    const hides = prev !== undefined && obs.invisibleMode === true && hidesUser(prev, seen, ts);
+    const p = prev ? keptActive(prev, seen, obs.report === true || ts === prev.seenAt, hides) : seen;
     // Same data, still in view: nothing to write. A snapshot at least this new can only carry
     // this data or newer, so seenAt needs to move only when something changes.
     if (prev?.present && samePresence(prev, p)) continue;

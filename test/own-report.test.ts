@@ -177,6 +177,37 @@ describe('P6: a register timed by its Date header is not older than a snapshot o
     const next = await poll(10, { status: 'active', last_update_id: String(reg.body.presence_last_update_id) });
     expect((next.body.presences as Modern)['13'] ?? (reg.body.presences as Modern)['13']).toEqual((reg.body.presences as Modern)['13']);
   });
+
+  // Issue 43: a register below feature level 70 is dated at the end of its Date second; a poll
+  // of that same second carries an earlier server_timestamp, and its changes were left out.
+  it.each(['2.1', '3.0', '4.0'] as const)('on %s, a full poll in a register’s second shows that second’s changes', async (era) => {
+    fake = await startFake({ era, users: 7 });
+    for (const u of fake.humans()) fake.report(u.user_id, 'active');
+    shim = await startShim(fake.url, { presence: { coalesceMs: 0 } });
+    fake.advance(600.1); // everyone's last report ten minutes old; .35 into a second
+    const reg = await request(shim!.url)
+      .post('/api/v1/register')
+      .set('Host', 'chat.example.com')
+      .set('Authorization', fake.auth(15))
+      .type('form')
+      .send({ slim_presence: 'true', fetch_event_types: '["presence"]' });
+    expect(reg.status).toBe(200);
+    expect(reg.body.server_timestamp).toBe(Math.floor(fake.now) + 0.999); // dated by its Date header
+    fake.report(16, 'active', 'ZulipMobile');
+    fake.advance(0.3); // the same second
+    const full = await poll(15, { status: 'active', last_update_id: '-1' });
+    expect(full.status).toBe(200);
+    const now = Math.floor(fake.now);
+    for (const user of ['15', '16'])
+      expect((full.body.presences as Modern)[user], user).toEqual({ active_timestamp: now, idle_timestamp: now });
+    // And a delta after it takes nothing back (X1).
+    fake.advance(1);
+    const next = await poll(15, { status: 'active', last_update_id: String(full.body.presence_last_update_id) });
+    for (const user of ['15', '16']) {
+      const p = (next.body.presences as Modern)[user];
+      if (p) expect(p.active_timestamp, user).toBeGreaterThanOrEqual(now);
+    }
+  });
 });
 
 describe('X14: the upstream clock stepping back', () => {

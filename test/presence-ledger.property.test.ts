@@ -13,6 +13,7 @@ import {
   mergeInSteps,
   RAISES_PER_MINUTE,
   raiseCounter,
+  upstreamOrder,
   vouchesFor,
   type LedgerState,
   type ModernPresence,
@@ -35,6 +36,7 @@ type Step =
   | { t: 'late'; back: number }
   | { t: 'poll'; client: number }
   | { t: 'forge'; back: number; keep: boolean }
+  | { t: 'dated' }
   | { t: 'restart' };
 
 const USERS = 6;
@@ -45,6 +47,7 @@ const step: fc.Arbitrary<Step> = fc.oneof(
   { weight: 1, arbitrary: fc.record({ t: fc.constant('backdate' as const), user: fc.nat(USERS - 1) }) },
   { weight: 1, arbitrary: fc.record({ t: fc.constant('leave' as const), user: fc.nat(USERS - 1) }) },
   { weight: 3, arbitrary: fc.constant({ t: 'snapshot' as const }) },
+  { weight: 1, arbitrary: fc.constant({ t: 'dated' as const }) },
   { weight: 1, arbitrary: fc.record({ t: fc.constant('late' as const), back: fc.integer({ min: 1, max: 4 }) }) },
   { weight: 5, arbitrary: fc.record({ t: fc.constant('poll' as const), client: fc.nat(CLIENTS - 1) }) },
   {
@@ -102,9 +105,12 @@ function run(steps: Step[]) {
     for (const [k, v] of s.data) expect(forger.map.get(k)).toEqual(v); // P6 for the forger too
   };
 
+  /** A register dated by its Date header was just taken: the next snapshot is of its second (P6). */
+  let inDatedSecond = false;
   const takeSnapshot = (): Snap => {
-    upTime += 1;
-    const s = { ts: upTime, data: new Map([...upstream].map(([k, v]) => [k, { ...v }])) };
+    if (!inDatedSecond) upTime += 1;
+    const s = { ts: inDatedSecond ? upTime + 0.5 : upTime, data: new Map([...upstream].map(([k, v]) => [k, { ...v }])) };
+    inDatedSecond = false;
     history.push(s);
     return s;
   };
@@ -137,6 +143,18 @@ function run(steps: Step[]) {
       case 'snapshot':
         feed(takeSnapshot());
         break;
+      case 'dated': {
+        // An answer dated by its Date header (a register before feature level 70): at the end of
+        // a new second, in which the next snapshot is taken, after it, with an earlier
+        // server_timestamp (issue 43). Not replayed late: one arriving after an answer of its
+        // second with a server_timestamp is merged with it by their data (ledger.ts
+        // `upstreamOrder`), which can take back a backdating in that second: the limit of a Date header.
+        upTime += 1;
+        ledger = merge(ledger, { serverTimestamp: upTime + 0.999, presences: new Map(upstream), complete: true, dateTimed: true });
+        lastIds.push(ledger.lastId);
+        inDatedSecond = true;
+        break;
+      }
       case 'late': {
         // An older snapshot arrives after newer ones (a slow fetch): it must change nothing.
         const s = history[history.length - 1 - st.back];
@@ -288,6 +306,45 @@ describe('ledger rules', () => {
     // A client that got the first one's id gets the newer data in its delta, if there is any.
     const delta = answer(both, { visible: [1], lastUpdateId: once.lastId, serverTimestamp: 100 });
     expect(delta.presences).toEqual(reversed ? {} : { '1': { active_timestamp: 99, idle_timestamp: 99 } });
+  });
+
+  // Issue 43: a register below feature level 70 is dated at the end of its Date second; a poll's
+  // answer of that second carries an earlier server_timestamp. Neither outranks the other (P6, I3).
+  it.each([
+    ['the register first', false],
+    ['the poll first', true],
+  ])('a register dated by its Date header and a poll of the same second, %s: the poll is not older', (_order, pollFirst) => {
+    const register = { ...obs(1_000.999, [[1, p(900, 900)]]), dateTimed: true };
+    // The poll came after the register: user 1 reported since, user 2 came into view.
+    const polled = obs(1_000.55, [
+      [1, p(1_000, 1_000)],
+      [2, p(1_000, 1_000)],
+    ]);
+    let l = merge(createLedger(5_000), obs(990.5, [[1, p(900, 900)]]));
+    l = pollFirst ? merge(merge(l, polled), register) : merge(merge(l, register), polled);
+    expect(l.users.get(1)).toMatchObject({ active: 1_000, idle: 1_000, present: true });
+    expect(l.users.get(2)).toMatchObject({ active: 1_000, idle: 1_000, present: true });
+    // Two answers with server_timestamps in one second are ordered as ever: the older changes nothing.
+    const older = merge(l, obs(1_000.2, [[1, p(950, 950)]]));
+    expect(older.users.get(1)).toMatchObject({ active: 1_000, idle: 1_000 });
+    // The next second is ordered again: a backdated user (invisible mode) is taken as it is.
+    const next = merge(l, obs(1_001.1, [[1, p(600, 600)]]));
+    expect(next.users.get(1)).toMatchObject({ active: 600, idle: 600 });
+    // So is one backdated in the poll of the register's second: the register never outranks it.
+    const hidden = merge(merge(createLedger(5_000), register), obs(1_000.55, [[1, p(600, 600)]]));
+    expect(hidden.users.get(1)).toMatchObject({ active: 600, idle: 600 });
+  });
+
+  it.each([
+    [1_000.999, 1_000.2, 'tie'],
+    [1_000.2, 1_000.999, 'after'],
+    [1_000.2, 1_000.7, 'before'],
+    [1_000.999, 1_001.2, 'before'],
+    [1_001.2, 1_000.999, 'after'],
+    [1_000.999, 1_000.999, 'tie'],
+    [1_000.5, 1_000.5, 'tie'],
+  ] as const)('upstream time %s against one held from %s: %s (P6, I3)', (ts, seenAt, order) => {
+    expect(upstreamOrder(ts, seenAt)).toBe(order);
   });
 
   it('snapshots at one server_timestamp leave the same data whatever order they arrive in', () => {

@@ -24,7 +24,11 @@
  * - I3 per user, observations are ordered by the upstream's `server_timestamp`, never by
  *   arrival and never by the shim's clock: an older snapshot arriving late changes nothing (nor
  *   brings back a user a newer complete snapshot left out), and a newer one wins even when its
- *   timestamps are smaller (invisible mode, P6). At one `server_timestamp`, by their data.
+ *   timestamps are smaller (invisible mode, P6). At one `server_timestamp`, by their data. An
+ *   answer known only to the second (a `Date` header: a report's answer, a register before
+ *   feature level 70, dated at the end of it) never outranks one of that second with a
+ *   `server_timestamp`: that one counts as after it, and the dated one is merged with it by
+ *   their data (`upstreamOrder`).
  * - I4 a user's `changedAt` moves whenever what a client holds for them would differ: new data,
  *   or coming back into view after a complete snapshot left them out (P6, P7).
  * - I5 answers cover only users in view (P7): of the snapshot a per-caller answer is built for,
@@ -137,6 +141,36 @@ export interface Observation {
 }
 
 const MERGE_HISTORY = 32;
+
+/**
+ * P6: a `Date` header says the second an answer was made in, not when in it: such an answer is
+ * dated at the end of that second (`timeOfDateHeader`), which also marks its time as known only
+ * to the second (`isDateTimed`).
+ */
+const END_OF_SECOND = 0.999;
+
+/** P6: the upstream time of an answer dated by its `Date` header (milliseconds, a whole second). */
+export function timeOfDateHeader(dateMs: number): number {
+  return dateMs / 1000 + END_OF_SECOND;
+}
+
+/** P6: is this upstream time a `Date` header's (`timeOfDateHeader`), known only to the second? */
+function isDateTimed(ts: number): boolean {
+  return Math.abs(ts - Math.floor(ts) - END_OF_SECOND) < 1e-6;
+}
+
+/**
+ * I3, P6: how an observation at upstream time `ts` orders against what the ledger holds from one
+ * at `seenAt`: `after` it, `before` it, or a `tie`, merged by their data (each timestamp the
+ * later, I8): the same time, or an answer dated by its `Date` header in the second of one with a
+ * `server_timestamp`. Which of those two came first in that second cannot be told; the dated
+ * one never outranks the other, which counts as after it.
+ */
+export function upstreamOrder(ts: number, seenAt: number): 'after' | 'before' | 'tie' {
+  if (ts === seenAt) return 'tie';
+  if (Math.floor(ts) === Math.floor(seenAt) && isDateTimed(ts) !== isDateTimed(seenAt)) return isDateTimed(ts) ? 'tie' : 'after';
+  return ts > seenAt ? 'after' : 'before';
+}
 
 /** X14: the default of `Observation.maxLateSeconds` (the default upstream deadline, 120 s, and a minute). */
 export const CLOCK_STEP_SECONDS = 180;
@@ -316,6 +350,27 @@ function clockChecked(state: LedgerState, obs: Observation): LedgerState {
   return fresh;
 }
 
+/**
+ * I3, I8: what a user's entry takes from an observation, and its time, or undefined when the
+ * observation is before what the ledger holds of them (or, for a user it does not hold, before a
+ * complete snapshot that left them out). A tie (`upstreamOrder`) keeps the time held: the later
+ * data, each timestamp on its own.
+ */
+function observed(
+  state: LedgerState,
+  prev: LedgerEntry | undefined,
+  seen: ModernPresence,
+  obs: Observation,
+): { p: ModernPresence; seenAt: number } | undefined {
+  const ts = obs.serverTimestamp;
+  if (!prev) return upstreamOrder(state.completeAt, ts) === 'after' ? undefined : { p: seen, seenAt: ts };
+  const order = upstreamOrder(ts, prev.seenAt);
+  if (order === 'before') return undefined;
+  const hides = obs.invisibleMode === true && hidesUser(prev, seen, ts);
+  const p = keptActive(prev, seen, obs.report === true || order === 'tie', hides);
+  return { p, seenAt: order === 'after' ? ts : prev.seenAt };
+}
+
 function* mergeSteps(current: LedgerState, obs: Observation): Generator<void, LedgerState> {
   const state = clockChecked(current, obs);
   let looked = 0;
@@ -332,21 +387,19 @@ function* mergeSteps(current: LedgerState, obs: Observation): Generator<void, Le
   for (const [userId, seen] of obs.presences) {
     if (++looked % MERGE_STEP === 0) yield;
     const prev = state.users.get(userId);
-    if (prev && ts < prev.seenAt) continue; // I3: an older snapshot
-    if (!prev && ts < state.completeAt) continue; // I3: a newer complete snapshot left them out
-    // I3 at one server_timestamp: the later data, each timestamp on its own (I8).
-    const hides = prev !== undefined && obs.invisibleMode === true && hidesUser(prev, seen, ts);
-    const p = prev ? keptActive(prev, seen, obs.report === true || ts === prev.seenAt, hides) : seen;
-    // Same data, still in view: nothing to write. A snapshot at least this new can only carry
-    // this data or newer, so seenAt needs to move only when something changes.
-    if (prev?.present && samePresence(prev, p)) continue;
-    write(userId, { active: p.active_timestamp, idle: p.idle_timestamp, seenAt: ts, changedAt: ++lastId, present: true });
+    const taken = observed(state, prev, seen, obs);
+    // Older, or the same data still in view: nothing to write. A snapshot at least this new
+    // can only carry this data or newer, so seenAt needs to move only when something changes.
+    if (!taken || (prev?.present && samePresence(prev, taken.p))) continue;
+    const { p, seenAt } = taken;
+    write(userId, { active: p.active_timestamp, idle: p.idle_timestamp, seenAt, changedAt: ++lastId, present: true });
     changed.push(userId);
   }
   if (obs.complete) {
     for (const [userId, prev] of state.users) {
       if (++looked % MERGE_STEP === 0) yield;
-      if (prev.present && ts > prev.seenAt && !obs.presences.has(userId)) {
+      // Out of view as of a newer complete snapshot; a tie says nothing (upstreamOrder).
+      if (prev.present && upstreamOrder(ts, prev.seenAt) === 'after' && !obs.presences.has(userId)) {
         write(userId, { ...prev, seenAt: ts, present: false });
       }
     }

@@ -32,7 +32,7 @@ const presences = (n: number) => new Map(Array.from({ length: n }, (_, i) => [i 
 describe('byte budgets', () => {
   it('MemoryStore keeps ledgers within maxBytes, least recently used out first; one too large is said once', async () => {
     const told: number[] = [];
-    const perRealm = bytesOf(ledgerFootprint({ users: presences(100) } as unknown as LedgerState));
+    const perRealm = bytesOf(ledgerFootprint({ users: presences(100), raised: [] } as unknown as LedgerState));
     const store = new MemoryStore({ maxRealms: 1000, maxBytes: perRealm * 3, onTooLarge: (_r, bytes) => told.push(bytes) });
     for (const realm of ['a', 'b', 'c', 'd']) await store.merge(realm, { serverTimestamp: 1, presences: presences(100), complete: true });
     expect(await store.load('a')).toBeUndefined();

@@ -124,6 +124,38 @@ describe('P14: active time never moves back by a client going idle', () => {
   });
 });
 
+describe('P14 and invisible mode: a user turning invisible is shown as the upstream has them (I8)', () => {
+  // The realm is polled every five minutes meanwhile, as clients do; the last report's age is
+  // below and well above the backdated row's (420 s before 7.0, 320 s from it).
+  it.each([
+    ['3.0', 60],
+    ['3.0', 900],
+    ['3.0', 7_200],
+    ['7.0', 60],
+    ['7.0', 900],
+    ['7.0', 7_200],
+  ] as const)('on %s, the last report %i s before', async (era, age) => {
+    await setup(era, 0);
+    const first = await poll(11, { status: 'active', last_update_id: '-1' });
+    expect((first.body.presences as Modern)['13']!.active_timestamp).toBe(Math.floor(fake.now));
+    let id = first.body.presence_last_update_id as number;
+    for (let waited = 0; waited < age; waited += Math.min(300, age - waited)) {
+      fake.advance(Math.min(300, age - waited));
+      id = (await poll(11, { status: 'active', last_update_id: String(id) })).body.presence_last_update_id;
+    }
+    fake.setPresenceEnabled(13, false);
+    // As the upstream has it: one idle row well back, no active time but date_joined.
+    const upstream = fake.slimPresence().presences['13']!;
+    const joined = Math.floor(Date.parse(fake.user(13).date_joined) / 1000);
+    const hidden = { active_timestamp: joined, idle_timestamp: upstream.idle_timestamp };
+    expect(upstream.active_timestamp ?? joined).toBe(joined);
+    const delta = await poll(11, { status: 'active', last_update_id: String(id) });
+    expect((delta.body.presences as Modern)['13']).toEqual(hidden);
+    const full = await poll(12, { status: 'active', last_update_id: '-1' });
+    expect((full.body.presences as Modern)['13']).toEqual(hidden);
+  });
+});
+
 describe('P6: a register timed by its Date header is not older than a snapshot of the same second', () => {
   it('on 2.1, register right after a poll in the same second, with a report between them', async () => {
     await setup('2.1');
@@ -144,6 +176,37 @@ describe('P6: a register timed by its Date header is not older than a snapshot o
     // And a poll after it continues from its id without taking it back (X1).
     const next = await poll(10, { status: 'active', last_update_id: String(reg.body.presence_last_update_id) });
     expect((next.body.presences as Modern)['13'] ?? (reg.body.presences as Modern)['13']).toEqual((reg.body.presences as Modern)['13']);
+  });
+
+  // Issue 43: a register below feature level 70 is dated at the end of its Date second; a poll
+  // of that same second carries an earlier server_timestamp, and its changes were left out.
+  it.each(['2.1', '3.0', '4.0'] as const)('on %s, a full poll in a register’s second shows that second’s changes', async (era) => {
+    fake = await startFake({ era, users: 7 });
+    for (const u of fake.humans()) fake.report(u.user_id, 'active');
+    shim = await startShim(fake.url, { presence: { coalesceMs: 0 } });
+    fake.advance(600.1); // everyone's last report ten minutes old; .35 into a second
+    const reg = await request(shim!.url)
+      .post('/api/v1/register')
+      .set('Host', 'chat.example.com')
+      .set('Authorization', fake.auth(15))
+      .type('form')
+      .send({ slim_presence: 'true', fetch_event_types: '["presence"]' });
+    expect(reg.status).toBe(200);
+    expect(reg.body.server_timestamp).toBe(Math.floor(fake.now) + 0.999); // dated by its Date header
+    fake.report(16, 'active', 'ZulipMobile');
+    fake.advance(0.3); // the same second
+    const full = await poll(15, { status: 'active', last_update_id: '-1' });
+    expect(full.status).toBe(200);
+    const now = Math.floor(fake.now);
+    for (const user of ['15', '16'])
+      expect((full.body.presences as Modern)[user], user).toEqual({ active_timestamp: now, idle_timestamp: now });
+    // And a delta after it takes nothing back (X1).
+    fake.advance(1);
+    const next = await poll(15, { status: 'active', last_update_id: String(full.body.presence_last_update_id) });
+    for (const user of ['15', '16']) {
+      const p = (next.body.presences as Modern)[user];
+      if (p) expect(p.active_timestamp, user).toBeGreaterThanOrEqual(now);
+    }
   });
 });
 

@@ -4,13 +4,16 @@ import {
   answer,
   answerId,
   answerIdWithoutLedger,
+  answersWithDelta,
   applyChange,
   createLedger,
   idAsOf,
   legacyAnswerId,
   merge,
   mergeInSteps,
+  RAISES_PER_MINUTE,
   raiseCounter,
+  upstreamOrder,
   vouchesFor,
   type LedgerState,
   type ModernPresence,
@@ -32,6 +35,8 @@ type Step =
   | { t: 'snapshot' }
   | { t: 'late'; back: number }
   | { t: 'poll'; client: number }
+  | { t: 'forge'; back: number; keep: boolean }
+  | { t: 'dated' }
   | { t: 'restart' };
 
 const USERS = 6;
@@ -42,8 +47,13 @@ const step: fc.Arbitrary<Step> = fc.oneof(
   { weight: 1, arbitrary: fc.record({ t: fc.constant('backdate' as const), user: fc.nat(USERS - 1) }) },
   { weight: 1, arbitrary: fc.record({ t: fc.constant('leave' as const), user: fc.nat(USERS - 1) }) },
   { weight: 3, arbitrary: fc.constant({ t: 'snapshot' as const }) },
+  { weight: 1, arbitrary: fc.constant({ t: 'dated' as const }) },
   { weight: 1, arbitrary: fc.record({ t: fc.constant('late' as const), back: fc.integer({ min: 1, max: 4 }) }) },
   { weight: 5, arbitrary: fc.record({ t: fc.constant('poll' as const), client: fc.nat(CLIENTS - 1) }) },
+  {
+    weight: 2,
+    arbitrary: fc.record({ t: fc.constant('forge' as const), back: fc.integer({ min: 1, max: 20_000 }), keep: fc.boolean() }),
+  },
   { weight: 1, arbitrary: fc.constant({ t: 'restart' as const }) },
 );
 
@@ -64,10 +74,43 @@ function run(steps: Step[]) {
   const perClient: number[][] = Array.from({ length: CLIENTS }, () => []);
   const lastIds: number[] = [];
   const clients = Array.from({ length: CLIENTS }, () => ({ id: undefined as number | undefined, map: new Map<number, ModernPresence>() }));
+  /** A caller that sends made-up ids the clock allows, or goes on from the id it was given (X1, I6). */
+  const forger = { id: undefined as number | undefined, map: new Map<number, ModernPresence>() };
 
+  /**
+   * The forger's poll, as answers.ts makes it: delta or full decided on the ledger before any
+   * raise, the counter raised past a plausible id it cannot vouch for. A raise costs the forger
+   * only: every other client's answer is the same with it as without it.
+   */
+  const forge = (s: Snap, sent: number) => {
+    const delta = answersWithDelta(ledger, sent);
+    if (!delta && sent > ledger.lastId) {
+      const raised = raiseCounter(ledger, sent, clock);
+      for (const c of clients) {
+        const q = { visible: s.data.keys(), lastUpdateId: c.id, serverTimestamp: s.ts };
+        if (c.id !== undefined && vouchesFor(ledger, c.id))
+          expect(answer(raised, q)).toEqual(answer(ledger, { ...q, visible: s.data.keys() }));
+      }
+      ledger = raised;
+      lastIds.push(ledger.lastId);
+    }
+    const a = answer(ledger, { visible: s.data.keys(), lastUpdateId: sent, delta, serverTimestamp: s.ts });
+    expect(a.presenceLastUpdateId).toBeGreaterThanOrEqual(sent); // X1
+    if (forger.id !== undefined && sent === forger.id) expect(a.presenceLastUpdateId).toBeGreaterThanOrEqual(forger.id);
+    const got = new Map(Object.entries(a.presences).map(([k, v]) => [Number(k), v]));
+    if (a.full) forger.map = got;
+    else for (const [k, v] of got) forger.map.set(k, v);
+    forger.id = a.presenceLastUpdateId;
+    if (a.presenceLastUpdateId > 0 && got.size) issued.push(a.presenceLastUpdateId);
+    for (const [k, v] of s.data) expect(forger.map.get(k)).toEqual(v); // P6 for the forger too
+  };
+
+  /** A register dated by its Date header was just taken: the next snapshot is of its second (P6). */
+  let inDatedSecond = false;
   const takeSnapshot = (): Snap => {
-    upTime += 1;
-    const s = { ts: upTime, data: new Map([...upstream].map(([k, v]) => [k, { ...v }])) };
+    if (!inDatedSecond) upTime += 1;
+    const s = { ts: inDatedSecond ? upTime + 0.5 : upTime, data: new Map([...upstream].map(([k, v]) => [k, { ...v }])) };
+    inDatedSecond = false;
     history.push(s);
     return s;
   };
@@ -100,6 +143,18 @@ function run(steps: Step[]) {
       case 'snapshot':
         feed(takeSnapshot());
         break;
+      case 'dated': {
+        // An answer dated by its Date header (a register before feature level 70): at the end of
+        // a new second, in which the next snapshot is taken, after it, with an earlier
+        // server_timestamp (issue 43). Not replayed late: one arriving after an answer of its
+        // second with a server_timestamp is merged with it by their data (ledger.ts
+        // `upstreamOrder`), which can take back a backdating in that second: the limit of a Date header.
+        upTime += 1;
+        ledger = merge(ledger, { serverTimestamp: upTime + 0.999, presences: new Map(upstream), complete: true, dateTimed: true });
+        lastIds.push(ledger.lastId);
+        inDatedSecond = true;
+        break;
+      }
       case 'late': {
         // An older snapshot arrives after newer ones (a slow fetch): it must change nothing.
         const s = history[history.length - 1 - st.back];
@@ -131,6 +186,14 @@ function run(steps: Step[]) {
         // P6: after every poll the client holds exactly the upstream's data for every user it
         // can see now.
         for (const [k, v] of s.data) expect(c.map.get(k)).toEqual(v);
+        break;
+      }
+      case 'forge': {
+        const s = takeSnapshot();
+        feed(s);
+        // Made up: the clock in µs less a little (plausible, above the counter unless it just
+        // moved), or the id it was given last.
+        forge(s, st.keep && forger.id !== undefined ? forger.id : clock * 1000 - st.back);
         break;
       }
       case 'restart':
@@ -243,6 +306,45 @@ describe('ledger rules', () => {
     // A client that got the first one's id gets the newer data in its delta, if there is any.
     const delta = answer(both, { visible: [1], lastUpdateId: once.lastId, serverTimestamp: 100 });
     expect(delta.presences).toEqual(reversed ? {} : { '1': { active_timestamp: 99, idle_timestamp: 99 } });
+  });
+
+  // Issue 43: a register below feature level 70 is dated at the end of its Date second; a poll's
+  // answer of that second carries an earlier server_timestamp. Neither outranks the other (P6, I3).
+  it.each([
+    ['the register first', false],
+    ['the poll first', true],
+  ])('a register dated by its Date header and a poll of the same second, %s: the poll is not older', (_order, pollFirst) => {
+    const register = { ...obs(1_000.999, [[1, p(900, 900)]]), dateTimed: true };
+    // The poll came after the register: user 1 reported since, user 2 came into view.
+    const polled = obs(1_000.55, [
+      [1, p(1_000, 1_000)],
+      [2, p(1_000, 1_000)],
+    ]);
+    let l = merge(createLedger(5_000), obs(990.5, [[1, p(900, 900)]]));
+    l = pollFirst ? merge(merge(l, polled), register) : merge(merge(l, register), polled);
+    expect(l.users.get(1)).toMatchObject({ active: 1_000, idle: 1_000, present: true });
+    expect(l.users.get(2)).toMatchObject({ active: 1_000, idle: 1_000, present: true });
+    // Two answers with server_timestamps in one second are ordered as ever: the older changes nothing.
+    const older = merge(l, obs(1_000.2, [[1, p(950, 950)]]));
+    expect(older.users.get(1)).toMatchObject({ active: 1_000, idle: 1_000 });
+    // The next second is ordered again: a backdated user (invisible mode) is taken as it is.
+    const next = merge(l, obs(1_001.1, [[1, p(600, 600)]]));
+    expect(next.users.get(1)).toMatchObject({ active: 600, idle: 600 });
+    // So is one backdated in the poll of the register's second: the register never outranks it.
+    const hidden = merge(merge(createLedger(5_000), register), obs(1_000.55, [[1, p(600, 600)]]));
+    expect(hidden.users.get(1)).toMatchObject({ active: 600, idle: 600 });
+  });
+
+  it.each([
+    [1_000.999, 1_000.2, 'tie'],
+    [1_000.2, 1_000.999, 'after'],
+    [1_000.2, 1_000.7, 'before'],
+    [1_000.999, 1_001.2, 'before'],
+    [1_001.2, 1_000.999, 'after'],
+    [1_000.999, 1_000.999, 'tie'],
+    [1_000.5, 1_000.5, 'tie'],
+  ] as const)('upstream time %s against one held from %s: %s (P6, I3)', (ts, seenAt, order) => {
+    expect(upstreamOrder(ts, seenAt)).toBe(order);
   });
 
   it('snapshots at one server_timestamp leave the same data whatever order they arrive in', () => {
@@ -386,33 +488,76 @@ describe('ledger rules', () => {
   it('raises the counter only to a plausible id, and never answers below the client’s id (X1, I6)', () => {
     let l = createLedger(5_000); // epoch 5,000,000 µs
     l = merge(l, obs(10, [[1, p(1, 2)]]));
+    l = merge(l, obs(11, [[2, p(3, 4)]], false));
+    const issued = l.users.get(1)!.changedAt;
     expect(raiseCounter(l, l.lastId - 1, 6_000)).toBe(l); // not above the counter
     expect(raiseCounter(l, 7_000_000, 6_000)).toBe(l); // beyond the clock: implausible
     const raised = raiseCounter(l, 5_900_000, 6_000);
-    // Every user in view stamped once more, just above the raised id.
+    // Past the id, with no user stamped anew: the ids raised past are vouched for by nobody.
     expect(raised.lastId).toBe(5_900_001);
-    expect(raised.users.get(1)?.changedAt).toBe(5_900_001);
-    expect(vouchesFor(raised, 5_900_000)).toBe(true);
-    // The full answer for the unvouched id carries the stamp; the next delta from it is exact.
-    const full = answer(raised, { visible: [1], lastUpdateId: 5_900_000, delta: false, serverTimestamp: 10 });
+    expect(plainLedger(raised)?.users).toEqual(plainLedger(l)?.users);
+    expect(vouchesFor(raised, 5_900_000)).toBe(false);
+    expect(vouchesFor(raised, issued)).toBe(true);
+    // The full answer for the raising id carries the raise's mark; the next delta from it is exact.
+    const full = answer(raised, { visible: [1, 2], lastUpdateId: 5_900_000, delta: false, serverTimestamp: 11 });
     expect(full).toMatchObject({ full: true, presenceLastUpdateId: 5_900_001 });
-    expect(Object.keys(full.presences)).toEqual(['1']);
-    expect(answer(raised, { visible: [1], lastUpdateId: 5_900_001, serverTimestamp: 10 }).presences).toEqual({});
-    const changed = merge(raised, obs(11, [[1, p(3, 4)]]));
-    expect(answer(changed, { visible: [1], lastUpdateId: 5_900_001, serverTimestamp: 11 })).toMatchObject({
+    expect(Object.keys(full.presences)).toEqual(['1', '2']);
+    expect(answer(raised, { visible: [1, 2], lastUpdateId: 5_900_001, serverTimestamp: 11 }).presences).toEqual({});
+    const changed = merge(raised, obs(12, [[1, p(3, 4)]]));
+    expect(answer(changed, { visible: [1], lastUpdateId: 5_900_001, serverTimestamp: 12 })).toMatchObject({
       full: false,
       presenceLastUpdateId: 5_900_002,
     });
-    // Another client that was echoed 5,900,000 (or any id below it the ledger never issued)
-    // with older full data gets every user in the delta from it: nothing it missed is lost (P6).
+    // Another client that was echoed 5,900,000 (or any id the ledger was raised past) with older
+    // data gets full data, and the mark: nothing it missed is lost (P6).
     for (const held of [5_900_000, 5_500_000]) {
-      expect(Object.keys(answer(raised, { visible: [1], lastUpdateId: held, serverTimestamp: 10 }).presences)).toEqual(['1']);
+      expect(answer(changed, { visible: [1, 2], lastUpdateId: held, serverTimestamp: 12 })).toMatchObject({
+        full: true,
+        presenceLastUpdateId: 5_900_002,
+      });
+      expect(answer(raised, { visible: [1, 2], lastUpdateId: held, serverTimestamp: 11 }).presenceLastUpdateId).toBe(5_900_001);
     }
-    // A ledger with nobody in view only moves its counter.
-    expect(raiseCounter(createLedger(5_000), 5_900_000, 6_000).lastId).toBe(5_900_000);
+    // Everyone else's delta is what it was without the raise (I6: a raise costs its caller only).
+    expect(answer(raised, { lastUpdateId: issued, serverTimestamp: 11 })).toEqual(answer(l, { lastUpdateId: issued, serverTimestamp: 11 }));
+    // A ledger with nobody in view moves its counter the same way.
+    expect(raiseCounter(createLedger(5_000), 5_900_000, 6_000).lastId).toBe(5_900_001);
     // Implausible: echoed with full data, the counter untouched.
     const echoed = answer(l, { visible: [1], lastUpdateId: 2 ** 52, serverTimestamp: 10 });
     expect(echoed).toMatchObject({ full: true, presenceLastUpdateId: 2 ** 52 });
+  });
+
+  it('raises a realm’s counter at most RAISES_PER_MINUTE times a minute, and keeps a bounded list of them (I6)', () => {
+    let l = merge(createLedger(5_000), obs(10, [[1, p(1, 2)]]));
+    let nowMs = 6_000;
+    const raises: number[] = [];
+    for (let i = 0; i < RAISES_PER_MINUTE + 3; i++) {
+      const before = l;
+      l = raiseCounter(l, l.lastId + 1_000, nowMs);
+      if (l !== before) raises.push(l.lastId);
+      nowMs += 1_000;
+    }
+    expect(raises).toHaveLength(RAISES_PER_MINUTE);
+    // Past it: the same state, so that id stays unvouched and gets full data, echoed.
+    const refused = l.lastId + 1_000;
+    expect(raiseCounter(l, refused, nowMs)).toBe(l);
+    expect(answer(l, { visible: [1], lastUpdateId: refused, serverTimestamp: 10 })).toMatchObject({
+      full: true,
+      presenceLastUpdateId: refused,
+    });
+    // A minute later the realm may raise again.
+    expect(raiseCounter(l, refused, nowMs + 60_000).lastId).toBe(refused + 1);
+    // However many raises: the list stays bounded, every mark and issued id in it stays exact or
+    // is vouched for by nobody (full data), never a delta that could miss something.
+    const marks: number[] = [];
+    for (let i = 0; i < 300; i++) {
+      nowMs += 60_000;
+      l = raiseCounter(l, l.lastId + 1_000, nowMs);
+      marks.push(l.lastId);
+      l = merge(l, obs(11 + i, [[1, p(10 + i, 10 + i)]]));
+    }
+    expect(l.raised.length).toBeLessThanOrEqual(64);
+    for (const [after, upTo] of l.raised) for (const id of [after + 1, upTo]) expect(vouchesFor(l, id)).toBe(false);
+    expect(marks.slice(-10).every((m) => vouchesFor(l, m))).toBe(true);
   });
 
   it('gives a legacy answer -1 only when it shows nobody (P4)', () => {

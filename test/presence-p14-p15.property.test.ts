@@ -42,7 +42,11 @@ interface Row {
   timestamp: number;
 }
 
-function run(steps: Step[]): { ledger: LedgerState; movedBack: number } {
+/**
+ * `invisibleMode`: the server has it (3.0–6.x), so a step that shows the user hidden is taken as
+ * it is (I8); none of these ordinary reports, seen by the realm's polls, may look like one.
+ */
+function run(steps: Step[], invisibleMode = false): { ledger: LedgerState; movedBack: number; now: number } {
   let now = 1_000; // the upstream's clock, seconds
   const rows = new Map<string, Row>();
   const snapshots: Array<{ ts: number; entry: ModernPresence | undefined }> = [];
@@ -88,14 +92,24 @@ function run(steps: Step[]): { ledger: LedgerState; movedBack: number } {
         now = Math.floor(now) + 0.5;
         const s = { ts: now, entry: legacyEntry() };
         snapshots.push(s);
-        ledger = merge(ledger, { serverTimestamp: s.ts, presences: new Map(s.entry ? [[USER, s.entry]] : []), complete: true });
+        ledger = merge(ledger, {
+          serverTimestamp: s.ts,
+          presences: new Map(s.entry ? [[USER, s.entry]] : []),
+          complete: true,
+          invisibleMode,
+        });
         break;
       }
       case 'late': {
         const s = snapshots[snapshots.length - 1 - st.back];
         // A late answer is late by at most the upstream deadline (X3); older is a clock step (X14).
         if (s && s.ts >= now - 120)
-          ledger = merge(ledger, { serverTimestamp: s.ts, presences: new Map(s.entry ? [[USER, s.entry]] : []), complete: true });
+          ledger = merge(ledger, {
+            serverTimestamp: s.ts,
+            presences: new Map(s.entry ? [[USER, s.entry]] : []),
+            complete: true,
+            invisibleMode,
+          });
         break;
       }
       case 'poll': {
@@ -120,24 +134,52 @@ function run(steps: Step[]): { ledger: LedgerState; movedBack: number } {
   // Once a snapshot after the last report is in, the client holds what a modern server shows.
   if (rows.size > 0) {
     now = Math.floor(now) + 1.5;
-    ledger = merge(ledger, { serverTimestamp: now, presences: new Map([[USER, legacyEntry()!]]), complete: true });
+    ledger = merge(ledger, { serverTimestamp: now, presences: new Map([[USER, legacyEntry()!]]), complete: true, invisibleMode });
     const a = answer(ledger, { lastUpdateId: clientId, serverTimestamp: now });
     if (a.full) clientMap = new Map();
     for (const [k, v] of Object.entries(a.presences)) clientMap.set(Number(k), v);
     const expectedActive = Math.max(lastActive, ledger === undefined ? 0 : JOINED);
     expect(clientMap.get(USER)).toEqual({ active_timestamp: expectedActive, idle_timestamp: Math.max(lastConnected, expectedActive) });
   }
-  return { ledger, movedBack };
+  return { ledger, movedBack, now };
 }
 
 describe('P14, P15: several clients of one user on a server with a row per client', () => {
   it('active time never moves back, and every accepted active report is seen at once', () => {
     fc.assert(
-      fc.property(fc.array(step, { minLength: 1, maxLength: 60 }), (steps) => {
-        expect(run(steps).movedBack).toBe(0);
+      fc.property(fc.array(step, { minLength: 1, maxLength: 60 }), fc.boolean(), (steps, invisibleMode) => {
+        expect(run(steps, invisibleMode).movedBack).toBe(0);
       }),
       { numRuns: 3000 },
     );
+  });
+
+  it('invisible mode: the one backdated idle row is taken as it is, whatever the age of the last report (I8, 3.0–6.x)', () => {
+    fc.assert(
+      fc.property(fc.array(step, { minLength: 1, maxLength: 40 }), fc.integer({ min: 0, max: 7_200 }), (steps, age) => {
+        const { ledger, now } = run(steps, true);
+        // The user turns invisible `age` seconds after the last snapshot: their rows become one idle row 420 s back.
+        const at = Math.floor(now) + 1 + age;
+        const hidden = legacyUserToModern({ website: { client: 'website', status: 'idle', timestamp: at - 420 } }, JOINED)!;
+        const after = merge(ledger, {
+          serverTimestamp: at + 0.5,
+          presences: new Map([[USER, hidden]]),
+          complete: true,
+          invisibleMode: true,
+        });
+        expect(after.users.get(USER)).toMatchObject({ active: hidden.active_timestamp, idle: hidden.idle_timestamp });
+      }),
+      { numRuns: 1000 },
+    );
+  });
+
+  it('on 2.1 (no invisible mode) an idle report first seen long after it was made keeps the active time (P14)', () => {
+    const p = (a: number, i: number) => new Map([[USER, { active_timestamp: a, idle_timestamp: i }]]);
+    let l = createLedger(1_000_000);
+    l = merge(l, { serverTimestamp: 1_000.5, presences: p(1_000, 1_000), complete: true });
+    // The only client reported idle at 1,010; nobody polled the realm for an hour.
+    l = merge(l, { serverTimestamp: 4_610.5, presences: p(JOINED, 1_010), complete: true });
+    expect(l.users.get(USER)).toMatchObject({ active: 1_000, idle: 1_010 });
   });
 
   it('an idle report after an active one from another client keeps the active time (the 2.1 case)', () => {
@@ -160,5 +202,17 @@ describe('P14, P15: several clients of one user on a server with a row per clien
     l = merge(l, { serverTimestamp: 1_000, presences: p(990, 995), complete: true });
     l = merge(l, { serverTimestamp: 1_010, presences: p(JOINED, 1_010 - 420), complete: true });
     expect(l.users.get(USER)).toMatchObject({ active: JOINED, idle: 590 });
+  });
+
+  it.each([
+    ['3.0–6.x', 420],
+    ['7.0–8.x', 320],
+  ])('invisible mode on %s, the last report older than the backdated row: taken as it is (I8)', (_era, back) => {
+    let l = createLedger(1_000_000);
+    const p = (a: number, i: number) => new Map([[USER, { active_timestamp: a, idle_timestamp: i }]]);
+    l = merge(l, { serverTimestamp: 1_000, presences: p(990, 995), complete: true, invisibleMode: true });
+    // Ten minutes later the user turns invisible: the backdated row is newer than their last report.
+    l = merge(l, { serverTimestamp: 1_600.25, presences: p(JOINED, 1_600 - back), complete: true, invisibleMode: true });
+    expect(l.users.get(USER)).toMatchObject({ active: JOINED, idle: 1_600 - back });
   });
 });

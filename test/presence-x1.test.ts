@@ -159,6 +159,82 @@ describe('a plausible id the shim cannot vouch for (X1)', () => {
   });
 });
 
+interface VictimDeltas {
+  users: number;
+  bytes: number;
+  deltas: number;
+}
+
+/**
+ * Issue 43's forced-delta run at test scale: `victims` clients poll with the id of their
+ * previous answer while, in every second, a few users report and (when `attacked`) one more
+ * authenticated caller polls first with a made-up id the clock allows, then the id it was given.
+ * Every answer's id is checked never to go below what the client held or sent (X1).
+ */
+async function victimDeltas(shim: RunningShim, attacked: boolean, rounds: number): Promise<VictimDeltas> {
+  const humans = fake.humans().map((u) => u.user_id);
+  const victims = humans.slice(1, 6).map((user) => ({ user, id: -1 }));
+  for (const v of victims) v.id = (await poll(shim, v.user, { status: 'active', last_update_id: '-1' })).body.presence_last_update_id;
+  const out: VictimDeltas = { users: 0, bytes: 0, deltas: 0 };
+  let attackerId = -1;
+  for (let round = 0; round < rounds; round++) {
+    fake.advance(1);
+    for (let i = 0; i < 4; i++) fake.report(humans[(round * 4 + i) % humans.length]!, i % 2 ? 'idle' : 'active');
+    if (attacked) {
+      // Made up (the clock in µs − 2 ms), or, every other second, the id it was given: both kinds of caller.
+      const sent = round % 2 === 0 ? Date.now() * 1000 - 2000 : attackerId;
+      const r = await poll(shim, humans[0]!, { status: 'active', last_update_id: String(sent) });
+      expect(r.body.presence_last_update_id).toBeGreaterThanOrEqual(sent);
+      if (round % 2 === 1) expect(Object.keys(r.body.presences).length).toBeLessThan(humans.length); // a delta again
+      attackerId = r.body.presence_last_update_id;
+    }
+    for (const v of victims) {
+      const r = await poll(shim, v.user, { status: 'active', last_update_id: String(v.id) });
+      expect(r.body.presence_last_update_id).toBeGreaterThanOrEqual(v.id);
+      v.id = r.body.presence_last_update_id;
+      out.users += Object.keys(r.body.presences).length;
+      out.bytes += Buffer.byteLength(r.text);
+      out.deltas++;
+    }
+  }
+  return out;
+}
+
+/** Victims' deltas without, then with, the caller sending made-up ids; the second within 2× of the first. */
+async function forcedDeltas(store: { redisUrl?: string; keyPrefix?: string }): Promise<void> {
+  const sizes: VictimDeltas[] = [];
+  for (const attacked of [false, true]) {
+    fake = await startFake({ era: '7.0', users: 300 });
+    for (const u of fake.humans()) fake.report(u.user_id, 'active');
+    fake.advance(120); // past the upstream's 55 s between writes of a row: every report is a change
+    const own = store.keyPrefix ? { ...store, keyPrefix: `${store.keyPrefix}${attacked}:` } : store;
+    const shim = await startShim(fake.url, { store: own, presence: { coalesceMs: 0 } });
+    shims.push(shim);
+    sizes.push(await victimDeltas(shim, attacked, 12));
+    await shim.close();
+    shims = [];
+    await fake.stop();
+  }
+  const [quiet, attacked] = sizes as [VictimDeltas, VictimDeltas];
+  expect(quiet.users / quiet.deltas).toBeGreaterThan(1);
+  // Users and bytes per victim delta within 2× of the run without that caller (before: the whole realm).
+  expect(attacked.users / attacked.deltas).toBeLessThan((2 * quiet.users) / quiet.deltas);
+  expect(attacked.bytes / attacked.deltas).toBeLessThan((2 * quiet.bytes) / quiet.deltas);
+}
+
+describe('a caller sending made-up ids the clock allows, every second (X1, I6)', () => {
+  it("costs that caller, not the realm: others' deltas keep their size", async () => {
+    await forcedDeltas({});
+  });
+});
+
+describeRedis('a caller sending made-up ids the clock allows, every second, on Redis (X1, I6)', () => {
+  const prefix = suiteKeyPrefix();
+  it("costs that caller, not the realm: others' deltas keep their size", async () => {
+    await forcedDeltas({ redisUrl: REDIS_URL, keyPrefix: prefix });
+  });
+});
+
 describeRedis('two replicas on one Redis (X1, S1)', () => {
   const prefix = suiteKeyPrefix();
 

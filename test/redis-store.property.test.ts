@@ -25,7 +25,7 @@ const observation: fc.Arbitrary<Observation> = fc.record({
   complete: fc.boolean(),
 });
 
-const emptyLedger = (epoch: number): LedgerState => ({ epoch, lastId: epoch, users: new Map(), merges: [], completeAt: 0 });
+const emptyLedger = (epoch: number): LedgerState => ({ epoch, lastId: epoch, users: new Map(), raised: [], merges: [], completeAt: 0 });
 
 /**
  * A serial order of the observations in which the pure merge, step by step, gives exactly the

@@ -79,7 +79,8 @@ const ENTRIES_PER_TURN = 5_000;
  */
 export async function modernBodyInSteps(ledger: LedgerState, q: AnswerRequest, request: PresenceRequest): Promise<Encodable> {
   const chosen: number[] = [];
-  for (const [userId] of answerEntries(ledger, q).entries) {
+  const { entries, leastId } = answerEntries(ledger, q);
+  for (const [userId] of entries) {
     chosen.push(userId);
     if (chosen.length % (4 * ENTRIES_PER_TURN) === 0) await yieldTurn();
   }
@@ -98,7 +99,7 @@ export async function modernBodyInSteps(ledger: LedgerState, q: AnswerRequest, r
     }
     parts.push(Buffer.from(text));
   }
-  const id = idText(answerId(largest, q.lastUpdateId), request);
+  const id = idText(answerId(Math.max(largest, leastId), q.lastUpdateId), request);
   const head = `{"result":"success","msg":"","server_timestamp":${JSON.stringify(q.serverTimestamp)},"presences":{`;
   const tail = `},"presence_last_update_id":${id}${ignoredMember(request.ignored)}}`;
   return { raw: Buffer.concat([Buffer.from(head), ...parts, Buffer.from(tail)]) };

@@ -10,7 +10,7 @@ import type { Directory } from '../upstream/user-directory.js';
 import { modernFromColumns, type PresenceColumns } from './columns.js';
 import { planLedger, viewOf } from './plan.js';
 import { toModern, type Converted, type PresenceEra, type UserLookup } from './convert.js';
-import { mergeInSteps, type LedgerState, type ModernPresence, type Observation } from './ledger.js';
+import { mergeInSteps, timeOfDateHeader, type LedgerState, type ModernPresence, type Observation } from './ledger.js';
 
 /**
  * The one path by which upstream presence reaches the realm's ledger, for presence polls and
@@ -32,13 +32,6 @@ export interface Asker {
 /** Format the upstream answered in: legacy (email keys) or slim (user ids). */
 export type Format = 'legacy' | 'slim';
 
-/**
- * P6: a `Date` header says the second an answer was made in, not when in it: the answer is
- * dated at the end of that second, so a snapshot taken earlier in the same second never wins
- * over it (the ledger orders observations by these times, I3).
- */
-const END_OF_SECOND = 0.999;
-
 /** The upstream's time for an answer (P6): its server_timestamp, else its Date header. */
 export function upstreamTime(body: Record<string, unknown>, headers: BufferedResponse['headers']): number {
   const ts = body.server_timestamp;
@@ -48,10 +41,14 @@ export function upstreamTime(body: Record<string, unknown>, headers: BufferedRes
   throw upstreamBadResponse('presence answer without server_timestamp or Date');
 }
 
-/** The upstream's time by its `Date` header (P6), at the end of that second; undefined without one. */
+/**
+ * The upstream's time by its `Date` header (P6), dated at the end of that second; undefined
+ * without one. It never outranks an answer of that second with a `server_timestamp` (ledger.ts
+ * `upstreamOrder`, I3).
+ */
 export function dateHeaderTime(headers: BufferedResponse['headers']): number | undefined {
   const date = Date.parse(String(headers.date ?? ''));
-  return Number.isFinite(date) ? date / 1000 + END_OF_SECOND : undefined;
+  return Number.isFinite(date) ? timeOfDateHeader(date) : undefined;
 }
 
 /** Presences as the upstream sent them (parsed), or read into columns off the main thread (B7). */
@@ -196,9 +193,9 @@ export async function ledgerToAnswerFrom(
 }
 
 /**
- * X1, I6: the counter raised to a client id this ledger cannot vouch for (plan.ts `planAnswer`
- * says when), where plausible (the store decides by its epoch clock), so the id echoed with the
- * full answer is then vouched for and the next delta is exact.
+ * X1, I6: the counter raised past a client id this ledger cannot vouch for (plan.ts `planAnswer`
+ * says when), where plausible and the realm has raises left (the store decides by its epoch
+ * clock), so the full answer carries the raise's mark and the next delta is exact.
  */
 export async function raisedCounter(asker: Asker, ledger: LedgerState, to: number): Promise<LedgerState> {
   try {
@@ -263,6 +260,10 @@ export async function takeInAnswer(
   }
   // Let other requests run between converting and merging a large snapshot (B6).
   await setImmediate();
-  const ledger = modern ? await recordInLedger(asker, { serverTimestamp, presences: modern, complete, dateTimed }) : undefined;
+  // I8: every era but 2.1's has invisible mode, whose backdating is taken as it is.
+  const invisibleMode = asker.era !== 'legacy';
+  const ledger = modern
+    ? await recordInLedger(asker, { serverTimestamp, presences: modern, complete, dateTimed, invisibleMode })
+    : undefined;
   return { serverTimestamp, modern, modernError, ledger };
 }

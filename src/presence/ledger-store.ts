@@ -25,8 +25,9 @@ export interface PresenceStore extends AdmittedRealms {
    */
   merge(realm: string, observation: Observation, prepared?: PreparedMerge): Promise<LedgerState>;
   /**
-   * Atomically raises the realm's counter to `atLeast` where ledger.ts `raiseCounter` allows it
-   * (a plausible id by the store's epoch clock, X1), creating the ledger when there is none;
+   * Atomically raises the realm's counter past `atLeast` where ledger.ts `raiseCounter` allows
+   * it (a plausible id by the store's epoch clock, within the realm's raises, X1), creating the
+   * ledger when there is none;
    * `0` only creates it. Returns the ledger after.
    */
   raiseCounter(realm: string, atLeast: number): Promise<LedgerState>;

@@ -24,7 +24,11 @@
  * - I3 per user, observations are ordered by the upstream's `server_timestamp`, never by
  *   arrival and never by the shim's clock: an older snapshot arriving late changes nothing (nor
  *   brings back a user a newer complete snapshot left out), and a newer one wins even when its
- *   timestamps are smaller (invisible mode, P6). At one `server_timestamp`, by their data.
+ *   timestamps are smaller (invisible mode, P6). At one `server_timestamp`, by their data. An
+ *   answer known only to the second (a `Date` header: a report's answer, a register before
+ *   feature level 70, dated at the end of it) never outranks one of that second with a
+ *   `server_timestamp`: that one counts as after it, and the dated one is merged with it by
+ *   their data (`upstreamOrder`).
  * - I4 a user's `changedAt` moves whenever what a client holds for them would differ: new data,
  *   or coming back into view after a complete snapshot left them out (P6, P7).
  * - I5 answers cover only users in view (P7): of the snapshot a per-caller answer is built for,
@@ -33,20 +37,27 @@
  *   a snapshot is an input to the ledger, never a second source of data or ids (X1).
  * - I6 an answer's id is never below the client's `last_update_id` (X1). A client id the ledger
  *   cannot vouch for gets full data; if it is plausible (0 < id <= the epoch clock now, I1) the
- *   counter is raised to it first (`raiseCounter`), so the id echoed is then vouched for and the
- *   next delta is exact. An implausible id (above the clock) cannot move the counter for
- *   everyone: it is echoed with full data and stays unvouched, so that client keeps getting full
- *   data (never a partial map, P3) until the clock passes its id, when the counter is raised to
- *   it and deltas resume; a client that re-registers or sends -1 gets an id of the ledger's own.
+ *   counter is raised past it first (`raiseCounter`), and the answer carries the raise's mark
+ *   (the id just above it), so the next delta is exact. The ids raised past were never issued:
+ *   the ledger keeps them as a raised range and vouches for none of them, so whoever holds one
+ *   (made up, or echoed while implausible with older data) gets full data and the mark, and no
+ *   user is stamped anew: a raise costs its caller one full answer, never the realm a delta of
+ *   every user. Raises are bounded per realm (RAISES_PER_MINUTE); past that, and for an
+ *   implausible id (above the clock), the id is echoed with full data and stays unvouched, so
+ *   that client keeps getting full data (never a partial map, P3) until a later poll may raise
+ *   the counter; a client that re-registers or sends -1 gets an id of the ledger's own.
  * - I7 every change to a ledger is a `LedgerChange` applied by one writer at a time (the store),
  *   so every replica sees one history of ids (S1).
  * - I8 a user's `active` never moves back by a client's later report (P14): servers before 7.0
  *   keep one row per client, so an `idle` report after an `active` one makes the user look
  *   active long ago; a modern server keeps the last active time. An observation whose
  *   `idle_timestamp` is not older than the entry's keeps the entry's `active` where it is
- *   larger. Only an observation that moves the whole user back (its `idle_timestamp` older
- *   too) is the upstream backdating them on purpose (invisible mode, P6) and is taken as it is.
- *   A caller's own report (P15) only ever raises a user's timestamps.
+ *   larger. The upstream backdating a user on purpose is taken as it is (P6): an observation
+ *   that moves the whole user back (its `idle_timestamp` older too), or, where the upstream has
+ *   invisible mode (3.0+), one that hides them: their active time back and their last report
+ *   at least HIDDEN_REPORT_AGE_SECONDS before the observation, as the one backdated idle row
+ *   invisible mode writes shows, whatever its time against the report the ledger holds. A
+ *   caller's own report (P15) only ever raises a user's timestamps.
  * - I9 an observation older than the newest merged by more than an answer can be late is the
  *   upstream's clock stepping back (X14): the realm starts a new epoch above every id it issued.
  */
@@ -70,10 +81,18 @@ export interface LedgerEntry {
   readonly present: boolean;
 }
 
+/**
+ * I6: ids the counter was raised past, `(after, upTo]`, never issued, and when (the epoch
+ * clock, ms). `upTo + 1` is the raise's mark, the id its caller continues from.
+ */
+export type RaisedRange = readonly [after: number, upTo: number, atMs: number];
+
 export interface LedgerState {
   readonly epoch: number;
   readonly lastId: number;
   readonly users: ReadonlyMap<number, LedgerEntry>;
+  /** I6: the ranges the counter was raised past, oldest first, at most RAISES_KEPT. */
+  readonly raised: ReadonlyArray<RaisedRange>;
   /**
    * (server_timestamp, lastId after merging it) of recent merges, newest last, bounded: tells
    * which id a client holding an upstream answer of a given time is safe to continue from.
@@ -103,6 +122,11 @@ export interface Observation {
    */
   report?: boolean | undefined;
   /**
+   * I8: the upstream has invisible mode (`presence_enabled`, feature level 3: every era but
+   * 2.1's), so an observation that shows a user hidden is its doing, taken as it is.
+   */
+  invisibleMode?: boolean | undefined;
+  /**
    * Timed by a `Date` header (a report's answer, a register before feature level 70), a clock
    * that may be another machine's (a front proxy's): it orders the data it carries, but is not
    * one of the realm's merges, which idAsOf and the clock-step rule (X14) read. Reports are.
@@ -118,6 +142,36 @@ export interface Observation {
 
 const MERGE_HISTORY = 32;
 
+/**
+ * P6: a `Date` header says the second an answer was made in, not when in it: such an answer is
+ * dated at the end of that second (`timeOfDateHeader`), which also marks its time as known only
+ * to the second (`isDateTimed`).
+ */
+const END_OF_SECOND = 0.999;
+
+/** P6: the upstream time of an answer dated by its `Date` header (milliseconds, a whole second). */
+export function timeOfDateHeader(dateMs: number): number {
+  return dateMs / 1000 + END_OF_SECOND;
+}
+
+/** P6: is this upstream time a `Date` header's (`timeOfDateHeader`), known only to the second? */
+function isDateTimed(ts: number): boolean {
+  return Math.abs(ts - Math.floor(ts) - END_OF_SECOND) < 1e-6;
+}
+
+/**
+ * I3, P6: how an observation at upstream time `ts` orders against what the ledger holds from one
+ * at `seenAt`: `after` it, `before` it, or a `tie`, merged by their data (each timestamp the
+ * later, I8): the same time, or an answer dated by its `Date` header in the second of one with a
+ * `server_timestamp`. Which of those two came first in that second cannot be told; the dated
+ * one never outranks the other, which counts as after it.
+ */
+export function upstreamOrder(ts: number, seenAt: number): 'after' | 'before' | 'tie' {
+  if (ts === seenAt) return 'tie';
+  if (Math.floor(ts) === Math.floor(seenAt) && isDateTimed(ts) !== isDateTimed(seenAt)) return isDateTimed(ts) ? 'tie' : 'after';
+  return ts > seenAt ? 'after' : 'before';
+}
+
 /** X14: the default of `Observation.maxLateSeconds` (the default upstream deadline, 120 s, and a minute). */
 export const CLOCK_STEP_SECONDS = 180;
 
@@ -132,7 +186,7 @@ function epochFor(nowMs: number): number {
  */
 export function createLedger(nowMs: number = Date.now(), floor = 0): LedgerState {
   const epoch = Math.max(epochFor(nowMs), floor);
-  const state: LedgerState = { epoch, lastId: epoch, users: UserTable.empty(), merges: [], completeAt: 0 };
+  const state: LedgerState = { epoch, lastId: epoch, users: UserTable.empty(), raised: [], merges: [], completeAt: 0 };
   // Indexed from the start, so every merge after extends it (B7: never a sort of the realm).
   indexes.set(state, { ids: [], users: [], length: 0 });
   return state;
@@ -155,30 +209,40 @@ function isPlausibleId(id: number, nowMs: number): boolean {
   return Number.isSafeInteger(id) && id > 0 && id <= epochFor(nowMs);
 }
 
+/** I6: raises a realm's counter takes in a minute of the epoch clock, at most. */
+export const RAISES_PER_MINUTE = 6;
+
 /**
- * I6: raises the counter to `atLeast` when that id is plausible at `nowMs` (the clock epochs
- * come from) and above the counter; otherwise the same state. The ledger then vouches for it,
- * and for every id between: ids it never issued, which clients can hold only as echoes, with
- * full data from before the ledger's newest changes (another client may hold `atLeast` itself,
- * echoed while it was implausible). So every user in view is stamped once more, above
- * `atLeast`: a delta from any of those ids then carries every user, and nothing they missed is
- * lost (P6). A raise is rare (an id from another store or server, or garbage); it costs one
- * realm-wide delta.
+ * I6: raised ranges a ledger keeps. Past it the two oldest become one: the ids issued between
+ * them (over ten minutes old at RAISES_PER_MINUTE) are then vouched for no more, and a client
+ * still holding one gets full data once, never a delta that could miss something.
+ */
+const RAISES_KEPT = 64;
+
+const MINUTE_MS = 60_000;
+
+/**
+ * I6: raises the counter past `atLeast` when that id is plausible at `nowMs` (the clock epochs
+ * come from), above the counter, and the realm has raises left this minute; otherwise the same
+ * state. The ids in between were never issued: kept as a raised range the ledger vouches for
+ * none of (whoever holds one, made up or echoed while implausible with older data, gets full
+ * data), and `atLeast + 1`, the mark, is the id the caller's full answer carries (`answerEntries`).
+ * No user is stamped anew, so every id the ledger issued still gets its exact delta.
  */
 export function raiseCounter(state: LedgerState, atLeast: number, nowMs: number): LedgerState {
   if (atLeast <= state.lastId || !isPlausibleId(atLeast + 1, nowMs)) return state;
-  const stamp = atLeast + 1;
-  const present: number[] = [];
-  const users = UserTable.from(state.users).edit();
-  state.users.forEach((e, userId) => {
-    if (!e.present) return;
-    users.set(userId, { ...e, changedAt: stamp });
-    present.push(userId);
-  });
-  if (present.length === 0) return { ...state, lastId: atLeast };
-  const next: LedgerState = { ...state, lastId: stamp, users: users.done() };
-  extendIndex(state, next, present);
+  const recent = state.raised.filter(([, , atMs]) => atMs > nowMs - MINUTE_MS).length;
+  if (recent >= RAISES_PER_MINUTE) return state;
+  let raised = [...state.raised, [state.lastId, atLeast, nowMs] as const];
+  if (raised.length > RAISES_KEPT) raised = [[raised[0]![0], raised[1]![1], raised[1]![2]], ...raised.slice(2)];
+  const next: LedgerState = { ...state, lastId: atLeast + 1, raised };
+  extendIndex(state, next, []);
   return next;
+}
+
+/** I6: the raised range holding `id`, if any. */
+function raisedRangeOf(state: LedgerState, id: number): RaisedRange | undefined {
+  return state.raised.find(([after, upTo]) => id > after && id <= upTo);
 }
 
 /** A merge computed ahead (`mergeInSteps`): `next` is `merge(base, observation)`. */
@@ -201,24 +265,38 @@ export function applyChange(state: LedgerState, change: LedgerChange, nowMs: num
   return change.prepared?.base === state ? change.prepared.next : merge(state, change.observation);
 }
 
-/** I2. */
+/** I2, I6: ids the ledger issued; never one it was raised past. */
 export function vouchesFor(state: LedgerState, id: number): boolean {
-  return Number.isSafeInteger(id) && id > state.epoch && id <= state.lastId;
+  return Number.isSafeInteger(id) && id > state.epoch && id <= state.lastId && raisedRangeOf(state, id) === undefined;
 }
 
 const samePresence = (e: LedgerEntry, p: ModernPresence) => e.active === p.active_timestamp && e.idle === p.idle_timestamp;
 
 /**
+ * I8: how long before an upstream answer's own time the user's last report is when the upstream
+ * hides them. Invisible mode replaces a user's rows with one idle row OFFLINE_THRESHOLD_SECS +
+ * 120 back: 420 s before 7.0 (threshold 300), 320 s from it (200). The realm's own polls see an
+ * ordinary idle report within a minute or so, long before it is this old.
+ */
+export const HIDDEN_REPORT_AGE_SECONDS = 320;
+
+/** I8: does a newer observation show the upstream hiding the user (their active time back, their last report that old)? */
+export function hidesUser(prev: LedgerEntry, seen: ModernPresence, serverTimestamp: number): boolean {
+  return seen.active_timestamp < prev.active && serverTimestamp - seen.idle_timestamp >= HIDDEN_REPORT_AGE_SECONDS;
+}
+
+/**
  * I8 (P14, P15): what a newer observation of a user leaves in the ledger. The upstream moving
- * the whole user back (`idle_timestamp` older too: invisible mode) is taken as it is; otherwise
- * the active time seen last stays where it is larger (P2: idle never below it).
+ * the whole user back (`idle_timestamp` older too) or hiding them (`hides`: invisible mode) is
+ * taken as it is; otherwise the active time seen last stays where it is larger (P2: idle never
+ * below it).
  * `raiseOnly`: a report, or an observation at the entry's own server_timestamp, which the
  * upstream's clock cannot order (a register before 5.0 is timed by its `Date` header, to the
  * second): a user's timestamps only move forward but for invisible mode's backdating, which
  * one second cannot show, so each timestamp takes the later of the two, in any order.
  */
-export function keptActive(prev: LedgerEntry, seen: ModernPresence, raiseOnly: boolean): ModernPresence {
-  if (!raiseOnly && seen.idle_timestamp < prev.idle) return seen;
+export function keptActive(prev: LedgerEntry, seen: ModernPresence, raiseOnly: boolean, hides = false): ModernPresence {
+  if (!raiseOnly && (hides || seen.idle_timestamp < prev.idle)) return seen;
   const active = Math.max(prev.active, seen.active_timestamp);
   const idle = Math.max(seen.idle_timestamp, active, raiseOnly ? prev.idle : 0);
   return active === seen.active_timestamp && idle === seen.idle_timestamp ? seen : { active_timestamp: active, idle_timestamp: idle };
@@ -267,9 +345,30 @@ function clockChecked(state: LedgerState, obs: Observation): LedgerState {
   if (obs.report || obs.dateTimed || newest === undefined || obs.serverTimestamp >= newest - (obs.maxLateSeconds ?? CLOCK_STEP_SECONDS))
     return state;
   const epoch = state.lastId + 1;
-  const fresh: LedgerState = { epoch, lastId: epoch, users: UserTable.empty(), merges: [], completeAt: 0 };
+  const fresh: LedgerState = { epoch, lastId: epoch, users: UserTable.empty(), raised: [], merges: [], completeAt: 0 };
   indexes.set(fresh, { ids: [], users: [], length: 0 });
   return fresh;
+}
+
+/**
+ * I3, I8: what a user's entry takes from an observation, and its time, or undefined when the
+ * observation is before what the ledger holds of them (or, for a user it does not hold, before a
+ * complete snapshot that left them out). A tie (`upstreamOrder`) keeps the time held: the later
+ * data, each timestamp on its own.
+ */
+function observed(
+  state: LedgerState,
+  prev: LedgerEntry | undefined,
+  seen: ModernPresence,
+  obs: Observation,
+): { p: ModernPresence; seenAt: number } | undefined {
+  const ts = obs.serverTimestamp;
+  if (!prev) return upstreamOrder(state.completeAt, ts) === 'after' ? undefined : { p: seen, seenAt: ts };
+  const order = upstreamOrder(ts, prev.seenAt);
+  if (order === 'before') return undefined;
+  const hides = obs.invisibleMode === true && hidesUser(prev, seen, ts);
+  const p = keptActive(prev, seen, obs.report === true || order === 'tie', hides);
+  return { p, seenAt: order === 'after' ? ts : prev.seenAt };
 }
 
 function* mergeSteps(current: LedgerState, obs: Observation): Generator<void, LedgerState> {
@@ -288,20 +387,19 @@ function* mergeSteps(current: LedgerState, obs: Observation): Generator<void, Le
   for (const [userId, seen] of obs.presences) {
     if (++looked % MERGE_STEP === 0) yield;
     const prev = state.users.get(userId);
-    if (prev && ts < prev.seenAt) continue; // I3: an older snapshot
-    if (!prev && ts < state.completeAt) continue; // I3: a newer complete snapshot left them out
-    // I3 at one server_timestamp: the later data, each timestamp on its own (I8).
-    const p = prev ? keptActive(prev, seen, obs.report === true || ts === prev.seenAt) : seen;
-    // Same data, still in view: nothing to write. A snapshot at least this new can only carry
-    // this data or newer, so seenAt needs to move only when something changes.
-    if (prev?.present && samePresence(prev, p)) continue;
-    write(userId, { active: p.active_timestamp, idle: p.idle_timestamp, seenAt: ts, changedAt: ++lastId, present: true });
+    const taken = observed(state, prev, seen, obs);
+    // Older, or the same data still in view: nothing to write. A snapshot at least this new
+    // can only carry this data or newer, so seenAt needs to move only when something changes.
+    if (!taken || (prev?.present && samePresence(prev, taken.p))) continue;
+    const { p, seenAt } = taken;
+    write(userId, { active: p.active_timestamp, idle: p.idle_timestamp, seenAt, changedAt: ++lastId, present: true });
     changed.push(userId);
   }
   if (obs.complete) {
     for (const [userId, prev] of state.users) {
       if (++looked % MERGE_STEP === 0) yield;
-      if (prev.present && ts > prev.seenAt && !obs.presences.has(userId)) {
+      // Out of view as of a newer complete snapshot; a tie says nothing (upstreamOrder).
+      if (prev.present && upstreamOrder(ts, prev.seenAt) === 'after' && !obs.presences.has(userId)) {
         write(userId, { ...prev, seenAt: ts, present: false });
       }
     }
@@ -311,7 +409,7 @@ function* mergeSteps(current: LedgerState, obs: Observation): Generator<void, Le
   const dateTimed = obs.dateTimed === true || obs.report === true;
   if (!users && (dateTimed || (lastMerge && lastMerge[0] >= ts)) && completeAt === state.completeAt) return state;
   const merges = dateTimed ? state.merges : [...state.merges, [ts, lastId] as const].sort((a, b) => a[0] - b[0]).slice(-MERGE_HISTORY);
-  const next: LedgerState = { epoch: state.epoch, lastId, users: users?.done() ?? state.users, merges, completeAt };
+  const next: LedgerState = { ...state, lastId, users: users?.done() ?? state.users, merges, completeAt };
   extendIndex(state, next, changed);
   return next;
 }
@@ -325,7 +423,7 @@ export function changesFrom(base: LedgerState, next: LedgerState): LedgerState {
   const users = new Map<number, LedgerEntry>();
   // A ledger never drops a user: every difference is a user `next` holds.
   for (const [id, e] of UserTable.from(next.users).differences(UserTable.from(base.users))) if (e) users.set(id, e);
-  return { epoch: next.epoch, lastId: next.lastId, users, merges: next.merges, completeAt: next.completeAt };
+  return { ...next, users };
 }
 
 /**
@@ -345,13 +443,7 @@ export function withChanges(base: LedgerState, changes: LedgerState): LedgerStat
     edit.set(id, e);
   }
   moved.sort((a, b) => a[0] - b[0]);
-  const next: LedgerState = {
-    epoch: changes.epoch,
-    lastId: changes.lastId,
-    users: edit.done(),
-    merges: changes.merges,
-    completeAt: changes.completeAt,
-  };
+  const next: LedgerState = { ...changes, users: edit.done() };
   extendIndex(
     base,
     next,
@@ -513,11 +605,23 @@ function* presentUsers(state: LedgerState): Generator<number> {
   for (const [userId, e] of state.users) if (e.present) yield userId;
 }
 
+/** What an answer holds (`answerEntries`). */
+export interface AnswerEntries {
+  delta: boolean;
+  entries: Iterable<[number, LedgerEntry]>;
+  /**
+   * I6: the least id the answer carries (-1: no such floor): for full data to an id the counter
+   * was raised past, that raise's mark. The answer holds the ledger's data as of its counter,
+   * which is at least the mark, so a delta from it misses nothing.
+   */
+  leastId: number;
+}
+
 /**
  * P3, P12, I5: the users an answer holds and their entries, one at a time (B7: a caller can
  * build a 100k-user answer in steps), with whether it is a delta. Pure, like `answer`.
  */
-export function answerEntries(state: LedgerState, q: AnswerRequest): { delta: boolean; entries: Iterable<[number, LedgerEntry]> } {
+export function answerEntries(state: LedgerState, q: AnswerRequest): AnswerEntries {
   const lastUpdateId = q.lastUpdateId;
   const delta = (q.delta ?? answersWithDelta(state, lastUpdateId)) && lastUpdateId !== undefined && vouchesFor(state, lastUpdateId);
   const cutoff = historyCutoff(q.historyLimitDays, q.serverTimestamp, lastUpdateId);
@@ -533,19 +637,20 @@ export function answerEntries(state: LedgerState, q: AnswerRequest): { delta: bo
       yield [userId, e];
     }
   }
-  return { delta, entries: entries() };
+  const range = delta || lastUpdateId === undefined ? undefined : raisedRangeOf(state, lastUpdateId);
+  return { delta, entries: entries(), leastId: range ? range[1] + 1 : -1 };
 }
 
 /** P3, P4, P12, I5, I6: what a client gets for a poll. */
 export function answer(state: LedgerState, q: AnswerRequest): Answer {
-  const { delta, entries } = answerEntries(state, q);
+  const { delta, entries, leastId } = answerEntries(state, q);
   const presences: Record<string, ModernPresence> = {};
   let largest = -1;
   for (const [userId, e] of entries) {
     presences[String(userId)] = { active_timestamp: e.active, idle_timestamp: e.idle };
     if (e.changedAt > largest) largest = e.changedAt;
   }
-  return { presences, presenceLastUpdateId: answerId(largest, q.lastUpdateId), full: !delta };
+  return { presences, presenceLastUpdateId: answerId(Math.max(largest, leastId), q.lastUpdateId), full: !delta };
 }
 
 export interface LegacyIdRequest {

@@ -187,10 +187,9 @@ export type ModernKind = 'delta' | 'resync' | 'modern_full';
 /**
  * X1, I6, P3: what a modern answer from a chosen ledger is. A delta where the ledger vouches for
  * the client's id; otherwise full data (`resync` when the client sent an id of its own), and for
- * an id above the ledger's counter the counter is raised to it first (`raiseTo`), so the id
- * echoed with the full answer is then vouched for and the next delta is exact. The delta is
- * decided before the raise: a raised counter vouches for the id, but the client holds nothing
- * the shim gave it.
+ * an id above the ledger's counter the counter is raised past it first (`raiseTo`), so the full
+ * answer carries the raise's mark and the next delta is exact. The delta is decided before the
+ * raise: the client holds nothing the shim gave it.
  */
 export interface AnswerPlan {
   kind: ModernKind;

@@ -1,4 +1,4 @@
-import type { LedgerEntry, LedgerState } from '../presence/ledger.js';
+import type { LedgerEntry, LedgerState, RaisedRange } from '../presence/ledger.js';
 import { UserTable } from '../presence/user-table.js';
 
 /**
@@ -10,12 +10,18 @@ import { UserTable } from '../presence/user-table.js';
  * timestamps, ids beyond 2^51, -0) is written in the wide format (4): every number as a float64.
  * Both decode to exactly the state encoded; test/store-codec.test.ts checks it for any state.
  *
+ * A ledger whose counter was raised past ids it never issued (ledger.ts I6) carries those
+ * ranges after its merges, in format 5 (packed) or 6 (wide); one without any is written in 3 or
+ * 4 as before, so a replica of an earlier release reads it.
+ *
  * Formats 1 and 2 were the same without `completeAt`; a value in a format this code does not
  * write is unreadable, and the store replaces it with a new epoch (clients resync in full, P5).
  */
 
 const PACKED = 3;
 const WIDE = 4;
+/** PACKED or WIDE plus this: the ledger's raised ranges follow its merges. */
+const WITH_RAISED = 2;
 const ZIGZAG_MAX = 2 ** 51;
 
 export class CodecError extends Error {
@@ -104,7 +110,7 @@ const isInt = (v: number) => Number.isSafeInteger(v) && !Object.is(v, -0);
 const fitsZigzag = (v: number) => isInt(v) && Math.abs(v) < ZIGZAG_MAX;
 
 function header(w: Writer, format: number, s: LedgerState): void {
-  w.u8(format);
+  w.u8(s.raised.length > 0 ? format + WITH_RAISED : format);
   w.f64(s.epoch);
   w.f64(s.lastId);
   w.f64(s.completeAt);
@@ -113,7 +119,17 @@ function header(w: Writer, format: number, s: LedgerState): void {
     w.f64(ts);
     w.f64(id);
   }
+  if (s.raised.length === 0) return;
+  w.uint(s.raised.length);
+  for (const [after, upTo, atMs] of s.raised) {
+    w.f64(after);
+    w.f64(upTo);
+    w.f64(atMs);
+  }
 }
+
+/** Bytes of the header (`header`), at most. */
+const headerBytes = (s: LedgerState) => 72 + s.merges.length * 16 + s.raised.length * 24;
 
 function encodePacked(s: LedgerState): Buffer | undefined {
   const entries = [...s.users];
@@ -130,7 +146,7 @@ function encodePacked(s: LedgerState): Buffer | undefined {
     if (Object.is(e.seenAt, -0)) return undefined; // a Map key cannot tell -0 from 0
     if (!seenIndex.has(e.seenAt)) seenIndex.set(e.seenAt, seenIndex.size);
   }
-  const w = new Writer(72 + s.merges.length * 16 + seenIndex.size * 8 + entries.length * 40);
+  const w = new Writer(headerBytes(s) + seenIndex.size * 8 + entries.length * 40);
   header(w, PACKED, s);
   w.uint(seenIndex.size);
   for (const t of seenIndex.keys()) w.f64(t);
@@ -153,7 +169,7 @@ function encodePacked(s: LedgerState): Buffer | undefined {
 }
 
 function encodeWide(s: LedgerState): Buffer {
-  const w = new Writer(72 + s.merges.length * 16 + s.users.size * 41);
+  const w = new Writer(headerBytes(s) + s.users.size * 41);
   header(w, WIDE, s);
   w.uint(s.users.size);
   for (const [id, e] of s.users) {
@@ -174,13 +190,16 @@ export function encodeLedger(s: LedgerState): Buffer {
 /** Throws CodecError for bytes that are not a ledger this module wrote. */
 export function decodeLedger(buf: Buffer): LedgerState {
   const r = new Reader(buf);
-  const format = r.u8();
-  if (format !== PACKED && format !== WIDE) throw new CodecError(`unknown ledger format ${format}`);
+  const written = r.u8();
+  const format = written > WIDE ? written - WITH_RAISED : written;
+  if (format !== PACKED && format !== WIDE) throw new CodecError(`unknown ledger format ${written}`);
   const epoch = r.f64();
   const lastId = r.f64();
   const completeAt = r.f64();
   const merges: Array<readonly [number, number]> = [];
   for (let n = r.uint(); n > 0; n--) merges.push([r.f64(), r.f64()] as const);
+  const raised: RaisedRange[] = [];
+  if (written > WIDE) for (let n = r.uint(); n > 0; n--) raised.push([r.f64(), r.f64(), r.f64()] as const);
   const users = UserTable.empty<LedgerEntry>().edit();
   if (format === PACKED) {
     const seen: number[] = [];
@@ -203,5 +222,5 @@ export function decodeLedger(buf: Buffer): LedgerState {
     }
   }
   r.end();
-  return { epoch, lastId, users: users.done(), merges, completeAt };
+  return { epoch, lastId, users: users.done(), raised, merges, completeAt };
 }

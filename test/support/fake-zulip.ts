@@ -264,7 +264,12 @@ export class FakeZulip {
     if (changed) row.last_update_id = ++this.presenceSequence;
   }
 
-  /** Invisible mode (6.0+ rule, and the same backdating on older eras for tests). */
+  /**
+   * Invisible mode (the 6.0–9.x rule, and the same backdating on older eras for tests): the
+   * user's rows are replaced by one idle row OFFLINE_THRESHOLD_SECS + 120 back (300 + 120 before
+   * 7.0, 200 + 120 from it), which from 7.0 has no active time (shown as date_joined); turning
+   * it off again writes an active row now.
+   */
   setPresenceEnabled(userId: number, enabled: boolean): void {
     const u = this.user(userId);
     u.presence_enabled = enabled;
@@ -276,10 +281,9 @@ export class FakeZulip {
       );
       return;
     }
-    const back = t - 420;
     this.userRows.set(userId, {
-      last_active: enabled ? t : back,
-      last_connected: enabled ? t : back,
+      last_active: enabled ? t : null,
+      last_connected: enabled ? t : t - 320,
       last_update_id: ++this.presenceSequence,
     });
   }

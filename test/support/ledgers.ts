@@ -23,7 +23,7 @@ export function realisticLedger(users: number, seed = 1): LedgerState {
     });
   }
   const merges = snapshots.slice(-32).map((ts, i) => [ts, lastId - 32 + i] as const);
-  return { epoch, lastId, users: map, merges, completeAt: snapshots[snapshots.length - 1] ?? 0 };
+  return { epoch, lastId, users: map, raised: [], merges, completeAt: snapshots[snapshots.length - 1] ?? 0 };
 }
 
 /** A state with its users as a plain Map: states compare by what they hold, whatever the table's shape. */

@@ -1,3 +1,5 @@
+import { proseRanges } from '../../src/changes/markdown-text.js';
+
 /**
  * Messages in the shapes Zulip's Markdown reads differently, each with where it reads the
  * `@**channel**` in it: `prose` where the server renders the mention (inside a quote block, a
@@ -55,3 +57,14 @@ export const MARKDOWN_SHAPES: ReadonlyArray<readonly [what: string, content: str
   ['in a list after 10. (pass 1 sees one digit only)', '- a\n10. b `x\n11. @**channel** `', 'code'],
   ['in a `>` quote', '> @**channel**', 'prose'],
 ];
+
+/** What of `content` lies outside prose (code and fences), each prose stretch standing as `|`. */
+export function outsideProse(content: string): string {
+  let kept = '';
+  let from = 0;
+  for (const [start, end] of proseRanges(content)) {
+    kept += `${content.slice(from, start)}|`;
+    from = end;
+  }
+  return kept + content.slice(from);
+}

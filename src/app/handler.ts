@@ -1,6 +1,14 @@
 import { isUtf8 } from 'node:buffer';
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { answerChangesFor, endpointKey, TRANSLATED_ENDPOINTS, translateAnswer, translateRequest } from '../changes/app-parts.js';
+import {
+  answerChangesFor,
+  answerListOf,
+  endpointKey,
+  TRANSLATED_ENDPOINTS,
+  translateAnswer,
+  translateRequest,
+} from '../changes/app-parts.js';
+import { parseWithListInSteps, stringifyInSteps } from '../profile/user-objects.js';
 import type { AnswerChange, Site } from '../changes/types.js';
 import type { EndpointHandler, ShimContext } from '../context.js';
 import { isFormEncoded, readBody, readUpTo } from '../http/body.js';
@@ -100,10 +108,13 @@ async function answerUp(
     return relayBounded(res, r, bounded);
   }
   if (!changes.some((c) => bounded.body.includes(c.marker))) return relayBounded(res, r, bounded);
-  const answer = parseJsonObject(bounded.body);
+  // A long list of messages is read and written a part at a time, letting other requests run between (V4's way).
+  const list = answerListOf(endpoint);
+  const answer = list ? await parseWithListInSteps(bounded.body, list, parseJsonObject) : parseJsonObject(bounded.body);
   if (!translateAnswer(endpoint, answer, changes)) return relayBounded(res, r, bounded);
   recordFacts(req).kind = 'app-translated';
-  await sendEncoded(req, res, r.status, { raw: Buffer.from(JSON.stringify(answer)) }, rewrittenHeaders(r.headers));
+  const raw = list ? await stringifyInSteps(answer, [list]) : Buffer.from(JSON.stringify(answer));
+  await sendEncoded(req, res, r.status, { raw }, rewrittenHeaders(r.headers));
 }
 
 /**

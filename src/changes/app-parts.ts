@@ -38,6 +38,12 @@ type AnswerEndpoint = keyof typeof ANSWER_ENDPOINTS;
 
 const isAnswerEndpoint = (endpoint: string): endpoint is AnswerEndpoint => Object.hasOwn(ANSWER_ENDPOINTS, endpoint);
 
+/** The key of an answer to `endpoint` that holds a list of messages or events, the part that grows (none for one message). */
+export function answerListOf(endpoint: string): 'messages' | 'events' | undefined {
+  const key = isAnswerEndpoint(endpoint) ? ANSWER_ENDPOINTS[endpoint] : undefined;
+  return key === 'message' ? undefined : key;
+}
+
 /** The endpoints some change of the app's applies to: the app's requests to them are translated (see endpointKey). */
 export const TRANSLATED_ENDPOINTS: ReadonlySet<string> = new Set(
   CHANGES.flatMap((c) => [

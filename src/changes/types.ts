@@ -71,6 +71,30 @@ export interface RequestChange {
 }
 
 /**
+ * A legacy push notification's payload (M7) as the app reads it: the server's `gcm_payload`, or
+ * the `zulip` object of its `apns_payload.custom`. Flat: every value a string, a number or a list.
+ */
+export type NotificationPayload = Readonly<Record<string, unknown>>;
+
+/** What the push relay knows of a notification's realm beyond the payload itself. */
+export interface NotificationRealm {
+  /** The realm's name, from its server_settings; undefined when they could not be had. */
+  name?: string | undefined;
+}
+
+/**
+ * A change's part in push notifications (M7): a field the app requires in a legacy payload that
+ * a server below the level does not send. Applied by the push relay to every payload of a
+ * notification from such a server.
+ */
+export interface NotificationChange {
+  /** The payload fields it adds. */
+  readonly fields: readonly string[];
+  /** Pure: a value for each of `fields` the payload lacks; a field left out is not added. */
+  fill(payload: NotificationPayload, realm: NotificationRealm): Partial<Record<string, Fill>>;
+}
+
+/**
  * One entry of Zulip's API changelog the shim bridges (U2, V1, M2): the feature level that
  * brought it, and what it means for each direction the shim translates. The one registry is
  * changes/index.ts.
@@ -82,6 +106,7 @@ export interface ApiChange {
   readonly feature: string;
   readonly user?: UserChange;
   readonly request?: RequestChange;
+  readonly notification?: NotificationChange;
 }
 
 /** A change with a part in user objects. */

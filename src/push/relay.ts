@@ -114,8 +114,8 @@ async function* concatThen(head: Buffer[], rest: Readable): AsyncGenerator<Buffe
 
 /** E2: the relay's own answer when there is no bouncer answer to pass on. */
 function fail(res: ServerResponse, e: unknown, log: Logger): void {
-  // The server went away (its request cut, or the answer to it): nobody to answer.
-  if (isClientAbort(e) || res.destroyed || res.req.destroyed) return;
+  // The server went away (its connection closed): nobody to answer.
+  if (isClientAbort(e) || res.destroyed) return;
   if (!(e instanceof ShimError)) log.error({ err: { message: (e as Error)?.message } }, 'push relay: unexpected error');
   sendShimError(res, toShimError(e));
 }

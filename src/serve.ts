@@ -186,10 +186,11 @@ async function serveWith(argv: string[], signals: HeldSignals): Promise<number> 
   if (upstream.announce) process.stdout.write(upstream.announce(url));
   // Not awaited: the line waits briefly for the upstream's feature level while serving goes on.
   const facts = { version: VERSION, upstream: upstream.describe, store: shim.context.store.kind, listen: url };
-  const sides = { ...(adminUrl ? { admin: adminUrl } : {}), ...(pushRelayUrl ? { pushRelay: pushRelayUrl, bouncer: config.push.bouncerUrl } : {}) };
-  void logStartup(log, { ...facts, ...sides }, () =>
-    shim.context.featureLevels.featureLevel(realmOf(upstream.upstreamId, {})),
-  );
+  const sides = {
+    ...(adminUrl ? { admin: adminUrl } : {}),
+    ...(pushRelayUrl ? { pushRelay: pushRelayUrl, bouncer: config.push.bouncerUrl } : {}),
+  };
+  void logStartup(log, { ...facts, ...sides }, () => shim.context.featureLevels.featureLevel(realmOf(upstream.upstreamId, {})));
   // What --check would fail on, one warning each; not awaited: serving goes on. A replay is not
   // asked (it answers in recorded order).
   const upstreamUrl = config.upstream.url;

@@ -39,7 +39,8 @@ export function checkedBundle(changes: readonly ApiChange[]): readonly ApiChange
       fields.add(f);
     }
     for (const f of c.notification?.fields ?? []) {
-      if (fields.has(`notification:${f}`)) throw new Error(`API changes: notification field ${f} introduced twice (again at ${c.featureLevel})`);
+      if (fields.has(`notification:${f}`))
+        throw new Error(`API changes: notification field ${f} introduced twice (again at ${c.featureLevel})`);
       fields.add(`notification:${f}`);
     }
   }

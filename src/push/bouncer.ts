@@ -37,7 +37,12 @@ export class Bouncer {
   constructor(readonly options: BouncerOptions) {
     this.host = new URL(options.url).host;
     // TLS to the bouncer is always verified: it is reached over the internet with the server's key.
-    this.transport = createTransport({ target: options.url, timeoutMs: options.timeoutMs, maxSockets: BOUNCER_SOCKETS, insecureTls: false });
+    this.transport = createTransport({
+      target: options.url,
+      timeoutMs: options.timeoutMs,
+      maxSockets: BOUNCER_SOCKETS,
+      insecureTls: false,
+    });
   }
 
   /**

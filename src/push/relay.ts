@@ -97,7 +97,11 @@ function notifier(o: PushRelayOptions, forward: Forward, log: Logger) {
       const realmUrl = realmUrlOf(payloads);
       const { info, unknown } = await realmFactsOf(o.realm, realmUrl);
       const added = fillPayloads(payloads, changesAbove(pending, info?.featureLevel), { name: info?.realmName });
-      if (unknown) log.warn({ kind, why: unknown, added: added.added }, "push relay: the realm's server_settings could not be had; a realm_name added is its host");
+      if (unknown)
+        log.warn(
+          { kind, why: unknown, added: added.added },
+          "push relay: the realm's server_settings could not be had; a realm_name added is its host",
+        );
       if (added.added.length > 0) body = Buffer.from(JSON.stringify(json));
       log.debug({ kind, added: added.added, sources: added.sources }, 'push notification relayed');
     }

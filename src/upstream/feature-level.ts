@@ -195,7 +195,11 @@ export class FeatureLevels {
 
   private infoOf(settings: Record<string, unknown>): ServerInfo {
     const name = settings.realm_name;
-    return { featureLevel: featureLevelOf(settings), realmUrl: realmUrlOf(settings), realmName: typeof name === 'string' ? name : undefined };
+    return {
+      featureLevel: featureLevelOf(settings),
+      realmUrl: realmUrlOf(settings),
+      realmName: typeof name === 'string' ? name : undefined,
+    };
   }
 
   private async load(realm: Realm): Promise<ServerInfo> {

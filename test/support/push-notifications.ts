@@ -48,7 +48,11 @@ function messagePayload(era: PushEra, to: PushRecipient): Json {
 }
 
 const CONTENT = 'Hello @Othello, what a day. 👋';
-const ALERT_TITLE: Record<PushRecipient, string> = { stream: '#Verona > greetings', group: 'King Hamlet, Othello, Iago', dm: 'King Hamlet' };
+const ALERT_TITLE: Record<PushRecipient, string> = {
+  stream: '#Verona > greetings',
+  group: 'King Hamlet, Othello, Iago',
+  dm: 'King Hamlet',
+};
 
 function gcmMessage(era: PushEra, to: PushRecipient): Json {
   return {
@@ -107,7 +111,9 @@ export function notifyBody(era: PushEra, kind: PushKind, to: PushRecipient = 'st
  * number in decimal, anything else as JSON text.
  */
 export function fcmData(gcm: Json): Record<string, string> {
-  return Object.fromEntries(Object.entries(gcm).map(([k, v]) => [k, typeof v === 'string' ? v : typeof v === 'number' ? String(v) : JSON.stringify(v)]));
+  return Object.fromEntries(
+    Object.entries(gcm).map(([k, v]) => [k, typeof v === 'string' ? v : typeof v === 'number' ? String(v) : JSON.stringify(v)]),
+  );
 }
 
 /** The two payloads the app reads, from a notify body. */

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { CHANGES, checkedBundle, NOTIFICATION_CHANGES } from '../src/changes/index.js';
 import { changesAbove, fillPayloads, kindOf, parseNotify, payloadsOf, pendingChanges, realmUrlOf } from '../src/push/notify.js';
+import { objectEnds, spliceMembers } from '../src/push/splice.js';
 import { notifyBody, REALM_URL } from './support/push-notifications.js';
 
 /** M7: the registry's notification changes, and what the relay does with them to a notify body (pure). */
@@ -66,7 +67,7 @@ describe('a notify body (notify.ts)', () => {
     const mixed = [{ realm_uri: REALM_URL, realm_name: 'As the server says' }];
     const added = fillPayloads(mixed, NOTIFICATION_CHANGES, { name: 'Looked up' });
     expect(mixed[0]).toEqual({ realm_uri: REALM_URL, realm_name: 'As the server says', realm_url: REALM_URL });
-    expect(added).toEqual({ added: ['realm_url'], sources: { realm_url: 'rule' } });
+    expect(added).toEqual({ added: ['realm_url'], sources: { realm_url: 'rule' }, members: [[['realm_url', REALM_URL]]] });
   });
 
   it("applies only the changes above the upstream's level; all of them when it is not known", () => {
@@ -80,7 +81,44 @@ describe('a notify body (notify.ts)', () => {
   it('says where each added value came from, a fallback winning', () => {
     const body = notifyBody('7.0', 'remove');
     const added = fillPayloads(payloads(body), NOTIFICATION_CHANGES, {});
-    expect(added).toEqual({ added: ['realm_name', 'realm_url'], sources: { realm_name: 'fallback', realm_url: 'rule' } });
+    const members = [
+      ['realm_name', 'chat.example.com'],
+      ['realm_url', REALM_URL],
+    ];
+    expect(added).toEqual({
+      added: ['realm_name', 'realm_url'],
+      sources: { realm_name: 'fallback', realm_url: 'rule' },
+      members: [members, members],
+    });
     expect(payloads(body).map((p) => p.realm_name)).toEqual(['chat.example.com', 'chat.example.com']);
+  });
+});
+
+describe('members written into a JSON text (splice.ts)', () => {
+  it('finds the objects at their paths, whatever strings, arrays and spacing stand around them', () => {
+    const text = '{"a":[{"b":{}}, {"b":{"x":"}{\\"]"}}],"c" : { "d" :{ } } ,"b":{"y":1}}';
+    const ends = objectEnds(text, [['a', '1', 'b'], ['c', 'd'], ['b'], ['missing']]);
+    expect(ends.get('["a","1","b"]')).toEqual({ at: text.indexOf('}}],'), empty: false });
+    expect(ends.get('["c","d"]')).toEqual({ at: text.indexOf('} }'), empty: true });
+    expect(ends.get('["b"]')).toEqual({ at: text.length - 2, empty: false });
+    expect(ends.has('["missing"]')).toBe(false);
+  });
+
+  it('writes each addition last in its object, a comma where it has members, and nothing when an object is missing', () => {
+    const text = '{"p":{"k":1.0},"q":{"r":{}}}';
+    const out = spliceMembers(text, [
+      {
+        path: ['p'],
+        members: [
+          ['u', 'https://x'],
+          ['n', 'é "q"'],
+        ],
+      },
+      { path: ['q', 'r'], members: [['u', 2]] },
+    ]);
+    expect(out).toBe('{"p":{"k":1.0,"u":"https://x","n":"é \\"q\\""},"q":{"r":{"u":2}}}');
+    expect(JSON.parse(out!)).toEqual({ p: { k: 1, u: 'https://x', n: 'é "q"' }, q: { r: { u: 2 } } });
+    expect(spliceMembers(text, [{ path: ['nope'], members: [['u', 1]] }])).toBeUndefined();
+    expect(spliceMembers(text, [{ path: ['nope'], members: [] }])).toBe(text);
   });
 });

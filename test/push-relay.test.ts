@@ -96,6 +96,13 @@ describe.each(['7.0', '8.0'] as const)('notifications from a %s server', (era) =
         expect(p.realm_name).toBe(REALM_NAME);
       }
       expect(withoutAdded(got, era)).toEqual(withoutAdded(sent, era));
+      // Byte for byte: the server's text, each added member written last in its object.
+      const expected = structuredClone(sent);
+      for (const p of Object.values(payloadsOf(expected))) {
+        if (era === '7.0') p.realm_name = REALM_NAME;
+        p.realm_url = REALM_URL;
+      }
+      expect(call.body.toString('utf8')).toBe(JSON.stringify(expected));
       // The server's own keys first, in its order; what was added after them.
       expect(Object.keys(after.gcm).slice(0, Object.keys(before.gcm).length)).toEqual(Object.keys(before.gcm));
       expect(judge.parseProblems('LegacyFcmMessage', fcmData(after.gcm))).toEqual([]);
@@ -198,6 +205,16 @@ describe('what the relay passes on as it came', () => {
     await serverCall(relay.relayUrl, 'POST', NOTIFY, sent);
     expect(lastCall(bouncer).body.equals(sent)).toBe(true);
     expect(fake.seen).toEqual([]);
+  });
+
+  it("keeps the server's own spelling of everything else: spacing, escapes, numbers JavaScript cannot hold", async () => {
+    const text = `{ "user_id" : 10, "big": 12345678901234567890123, "gcm_payload" : {"realm_uri":"https://chat.example.com" , "user_id":10,"event":"remove","zulip_message_ids":"1,2","n":1.0,"s":"caf\\u00e9 \\"}\\" {"} , "apns_payload":{"custom":{"zulip":{ "realm_uri" : "https://chat.example.com" }},"badge":0} }`;
+    await serverCall(relay.relayUrl, 'POST', NOTIFY, Buffer.from(text));
+    expect(lastCall(bouncer).body.toString()).toBe(
+      text
+        .replace('"s":"caf\\u00e9 \\"}\\" {"}', '"s":"caf\\u00e9 \\"}\\" {","realm_url":"https://chat.example.com"}')
+        .replace('"https://chat.example.com" }}', '"https://chat.example.com" ,"realm_url":"https://chat.example.com"}}'),
+    );
   });
 
   it.each([

@@ -24,14 +24,24 @@ export function parseNotify(bytes: Buffer): Json | undefined {
   }
 }
 
+/** A payload the app reads, and where it is in the body. */
+export interface PayloadSlot {
+  path: readonly string[];
+  payload: Json;
+}
+
 /** The payloads the app reads, those that are objects: `gcm_payload` (Android), `apns_payload.custom.zulip` (iOS). */
-export function payloadsOf(body: Json): Json[] {
-  const gcm = body.gcm_payload;
+export function payloadSlots(body: Json): PayloadSlot[] {
   const apns = body.apns_payload;
   const custom = isObject(apns) ? apns.custom : undefined;
-  const zulip = isObject(custom) ? custom.zulip : undefined;
-  return [gcm, zulip].filter(isObject);
+  const slots: Array<{ path: readonly string[]; payload: unknown }> = [
+    { path: ['gcm_payload'], payload: body.gcm_payload },
+    { path: ['apns_payload', 'custom', 'zulip'], payload: isObject(custom) ? custom.zulip : undefined },
+  ];
+  return slots.flatMap((s) => (isObject(s.payload) ? [{ path: s.path, payload: s.payload }] : []));
 }
+
+export const payloadsOf = (body: Json): Json[] => payloadSlots(body).map((s) => s.payload);
 
 /**
  * The kind: `event` of the Android payload, else of the iOS one; an iOS payload of a message
@@ -64,20 +74,28 @@ export function changesAbove(changes: readonly NotificationPayloadChange[], feat
   return featureLevel === undefined ? [...changes] : changes.filter((c) => c.featureLevel > featureLevel);
 }
 
+/** What fillPayloads added: the fields and their sources (U4's shape), and each payload's new members in order. */
+export interface Filled extends Added {
+  members: Array<Array<[string, unknown]>>;
+}
+
 /**
  * Applies the changes in order to each payload, in place: a field the server sent is never
  * touched (U1), an added one goes after the server's. What was added, and where each value came
  * from (`fallback` wins), is returned.
  */
-export function fillPayloads(payloads: readonly Json[], changes: readonly NotificationPayloadChange[], realm: NotificationRealm): Added {
-  const into = noneAdded();
+export function fillPayloads(payloads: readonly Json[], changes: readonly NotificationPayloadChange[], realm: NotificationRealm): Filled {
+  const into: Filled = { ...noneAdded(), members: [] };
   for (const payload of payloads) {
+    const members: Array<[string, unknown]> = [];
+    into.members.push(members);
     for (const { notification } of changes) {
       const fills = notification.fill(payload, realm);
       for (const field of notification.fields) {
         const fill = fills[field];
         if (field in payload || !fill) continue;
         payload[field] = fill.value;
+        members.push([field, fill.value]);
         const seen = into.sources[field];
         if (seen === undefined) into.added.push(field);
         if (seen === undefined || fill.source === 'fallback') into.sources[field] = fill.source;

@@ -11,8 +11,9 @@ import type { Metrics } from '../observability/metrics.js';
 import { isClientAbort } from '../upstream/transport.js';
 import { relay } from '../upstream/relay.js';
 import { Bouncer, BouncerTimeoutError, type BouncerAnswer } from './bouncer.js';
-import { changesAbove, fillPayloads, kindOf, parseNotify, payloadsOf, pendingChanges, realmUrlOf } from './notify.js';
+import { changesAbove, fillPayloads, kindOf, parseNotify, payloadSlots, pendingChanges, realmUrlOf, type PayloadSlot } from './notify.js';
 import { realmFactsOf, type RealmFacts } from './realm.js';
+import { spliceMembers } from './splice.js';
 
 /**
  * M7: the push relay, a listener of its own between an old Zulip server and its push bouncer
@@ -88,26 +89,48 @@ function notifier(o: PushRelayOptions, forward: Forward, log: Logger) {
       o.metrics.pushNotifications.inc({ kind: 'other', changed: 'false' });
       return forward(req, res, Readable.from(concatThen(read.head, read.rest)));
     }
-    const json = req.headers['content-encoding'] ? undefined : parseNotify(read.body);
-    const payloads = json ? payloadsOf(json) : [];
-    const kind = kindOf(payloads);
-    const pending = pendingChanges(payloads);
-    let body = read.body;
-    if (json && pending.length > 0) {
-      const realmUrl = realmUrlOf(payloads);
-      const { info, unknown } = await realmFactsOf(o.realm, realmUrl);
-      const added = fillPayloads(payloads, changesAbove(pending, info?.featureLevel), { name: info?.realmName });
-      if (unknown)
-        log.warn(
-          { kind, why: unknown, added: added.added },
-          "push relay: the realm's server_settings could not be had; a realm_name added is its host",
-        );
-      if (added.added.length > 0) body = Buffer.from(JSON.stringify(json));
-      log.debug({ kind, added: added.added, sources: added.sources }, 'push notification relayed');
-    }
-    o.metrics.pushNotifications.inc({ kind, changed: String(body !== read.body) });
+    const text = readable(req, read.body);
+    const json = text === undefined ? undefined : parseNotify(read.body);
+    const slots = json ? payloadSlots(json) : [];
+    const kind = kindOf(slots.map((s) => s.payload));
+    const changed = text === undefined ? undefined : await withFields(o.realm, log, text, slots, kind);
+    const body = changed === undefined ? read.body : Buffer.from(changed);
+    o.metrics.pushNotifications.inc({ kind, changed: String(changed !== undefined) });
     return forward(req, res, body);
   };
+}
+
+/**
+ * The notification's text with the fields its payloads lack written into them (the server's
+ * bytes otherwise as they came); undefined when it lacks nothing the realm's level calls for.
+ */
+async function withFields(realm: RealmFacts, log: Logger, text: string, slots: PayloadSlot[], kind: string): Promise<string | undefined> {
+  const payloads = slots.map((s) => s.payload);
+  const pending = pendingChanges(payloads);
+  if (pending.length === 0) return undefined;
+  const { info, unknown } = await realmFactsOf(realm, realmUrlOf(payloads));
+  const added = fillPayloads(payloads, changesAbove(pending, info?.featureLevel), { name: info?.realmName });
+  if (unknown)
+    log.warn(
+      { kind, why: unknown, added: added.added },
+      "push relay: the realm's server_settings could not be had; a realm_name added is its host",
+    );
+  if (added.added.length === 0) return undefined;
+  log.debug({ kind, added: added.added, sources: added.sources }, 'push notification relayed');
+  return spliceMembers(
+    text,
+    slots.map((s, i) => ({ path: s.path, members: added.members[i] ?? [] })),
+  );
+}
+
+/**
+ * The body as text, where the relay may read it: not encoded (`Content-Encoding`), and UTF-8
+ * that encodes to the same bytes again (else a changed body would change more than it adds).
+ */
+function readable(req: IncomingMessage, body: Buffer): string | undefined {
+  if (req.headers['content-encoding']) return undefined;
+  const text = body.toString('utf8');
+  return Buffer.from(text).equals(body) ? text : undefined;
 }
 
 /** The bytes already read, then the rest of the stream. */

@@ -27,7 +27,9 @@ import { basicAuth, PRESENCE_PATH, SMALL_BODY, SMALL_PATH, type Flavour, type Up
 // `npm run bench -- flood`: memory under a flood of hosts with the default budgets (X2);
 // `npm run bench -- slow`: presence and profile latency beside slow uploads and idle connections (X11);
 // `npm run bench -- long-polls`: more held long polls than descriptors allow (X11);
-// `npm run bench -- record-secrets`: recording requests that each carry a new secret (X2, X8).
+// `npm run bench -- record-secrets`: recording requests that each carry a new secret (X2, X8);
+// `npm run bench -- markdown-scan`: the prose scan of messages, 1 MB adversarial ones among them (M6).
+// `npm run bench -- lockout`: real new realms during a flood of made-up ones (X12).
 const OWN_RUNS: Record<string, string> = {
   b4: './passthrough.js',
   b7: './b7.js',
@@ -36,6 +38,8 @@ const OWN_RUNS: Record<string, string> = {
   slow: './slow-clients.js',
   'long-polls': './long-polls.js',
   'record-secrets': './record-secrets.js',
+  'markdown-scan': './markdown-scan.js',
+  lockout: './realm-lockout.js',
 };
 // Every child (the shim, the upstream) runs as plain JavaScript, as the shim ships.
 await useBuiltChildren();

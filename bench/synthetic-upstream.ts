@@ -44,6 +44,8 @@ export interface UpstreamStats {
   presenceFull: number;
   presencePing: number;
   usersList: number;
+  /** GET /users/me: a caller's own user (the shim's caller lookup, its check of a new realm's caller). */
+  ownUser: number;
   serverSettings: number;
   small: number;
   other: number;
@@ -145,6 +147,7 @@ export class SyntheticZulip {
       presenceFull: 0,
       presencePing: 0,
       usersList: 0,
+      ownUser: 0,
       serverSettings: 0,
       small: 0,
       other: 0,
@@ -293,6 +296,16 @@ export class SyntheticZulip {
     return Buffer.from(`{"result":"success","msg":"","members":[${members.join(',')}]}`);
   }
 
+  /** The caller's own user, by the address in its Basic credentials (any key is accepted, as in basicAuth). */
+  private ownUserBody(authorization: string | undefined): Buffer {
+    const decoded = Buffer.from(/^Basic (.+)$/.exec(authorization ?? '')?.[1] ?? '', 'base64').toString('utf8');
+    const i = Number(/^user(\d+)@/.exec(decoded)?.[1] ?? 0) % this.o.users;
+    const role = this.o.flavour === '7.0' ? ',"is_owner":false,"role":400,"is_billing_admin":false' : '';
+    return Buffer.from(
+      `{"result":"success","msg":"","email":"${emailOf(i)}","user_id":${userIdOf(i)},"full_name":"User ${i}","is_admin":false,"is_bot":false${role}}`,
+    );
+  }
+
   private buildSettings(): Buffer {
     const body: Record<string, unknown> = {
       result: 'success',
@@ -326,6 +339,9 @@ export class SyntheticZulip {
         case 'GET /api/v1/users':
           this.stats.usersList++;
           return send(res, [this.usersBody]);
+        case 'GET /api/v1/users/me':
+          this.stats.ownUser++;
+          return send(res, [this.ownUserBody(req.headers.authorization)]);
         case `GET ${SMALL_PATH}`:
           this.stats.small++;
           return send(res, [this.smallBody]);

@@ -173,7 +173,7 @@ export const configSchema = z
       trustProxy: z
         .array(z.string().refine((s) => parseCidr(s) !== undefined, 'must be IP addresses or CIDR ranges (10.0.0.0/8, fd00::/8)'))
         .describe(
-          "Peers (addresses or CIDR ranges) whose X-Forwarded-Host and X-Forwarded-Proto are kept; anyone else's are replaced by the shim's own view (X4). Empty: none.",
+          "Peers (addresses or CIDR ranges) whose X-Forwarded-Host and X-Forwarded-Proto are kept, and whose X-Forwarded-For names the client address that new realms are counted against; anyone else's are replaced by the shim's own view (X4). Empty: none.",
         ),
       adminListen: listenAddress
         .optional()
@@ -214,7 +214,14 @@ export const configSchema = z
         .int()
         .min(1)
         .describe(
-          'Realms (Host names) new to the shim taken on per minute (as many at once); a request for a realm past it gets a 503 with Retry-After, known realms never wait.',
+          'Realms new to the shim taken on per minute by each shim process (as many at once), each once the upstream has accepted a caller of it; a request for a new realm past it gets a 503 with Retry-After, realms taken on (remembered in the store) never wait.',
+        ),
+      newRealmsPerAddressPerMinute: z
+        .number()
+        .int()
+        .min(1)
+        .describe(
+          "A client address's own share of newRealmsPerMinute (as many at once; an IPv6 address counts by its /64). Behind a proxy, name it in server.trustProxy, or every client counts as the proxy's address.",
         ),
     }),
     lookups: z.strictObject({

@@ -25,7 +25,7 @@ import { replicaSnapshotsFor, createStore } from './store/create.js';
 import type { PresenceStore } from './presence/ledger-store.js';
 import { UpstreamClient } from './upstream/client.js';
 import { createTransport } from './upstream/transport.js';
-import { distrustForwarded, TrustedProxies } from './http/forwarded.js';
+import { clientAddressOf, distrustForwarded, TrustedProxies } from './http/forwarded.js';
 import { declaresBody } from './http/headers.js';
 import { PresenceState } from './presence/state.js';
 import { appRequestHandler, isTranslatedAppRequest } from './app/handler.js';
@@ -250,13 +250,19 @@ export function createShim(o: ShimOptions): Shim {
     transport,
   });
   let trustedProxies = new TrustedProxies(config.server.trustProxy);
+  const featureLevels = new FeatureLevels(client, log, { ...config.featureLevel, maxBytes: config.memory.featureLevelsBytes });
+  const store = o.store ?? createStore(config, log, metrics);
+  const callers = new Callers(client, metrics, { ...config.lookups, maxBytes: config.memory.callersBytes });
   const admission = new RealmAdmission({
     perMinute: config.presence.newRealmsPerMinute,
+    perAddressPerMinute: config.presence.newRealmsPerAddressPerMinute,
+    admitted: store,
+    addressOf: (req) => clientAddressOf(req, trustedProxies),
+    client,
+    callers,
     maxKnown: config.presence.maxRealms * 4,
     onRefused: () => metrics.realmsRefused.inc(),
   });
-  const featureLevels = new FeatureLevels(client, log, { ...config.featureLevel, maxBytes: config.memory.featureLevelsBytes, admission });
-  const store = o.store ?? createStore(config, log, metrics);
   const parser = new ParsePool(PARSE_POOL);
   const users = new UserDirectory(client, log, metrics, {
     ...config.lookups,
@@ -279,12 +285,13 @@ export function createShim(o: ShimOptions): Shim {
     upstreamId: o.upstreamId,
     client,
     featureLevels,
+    admission,
     store,
     snapshots,
     replicaSnapshots: o.replicaSnapshots ?? replicaSnapshotsFor(store),
     presence: new PresenceState(config.lookups.maxEntries),
     parser,
-    callers: new Callers(client, metrics, { ...config.lookups, maxBytes: config.memory.callersBytes }),
+    callers,
     metrics,
     users,
   };

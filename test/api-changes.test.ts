@@ -1,8 +1,20 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { channelWildcardAsStream } from '../src/changes/fl247-channel-wildcard.js';
-import { CHANGES, checkedBundle, endpointKey, TRANSLATED_ENDPOINTS, USER_CHANGES } from '../src/changes/index.js';
-import { editOutsideCode } from '../src/changes/markdown-text.js';
+import {
+  answerChangesFor,
+  endpointKey,
+  MAX_MESSAGE_LENGTH,
+  registerAdditions,
+  TRANSLATED_ENDPOINTS,
+  translateAnswer,
+  translateRequest,
+} from '../src/changes/app-parts.js';
+import { TOPIC_WILDCARD_REFUSAL } from '../src/changes/fl224-topic-wildcard.js';
+import { FormFields } from '../src/http/form-fields.js';
+import { CHANGES, checkedBundle, USER_CHANGES } from '../src/changes/index.js';
+import { editOutsideCode, proseRanges } from '../src/changes/markdown-text.js';
+import { sentAs } from './support/app-content.js';
+import { MARKDOWN_SHAPES } from './support/markdown-shapes.js';
 
 /**
  * U2, V1, M2: one registry of API changes, both directions. Each change is one module naming its
@@ -11,9 +23,10 @@ import { editOutsideCode } from '../src/changes/markdown-text.js';
  */
 
 describe('the one registry', () => {
-  it('holds the user-object and the request changes in feature-level order', () => {
-    // (The notification changes, M7, are test/push-changes.test.ts's.)
-    expect(CHANGES.filter((c) => !c.notification).map((c) => [c.featureLevel, c.user ? 'user' : 'request'])).toEqual([
+  it('holds the user-object, request, content, register, answer and notification changes in feature-level order', () => {
+    const parts = (c: (typeof CHANGES)[number]) =>
+      (['user', 'request', 'content', 'register', 'answer', 'notification'] as const).filter((part) => c[part] !== undefined).join('+');
+    expect(CHANGES.map((c) => [c.featureLevel, parts(c)])).toEqual([
       [1, 'user'],
       [8, 'user'],
       [10, 'user'],
@@ -21,18 +34,29 @@ describe('the one registry', () => {
       [73, 'user'],
       [83, 'user'],
       [163, 'user'],
+      [204, 'register'],
       [215, 'request'],
+      [224, 'content+answer'],
+      [234, 'notification'],
       [236, 'request'],
-      [247, 'request'],
+      [247, 'content'],
       [248, 'request'],
-      [250, 'request'],
-      [271, 'request'],
+      [250, 'request+content'],
+      [257, 'notification'],
+      [271, 'request+content'],
+      [273, 'register'],
     ]);
     expect(USER_CHANGES).toHaveLength(7);
   });
 
-  it('refuses a change that changes nothing', () => {
+  it('refuses a change that changes nothing, and a register key added twice', () => {
     expect(() => checkedBundle([{ featureLevel: 3, feature: 'nothing' }])).toThrow('nothing changes nothing');
+    const adds = (featureLevel: number, feature: string) => ({
+      featureLevel,
+      feature,
+      register: { fields: ['k'], fill: () => ({ k: 1 }) },
+    });
+    expect(() => checkedBundle([adds(3, 'a'), adds(4, 'b')])).toThrow('field k introduced twice (again at 4)');
   });
 
   it('names endpoints with a path segment of digits as {id}', () => {
@@ -40,7 +64,9 @@ describe('the one registry', () => {
     expect(endpointKey('GET', '/messages')).toBe('GET /messages');
     expect(endpointKey('GET', '/users/me/12/topics')).toBe('GET /users/me/{id}/topics');
     expect([...TRANSLATED_ENDPOINTS].sort()).toEqual([
+      'GET /events',
       'GET /messages',
+      'GET /messages/{id}',
       'PATCH /messages/{id}',
       'POST /messages',
       'POST /messages/flags/narrow',
@@ -54,7 +80,7 @@ describe('feature level 247: @**channel** as @**stream**, outside code', () => {
     ['@**channel** lunch!', '@**stream** lunch!'],
     ['quiet @_**channel**', 'quiet @_**stream**'],
     ['@**channel** and @**channel**', '@**stream** and @**stream**'],
-    ['@**all** @**topic** @**Channel Bot|12**', '@**all** @**topic** @**Channel Bot|12**'],
+    ['@**all** @**Channel Bot|12** @**channels**', '@**all** @**Channel Bot|12** @**channels**'],
     ['write `@**channel**` to ping', 'write `@**channel**` to ping'],
     ['``a ` @**channel** `` @**channel**', '``a ` @**channel** `` @**stream**'],
     ['an unclosed ` then @**channel**', 'an unclosed ` then @**stream**'],
@@ -71,7 +97,7 @@ describe('feature level 247: @**channel** as @**stream**, outside code', () => {
     ['```\nnever closed @**channel**', '```\nnever closed @**channel**'],
     ['> @**channel**\r\n```py\r\n@**channel**\r\n```\r\n@**channel**', '> @**stream**\r\n```py\r\n@**channel**\r\n```\r\n@**stream**'],
   ])('%j → %j', (content, expected) => {
-    expect(channelWildcardAsStream(content)).toBe(expected);
+    expect(sentAs(content)).toBe(expected);
   });
 
   it('changes nothing but the mentions: code, and any text without one, stay as sent', () => {
@@ -81,12 +107,209 @@ describe('feature level 247: @**channel** as @**stream**, outside code', () => {
     fc.assert(
       fc.property(text, (content) => {
         expect(editOutsideCode(content, (s) => s)).toBe(content);
-        const out = channelWildcardAsStream(content);
+        const out = sentAs(content);
         expect(out.replaceAll('@**stream**', '@**channel**').replaceAll('@_**stream**', '@_**channel**')).toBe(
           content.replaceAll('@**stream**', '@**channel**').replaceAll('@_**stream**', '@_**channel**'),
         );
-        expect(channelWildcardAsStream(out)).toBe(out);
+        expect(sentAs(out)).toBe(out);
       }),
     );
+  });
+});
+
+describe('register answers the app can parse (204, 273)', () => {
+  it('adds the typing periods below 204 and no thumbnail formats below 273, with the values the old servers behave with', () => {
+    expect(registerAdditions(185, 277)).toEqual({
+      server_typing_started_expiry_period_milliseconds: 15000,
+      server_typing_stopped_wait_period_milliseconds: 5000,
+      server_typing_started_wait_period_milliseconds: 10000,
+      server_thumbnail_formats: [],
+    });
+    expect(registerAdditions(237, 277)).toEqual({ server_thumbnail_formats: [] });
+    expect(registerAdditions(273, 277)).toEqual({});
+    expect(registerAdditions(185, 203)).toEqual({}); // a client shown 203 expects neither
+  });
+});
+
+describe('feature level 224: the wildcard flag renamed in messages and events, @**topic** refused', () => {
+  const flagged = () => ({
+    result: 'success',
+    messages: [
+      { id: 1, flags: ['read', 'wildcard_mentioned'] },
+      { id: 2, flags: ['read'] },
+    ],
+    message: { id: 3, flags: ['wildcard_mentioned'] },
+    events: [
+      { id: 0, type: 'message', flags: ['wildcard_mentioned'], message: { id: 4 } },
+      { id: 1, type: 'update_message', flags: ['read', 'wildcard_mentioned'] },
+      { id: 2, type: 'update_message_flags', op: 'add', flag: 'read', messages: [4] },
+      { id: 3, type: 'constructor', flags: ['wildcard_mentioned'] },
+    ],
+  });
+
+  it.each([
+    [
+      'GET /messages',
+      'messages',
+      [
+        { id: 1, flags: ['read', 'stream_wildcard_mentioned'] },
+        { id: 2, flags: ['read'] },
+      ],
+    ],
+    ['GET /messages/{id}', 'message', { id: 3, flags: ['stream_wildcard_mentioned'] }],
+    [
+      'GET /events',
+      'events',
+      [
+        { id: 0, type: 'message', flags: ['stream_wildcard_mentioned'], message: { id: 4 } },
+        { id: 1, type: 'update_message', flags: ['read', 'stream_wildcard_mentioned'] },
+        { id: 2, type: 'update_message_flags', op: 'add', flag: 'read', messages: [4] },
+        { id: 3, type: 'constructor', flags: ['wildcard_mentioned'] },
+      ],
+    ],
+  ] as const)('%s: the declared fields of %s only', (endpoint, key, expected) => {
+    const answer = flagged();
+    const changes = answerChangesFor(endpoint, 185, 277);
+    expect(changes.map((c) => c.marker)).toEqual(['"wildcard_mentioned"']);
+    expect(translateAnswer(endpoint, answer, changes)).toBe(true);
+    expect(answer[key]).toEqual(expected);
+    const untouched = flagged();
+    expect(translateAnswer(endpoint, untouched, answerChangesFor(endpoint, 224, 277))).toBe(false);
+    expect(untouched).toEqual(flagged());
+  });
+
+  it('changes no other endpoint’s answer', () => {
+    expect(answerChangesFor('GET /users', 185, 277)).toEqual([]);
+    expect(answerChangesFor('POST /messages', 185, 277)).toEqual([]);
+  });
+
+  it.each([
+    ['@**topic** lunch?', 185, TOPIC_WILDCARD_REFUSAL],
+    ['hi @**topic**', 223, TOPIC_WILDCARD_REFUSAL],
+    ['hi @**topic**', 224, 'hi @**topic**'],
+    ['`@**topic**` is how you write it', 185, '`@**topic**` is how you write it'],
+    ['```\n@**topic**\n```', 185, '```\n@**topic**\n```'],
+    ['quiet @_**topic**', 185, 'quiet @_**topic**'],
+    ['@**topic bot|12** and @**topics**', 185, '@**topic bot|12** and @**topics**'],
+  ])('%j to a server at %d → %j', (content, real, expected) => {
+    expect(sentAs(content, real)).toBe(expected);
+  });
+});
+
+describe('feature levels 250 and 271: the app’s narrow links in content', () => {
+  it.each([
+    ['[#general](#narrow/channel/5-general)', '[#general](#narrow/stream/5-general)'],
+    ['[#general > hi](#narrow/channel/5-general/topic/hi)', '[#general > hi](#narrow/stream/5-general/topic/hi)'],
+    [
+      '@_**Iago|5** [said](https://chat.example.com/#narrow/channel/5-general/topic/hi/near/12):',
+      '@_**Iago|5** [said](https://chat.example.com/#narrow/stream/5-general/topic/hi/near/12):',
+    ],
+    [
+      'see https://Chat.Example.com/#narrow/channel/5-general/with/12 now',
+      'see https://Chat.Example.com/#narrow/stream/5-general/near/12 now',
+    ],
+    ['<https://chat.example.com/#narrow/channels/public>', '<https://chat.example.com/#narrow/streams/public>'],
+    ['[x](#narrow/-channel/5-general)', '[x](#narrow/-stream/5-general)'],
+    // Operands are not operators, whatever they say.
+    ['[x](#narrow/channel/5-channel/topic/channel/with/9)', '[x](#narrow/stream/5-channel/topic/channel/near/9)'],
+    // Not the realm's, not a link, or in code: as sent.
+    ['https://other.example.com/#narrow/channel/5-general', 'https://other.example.com/#narrow/channel/5-general'],
+    ['https://chat.example.com.evil.test/#narrow/channel/5-general', 'https://chat.example.com.evil.test/#narrow/channel/5-general'],
+    ['xhttps://chat.example.com/#narrow/channel/5', 'xhttps://chat.example.com/#narrow/channel/5'],
+    ['type #narrow/channel/5 to search', 'type #narrow/channel/5 to search'],
+    ['`[x](#narrow/channel/5-general)`', '`[x](#narrow/channel/5-general)`'],
+    // A link's path ends where its prose does: a code span right after it is code.
+    ['](#narrow/channel/5`https://chat.example.com/#narrow/channel/`', '](#narrow/stream/5`https://chat.example.com/#narrow/channel/`'],
+    ['```\nhttps://chat.example.com/#narrow/channel/5-general\n```', '```\nhttps://chat.example.com/#narrow/channel/5-general\n```'],
+  ])('%j → %j', (content, expected) => {
+    expect(sentAs(content)).toBe(expected);
+  });
+
+  it('leaves links alone for a server that knows them: `channel` from 250, `with` from 271', () => {
+    expect(sentAs('[x](#narrow/channel/5-general/with/9)', 250)).toBe('[x](#narrow/channel/5-general/near/9)');
+    expect(sentAs('[x](#narrow/channel/5-general/with/9)', 271)).toBe('[x](#narrow/channel/5-general/with/9)');
+  });
+
+  it('rewrites links and mentions only, never code, for any text (property)', () => {
+    const text = fc
+      .array(
+        fc.constantFrom(
+          'a',
+          ' ',
+          '\n',
+          '`',
+          '~',
+          '>',
+          '(',
+          ')',
+          '[',
+          ']',
+          '@**channel**',
+          '```',
+          '](#narrow/channel/5',
+          '/with/9',
+          'https://chat.example.com/#narrow/channel/',
+          'channel/',
+        ),
+        { maxLength: 30 },
+      )
+      .map((parts) => parts.join(''));
+    const back = (s: string) =>
+      s
+        .replaceAll('@**stream**', '@**channel**')
+        .replaceAll('/stream/', '/channel/')
+        .replaceAll('/streams/', '/channels/')
+        .replaceAll('/near/', '/with/');
+    fc.assert(
+      fc.property(text, (content) => {
+        const out = sentAs(content);
+        expect(back(out)).toBe(back(content));
+        expect(sentAs(out)).toBe(out);
+        // Code is code: what lies outside prose stays as sent.
+        const code = (s: string) => {
+          let kept = '';
+          let from = 0;
+          for (const [start, end] of proseRanges(s)) {
+            kept += `${s.slice(from, start)}|`;
+            from = end;
+          }
+          return kept + s.slice(from);
+        };
+        expect(code(out)).toBe(code(content));
+      }),
+      { numRuns: 2000 },
+    );
+  });
+});
+
+describe('what is not translated', () => {
+  it('a content longer than Zulip accepts goes on untouched, for the upstream to deal with', () => {
+    const long = `@**channel** ${'x'.repeat(MAX_MESSAGE_LENGTH)}`;
+    expect(sentAs(long)).toBe(long);
+    expect(sentAs(`@**topic** ${'x'.repeat(MAX_MESSAGE_LENGTH)}`)).toBe(`@**topic** ${'x'.repeat(MAX_MESSAGE_LENGTH)}`);
+    const fits = `@**channel** ${'😀'.repeat(MAX_MESSAGE_LENGTH - 13)}`;
+    expect([...fits].length).toBe(MAX_MESSAGE_LENGTH);
+    expect(sentAs(fits).startsWith('@**stream** ')).toBe(true); // counted in characters, as Zulip counts
+  });
+
+  it('a narrow that cannot be read or written again goes on as it came, for the upstream to answer', () => {
+    const deep = `${'['.repeat(100_000)}${']'.repeat(100_000)}`;
+    const form = new FormFields(`narrow=${encodeURIComponent(`[{"operator":"channel","operand":${deep}}]`)}`);
+    expect(translateRequest('GET /messages', form, 185, 277).changed).toBe(false);
+    expect(form.edited).toBe(false);
+  });
+});
+
+describe('the app’s mentions in every Markdown shape, on 7.0 and 8.0 (M6)', () => {
+  const SEVEN = 185;
+  const EIGHT = 237;
+  it.each(MARKDOWN_SHAPES)('%s: %j', (_what, content, reading) => {
+    const at = content.indexOf('@**channel**');
+    const live = `${content.slice(0, at)}@**stream**${content.slice(at + '@**channel**'.length)}`;
+    for (const real of [SEVEN, EIGHT]) expect(sentAs(content, real)).toBe(reading === 'prose' ? live : content);
+    // The same shape with the topic wildcard: refused on 7.0 where it is live, sent as typed on 8.0.
+    const topic = content.replace('@**channel**', '@**topic**');
+    expect(sentAs(topic, SEVEN)).toBe(reading === 'prose' ? TOPIC_WILDCARD_REFUSAL : topic);
+    expect(sentAs(topic, EIGHT)).toBe(topic);
   });
 });

@@ -4,6 +4,7 @@ import request from 'supertest';
 import { parse } from 'yaml';
 import { APP_PARSERS_DIR, APP_REF_NAMES, APP_REFS, readAppParsers } from '../scripts/app-parsers.js';
 import { buildAnswers, OPENAPI_ANSWERS_FILE } from '../scripts/openapi-answers.js';
+import { CHANGES } from '../src/changes/index.js';
 import { PROJECT_ROOT } from '../src/version.js';
 import { afterEach, describe, expect, it } from 'vitest';
 import { APP_JUDGES, judgeAt } from './support/app-parsers.js';
@@ -71,10 +72,35 @@ describe.each(EACH_REF_AND_ERA)('the app’s parsers at %s (%s) accept what it g
 
 const DESCRIPTION = resolve(PROJECT_ROOT, '../shared/reference/zulip-openapi.yaml');
 
-describe('every other client, with the flag on', () => {
+describe('at the newest sweep, the judge fails the shim’s answers without the changes the sweep needs', () => {
+  it('a 7.0 register without each register change’s keys, and an update_message event with the flag as 7.0 names it', async () => {
+    fake = await startFake({ era: '7.0', whole: true });
+    shim = await startShim(fake.url, { app: { featureLevel: 277 } });
+    const judge = judgeAt('sweep-2436');
+    const register = await asApp(request(shim.url).post('/api/v1/register')).type('form').send(APP_REGISTER);
+    expect(judge.parseProblems('InitialSnapshot', register.body)).toEqual([]);
+    const added = CHANGES.filter((c) => c.register && c.featureLevel > ERA_FEATURE_LEVEL['7.0']);
+    expect(added.map((c) => c.feature)).toEqual(['typing_periods', 'thumbnail_formats']);
+    for (const change of added) {
+      const without = structuredClone(register.body);
+      for (const key of change.register!.fields) delete without[key];
+      const problems = judge.parseProblems('InitialSnapshot', without).join('\n');
+      for (const key of change.register!.fields) expect(problems).toMatch(new RegExp(`${key} .*: missing`));
+    }
+
+    const events = await asApp(request(shim.url).get(`/api/v1/events?queue_id=${register.body.queue_id}&last_event_id=-1`));
+    expect(judge.parseProblems('GetEventsResult', events.body)).toEqual([]);
+    const asSent = structuredClone(events.body);
+    const edit = asSent.events.find((e: { type: string }) => e.type === 'update_message');
+    edit.flags = edit.flags.map((f: string) => (f === 'stream_wildcard_mentioned' ? 'wildcard_mentioned' : f));
+    expect(judge.parseProblems('GetEventsResult', asSent).join('\n')).toMatch(/flags.*is not one of/);
+  });
+});
+
+describe.each(['7.0', '8.0'] as const)('every other client, with the flag on, from %s', (era) => {
   it('gets exactly what it gets with the flag off, from an upstream sending whole answers', async () => {
     const seen = async (flag: boolean) => {
-      fake = await startFake({ era: '8.0', whole: true, oneRealm: true });
+      fake = await startFake({ era, whole: true, oneRealm: true });
       shim = await startShim(fake.url, { app: flag ? { featureLevel: 277 } : {} });
       const as = (r: request.Test) =>
         r
@@ -102,7 +128,8 @@ describe('every other client, with the flag on', () => {
     const off = await seen(false);
     const on = await seen(true);
     expect(on).toEqual(off);
-    expect(JSON.parse(on.register).zulip_feature_level).toBe(237);
+    expect(JSON.parse(on.register).zulip_feature_level).toBe(ERA_FEATURE_LEVEL[era]);
+    expect(on.messages).toContain('"wildcard_mentioned"');
   });
 });
 

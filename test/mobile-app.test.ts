@@ -1,9 +1,13 @@
+import { once } from 'node:events';
 import request from 'supertest';
 import { afterEach, describe, expect, it } from 'vitest';
 import { isTranslatedAppRequest } from '../src/app/handler.js';
 import { presentedLevel } from '../src/app/presented.js';
 import { appProbe } from '../src/checks.js';
-import { translateRequest } from '../src/changes/index.js';
+import { translateRequest } from '../src/changes/app-parts.js';
+import { FormFields } from '../src/http/form-fields.js';
+import { TOPIC_WILDCARD_REFUSAL } from '../src/changes/fl224-topic-wildcard.js';
+import { eraEvents } from './support/era-answers.js';
 import { startFake, type Era, type FakeZulip } from './support/fake-zulip.js';
 import { APP_AGENT, APP_REGISTER, OTHER_AGENT } from './support/mobile-app.js';
 import { startShim, type RunningShim } from './support/shim.js';
@@ -116,7 +120,10 @@ describe('M2: the app’s requests in the 8.0 server’s form', () => {
     ['DELETE', '/api/v1/messages/5', false],
     ['PUT', '/api/v1/messages/5', false],
     ['OPTIONS', '/api/v1/messages', false],
-    ['GET', '/api/v1/messages/5', false],
+    ['GET', '/api/v1/messages/5', true],
+    ['GET', '/api/v1/events', true],
+    ['DELETE', '/api/v1/events', false],
+    ['GET', '/api/v1/streams', false],
   ] as const)('the app’s %s %s reaches the translator: %s (it sends only GET, POST and PATCH on)', (method, path, taken) => {
     const app = { featureLevel: 277, userAgents: ['ZulipFlutter'] };
     expect(isTranslatedAppRequest(app, { method, headers: { 'user-agent': APP } }, path)).toBe(taken);
@@ -268,18 +275,18 @@ describe('M2: the app’s requests in the 8.0 server’s form', () => {
     ['PATCH /messages/{id}', 'content=%40**channel**', 247, 'content=%40**channel**'],
     ['POST /messages', 'type=stream&content=%40**channel**', 185, 'type=stream&content=%40**stream**'],
   ])('%s with %s on a server at %d → %s', (endpoint, given, real, expected) => {
-    const params = new URLSearchParams(given);
+    const params = new FormFields(given);
     translateRequest(endpoint, params, real, 277);
-    expect(params.toString()).toBe(new URLSearchParams(expected).toString());
+    expect(new URLSearchParams(params.toString()).toString()).toBe(new URLSearchParams(expected).toString());
   });
 
   it('only the changes up to the level the client is shown: one shown 240 writes the older forms itself', () => {
     const given = 'type=channel&content=%40**channel**';
-    const params = new URLSearchParams(given);
+    const params = new FormFields(given);
     translateRequest('POST /messages', params, 185, 240);
     expect(params.toString()).toBe(given);
     translateRequest('POST /messages', params, 185, 247);
-    expect(params.toString()).toBe(new URLSearchParams('type=channel&content=@**stream**').toString());
+    expect(params.toString()).toBe('type=channel&content=%40**stream**');
   });
 });
 
@@ -319,5 +326,156 @@ describe('M1: --check and start-up say whether the app can be served', () => {
     expect(p?.ok).toBe(ok);
     if (p && !p.ok)
       expect(p.line).toMatch(/cannot be served by a server at feature level 184 \(Zulip 7\.0, feature level 185, or later is needed\)$/);
+  });
+});
+
+describe('M2, answers up: register, messages and events as the app’s level has them', () => {
+  const asApp = (r: request.Test, agent = APP) => r.set('User-Agent', agent).set('Authorization', fake.auth(10));
+  const raw = (r: request.Test) =>
+    r.buffer(true).parse((res, done) => {
+      let text = '';
+      res.on('data', (c: Buffer) => (text += c));
+      res.on('end', () => done(null, text));
+    });
+
+  it.each([
+    ['7.0', true],
+    ['8.0', false],
+  ] as const)(
+    'on %s, the app’s register gains what its parsers require (typing periods added: %s), no other client’s',
+    async (era, typing) => {
+      fake = await startFake({ era, whole: true });
+      shim = await startShim(fake.url, { app: { featureLevel: 277 } });
+      const app = await asApp(request(shim.url).post('/api/v1/register')).type('form').send(APP_REGISTER);
+      expect(app.body.server_thumbnail_formats).toEqual([]);
+      const periods = [
+        app.body.server_typing_started_expiry_period_milliseconds,
+        app.body.server_typing_stopped_wait_period_milliseconds,
+        app.body.server_typing_started_wait_period_milliseconds,
+      ];
+      if (typing) expect(periods).toEqual([15000, 5000, 10000]);
+      else expect(periods.every((p) => typeof p === 'number')).toBe(true); // the server's own
+      expect(app.headers['x-zulip-compat-backfilled'] ?? '').toContain('server_thumbnail_formats');
+      const other = await asApp(request(shim.url).post('/api/v1/register'), OTHER).type('form').send(APP_REGISTER);
+      expect(other.body).not.toHaveProperty('server_thumbnail_formats');
+      expect('server_typing_started_wait_period_milliseconds' in other.body).toBe(!typing);
+    },
+  );
+
+  it('on 7.0, wildcard_mentioned is stream_wildcard_mentioned for the app in messages, one message and both events; every other client gets the upstream’s bytes', async () => {
+    fake = await startFake({ era: '7.0', whole: true });
+    shim = await startShim(fake.url, { app: { featureLevel: 277 } });
+    const flagsOf = (m: { flags: string[] }) => m.flags.filter((f) => f.includes('wildcard'));
+    const messages = await asApp(request(shim.url).get('/api/v1/messages?anchor=newest&num_before=5&num_after=0'));
+    expect(flagsOf(messages.body.messages[0])).toEqual(['stream_wildcard_mentioned']);
+    const one = await asApp(request(shim.url).get('/api/v1/messages/16'));
+    expect(flagsOf(one.body.message)).toEqual(['stream_wildcard_mentioned']);
+    const reg = await asApp(request(shim.url).post('/api/v1/register')).type('form').send(APP_REGISTER);
+    const events = await asApp(request(shim.url).get(`/api/v1/events?queue_id=${reg.body.queue_id}&last_event_id=-1`));
+    const byType = (type: string) => events.body.events.find((e: { type: string }) => e.type === type);
+    expect(flagsOf(byType('message'))).toEqual(['stream_wildcard_mentioned']);
+    expect(flagsOf(byType('update_message'))).toEqual(['stream_wildcard_mentioned']);
+    expect(events.body.events).toHaveLength(eraEvents(185).length);
+
+    const upstream = await raw(
+      request(fake.url).get('/api/v1/messages?anchor=newest&num_before=5&num_after=0').set('Authorization', fake.auth(10)),
+    );
+    const other = await raw(asApp(request(shim.url).get('/api/v1/messages?anchor=newest&num_before=5&num_after=0'), OTHER));
+    expect(other.body).toBe(upstream.body);
+    expect(other.body).toContain('"wildcard_mentioned"');
+  });
+
+  it('on 8.0 (the flag split already), the app’s messages are the upstream’s bytes', async () => {
+    fake = await startFake({ era: '8.0', whole: true });
+    shim = await startShim(fake.url, { app: { featureLevel: 277 } });
+    const path = '/api/v1/messages?anchor=newest&num_before=5&num_after=0';
+    const upstream = await raw(request(fake.url).get(path).set('Authorization', fake.auth(10)));
+    expect((await raw(asApp(request(shim.url).get(path)))).body).toBe(upstream.body);
+  });
+
+  it('an answer with the old flag past upstream.maxResponseBytes goes on untouched, with a warning', async () => {
+    fake = await startFake({ era: '7.0', whole: true });
+    shim = await startShim(fake.url, { app: { featureLevel: 277 }, upstream: { maxResponseBytes: 1024 } });
+    const r = await asApp(request(shim.url).get('/api/v1/messages?anchor=newest&num_before=5&num_after=0'));
+    expect(r.status).toBe(200);
+    expect(JSON.stringify(r.body)).toContain('"wildcard_mentioned"');
+    expect(shim.logs.some((l) => l.includes('app answer larger than upstream.maxResponseBytes'))).toBe(true);
+  });
+});
+
+describe('M6 through the shim: content as the app meant it', () => {
+  const postRaw = (body: string, agent = APP) =>
+    request(shim.url)
+      .post('/api/v1/messages')
+      .set('Host', 'chat.example.com')
+      .set('User-Agent', agent)
+      .set('Authorization', fake.auth(10))
+      .set('Content-Type', 'application/x-www-form-urlencoded')
+      .send(body);
+
+  it('on 7.0, a live @**topic** is refused with a Zulip error before the upstream; on 8.0 it is sent', async () => {
+    fake = await startFake({ era: '7.0', oneRealm: true });
+    shim = await startShim(fake.url, { app: { featureLevel: 277 } });
+    const before = fake.seen.length;
+    const r = await postRaw('type=channel&to=7&topic=t&content=%40**topic**+lunch%3F');
+    expect(r.status).toBe(400);
+    expect(r.body).toEqual({ result: 'error', msg: TOPIC_WILDCARD_REFUSAL, code: 'BAD_REQUEST' });
+    expect(fake.seen.slice(before).filter((s) => s.url.startsWith('/api/v1/messages'))).toEqual([]);
+    await postRaw('type=channel&to=7&topic=t&content=%60%40**topic**%60');
+    expect(lastSeen('/api/v1/messages').body.toString()).toBe('type=stream&to=7&topic=t&content=%60%40**topic**%60');
+    await shim.close();
+    await fake.stop();
+    fake = await startFake({ era: '8.0', oneRealm: true });
+    shim = await startShim(fake.url, { app: { featureLevel: 277 } });
+    await postRaw('type=stream&to=7&topic=t&content=%40**topic**');
+    expect(lastSeen('/api/v1/messages').body.toString()).toBe('type=stream&to=7&topic=t&content=%40**topic**');
+  });
+
+  it('changes only the bytes it rewrites: links on the realm’s URL, repeated parameters kept in order', async () => {
+    fake = await startFake({ era: '8.0', oneRealm: true });
+    shim = await startShim(fake.url, { app: { featureLevel: 277 } });
+    const content = (s: string) => encodeURIComponent(s).replaceAll('%20', '+');
+    const said = content('@_**Iago|5** [said](https://chat.example.com/#narrow/channel/5-general/topic/hi/with/12): `#narrow/channel/`');
+    const other = content('see https://other.example.com/#narrow/channel/5 and [#general](#narrow/channel/5-general)');
+    await postRaw(`type=channel&to=7&topic=a%20b&content=${said}&content=${other}`);
+    // Django reads the last `content`: that one is translated, the first goes as sent.
+    const otherSent = content('see https://other.example.com/#narrow/channel/5 and [#general](#narrow/stream/5-general)');
+    expect(lastSeen('/api/v1/messages').body.toString()).toBe(`type=stream&to=7&topic=a%20b&content=${said}&content=${otherSent}`);
+    await postRaw(`type=channel&to=7&topic=a%20b&content=${said}`);
+    const saidSent = content('@_**Iago|5** [said](https://chat.example.com/#narrow/stream/5-general/topic/hi/near/12): `#narrow/channel/`');
+    expect(lastSeen('/api/v1/messages').body.toString()).toBe(`type=stream&to=7&topic=a%20b&content=${saidSent}`);
+  });
+
+  it('a narrow nested too deep to write again reaches the upstream as sent, whose answer the app gets', async () => {
+    fake = await startFake({ era: '8.0' });
+    shim = await startShim(fake.url, { app: { featureLevel: 277 } });
+    const narrow = `[{"operator":"channel","operand":${'['.repeat(100_000)}${']'.repeat(100_000)}}]`;
+    const r = await post('/api/v1/messages/flags/narrow', APP, { narrow, op: 'add', flag: 'read', anchor: 'newest' });
+    expect(r.status).not.toBe(500);
+    expect(new URLSearchParams(lastSeen('/api/v1/messages/flags/narrow').body.toString()).get('narrow')).toBe(narrow);
+  });
+});
+
+describe('M2: the app’s long poll through the translator', () => {
+  it('is ended upstream when the app goes away, not held there to the poll’s end', async () => {
+    fake = await startFake({ era: '7.0' });
+    shim = await startShim(fake.url, { app: { featureLevel: 277 } });
+    let upstreamClosed: Promise<unknown> | undefined;
+    fake.override = (req, res) => {
+      if (!req.url?.startsWith('/api/v1/events')) return false;
+      upstreamClosed = once(res, 'close');
+      return true; // held
+    };
+    const http = await import('node:http');
+    const client = http.get(`${shim.url}/api/v1/events?queue_id=q&last_event_id=-1`, {
+      headers: { 'user-agent': APP, authorization: fake.auth(10) },
+    });
+    client.on('error', () => {});
+    for (let i = 0; i < 300 && !upstreamClosed; i++) await new Promise((r) => setTimeout(r, 10));
+    expect(upstreamClosed).toBeDefined();
+    client.destroy();
+    await upstreamClosed;
+    expect(shim.logs.filter((l) => l.includes('unexpected error'))).toEqual([]);
+    fake.override = undefined;
   });
 });

@@ -91,6 +91,12 @@ class ReplicaStore implements PresenceStore {
   async raiseCounter(realm: string, atLeast: number) {
     return this.keep(await this.shared.raiseCounter(realm, atLeast))!;
   }
+  isAdmitted(realm: string) {
+    return this.shared.isAdmitted(realm);
+  }
+  admit(realm: string) {
+    return this.shared.admit(realm);
+  }
   async ping() {}
   async close() {}
 }

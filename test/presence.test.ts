@@ -213,6 +213,8 @@ describe('presence details', () => {
       peek: () => undefined,
       merge: down,
       raiseCounter: down,
+      isAdmitted: down,
+      admit: down,
       ping: down,
       close: () => Promise.resolve(),
     };

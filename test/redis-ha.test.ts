@@ -48,7 +48,11 @@ describeRedisServers('replicas on a Redis Cluster of three primaries (S1)', () =
       for (const u of fake.humans()) fake.report(u.user_id, 'active');
       for (let i = 0; i < 2; i++) {
         shims.push(
-          await startShim(fake.url, { store: { redisCluster: cluster.nodeList, keyPrefix: prefix }, presence: { coalesceMs: 60_000 } }),
+          // Twelve new realms from this one address: more than an address's share (X12).
+          await startShim(fake.url, {
+            store: { redisCluster: cluster.nodeList, keyPrefix: prefix },
+            presence: { coalesceMs: 60_000, newRealmsPerAddressPerMinute: 120 },
+          }),
         );
       }
       // Names as varied as real ones (CRC16 keeps names one character apart in nearby slots).

@@ -30,6 +30,7 @@ function keysOfRealm(prefix: string, realm: string, caller: string): string[] {
     redisKey(prefix, 'snap-lock', `${realm}|legacy|${caller}`),
     redisKey(prefix, 'cache', realm, 'user_directory'),
     redisKey(prefix, 'cache', `${realm}|42`, 'own_profile'),
+    redisKey(prefix, 'admitted', realm),
   ];
 }
 

@@ -5,7 +5,7 @@ import { afterAll, beforeAll, expect, it } from 'vitest';
 import { createLogger } from '../src/observability/logger.js';
 import { answer, vouchesFor, type Observation } from '../src/presence/ledger.js';
 import { encodeLedger } from '../src/store/codec.js';
-import { LEDGER_IDLE_TTL_MS, RedisStore, type RedisStoreOptions } from '../src/store/redis.js';
+import { ADMITTED_TTL_MS, LEDGER_IDLE_TTL_MS, RedisStore, type RedisStoreOptions } from '../src/store/redis.js';
 import { StoreUnavailableError } from '../src/store/types.js';
 import { plainLedger, realisticLedger } from './support/ledgers.js';
 import { adminRedis, deleteKeysUnder, describeRedis, keysUnder, REDIS_URL, suiteKeyPrefix, testKeyPrefix } from './support/redis.js';
@@ -90,6 +90,20 @@ describeRedis('RedisStore (S1, P5)', () => {
     expect(store.peek('r-bytes-b')).toBeDefined();
     expect(store.peek('r-bytes-a')).toBeUndefined();
     expect(plainLedger(await store.load('r-bytes-a'))).toEqual(plainLedger(a));
+  });
+
+  it('remembers the realms taken on for every replica and a restart (X12), each for ADMITTED_TTL_MS after it was last asked about', async () => {
+    const a = open();
+    expect(await a.isAdmitted('r-admitted')).toBe(false);
+    await a.admit('r-admitted');
+    const b = open(); // another replica, or this one restarted
+    expect(await b.isAdmitted('r-admitted')).toBe(true);
+    expect(await b.isAdmitted('r-other')).toBe(false);
+    const key = a.admittedKey('r-admitted');
+    expect(key).toBe(`${prefix}{r-admitted}:admitted`);
+    await admin.pexpire(key, 1_000);
+    expect(await b.isAdmitted('r-admitted')).toBe(true);
+    expect(await admin.pttl(key)).toBeGreaterThan(ADMITTED_TTL_MS - 60_000);
   });
 
   it('has no ledger for a new realm, creates one on the first observation, and loads what it wrote', async () => {

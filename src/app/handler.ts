@@ -1,22 +1,29 @@
-import { endpointKey, TRANSLATED_ENDPOINTS, translateRequest } from '../changes/index.js';
-import type { EndpointHandler } from '../context.js';
-import { isFormEncoded, readBody } from '../http/body.js';
+import { isUtf8 } from 'node:buffer';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { answerChangesFor, endpointKey, TRANSLATED_ENDPOINTS, translateAnswer, translateRequest } from '../changes/app-parts.js';
+import type { AnswerChange, Site } from '../changes/types.js';
+import type { EndpointHandler, ShimContext } from '../context.js';
+import { isFormEncoded, readBody, readUpTo } from '../http/body.js';
+import { sendEncoded } from '../http/compress.js';
+import { badRequest } from '../http/errors.js';
+import { FormFields } from '../http/form-fields.js';
 import { apiPathOf } from '../http/api-routes.js';
+import { contentLengthOf } from '../http/headers.js';
 import { recordFacts, timedUpstream } from '../observability/request-facts.js';
-import { forwardedHeaders } from '../upstream/client.js';
+import { forwardedHeaders, parseJsonObject, translate, type UpstreamResponse } from '../upstream/client.js';
 import { realmOf } from '../upstream/realm.js';
-import { relay } from '../upstream/relay.js';
+import { isSuccess, relay, relayBounded, rewrittenHeaders } from '../upstream/relay.js';
 import { appLevelFor, levelShownTo } from './presented.js';
 
-/** The request changes' name of an endpoint (changes/index.ts endpointKey); undefined outside the API. */
+/** The changes' name of an endpoint (changes/app-parts.ts endpointKey); undefined outside the API. */
 export function endpointOf(method: string | undefined, path: string): string | undefined {
   const at = apiPathOf(path);
   return at && endpointKey(method ?? '', at.rest);
 }
 
 /**
- * M2: is this a request of the app that a request change may apply to? (Decided before the
- * upstream's level is known.) Runs on every passed-through request: with the flag off, one test.
+ * M2: is this a request of the app that a change may apply to? (Decided before the upstream's
+ * level is known.) Runs on every passed-through request: with the flag off, one test.
  */
 export function isTranslatedAppRequest(
   app: Parameters<typeof appLevelFor>[0],
@@ -28,37 +35,111 @@ export function isTranslatedAppRequest(
   return endpoint !== undefined && TRANSLATED_ENDPOINTS.has(endpoint);
 }
 
+/** An app request as it goes upstream: its target and body, and whether either was translated. */
+interface Outgoing {
+  target: string;
+  body?: Buffer | string;
+  translated: boolean;
+}
+
 /**
- * M2, requests down: an app request (shown a higher level than the upstream has) in the form the
- * upstream knows, then its answer passed on as it comes. A body that is not form-encoded (a
- * multipart upload) goes on as it came.
+ * The request in the form the upstream knows (M2, M6): its query (GET) or form body translated
+ * in place, every byte a change does not touch as it came. A body that is not a UTF-8 form (a
+ * multipart upload, say) goes on as it came. A content the upstream cannot honour is refused (400).
  */
-export const appRequestHandler: EndpointHandler = async (req, res, ctx) => {
-  const hostRealm = realmOf(ctx.upstreamId, req.headers);
-  const { featureLevel: real } = await timedUpstream(req, () => ctx.featureLevels.resolve(hostRealm));
-  const shown = levelShownTo(ctx.config.app, req.headers, real);
+async function requestDown(req: IncomingMessage, ctx: ShimContext, level: Levels, headers: Record<string, string>): Promise<Outgoing> {
   const url = req.url ?? '/';
   const q = url.indexOf('?');
   const path = q < 0 ? url : url.slice(0, q);
-  const endpoint = endpointOf(req.method, path) ?? '';
+  const translateForm = (raw: string): string | undefined => {
+    const form = new FormFields(raw);
+    const done = translateRequest(level.endpoint, form, level.real, level.shown, headers, level.site);
+    if (done.refusal !== undefined) throw badRequest(done.refusal);
+    return form.edited ? form.toString() : undefined;
+  };
+  if (req.method === 'GET') {
+    const query = translateForm(q < 0 ? '' : url.slice(q + 1));
+    return query === undefined ? { target: url, translated: false } : { target: `${path}?${query}`, translated: true };
+  }
+  const raw = await readBody(req, ctx.config.server.bodyLimitBytes);
+  const type = req.headers['content-type'] ?? '';
+  if (type) headers['content-type'] = type;
+  const form = level.shown > level.real && isFormEncoded(type) && isUtf8(raw) ? translateForm(raw.toString('utf8')) : undefined;
+  return form === undefined ? { target: url, body: raw, translated: false } : { target: url, body: form, translated: true };
+}
+
+/** The levels a request is translated between, and what its content's links are checked against. */
+interface Levels {
+  endpoint: string;
+  real: number;
+  shown: number;
+  site: Site;
+}
+
+/**
+ * M2, answers up: a success carrying messages or events, rewritten by `changes` where it holds
+ * what they change (their markers); every other answer goes on as it came. An answer larger than
+ * upstream.maxResponseBytes, or one the upstream compressed anyway, is passed on untouched.
+ */
+async function answerUp(
+  req: IncomingMessage,
+  res: ServerResponse,
+  ctx: ShimContext,
+  r: UpstreamResponse,
+  endpoint: string,
+  changes: readonly AnswerChange[],
+): Promise<void> {
+  const encoding = r.headers['content-encoding'];
+  if (!isSuccess(r.status) || (encoding !== undefined && encoding !== 'identity')) return relay(res, r);
+  const limit = ctx.config.upstream.maxResponseBytes;
+  const bounded = await readUpTo(r.body, limit, contentLengthOf(r.headers)).catch((e: unknown) => {
+    throw translate(e);
+  });
+  if (!bounded.whole) {
+    ctx.log.warn({ endpoint, limit }, "app answer larger than upstream.maxResponseBytes: passed on untouched, the app's changes skipped");
+    return relayBounded(res, r, bounded);
+  }
+  if (!changes.some((c) => bounded.body.includes(c.marker))) return relayBounded(res, r, bounded);
+  const answer = parseJsonObject(bounded.body);
+  if (!translateAnswer(endpoint, answer, changes)) return relayBounded(res, r, bounded);
+  recordFacts(req).kind = 'app-translated';
+  await sendEncoded(req, res, r.status, { raw: Buffer.from(JSON.stringify(answer)) }, rewrittenHeaders(r.headers));
+}
+
+/**
+ * M2, both ways: an app request (shown a higher level than the upstream has) in the form the
+ * upstream knows, then its answer brought up to the level shown where a change touches it,
+ * else passed on as it comes.
+ */
+export const appRequestHandler: EndpointHandler = async (req, res, ctx) => {
+  const hostRealm = realmOf(ctx.upstreamId, req.headers);
+  const { featureLevel: real, realmUrl } = await timedUpstream(req, () => ctx.featureLevels.resolve(hostRealm));
+  const url = req.url ?? '/';
+  const q = url.indexOf('?');
+  const endpoint = endpointOf(req.method, q < 0 ? url : url.slice(0, q)) ?? '';
+  const level: Levels = { endpoint, real, shown: levelShownTo(ctx.config.app, req.headers, real), site: { realmUrl } };
   // Only a translated endpoint's request comes here (isTranslatedAppRequest): GET, POST or PATCH.
   const method = req.method as 'GET' | 'POST' | 'PATCH';
-  const headers: Record<string, string> = { ...forwardedHeaders(req), 'accept-encoding': req.headers['accept-encoding'] ?? 'identity' };
-  let target = url;
-  let body: Buffer | string | undefined;
-  if (method === 'GET') {
-    const params = new URLSearchParams(q < 0 ? '' : url.slice(q + 1));
-    if (translateRequest(endpoint, params, real, shown, headers)) target = `${path}?${params}`;
-  } else {
-    body = await readBody(req, ctx.config.server.bodyLimitBytes);
-    const type = req.headers['content-type'] ?? '';
-    if (type) headers['content-type'] = type;
-    if (shown > real && isFormEncoded(type)) {
-      const params = new URLSearchParams(body.toString('utf8'));
-      if (translateRequest(endpoint, params, real, shown, headers)) body = params.toString();
-    }
+  const changes = answerChangesFor(endpoint, real, level.shown);
+  const headers: Record<string, string> = {
+    ...forwardedHeaders(req),
+    // An answer the shim may rewrite is asked for uncompressed; it is compressed again for the app.
+    'accept-encoding': changes.length > 0 ? 'identity' : (req.headers['accept-encoding'] ?? 'identity'),
+  };
+  const out = await requestDown(req, ctx, level, headers);
+  recordFacts(req).kind = out.translated ? 'app-translated' : 'passthrough';
+  // A long poll the app gives up on (it does, on every reconnect) is not left held upstream.
+  const gone = new AbortController();
+  res.once('close', () => {
+    if (!res.writableFinished) gone.abort();
+  });
+  const call = { realm: hostRealm, method, path: out.target, headers, signal: gone.signal };
+  let r: UpstreamResponse;
+  try {
+    r = await timedUpstream(req, () => ctx.client.stream(out.body === undefined ? call : { ...call, body: out.body }));
+  } catch (e) {
+    if (gone.signal.aborted) return; // nobody is left to answer
+    throw e;
   }
-  recordFacts(req).kind = target !== url || typeof body === 'string' ? 'app-translated' : 'passthrough';
-  const r = await timedUpstream(req, () => ctx.client.stream({ realm: hostRealm, method, path: target, headers, body }));
-  return relay(res, r);
+  return changes.length > 0 ? answerUp(req, res, ctx, r, endpoint, changes) : relay(res, r);
 };

@@ -13,7 +13,7 @@ export const typingStreamId: ApiChange = {
       const id = params.get('stream_id');
       if (id === null || params.has('to')) return false;
       params.delete('stream_id');
-      params.set('to', JSON.stringify([Number(id)]));
+      params.append('to', JSON.stringify([Number(id)]));
       return true;
     },
   },

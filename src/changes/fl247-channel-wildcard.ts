@@ -1,12 +1,5 @@
-import { editOutsideCode } from './markdown-text.js';
+import { mentionEdits } from './content.js';
 import type { ApiChange } from './types.js';
-
-const CHANNEL_WILDCARD = /@(_?)\*\*channel\*\*/g;
-
-/** `@**channel**` and silent `@_**channel**` as the older `@**stream**`, outside code. Pure. */
-export function channelWildcardAsStream(content: string): string {
-  return content.includes('**channel**') ? editOutsideCode(content, (text) => text.replace(CHANNEL_WILDCARD, '@$1**stream**')) : content;
-}
 
 /**
  * Feature level 247 (Zulip 9.0): the `@**channel**` wildcard mention. An older server leaves it
@@ -17,15 +10,7 @@ export function channelWildcardAsStream(content: string): string {
 export const channelWildcard: ApiChange = {
   featureLevel: 247,
   feature: 'channel_wildcard_mention',
-  request: {
-    endpoints: ['POST /messages', 'PATCH /messages/{id}'],
-    apply(params) {
-      const content = params.get('content');
-      if (content === null) return false;
-      const next = channelWildcardAsStream(content);
-      if (next === content) return false;
-      params.set('content', next);
-      return true;
-    },
+  content: {
+    edits: (content) => mentionEdits(content, 'channel', 'stream'),
   },
 };

@@ -6,10 +6,6 @@ export const typeChannel: ApiChange = {
   feature: 'type_channel',
   request: {
     endpoints: ['POST /messages', 'POST /typing'],
-    apply(params) {
-      if (params.get('type') !== 'channel') return false;
-      params.set('type', 'stream');
-      return true;
-    },
+    apply: (params) => params.edit('type', (type) => (type === 'channel' ? 'stream' : type)),
   },
 };

@@ -5,7 +5,9 @@ import { role } from './fl059-role.js';
 import { isBillingAdmin } from './fl073-is-billing-admin.js';
 import { isSystemBot } from './fl083-is-system-bot.js';
 import { deliveryEmail } from './fl163-delivery-email.js';
+import { typingPeriods } from './fl204-typing-periods.js';
 import { typingStreamId } from './fl215-typing-stream-id.js';
+import { topicWildcard } from './fl224-topic-wildcard.js';
 import { notificationRealmName } from './fl234-notification-realm-name.js';
 import { readBySender } from './fl236-read-by-sender.js';
 import { channelWildcard } from './fl247-channel-wildcard.js';
@@ -13,7 +15,8 @@ import { typeChannel } from './fl248-type-channel.js';
 import { channelOperator } from './fl250-channel-operator.js';
 import { notificationRealmUrl } from './fl257-notification-realm-url.js';
 import { withOperatorChange } from './fl271-with-operator.js';
-import type { ApiChange, Lookups, Need, NotificationChange, RequestChange, Source, UserObject, UserObjectChange } from './types.js';
+import { thumbnailFormats } from './fl273-thumbnail-formats.js';
+import type { ApiChange, Lookups, Need, NotificationChange, Source, UserObject, UserObjectChange } from './types.js';
 
 export type { ApiChange, Lookups, Need, OwnUser, Source, UserObject, UserObjectChange } from './types.js';
 export type { NotificationPayload, NotificationRealm } from './types.js';
@@ -33,8 +36,9 @@ export function checkedBundle(changes: readonly ApiChange[]): readonly ApiChange
     previous = c.featureLevel;
     if (features.has(c.feature)) throw new Error(`API changes: feature ${c.feature} named twice`);
     features.add(c.feature);
-    if (!c.user && !c.request && !c.notification) throw new Error(`API changes: ${c.feature} changes nothing`);
-    for (const f of c.user?.fields ?? []) {
+    if (!c.user && !c.request && !c.content && !c.register && !c.answer && !c.notification)
+      throw new Error(`API changes: ${c.feature} changes nothing`);
+    for (const f of [...(c.user?.fields ?? []), ...(c.register?.fields ?? [])]) {
       if (fields.has(f)) throw new Error(`API changes: field ${f} introduced twice (again at ${c.featureLevel})`);
       fields.add(f);
     }
@@ -50,9 +54,10 @@ export function checkedBundle(changes: readonly ApiChange[]): readonly ApiChange
 /**
  * U2, V1, M2: the API changes the shim bridges, in feature-level order, one module each, each
  * lining up with one entry of Zulip's API changelog. A change's `user` part fills every caller's
- * user objects (later ones may read what earlier ones added: role reads is_owner); its `request`
- * part puts the mobile app's requests into the form of an upstream below the level (M1 decides
- * whose requests).
+ * user objects (later ones may read what earlier ones added: role reads is_owner). Its other
+ * parts are the mobile app's alone (M1 decides whose requests; app/translate.ts applies them):
+ * `request` and `content` put its requests into the form of an upstream below the level,
+ * `register` and `answer` bring what it receives up to the level it is shown.
  */
 export const CHANGES: readonly ApiChange[] = checkedBundle([
   botOwnerId,
@@ -62,7 +67,9 @@ export const CHANGES: readonly ApiChange[] = checkedBundle([
   isBillingAdmin,
   isSystemBot,
   deliveryEmail,
+  typingPeriods,
   typingStreamId,
+  topicWildcard,
   notificationRealmName,
   readBySender,
   channelWildcard,
@@ -70,6 +77,7 @@ export const CHANGES: readonly ApiChange[] = checkedBundle([
   channelOperator,
   notificationRealmUrl,
   withOperatorChange,
+  thumbnailFormats,
 ]);
 
 /** The changes with a part in user objects, in order. */
@@ -137,40 +145,6 @@ export function applyChanges(upstream: UserObject, changes: readonly UserObjectC
   const into = noneAdded();
   backfillInPlace(user, changes, found, into);
   return { user, ...into };
-}
-
-/** The changes with a part in requests, in order. */
-const REQUEST_CHANGES: readonly (ApiChange & { readonly request: RequestChange })[] = CHANGES.filter(
-  (c): c is ApiChange & { readonly request: RequestChange } => c.request !== undefined,
-);
-
-/** `METHOD /path` after the API prefix, a path segment of digits written `{id}`: how request changes name endpoints. */
-export function endpointKey(method: string, rest: string): string {
-  return `${method} ${rest.replace(/\/[0-9]+(?=\/|$)/g, '/{id}')}`;
-}
-
-/** The endpoints any request change applies to (see endpointKey). */
-export const TRANSLATED_ENDPOINTS: ReadonlySet<string> = new Set(REQUEST_CHANGES.flatMap((c) => c.request.endpoints));
-
-/**
- * M2, requests down: applies, in order, every request change between an upstream at `real` and
- * the level `shown` to the client (real < level ≤ shown) to the parameters (and headers) of a
- * request to `endpoint` (see endpointKey); true when anything changed. A client shown a lower
- * level writes the older form itself.
- */
-export function translateRequest(
-  endpoint: string,
-  params: URLSearchParams,
-  real: number,
-  shown: number,
-  headers: Record<string, string> = {},
-): boolean {
-  let changed = false;
-  for (const { featureLevel, request } of REQUEST_CHANGES) {
-    if (real < featureLevel && featureLevel <= shown && request.endpoints.includes(endpoint) && request.apply(params, headers))
-      changed = true;
-  }
-  return changed;
 }
 
 /** A change with a part in push notifications (M7). */

@@ -1,3 +1,5 @@
+import type { RequestParams } from './types.js';
+
 /**
  * The `narrow` parameter of GET /messages and POST /messages/flags/narrow, for the request
  * changes that rewrite it (M2). Pure.
@@ -9,22 +11,22 @@ export type NarrowElement = { operator?: unknown; operand?: unknown; negated?: u
 /** The endpoints whose requests carry a narrow. */
 export const NARROWED = ['GET /messages', 'POST /messages/flags/narrow'] as const;
 
-/** Replaces `narrow` with `edit`'s result; false (and nothing changed) when absent, not a JSON list, or unchanged. */
-export function editNarrow(params: URLSearchParams, edit: (narrow: NarrowElement[]) => NarrowElement[]): boolean {
-  const text = params.get('narrow');
-  if (text === null) return false;
-  let narrow: unknown;
-  try {
-    narrow = JSON.parse(text);
-  } catch {
-    return false; // the upstream words the error
-  }
-  if (!Array.isArray(narrow)) return false;
-  const next = edit(narrow as NarrowElement[]);
-  const out = JSON.stringify(next);
-  if (out === JSON.stringify(narrow)) return false;
-  params.set('narrow', out);
-  return true;
+/**
+ * Replaces each `narrow` with `edit`'s result; false (and nothing changed) where one is not a
+ * JSON list, cannot be written again (nested too deep), or is unchanged: the upstream then reads
+ * and answers it as it came (E1).
+ */
+export function editNarrow(params: RequestParams, edit: (narrow: NarrowElement[]) => NarrowElement[]): boolean {
+  return params.edit('narrow', (text) => {
+    try {
+      const narrow: unknown = JSON.parse(text);
+      if (!Array.isArray(narrow)) return text;
+      const next = edit(narrow as NarrowElement[]);
+      return next.length === narrow.length && next.every((e, i) => e === narrow[i]) ? text : JSON.stringify(next);
+    } catch {
+      return text; // the upstream words the error
+    }
+  });
 }
 
 export const operatorOf = (element: NarrowElement): unknown => (Array.isArray(element) ? element[0] : element.operator);

@@ -3,8 +3,9 @@ import type { Member } from '../upstream/user-directory.js';
 /**
  * The vocabulary of the API changes the shim bridges (U2, V1, M2). Each change names the feature
  * level that brought it and, per direction, one pure transform: user objects filled in for every
- * caller (the own profile, GET /users, GET /users/{id|email}, register's user lists), and the
- * mobile app's requests put back into an older upstream's form.
+ * caller (the own profile, GET /users, GET /users/{id|email}, register's user lists); for the
+ * mobile app only, its requests and message content put back into an older upstream's form, and
+ * register answers, messages and events brought up to the level it is shown.
  */
 
 /** A user object as the upstream sent it (plus what earlier changes added). */
@@ -57,6 +58,25 @@ export interface UserChange {
 }
 
 /**
+ * A request's form or query parameters as a change edits them, in place: a parameter a change
+ * leaves alone keeps its bytes, and a repeated one keeps every value in order (http/form-fields.ts).
+ */
+export interface RequestParams {
+  /** The value the server reads (Django's QueryDict: the last one), or null. */
+  get(name: string): string | null;
+  has(name: string): boolean;
+  /** Sets every value of `name` to `edit`'s result for it; true when one changed. */
+  edit(name: string, edit: (value: string) => string): boolean;
+  /**
+   * Applies `edits(text)` to the value of `name` the server reads, replacing only what each edit
+   * covers (edits in order, not overlapping); true when it changed.
+   */
+  editText(name: string, edits: (text: string) => readonly TextEdit[]): boolean;
+  delete(name: string): void;
+  append(name: string, value: string): void;
+}
+
+/**
  * A change's part in requests (M2): what a client shown a higher level sends, put back into the
  * form an upstream below the level knows. Applied only to the mobile app's requests (M1).
  */
@@ -67,7 +87,66 @@ export interface RequestChange {
    * Pure but for its arguments: changes the form or query parameters (and headers) in place;
    * true when anything changed.
    */
-  apply(params: URLSearchParams, headers: Record<string, string>): boolean;
+  apply(params: RequestParams, headers: Record<string, string>): boolean;
+}
+
+/** A replacement of `content.slice(start, end)` by `text`. */
+export interface TextEdit {
+  readonly start: number;
+  readonly end: number;
+  readonly text: string;
+}
+
+/** What a content change may need of the realm the message is sent to. */
+export interface Site {
+  /** The realm's own URL (`realm_url`, before 9.0 `realm_uri`), lower-cased, without a trailing slash. */
+  readonly realmUrl?: string | undefined;
+}
+
+/** A message's content as the changes read it: the text, and the stretches Zulip's Markdown reads as text (M6). */
+export interface Content {
+  readonly text: string;
+  /** Half-open ranges outside code spans and code blocks, in order (changes/markdown-text.ts). */
+  readonly prose: ReadonlyArray<readonly [number, number]>;
+}
+
+/**
+ * A change's part in message content the app writes (M6), in `content` of POST /messages and
+ * PATCH /messages/{id}: what Zulip's Markdown interprets (mentions, narrow links), rewritten in
+ * the older syntax only where it is interpreted, or refused where an older server cannot honour it.
+ */
+export interface ContentChange {
+  /** Pure: the edits, inside prose only, none overlapping another change's. */
+  edits?(content: Content, site: Site): TextEdit[];
+  /** Pure: why the message cannot be sent to an older server (a Zulip-shaped 400's `msg`), or undefined. */
+  refusal?(content: Content): string | undefined;
+}
+
+/**
+ * A change's part in register answers shown the app a higher level (M2, answers up): keys its
+ * parsers require that an older server does not send, with the value that server behaves with.
+ */
+export interface RegisterChange {
+  /** The keys it adds, in order; one the upstream sent is never touched. */
+  readonly fields: readonly string[];
+  /** Pure: a value for each of `fields`. */
+  fill(): Readonly<Record<string, unknown>>;
+}
+
+/**
+ * A change's part in the answers and events the app receives (M2, answers up): the fields of
+ * message objects (GET /messages, GET /messages/{id}) and of events (GET /events) it rewrites,
+ * declared so that the answers it cannot touch pass as they came.
+ */
+export interface AnswerChange {
+  /** Fields of a message object it rewrites. */
+  readonly messageFields: readonly string[];
+  /** Event type → the event's own fields it rewrites. */
+  readonly eventFields: Readonly<Record<string, readonly string[]>>;
+  /** Bytes every answer it changes contains: one without them is passed on unread. */
+  readonly marker: string;
+  /** Pure: a field's value as the level shown has it (the same value when nothing changes). */
+  up(value: unknown): unknown;
 }
 
 /**
@@ -106,6 +185,9 @@ export interface ApiChange {
   readonly feature: string;
   readonly user?: UserChange;
   readonly request?: RequestChange;
+  readonly content?: ContentChange;
+  readonly register?: RegisterChange;
+  readonly answer?: AnswerChange;
   readonly notification?: NotificationChange;
 }
 

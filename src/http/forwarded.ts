@@ -57,6 +57,26 @@ export function distrustForwarded(req: IncomingMessage, trusted: TrustedProxies)
 const first = (v: string | string[] | undefined) => (Array.isArray(v) ? v[0] : v);
 
 /**
+ * The client a request comes from (X12 counts new realms per client address): its peer, or,
+ * where the peer is a trusted proxy (X4), the nearest address in X-Forwarded-For that is not
+ * one, as nginx's `real_ip_recursive` finds it; what a client wrote further left is its own
+ * claim and not believed. An entry that is not an address ends the walk.
+ */
+export function clientAddressOf(req: IncomingMessage, trusted: TrustedProxies): string {
+  let address = req.socket.remoteAddress ?? '';
+  if (!trusted.trusts(address)) return address;
+  const header = req.headers['x-forwarded-for'];
+  const hops = (Array.isArray(header) ? header.join(',') : (header ?? '')).split(',');
+  for (let i = hops.length - 1; i >= 0; i--) {
+    const hop = hops[i]!.trim();
+    if (isIP(hop) === 0) break;
+    address = hop;
+    if (!trusted.trusts(hop)) break;
+  }
+  return address;
+}
+
+/**
  * X-Forwarded-For/Proto/Host for a request the shim sends upstream (T1), written into its
  * outgoing headers (`into`, which may be `req.headers` itself: all three are read first); one
  * rule for the pass-through (HTTP and WebSocket) and the shim's own calls. The client's address

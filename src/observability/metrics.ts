@@ -139,10 +139,10 @@ export function createMetrics() {
       help: 'Client connections answered 503 because the cap was reached',
       registers: [registry],
     }),
-    /** X12: requests for a realm new to the shim refused past presence.newRealmsPerMinute. */
+    /** X12: requests for a realm new to the shim refused past presence.newRealmsPerMinute or the address's share. */
     realmsRefused: new Counter({
       name: `${p}new_realms_refused_total`,
-      help: 'Requests for a realm new to the shim answered 503 because new realms arrived faster than presence.newRealmsPerMinute',
+      help: "Requests for a realm new to the shim answered 503 because new realms were taken on faster than presence.newRealmsPerMinute, or than the client address's share (presence.newRealmsPerAddressPerMinute)",
       registers: [registry],
     }),
     /** M7: kind: message | remove | other (a notification's `event`); changed: true | false */

@@ -6,6 +6,7 @@ import type { Callers } from '../upstream/callers.js';
 import type { UpstreamClient } from '../upstream/client.js';
 import type { EmailTable } from '../upstream/large-answers.js';
 import type { FeatureLevels } from '../upstream/feature-level.js';
+import type { RealmAdmission } from '../upstream/realm-admission.js';
 import type { UserDirectory } from '../upstream/user-directory.js';
 import type { PresenceColumns } from './columns.js';
 import type { PresenceEra } from './convert.js';
@@ -29,6 +30,8 @@ export interface PresenceContext {
   upstreamId: string;
   client: UpstreamClient;
   featureLevels: FeatureLevels;
+  /** X12: realms new to the shim are taken on once the upstream accepts a caller for them, at a bounded rate. */
+  admission: RealmAdmission;
   /** Realm presence ledgers (memory, or Redis for replicas). */
   store: PresenceStore;
   /** P9: shared presence snapshots in this process… */

@@ -48,6 +48,9 @@ export const presenceHandler: PresenceHandler = async (req, res, ctx) => {
     );
   }
   if (request.pingOnly) return pingOnly(poll, res);
+  // X12: a realm new to the shim keeps state once the upstream accepts the caller for it.
+  const refused = await timedUpstream(req, () => ctx.admission.admitCaller(req, realm, featureLevel));
+  if (refused) return relayBuffered(res, refused);
   const modern = wantsModern(request);
   // 2.1 has only the legacy format, which then feeds modern answers too.
   const format: Format = modern && poll.era !== 'legacy' ? 'slim' : 'legacy';

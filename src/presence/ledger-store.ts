@@ -1,11 +1,13 @@
 import type { CacheBackend } from '../cache/shared-cache.js';
+import type { AdmittedRealms } from '../upstream/realm-admission.js';
 import type { LedgerState, Observation, PreparedMerge } from './ledger.js';
 
 /**
  * Where realm state lives: in this process (default) or in Redis, shared by replicas (S1).
- * Keys are realm keys (upstream + Host, never a credential, P13).
+ * Keys are realm keys (upstream + Host, never a credential, P13). The realms taken on (X12)
+ * are remembered here too, with the rest of realm state.
  */
-export interface PresenceStore {
+export interface PresenceStore extends AdmittedRealms {
   readonly kind: 'memory' | 'redis';
   /** The realm's ledger as stored now, or undefined when there is none (new, evicted, flushed). */
   load(realm: string): Promise<LedgerState | undefined>;

@@ -1,4 +1,3 @@
-import { NewRealmsTooFastError } from '../upstream/realm-admission.js';
 import type { EndpointHandler, ShimContext } from '../context.js';
 import { recordFacts, timedUpstream } from '../observability/request-facts.js';
 import { sendJson } from '../http/errors.js';
@@ -36,7 +35,6 @@ export function ignoredParameters(url: string | undefined): string[] {
 export function levelOrZero(ctx: ShimContext, hostRealm: Realm): Promise<{ realm: Realm; featureLevel: number }> {
   // X12: the realm the upstream serves for this Host keys the lookups.
   return ctx.featureLevels.resolve(hostRealm).catch((e: unknown) => {
-    if (e instanceof NewRealmsTooFastError) throw e; // X12: no state for a realm not admitted
     ctx.log.warn({ realm: hostRealm.host, err: e }, 'user objects: feature level unknown, checking every field');
     return { realm: hostRealm, featureLevel: 0 };
   });
@@ -54,7 +52,6 @@ export const ownProfileHandler: EndpointHandler = async (req, res, ctx) => {
   f.kind = 'own_profile';
   // server_settings needs no credentials, so it is asked alongside the caller's own call.
   const level = levelOrZero(ctx, hostRealm);
-  level.catch(() => undefined); // a refusal (X12) is answered after the caller's own call, not unhandled meanwhile
   const r = await timedUpstream(req, () =>
     ctx.client.fetch({ realm: hostRealm, method: 'GET', path: req.url ?? '/api/v1/users/me', headers }),
   );
@@ -62,6 +59,8 @@ export const ownProfileHandler: EndpointHandler = async (req, res, ctx) => {
   const upstream = parseJsonObject(r.body);
   const { realm, featureLevel } = await level;
   f.featureLevel = featureLevel;
+  // X12: the upstream accepted the caller: a realm new to the shim is taken on before its lookups.
+  await ctx.admission.accepted(req, realm, featureLevel);
   // Who the caller is, for a GET /users that follows (it needs the id where addresses are hidden).
   if (featureLevel < MODERN_USER_OBJECTS_LEVEL) ctx.callers.remember(realm, req.headers, upstream);
 

@@ -114,6 +114,7 @@ export const usersHandler: EndpointHandler = async (req, res, ctx) => {
   const r = await readList(req, res, ctx, realm, url);
   if (!r) return;
   if (!isSuccess(r.status)) return relayBuffered(res, r); // E1
+  await ctx.admission.accepted(req, realm, featureLevel); // X12: before the lookups a realm keeps
   const body = await parseWithListInSteps(r.body, 'members', parseJsonObject);
   const members = body.members;
   if (!Array.isArray(members)) return relayBuffered(res, r);
@@ -157,6 +158,7 @@ export const userHandler: EndpointHandler = async (req, res, ctx) => {
   if (native) {
     const r = await timedUpstream(req, () => ctx.client.fetch({ realm, method: 'GET', path: url, headers: forwardedHeaders(req) }));
     if (!isSuccess(r.status)) return relayBuffered(res, r); // E1, also the upstream's own "No such user"
+    await ctx.admission.accepted(req, realm, featureLevel); // X12
     const body = parseJsonObject(r.body);
     const user = body.user;
     if (!user || typeof user !== 'object' || Array.isArray(user)) return relayBuffered(res, r);
@@ -172,6 +174,7 @@ export const userHandler: EndpointHandler = async (req, res, ctx) => {
   const listPath = `${apiPrefixOf(url)}/users${queryOf(url)}`;
   const r = await timedUpstream(req, () => ctx.client.fetch({ realm, method: 'GET', path: listPath, headers: forwardedHeaders(req) }));
   if (!isSuccess(r.status)) return relayBuffered(res, r); // E1: the caller's credentials refused
+  await ctx.admission.accepted(req, realm, featureLevel); // X12
   const members = (await parseWithListInSteps(r.body, 'members', parseJsonObject)).members; // V4
   if (!Array.isArray(members)) return relayBuffered(res, r);
   const wanted = 'userId' in key ? key.userId : key.email.toLowerCase();

@@ -1,16 +1,14 @@
 import { setImmediate } from 'node:timers/promises';
-import type { ServerResponse } from 'node:http';
-import { pipeline } from 'node:stream/promises';
-import type { EndpointHandler } from '../context.js';
+import type { IncomingMessage } from 'node:http';
+import type { EndpointHandler, ShimContext } from '../context.js';
 import { recordFacts, timedUpstream } from '../observability/request-facts.js';
-import { type Bounded, parseParams, readBody } from '../http/body.js';
+import { parseParams, readBody } from '../http/body.js';
 import { sendEncoded } from '../http/compress.js';
-import { endToEnd } from '../http/headers.js';
-import { isSuccess, relay, relayBuffered, rewrittenHeaders } from '../upstream/relay.js';
-import { forwardedHeaders, type UpstreamResponse } from '../upstream/client.js';
+import { isSuccess, relay, relayBounded, rewrittenHeaders } from '../upstream/relay.js';
+import { forwardedHeaders } from '../upstream/client.js';
 import { FL } from '../upstream/feature-level.js';
 import { levelShownTo } from '../app/presented.js';
-import { realmOf } from '../upstream/realm.js';
+import { hasCredentials, realmOf, type Realm } from '../upstream/realm.js';
 import { limitLegacyHistory, presenceEra } from '../presence/convert.js';
 import { idForLegacyPresences, registerPresences } from '../presence/answers.js';
 import { historyCutoff } from '../presence/ledger.js';
@@ -30,6 +28,7 @@ import {
 } from './users.js';
 import { addedHeaders } from '../profile/handler.js';
 import { noneAdded, type Added } from '../changes/index.js';
+import { registerAdditions } from '../changes/app-parts.js';
 
 /**
  * POST /api/v1/register and /json/register (R1, R2): when the answer carries presence, its
@@ -54,14 +53,6 @@ function fetchesPresence(types: EventTypes): boolean {
   return types.unreadable || fetchesType(types, 'presence');
 }
 
-/** The upstream's answer as it came: buffered when it was read whole, else what was read and the rest streamed. */
-async function passOn(res: ServerResponse, r: UpstreamResponse, bounded: Bounded): Promise<void> {
-  if (bounded.whole) return relayBuffered(res, { status: r.status, headers: r.headers, body: bounded.body });
-  res.writeHead(r.status, endToEnd(r.headers));
-  for (const c of bounded.head) res.write(c);
-  await pipeline(bounded.rest, res);
-}
-
 /**
  * A logged-out visitor's answer (a web-public realm, 5.0+): Zulip gives it no event queue,
  * `queue_id: null`, which no other register answer has, and no presence (`presences: {}`).
@@ -70,14 +61,30 @@ function isSpectators(answer: Record<string, unknown>): boolean {
   return answer.queue_id === null;
 }
 
-/** W2: the presence settings the old server behaves with, where it does not send them, named as added. */
-function addPresenceSettings(answer: Record<string, unknown>, added: Added): void {
-  for (const [key, value] of Object.entries(OLD_SERVER_PRESENCE_SETTINGS)) {
+/** Adds each of `keys` the answer lacks, named as added by rule (V4); a key the upstream sent is never touched. */
+function addMissing(answer: Record<string, unknown>, keys: Readonly<Record<string, unknown>>, added: Added): void {
+  for (const [key, value] of Object.entries(keys)) {
     if (key in answer) continue;
     answer[key] = value;
     added.added.push(key);
     added.sources[key] = 'rule';
   }
+}
+
+/**
+ * X12: whether the upstream refused the caller a realm new to the shim (its credentials), so the
+ * realm keeps no state. Throws NewRealmsTooFastError past the rate of new realms.
+ */
+async function admissionRefused(req: IncomingMessage, ctx: ShimContext, realm: Realm, featureLevel: number): Promise<boolean> {
+  return (await timedUpstream(req, () => ctx.admission.admitCaller(req, realm, featureLevel))) !== undefined;
+}
+
+/** A register the upstream accepted with presence, for a realm it had refused the caller just before (X12). */
+function presenceNotKept(ctx: ShimContext, realm: Realm): void {
+  ctx.log.warn(
+    { realm: realm.host },
+    "register: presence passed on as the upstream sent it: the realm is new to the shim and the upstream refused the caller's GET /users/me",
+  );
 }
 
 export const registerHandler: EndpointHandler = async (req, res, ctx) => {
@@ -106,6 +113,9 @@ export const registerHandler: EndpointHandler = async (req, res, ctx) => {
   const shown = levelShownTo(ctx.config.app, req.headers, featureLevel);
   const presenting = shown !== featureLevel;
   if (!withPresence && !withUsers && !presenting) headers['accept-encoding'] = req.headers['accept-encoding'] ?? 'identity';
+  // X12: a realm new to the shim keeps presence state once the upstream accepts the caller for
+  // it; until then (no credentials: a logged-out visitor's, or refused ones) its presence goes on as it came.
+  const keepsPresence = withPresence && hasCredentials(req.headers) && !(await admissionRefused(req, ctx, realm, featureLevel));
   const call = { realm, method: 'POST' as const, path: req.url ?? '/api/v1/register', headers, body };
   // X3: an answer the shim reads ends within the deadline; one passed on streams.
   if (!withPresence && !withUsers && !presenting) {
@@ -134,7 +144,7 @@ export const registerHandler: EndpointHandler = async (req, res, ctx) => {
       `register answer larger than upstream.maxResponseBytes: passed on untouched, ${skipped.join(' and ')} skipped`,
     );
     f.kind = 'passthrough-large';
-    return passOn(res, r, bounded);
+    return relayBounded(res, r, bounded);
   }
   const started = performance.now();
   const answer = await parseRegisterAnswer(bounded.body);
@@ -160,14 +170,17 @@ export const registerHandler: EndpointHandler = async (req, res, ctx) => {
   const spectator = isSpectators(answer);
   // What the answer gains, named in its headers (V4, W2).
   const added = users ?? noneAdded();
-  if (!withPresence || spectator || !presences || typeof presences !== 'object' || Array.isArray(presences)) {
+  // M2: what the app's parsers require at the level it is shown, which the upstream does not send.
+  if (presenting) addMissing(answer, registerAdditions(answered, answer.zulip_feature_level as number), added);
+  if (!withPresence || spectator || !keepsPresence || !presences || typeof presences !== 'object' || Array.isArray(presences)) {
     // No presence of the realm in it (a logged-out visitor's, an upstream that left it out): as
     // it came unless users were filled (V4). A visitor's empty map is nobody's view of the realm
     // (P7): taken in, it would have put every user out of view; answered from the ledger, it
     // would have shown a visitor what Zulip shows only the realm's users. Its presence settings
     // are added all the same (W2), as a modern server sends them to a visitor too.
-    if (withPresence && spectator) addPresenceSettings(answer, added);
-    if (added.added.length === 0 && settingTypes.length === 0 && !presenting) return passOn(res, r, bounded);
+    if (withPresence && spectator) addMissing(answer, OLD_SERVER_PRESENCE_SETTINGS, added);
+    else if (withPresence && !keepsPresence) presenceNotKept(ctx, realm);
+    if (added.added.length === 0 && settingTypes.length === 0 && !presenting) return relayBounded(res, r, bounded);
     f.kind = 'register';
     const raw = await serializeRegister(answer);
     await sendEncoded(req, res, r.status, { raw }, { ...rewrittenHeaders(r.headers), ...addedHeaders(added) });
@@ -197,7 +210,7 @@ export const registerHandler: EndpointHandler = async (req, res, ctx) => {
     answer.presence_last_update_id = await idForLegacyPresences(asker, intake, serverTimestamp, historyLimitDays, empty);
   }
   if (answer.server_timestamp === undefined) answer.server_timestamp = serverTimestamp;
-  addPresenceSettings(answer, added);
+  addMissing(answer, OLD_SERVER_PRESENCE_SETTINGS, added);
 
   const out = Buffer.from(JSON.stringify(answer));
   f.kind = 'register';

@@ -1,4 +1,4 @@
-import type { LRUCache } from 'lru-cache';
+import { LRUCache } from 'lru-cache';
 import { budgetedLru, bytesOf, type Footprint } from '../cache/budgeted.js';
 import {
   applyChange,
@@ -27,13 +27,18 @@ export interface MemoryStoreOptions {
   onTooLarge?: ((realm: string, bytes: number, maxBytes: number) => void) | undefined;
 }
 
+/** X12: realms remembered as taken on, per realm whose ledger may be kept (a realm key is a short string). */
+const ADMITTED_PER_REALM = 4;
+
 /**
  * The default store: ledgers in this process, bounded in realms and in bytes (least recently
  * used evicted; an evicted realm starts again with a new epoch, so old ids get full data, P5).
+ * The realms taken on (X12) likewise, least recently used forgotten (a forgotten one is new again).
  */
 export class MemoryStore implements PresenceStore {
   readonly kind = 'memory' as const;
   private readonly ledgers: LRUCache<string, LedgerState>;
+  private readonly admitted: LRUCache<string, true>;
   /** The highest id any ledger of this store has issued: a new epoch starts above it (P5). */
   private highWater = 0;
   private readonly maxBytes: number;
@@ -46,6 +51,15 @@ export class MemoryStore implements PresenceStore {
     this.maxBytes = o.maxBytes;
     this.onTooLarge = o.onTooLarge;
     this.ledgers = budgetedLru(this.maxBytes, ledgerFootprint, { max: o.maxRealms });
+    this.admitted = new LRUCache({ max: o.maxRealms * ADMITTED_PER_REALM });
+  }
+
+  async isAdmitted(realm: string): Promise<boolean> {
+    return this.admitted.get(realm) === true;
+  }
+
+  async admit(realm: string): Promise<void> {
+    this.admitted.set(realm, true);
   }
 
   async load(realm: string): Promise<LedgerState | undefined> {
@@ -86,5 +100,6 @@ export class MemoryStore implements PresenceStore {
 
   async close(): Promise<void> {
     this.ledgers.clear();
+    this.admitted.clear();
   }
 }

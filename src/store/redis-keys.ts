@@ -14,7 +14,7 @@
  */
 
 /** What a key holds. */
-export type KeyKind = 'presence' | 'presence-changes' | 'snap' | 'snap-legacy' | 'snap-lock' | 'cache';
+export type KeyKind = 'presence' | 'presence-changes' | 'snap' | 'snap-legacy' | 'snap-lock' | 'cache' | 'admitted';
 
 /** The realm part of a realm-scoped name: up to its second `|` (the whole name if it has fewer). */
 export function realmTag(name: string): string {

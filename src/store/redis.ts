@@ -101,6 +101,12 @@ const CHANGED = 2;
  * nobody polls for a day leaves Redis, and its next poll starts a new epoch (full data once, P5).
  */
 export const LEDGER_IDLE_TTL_MS = 86_400_000;
+/**
+ * X12: a realm taken on is remembered this long after it was last marked (each replica that
+ * serves it marks it again hourly, realm-admission.ts), so a realm in use is never new again to
+ * a restarted or added replica; one unused for longer is, once.
+ */
+export const ADMITTED_TTL_MS = 30 * 86_400_000;
 /** Compare-and-set attempts per batch before giving up (StoreUnavailableError 'contention'). */
 const WRITE_ATTEMPTS = 8;
 /** Writes whose changes are kept for replicas a little behind. */
@@ -212,6 +218,20 @@ export class RedisStore implements PresenceStore {
 
   key(realm: string): string {
     return redisKey(this.o.keyPrefix, 'presence', realm);
+  }
+
+  /** X12: whether the realm was taken on (same slot as its ledger). */
+  admittedKey(realm: string): string {
+    return redisKey(this.o.keyPrefix, 'admitted', realm);
+  }
+
+  /** One round trip that also keeps a known realm remembered for another ADMITTED_TTL_MS. */
+  async isAdmitted(realm: string): Promise<boolean> {
+    return (await this.conn.run(() => this.conn.redis.pexpire(this.admittedKey(realm), ADMITTED_TTL_MS))) === 1;
+  }
+
+  async admit(realm: string): Promise<void> {
+    await this.conn.run(() => this.conn.redis.set(this.admittedKey(realm), '1', 'PX', ADMITTED_TTL_MS));
   }
 
   /** The realm's recent change records (same slot as its ledger). */

@@ -21,6 +21,8 @@ export interface UpstreamCall {
   /** End-to-end headers to send (see forwardedHeaders); `host` selects the realm. */
   headers: Record<string, string>;
   body?: string | Buffer;
+  /** Ends the call (its upstream request aborted) when it fires: the client went away. */
+  signal?: AbortSignal;
 }
 
 export interface UpstreamResponse {
@@ -133,6 +135,7 @@ export class UpstreamClient {
       path: call.path,
       headers: { ...call.headers, host: call.realm.host || this.targetHost },
       body: call.body ?? null,
+      ...(call.signal ? { signal: call.signal } : {}),
       ...(deadlineMs === undefined ? {} : { deadlineMs }),
     } as UpstreamDispatchOptions);
     return { status: r.statusCode, headers: r.headers as IncomingHttpHeaders, body: r.body };

@@ -6,7 +6,6 @@ import { endToEnd } from '../http/headers.js';
 import { parseJsonObject, type BufferedResponse, type UpstreamClient } from './client.js';
 import { isSuccess, UpstreamRefused } from './relay.js';
 import type { Realm } from './realm.js';
-import type { RealmAdmission } from './realm-admission.js';
 
 /**
  * The feature levels the shim's behaviour turns on, so code reads `level >= FL.LAST_UPDATE_ID`.
@@ -54,8 +53,6 @@ export interface FeatureLevelOptions {
   failureTtlMs: number;
   /** X2: bytes for every realm's entry, failures included, least recently used evicted (memory.featureLevelsBytes). */
   maxBytes: number;
-  /** X12: the rate at which realms the shim keeps state for are taken on. */
-  admission: RealmAdmission;
 }
 
 /** The cache is per Host (the realm it names is what server_settings tells). */
@@ -102,7 +99,6 @@ export class FeatureLevels {
   private readonly cache: LRUCache<string, ServerInfo, Realm>;
   private readonly failures: LRUCache<string, Error>;
 
-  private readonly admission: RealmAdmission;
   /** Levels some realm was found below (firstFoundBelow). */
   private readonly foundBelow = new Set<number>();
 
@@ -111,7 +107,6 @@ export class FeatureLevels {
     private readonly log: Logger,
     options: FeatureLevelOptions,
   ) {
-    this.admission = options.admission;
     const { maxBytes } = options;
     this.cache = budgetedLru<string, ServerInfo, Realm>(maxBytes, (v, key) => footprint(key, v.realmUrl, v.realmName), {
       ttl: options.ttlMs,
@@ -150,14 +145,13 @@ export class FeatureLevels {
    * list, lookups) is keyed by the realm the upstream says it serves for the request's Host, so
    * aliases of one realm share one state and one fetch stream, and a made-up Host on a one-realm
    * server costs this one small cached call, not a realm's worth. Requests to the upstream keep
-   * the client's Host. A realm the shim keeps state for (below the modern presence API) must be
-   * admitted first: new ones at a bounded rate (NewRealmsTooFastError past it).
+   * the client's Host. Before state is kept for a realm new to the shim, it is admitted
+   * (realm-admission.ts).
    */
-  async resolve(hostRealm: Realm): Promise<{ realm: Realm; featureLevel: number }> {
+  async resolve(hostRealm: Realm): Promise<{ realm: Realm; featureLevel: number; realmUrl?: string | undefined }> {
     const info = await this.info(hostRealm);
     const realm = info.realmUrl ? { ...hostRealm, key: `${hostRealm.upstream}|realm:${info.realmUrl}` } : hostRealm;
-    if (info.featureLevel < FL.LAST_UPDATE_ID) this.admission.admit(realm.key);
-    return { realm, featureLevel: info.featureLevel };
+    return { realm, featureLevel: info.featureLevel, realmUrl: info.realmUrl };
   }
 
   /**

@@ -33,3 +33,11 @@ export function callerKey(headers: IncomingHttpHeaders): string {
   h.update(headers.cookie ?? '');
   return h.digest('base64url').slice(0, 22);
 }
+
+/**
+ * Whether a request carries anything that may be credentials (an Authorization header, a
+ * cookie). One without is a logged-out visitor's, or one the upstream refuses.
+ */
+export function hasCredentials(headers: IncomingHttpHeaders): boolean {
+  return Boolean(headers.authorization || headers.cookie);
+}

@@ -1,6 +1,7 @@
 import type { ServerResponse } from 'node:http';
 import { pipeline } from 'node:stream/promises';
 import type { BufferedResponse, UpstreamResponse } from './client.js';
+import type { Bounded } from '../http/body.js';
 import { endToEnd } from '../http/headers.js';
 
 const headersOf = (h: UpstreamResponse['headers']) => endToEnd(h);
@@ -45,3 +46,11 @@ export function rewrittenHeaders(h: UpstreamResponse['headers']): Record<string,
 }
 
 export const isSuccess = (status: number) => status >= 200 && status < 300;
+
+/** An upstream answer read up to a limit, as it came: buffered when it was read whole, else what was read and the rest streamed. */
+export async function relayBounded(res: ServerResponse, r: UpstreamResponse, bounded: Bounded): Promise<void> {
+  if (bounded.whole) return relayBuffered(res, { status: r.status, headers: r.headers, body: bounded.body });
+  res.writeHead(r.status, headersOf(r.headers));
+  for (const c of bounded.head) res.write(c);
+  await pipeline(bounded.rest, res);
+}

@@ -27,9 +27,37 @@ function asOf({ value, since }: EraAnswer, level: number): unknown {
 
 export type EraAnswerName = keyof OpenApiAnswers['answers'];
 
+/**
+ * The flags of a message that @-mentioned everyone, as a server at `level` sends them: one
+ * `wildcard_mentioned` before 224; from 224 the flag is split, and message objects (GET /messages,
+ * `message` events) add the old name back for older clients while `update_message` events carry
+ * the stored flags alone (Zulip's MessageDict and do_update_message).
+ */
+export function wildcardFlagsAt(level: number, inUpdateMessage = false): string[] {
+  if (level < 224) return ['wildcard_mentioned'];
+  return inUpdateMessage ? ['stream_wildcard_mentioned'] : ['stream_wildcard_mentioned', 'wildcard_mentioned'];
+}
+
+/**
+ * The documented examples flag no message as @-mentioning everyone; the era's answers do, for one
+ * message of GET /messages, the one of GET /messages/{id}, and the `message` and `update_message`
+ * events, each with the flags as the era sends them.
+ */
+function withWildcardMention(name: string, value: Record<string, unknown>, level: number): Record<string, unknown> {
+  const flagged = (m: unknown, update = false) => {
+    const o = m as { flags?: string[] };
+    o.flags = [...(o.flags ?? []), ...wildcardFlagsAt(level, update)];
+  };
+  if (name === 'messages') flagged((value.messages as unknown[])[0]);
+  if (name === 'message') flagged(value.message);
+  if (name === 'message_event') flagged(value);
+  if (name === 'update_message_event') flagged(value, true);
+  return value;
+}
+
 /** The answer a server at `level` gives, as documented. */
 export function eraAnswer(name: EraAnswerName, level: number): Record<string, unknown> {
-  return asOf(ANSWERS.answers[name], level) as Record<string, unknown>;
+  return withWildcardMention(name, asOf(ANSWERS.answers[name], level) as Record<string, unknown>, level);
 }
 
 /** The `client_capabilities` of a register that change how events are sent. */
@@ -50,5 +78,8 @@ function forQueue(event: Record<string, unknown>, capabilities: Capabilities): R
 export function eraEvents(level: number, capabilities: Capabilities = {}): Record<string, unknown>[] {
   return ANSWERS.events
     .filter((e) => (e.since[''] ?? 0) <= level)
-    .map((e, i) => ({ ...forQueue(asOf(e, level) as Record<string, unknown>, capabilities), id: i }));
+    .map((e, i) => {
+      const event = asOf(e, level) as Record<string, unknown>;
+      return { ...forQueue(withWildcardMention(`${String(event.type)}_event`, event, level), capabilities), id: i };
+    });
 }

@@ -1,0 +1,155 @@
+import { CHANGES } from './index.js';
+import { proseRanges } from './markdown-text.js';
+import type { AnswerChange, ApiChange, Content, RequestParams, Site, TextEdit } from './types.js';
+
+/**
+ * M2, M6: the mobile app's parts of the API changes (changes/index.ts), applied between an
+ * upstream at its real level and the level the app is shown (M1 decides whose requests): its
+ * requests and message content down, register answers, messages and events up. Pure.
+ */
+
+/** The changes an app shown `shown` needs in front of an upstream at `real`: real < level ≤ shown. */
+function between(real: number, shown: number): ApiChange[] {
+  return CHANGES.filter((c) => real < c.featureLevel && c.featureLevel <= shown);
+}
+
+/** `METHOD /path` after the API prefix, a path segment of digits written `{id}`: how changes name endpoints. */
+export function endpointKey(method: string, rest: string): string {
+  return `${method} ${rest.replace(/\/[0-9]+(?=\/|$)/g, '/{id}')}`;
+}
+
+/** The requests whose `content` is a message's Markdown, which the content changes read (M6). */
+const CONTENT_ENDPOINTS: readonly string[] = ['POST /messages', 'PATCH /messages/{id}'];
+
+/**
+ * Zulip's longest message, in characters (its MAX_MESSAGE_LENGTH; the app keeps to the realm's
+ * `max_message_length`, which is it): a longer content is passed on untouched, for the upstream
+ * to deal with as it does, and never costs the shim a scan.
+ */
+export const MAX_MESSAGE_LENGTH = 10_000;
+
+/** Where the answers that carry messages hold them: a list of messages, one message, a list of events. */
+const ANSWER_ENDPOINTS = {
+  'GET /messages': 'messages',
+  'GET /messages/{id}': 'message',
+  'GET /events': 'events',
+} as const satisfies Record<string, string>;
+type AnswerEndpoint = keyof typeof ANSWER_ENDPOINTS;
+
+const isAnswerEndpoint = (endpoint: string): endpoint is AnswerEndpoint => Object.hasOwn(ANSWER_ENDPOINTS, endpoint);
+
+/** The endpoints some change of the app's applies to: the app's requests to them are translated (see endpointKey). */
+export const TRANSLATED_ENDPOINTS: ReadonlySet<string> = new Set(
+  CHANGES.flatMap((c) => [
+    ...(c.request?.endpoints ?? []),
+    ...(c.content ? CONTENT_ENDPOINTS : []),
+    ...(c.answer ? Object.keys(ANSWER_ENDPOINTS) : []),
+  ]),
+);
+
+/** What translating a request did: whether anything changed, or why it cannot be sent (M6). */
+export interface Translated {
+  changed: boolean;
+  /** A Zulip-shaped 400's `msg`: the request must not reach an upstream that would not honour it. */
+  refusal?: string;
+}
+
+/** Whether `text` is longer than MAX_MESSAGE_LENGTH characters (code points, as Zulip counts). */
+function tooLong(text: string): boolean {
+  if (text.length <= MAX_MESSAGE_LENGTH) return false;
+  if (text.length > 2 * MAX_MESSAGE_LENGTH) return true;
+  let points = 0;
+  for (const _ of text) if (++points > MAX_MESSAGE_LENGTH) return true;
+  return false;
+}
+
+/** The content changes' edits of one message, in order; an edit overlapping an earlier one is left out. */
+function contentEdits(changes: readonly ApiChange[], content: Content, site: Site): TextEdit[] {
+  const edits = changes.flatMap((c) => c.content?.edits?.(content, site) ?? []).sort((a, b) => a.start - b.start);
+  return edits.filter((e, i) => i === 0 || e.start >= edits[i - 1]!.end);
+}
+
+/**
+ * M2, M6, requests down: applies every change between an upstream at `real` and the level `shown`
+ * to a request to `endpoint` (see endpointKey), in feature-level order: its parameters (and
+ * headers), then the `content` the server reads (the last, as Django's QueryDict) as a message's
+ * Markdown. A client shown a lower level writes the older form itself. A refusal means the
+ * request must not be sent.
+ */
+export function translateRequest(
+  endpoint: string,
+  params: RequestParams,
+  real: number,
+  shown: number,
+  headers: Record<string, string> = {},
+  site: Site = {},
+): Translated {
+  const changes = between(real, shown);
+  let changed = false;
+  for (const { request } of changes) {
+    if (request?.endpoints.includes(endpoint) && request.apply(params, headers)) changed = true;
+  }
+  const content = CONTENT_ENDPOINTS.includes(endpoint) ? params.get('content') : null;
+  if (content === null || tooLong(content) || !changes.some((c) => c.content)) return { changed };
+  const read: Content = { text: content, prose: proseRanges(content) };
+  for (const c of changes) {
+    const refusal = c.content?.refusal?.(read);
+    if (refusal !== undefined) return { changed, refusal };
+  }
+  const edited = params.editText('content', () => contentEdits(changes, read, site));
+  return { changed: changed || edited };
+}
+
+/** M2, register answers up: the keys the app's level has and an upstream at `real` does not send, with their values. */
+export function registerAdditions(real: number, shown: number): Record<string, unknown> {
+  return Object.assign({}, ...between(real, shown).map((c) => c.register?.fill() ?? {}));
+}
+
+/** The answer changes between `real` and `shown` that touch `endpoint`'s answers (none for other endpoints). */
+export function answerChangesFor(endpoint: string, real: number, shown: number): AnswerChange[] {
+  if (!isAnswerEndpoint(endpoint)) return [];
+  return between(real, shown).flatMap((c) => (c.answer ? [c.answer] : []));
+}
+
+type Json = Record<string, unknown>;
+const isObject = (v: unknown): v is Json => typeof v === 'object' && v !== null && !Array.isArray(v);
+
+/** Rewrites the declared `fields` of `object` through `change`; true when one changed. */
+function upFields(object: unknown, fields: readonly string[] | undefined, change: AnswerChange): boolean {
+  if (!fields || !isObject(object)) return false;
+  let changed = false;
+  for (const field of fields) {
+    if (!(field in object)) continue;
+    const next = change.up(object[field]);
+    if (next === object[field]) continue;
+    object[field] = next;
+    changed = true;
+  }
+  return changed;
+}
+
+/** The fields of `event` that `change` declares for its type. */
+function eventFieldsOf(change: AnswerChange, event: unknown): readonly string[] | undefined {
+  const type = isObject(event) ? event.type : undefined;
+  return typeof type === 'string' && Object.hasOwn(change.eventFields, type) ? change.eventFields[type] : undefined;
+}
+
+/**
+ * M2, answers and events up: the messages (GET /messages, GET /messages/{id}) and events
+ * (GET /events, by each event's type) of a parsed success `answer` to `endpoint`, rewritten in
+ * place by `changes` (answerChangesFor), each only in the fields it declares; true when one changed.
+ */
+export function translateAnswer(endpoint: string, answer: Json, changes: readonly AnswerChange[]): boolean {
+  if (!isAnswerEndpoint(endpoint)) return false;
+  const key = ANSWER_ENDPOINTS[endpoint];
+  const held = answer[key];
+  const items = key === 'message' ? [held] : Array.isArray(held) ? held : [];
+  let changed = false;
+  for (const change of changes) {
+    for (const item of items) {
+      const fields = key === 'events' ? eventFieldsOf(change, item) : change.messageFields;
+      if (upFields(item, fields, change)) changed = true;
+    }
+  }
+  return changed;
+}

@@ -34,6 +34,8 @@ const LAYERS = {
   app: ['changes', 'config', 'context', 'http', 'observability', 'profile', 'upstream'],
   register: ['app', 'changes', 'context', 'http', 'observability', 'presence', 'profile', 'upstream'],
   proxy: ['http', 'observability', 'upstream'],
+  // the push relay between an old server and its push bouncer (M7)
+  push: ['changes', 'http', 'observability', 'upstream'],
   har: ['http', 'observability', 'proxy', 'upstream', 'version'],
   'server-settings': ['app', 'changes', 'context', 'http', 'observability', 'profile', 'register', 'upstream', 'version'],
   'realm-hosts': [],

@@ -5,9 +5,10 @@
  * judge; M5: at every ref listed, the app as it ships and as its open pull requests will make it).
  * A field is required when its parser reads it with a non-nullable cast (`as String`, `as num`,
  * `as List<dynamic>`, …) or `$enumDecode`, with no default, no null test and no nullable
- * converter; its JSON type is the cast's. Which class an event or a message is parsed as comes
- * from the app's hand-written dispatch (`Event.fromJson` in events.dart, `Message.fromJson` in
- * model.dart).
+ * converter; its JSON type is the cast's. Which class an event, a message or a legacy push
+ * notification is parsed as comes from the app's hand-written dispatch (`Event.fromJson` in
+ * events.dart, `Message.fromJson` in model.dart, `LegacyFcmMessage.fromJson` in notifications.dart),
+ * and a notification's recipient from whether a key is present (`…Recipient.fromJson`).
  *
  *   node --import tsx scripts/app-parsers.ts <zulip-flutter git dir>
  *   (npm run fixtures:app-parsers -- <zulip-flutter git dir>)
@@ -94,6 +95,8 @@ export interface Dispatch {
   by: string[];
   /** `value` or `value/value` → class. */
   cases: Record<string, string>;
+  /** The class when `by[0]` is present at all, whatever its value (`json.containsKey`); else `otherwise`. */
+  present?: string;
   /** The class for any other value. */
   otherwise?: string;
   at: string;
@@ -145,8 +148,10 @@ const READERS: Record<string, (key: string, owner: string) => Partial<Field> | '
   // `(User._readProfileData(json, 'profile_data') as Map<String, dynamic>?)?.map(…)`: the key itself, cast below
   _readProfileData: () => ({}),
   _readMoveData: () => 'optional',
-  _readWhole: () => 'optional',
-  _readRealmUrl: () => 'optional',
+  // a notification's recipient, read from the whole payload (the cast names its class)
+  _readWhole: () => ({ path: [] }),
+  // `(json['realm_url'] ?? json['realm_uri']) as String` (TODO(server-9))
+  _readRealmUrl: () => ({ path: [], shape: { type: 'either', keys: ['realm_url', 'realm_uri'] } }),
   _readNullableStringFromPerson: () => 'unchecked',
   // JsonNullable's readers, whose value a converter reads (absent, null and a value differ)
   readStringFromJson: () => 'unchecked',
@@ -173,6 +178,15 @@ const HAND_WRITTEN: Record<string, { file: string; fields: [line: string, field:
     file: 'lib/api/model/events.dart',
     fields: [
       ["UnexpectedEvent.fromJson(this.json) : super(id: json['id'] as int);", { key: 'id', path: ['id'], shape: { type: 'integer' } }],
+    ],
+  },
+  // every key optional: the payload kept whole as it came
+  UnexpectedFcmMessage: { file: 'lib/api/notifications.dart', fields: [] },
+  // `switch (json) { {'pm_users': String pmUsers} => …, {'sender_id': String senderId, 'user_id': String userId} => …, _ => throw }`
+  LegacyFcmMessageDmRecipient: {
+    file: 'lib/api/notifications.dart',
+    fields: [
+      ["{'pm_users': String pmUsers} =>", { key: 'pm_users', path: [], shape: { type: 'either', keys: ['pm_users', 'sender_id'] } }],
     ],
   },
   RealmUserRemoveEvent: {
@@ -390,7 +404,8 @@ function parseClasses(file: string, source: string, into: AppParsers): void {
  * `if (type == 'x') return C.fromJson(json);`.
  */
 function parseDispatch(file: string, source: string, factory: string, into: AppParsers): void {
-  const at = Math.max(source.indexOf(`factory ${factory}.fromJson(`), source.indexOf(`static ${factory} fromJson(`));
+  const direct = Math.max(source.indexOf(`factory ${factory}.fromJson(`), source.indexOf(`static ${factory} fromJson(`));
+  const at = direct >= 0 ? direct : staticFromJson(source, factory);
   if (at < 0) throw new Error(`${file}: no ${factory}.fromJson`);
   const body = source.slice(at, source.indexOf('\n  }\n', at));
   const by = [...body.matchAll(/(?:switch \(|= )json\['(\w+)'\]/g)].map((m) => m[1]!);
@@ -412,6 +427,26 @@ function parseDispatch(file: string, source: string, factory: string, into: AppP
   into.dispatch[factory] = { by: [...new Set(by)], cases, ...(otherwise ? { otherwise } : {}), at: line };
 }
 
+/** Where `class Factory …` declares `static T fromJson(` (a supertype's `T`: LegacyFcmMessage's NotifPayload); -1 if it does not. */
+function staticFromJson(source: string, factory: string): number {
+  const cls = source.search(new RegExp(`class ${factory}\\b`));
+  if (cls < 0) return -1;
+  const end = source.indexOf('\n}\n', cls);
+  const m = /\n\s+static \w+ fromJson\(/.exec(source.slice(cls, end < 0 ? undefined : end));
+  return m ? cls + m.index + 1 : -1;
+}
+
+/** `return json.containsKey('k') ? A.fromJson(json) : B.fromJson(json);`: A when the key is present, else B. */
+function parsePresenceDispatch(file: string, source: string, factory: string, into: AppParsers): void {
+  const at = source.indexOf(`factory ${factory}.fromJson(`);
+  if (at < 0) throw new Error(`${file}: no ${factory}.fromJson`);
+  const body = source.slice(at, source.indexOf('\n  }\n', at));
+  const m = /containsKey\('(\w+)'\)\)?\s*\?\s*(\w+)\.fromJson\(json\)\s*:\s*(\w+)\.fromJson\(json\)/.exec(body);
+  if (!m) throw new Error(`${file}: ${factory}.fromJson no longer chooses by a key's presence (update parsePresenceDispatch)`);
+  const line = `${file}:${source.slice(0, at).split('\n').length}`;
+  into.dispatch[factory] = { by: [m[1]!], cases: {}, present: m[2]!, otherwise: m[3]!, at: line };
+}
+
 /** What the app's parsers at `ref` (anything `git rev-parse` resolves to a commit) require. */
 export function readAppParsers(gitDir: string, ref: string): AppParsers {
   const commit = resolveRef(gitDir, ref);
@@ -423,6 +458,10 @@ export function readAppParsers(gitDir: string, ref: string): AppParsers {
   for (const file of files) parseClasses(file, show(file), out);
   parseDispatch('lib/api/model/events.dart', show('lib/api/model/events.dart'), 'Event', out);
   parseDispatch('lib/api/model/model.dart', show('lib/api/model/model.dart'), 'Message', out);
+  const notifications = show('lib/api/notifications.dart');
+  parseDispatch('lib/api/notifications.dart', notifications, 'LegacyFcmMessage', out);
+  parsePresenceDispatch('lib/api/notifications.dart', notifications, 'LegacyFcmMessageRecipient', out);
+  parsePresenceDispatch('lib/api/notifications.dart', notifications, 'NotifPayloadRecipient', out);
   for (const [name, { file, fields }] of Object.entries(HAND_WRITTEN)) {
     const source = show(file);
     const lines = source.split('\n');
@@ -435,7 +474,7 @@ export function readAppParsers(gitDir: string, ref: string): AppParsers {
     out.classes[name] = { at: `${file}:${start + 1}`, fields: found };
   }
   for (const [name, d] of Object.entries(out.dispatch)) {
-    for (const c of [...Object.values(d.cases), d.otherwise])
+    for (const c of [...Object.values(d.cases), d.present, d.otherwise])
       if (c && !out.classes[c]) throw new Error(`${name} dispatches to ${c}, which has no parser here`);
   }
   const named = (shape: Shape | undefined): string[] =>

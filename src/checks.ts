@@ -57,6 +57,23 @@ export async function probeUpstream(target: string, name: string, o: { insecureT
   };
 }
 
+/**
+ * M7: the push bouncer the relay forwards to answers over HTTP (any status below 500: a bouncer
+ * answers its own paths only to a server with credentials, and the check sends none).
+ */
+export async function probeBouncer(url: string): Promise<Probe> {
+  let status: number;
+  try {
+    const r = await request(new URL('/', url), { headersTimeout: PROBE_TIMEOUT_MS, bodyTimeout: PROBE_TIMEOUT_MS });
+    status = r.statusCode;
+    await r.body.dump();
+  } catch (e) {
+    return { ok: false, line: `push bouncer ${url}: does not answer (${oneLine((e as Error).message)})` };
+  }
+  if (status >= 500) return { ok: false, line: `push bouncer ${url}: answers HTTP ${status}` };
+  return { ok: true, line: `push bouncer ${url}: answers (HTTP ${status})` };
+}
+
 /** Pings the store: Redis answers, or the store is this process's own memory. */
 export async function probeStore(store: { kind: 'memory' | 'redis'; ping(): Promise<void> }): Promise<Probe> {
   try {
@@ -76,10 +93,10 @@ export async function probeStore(store: { kind: 'memory' | 'redis'; ping(): Prom
  */
 export async function warnAtStartup(
   log: Logger,
-  probes: { upstream?: () => Promise<Probe>; store: () => Promise<Probe> },
+  probes: { upstream?: () => Promise<Probe>; store: () => Promise<Probe>; bouncer?: () => Promise<Probe> },
   appLevel?: number,
 ): Promise<Probe | undefined> {
-  const found = await Promise.all([probes.upstream?.(), probes.store()]);
+  const found = await Promise.all([probes.upstream?.(), probes.store(), probes.bouncer?.()]);
   for (const p of found) if (p && !p.ok) log.warn(`start-up check: ${p.line}; serving anyway`);
   // M1: an --app-feature-level the upstream cannot be served at is the caller's to refuse.
   return appProbe(appLevel, found[0]?.featureLevel);

@@ -89,6 +89,25 @@ export function parseRedisNodes(list: string, defaultPort: number): RedisNode[] 
   return nodes;
 }
 
+/** `HOST:PORT` of a listener of the shim's own (parseListenAddress says what is wrong). */
+const listenAddress = z.string().superRefine((s, ctx) => {
+  try {
+    parseListenAddress(s);
+  } catch (e) {
+    ctx.addIssue({ code: 'custom', message: (e as Error).message });
+  }
+});
+
+/** The push bouncer's origin: the old server joins `/api/v1/remotes/…` to it, so a path in it would be dropped. */
+const bouncerUrl = httpUrl.refine((s) => {
+  try {
+    const u = new URL(s);
+    return (u.pathname === '/' || u.pathname === '') && u.search === '' && u.hash === '';
+  } catch {
+    return true;
+  }
+}, "must be the bouncer's origin only (https://push.zulipchat.com), without a path or query");
+
 /** The highest feature level the mobile app can be shown (the shim translates the API changes up to it). */
 export const APP_FEATURE_LEVEL_MAX = 277;
 
@@ -156,15 +175,7 @@ export const configSchema = z
         .describe(
           "Peers (addresses or CIDR ranges) whose X-Forwarded-Host and X-Forwarded-Proto are kept, and whose X-Forwarded-For names the client address that new realms are counted against; anyone else's are replaced by the shim's own view (X4). Empty: none.",
         ),
-      adminListen: z
-        .string()
-        .superRefine((s, ctx) => {
-          try {
-            parseListenAddress(s);
-          } catch (e) {
-            ctx.addIssue({ code: 'custom', message: (e as Error).message });
-          }
-        })
+      adminListen: listenAddress
         .optional()
         .describe(
           'HOST:PORT of a second listener for /healthz, /readyz and /metrics (e.g. 127.0.0.1:9993); the public port then answers those paths with a 404. Absent: they are answered on the public port.',
@@ -228,6 +239,16 @@ export const configSchema = z
           "The feature level the Zulip mobile app (requests whose User-Agent starts with one of app.userAgents) is shown in server_settings and register, with the API changes between the server's real level and it translated (docs/mobile-app.md). Only for servers at Zulip 7.0 (feature level 185) or later; absent: off.",
         ),
       userAgents: z.array(z.string().min(1)).describe('User-Agent prefixes of the app that is shown app.featureLevel.'),
+    }),
+    push: z.strictObject({
+      relayListen: listenAddress
+        .optional()
+        .describe(
+          "HOST:PORT of the push relay (M7, docs/mobile-app.md): a listener of its own, for the old Zulip server's PUSH_NOTIFICATION_BOUNCER_URL. It adds realm_url and realm_name to each notification for the mobile app and forwards every call to push.bouncerUrl. Absent: off; the client port never relays.",
+        ),
+      bouncerUrl: bouncerUrl.describe(
+        "The push bouncer the relay forwards to, as the server's PUSH_NOTIFICATION_BOUNCER_URL named it before (its origin only).",
+      ),
     }),
     featureLevel: z.strictObject({
       ttlMs: ms.min(1).describe("How long an upstream's feature level (from server_settings) is reused."),
@@ -345,6 +366,8 @@ export const SETTINGS: Setting[] = [
   { flag: 'trust-proxy', env: 'TRUST_PROXY', path: ['server', 'trustProxy'], kind: 'list', arg: 'CIDRS', help: 'keep X-Forwarded-Host/Proto from these peers' },
   { flag: 'app-feature-level', env: 'APP_FEATURE_LEVEL', path: ['app', 'featureLevel'], kind: 'int', arg: 'N', help: 'the feature level the mobile app is shown' },
   { flag: 'admin-listen', env: 'ADMIN_LISTEN', path: ['server', 'adminListen'], kind: 'string', arg: 'HOST:PORT', help: 'serve /healthz, /readyz, /metrics there only' },
+  { flag: 'push-relay-listen', env: 'PUSH_RELAY_LISTEN', path: ['push', 'relayListen'], kind: 'string', arg: 'ADDR', help: "HOST:PORT of a push relay for the server" },
+  { flag: 'push-bouncer-url', env: 'PUSH_BOUNCER_URL', path: ['push', 'bouncerUrl'], kind: 'string', arg: 'URL', help: 'the push bouncer the relay forwards to' },
 ];
 
 /**
@@ -572,7 +595,7 @@ const INFO_LINES: readonly HelpLine[] = [
   { flag: 'healthcheck', help: 'ask GET /healthz of the shim so configured: exit 0 or 1' },
   {
     flag: 'check',
-    help: 'check the configuration, the upstream and the store, say\nwhat was found, and exit: 0 when all answer, 2 when not',
+    help: "check the configuration, the upstream, the store and a push\nrelay's bouncer, say what was found, and exit: 0 when all\nanswer, 2 when not",
   },
   { flag: 'version', help: 'print the version and exit' },
   { flag: 'help', help: 'print this help and exit' },

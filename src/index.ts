@@ -71,7 +71,7 @@ export interface Shim {
   intercepts(req: IncomingMessage): boolean;
   /**
    * Listens (by default at `server.port` and `server.host`; port 0 picks a free one), and on
-   * `server.adminListen` when configured; resolves with the public address.
+   * `server.adminListen` and `push.relayListen` when configured; resolves with the public address.
    */
   listen(port?: number, host?: string): Promise<ShimAddress>;
   /**
@@ -114,6 +114,7 @@ export async function createShim(options: ShimOptions = {}): Promise<Shim> {
     async listen(port, host) {
       await shim.listen(port, host);
       await shim.listenAdmin();
+      await shim.listenPushRelay();
       const at = shim.server.address() as AddressInfo;
       const shown = at.address.includes(':') ? `[${at.address}]` : at.address;
       return { port: at.port, host: at.address, url: `http://${shown}:${at.port}` };

@@ -1,5 +1,5 @@
 import { createLogger, type Logger } from './observability/logger.js';
-import { appProbe, probeStore, probeUpstream, warnAtStartup, type Probe } from './checks.js';
+import { appProbe, probeBouncer, probeStore, probeUpstream, warnAtStartup, type Probe } from './checks.js';
 import { ConfigError, envNearMisses, loadConfig, namedKey, oneLine, parseListenAddress, type Config } from './config.js';
 import { loggableUrl, logStartup } from './observability/startup.js';
 import { openShim } from './embed.js';
@@ -19,15 +19,22 @@ import { VERSION } from './version.js';
  * line (exit 2).
  */
 
+/** A listener besides the public one, by the key that names its `HOST:PORT`. */
+type SideListener = 'server.adminListen' | 'push.relayListen';
+
+const addressAt = (config: Config, key: SideListener): string | undefined =>
+  key === 'server.adminListen' ? config.server.adminListen : config.push.relayListen;
+
 /**
  * Why listening failed, in one line that names the key and where its value came from: the
- * public listener's (`server.port`, `server.host`) or, with `admin`, `server.adminListen`.
+ * public listener's (`server.port`, `server.host`) or, with `side`, that listener's key.
  */
-function listenFailure(e: unknown, config: Config, sources: ReadonlyMap<string, string>, admin = false): ConfigError | undefined {
+function listenFailure(e: unknown, config: Config, sources: ReadonlyMap<string, string>, side?: SideListener): ConfigError | undefined {
   const code = (e as NodeJS.ErrnoException).code;
-  const { port, host } = admin && config.server.adminListen ? parseListenAddress(config.server.adminListen) : config.server;
-  const portKey = namedKey(admin ? 'server.adminListen' : 'server.port', sources, 'default');
-  const hostKey = admin ? portKey : namedKey('server.host', sources, 'default');
+  const address = side && addressAt(config, side);
+  const { port, host } = address ? parseListenAddress(address) : config.server;
+  const portKey = namedKey(side ?? 'server.port', sources, 'default');
+  const hostKey = side ? portKey : namedKey('server.host', sources, 'default');
   switch (code) {
     case 'EADDRINUSE':
       return new ConfigError(`${portKey}: port ${port} on ${host} is already in use`);
@@ -128,7 +135,10 @@ export async function check(argv: string[]): Promise<number> {
   const stored = await probeStore(store);
   await store.close().catch(() => undefined);
   say(stored.line);
-  const ok = found.ok && stored.ok && (app?.ok ?? true);
+  // M7: the bouncer the push relay forwards to, where there is a relay.
+  const bouncer = config.push.relayListen ? await probeBouncer(config.push.bouncerUrl) : undefined;
+  if (bouncer) say(bouncer.line);
+  const ok = found.ok && stored.ok && (app?.ok ?? true) && (bouncer?.ok ?? true);
   return ok ? 0 : 2;
 }
 
@@ -159,13 +169,16 @@ async function serveWith(argv: string[], signals: HeldSignals): Promise<number> 
 
   let url: string;
   let adminUrl: string | undefined;
-  let listening = 'public';
+  let pushRelayUrl: string | undefined;
+  let listening: SideListener | undefined;
   try {
     ({ url } = await shim.listen());
-    listening = 'admin';
+    listening = 'server.adminListen';
     adminUrl = (await shim.listenAdmin())?.url;
+    listening = 'push.relayListen';
+    pushRelayUrl = (await shim.listenPushRelay())?.url;
   } catch (e) {
-    const failure = listenFailure(e, config, sources, listening === 'admin');
+    const failure = listenFailure(e, config, sources, listening);
     if (!failure) throw e;
     await opened.close();
     throw failure;
@@ -173,9 +186,11 @@ async function serveWith(argv: string[], signals: HeldSignals): Promise<number> 
   if (upstream.announce) process.stdout.write(upstream.announce(url));
   // Not awaited: the line waits briefly for the upstream's feature level while serving goes on.
   const facts = { version: VERSION, upstream: upstream.describe, store: shim.context.store.kind, listen: url };
-  void logStartup(log, { ...facts, ...(adminUrl ? { admin: adminUrl } : {}) }, () =>
-    shim.context.featureLevels.featureLevel(realmOf(upstream.upstreamId, {})),
-  );
+  const sides = {
+    ...(adminUrl ? { admin: adminUrl } : {}),
+    ...(pushRelayUrl ? { pushRelay: pushRelayUrl, bouncer: config.push.bouncerUrl } : {}),
+  };
+  void logStartup(log, { ...facts, ...sides }, () => shim.context.featureLevels.featureLevel(realmOf(upstream.upstreamId, {})));
   // What --check would fail on, one warning each; not awaited: serving goes on. A replay is not
   // asked (it answers in recorded order).
   const upstreamUrl = config.upstream.url;
@@ -186,6 +201,7 @@ async function serveWith(argv: string[], signals: HeldSignals): Promise<number> 
         ? { upstream: () => probeUpstream(upstreamUrl, loggableUrl(upstreamUrl), { insecureTls: config.upstream.insecureTls }) }
         : {}),
       store: () => probeStore(shim.context.store),
+      ...(config.push.relayListen ? { bouncer: () => probeBouncer(config.push.bouncerUrl) } : {}),
     },
     config.app.featureLevel,
   );

@@ -32,6 +32,7 @@ import { appRequestHandler, isTranslatedAppRequest } from './app/handler.js';
 import { RealmAdmission } from './upstream/realm-admission.js';
 import { FeatureLevels } from './upstream/feature-level.js';
 import { relayBuffered, UpstreamRefused } from './upstream/relay.js';
+import { createPushRelay } from './push/relay.js';
 import { realmOf } from './upstream/realm.js';
 import { UserDirectory, USER_LIST_MIN_REFRESH_MS } from './upstream/user-directory.js';
 import { Callers } from './upstream/callers.js';
@@ -87,6 +88,13 @@ export interface Shim {
   adminServer?: http.Server;
   /** Opens the admin listener (at `server.adminListen`, or where given); undefined without one. */
   listenAdmin(port?: number, host?: string): Promise<{ port: number; url: string } | undefined>;
+  /**
+   * With `push.relayListen`: the push relay's listener (M7), between the old server and its push
+   * bouncer; it answers nothing of the shim's. Undefined without.
+   */
+  pushRelayServer?: http.Server;
+  /** Opens the push relay's listener (at `push.relayListen`, or where given); undefined without one. */
+  listenPushRelay(port?: number, host?: string): Promise<{ port: number; url: string } | undefined>;
   /**
    * Serves one request handed over by another server (a Connect/Express app, `http.createServer`)
    * as the shim's own listener would. With `next`, only the intercepted endpoints are answered:
@@ -294,6 +302,18 @@ export function createShim(o: ShimOptions): Shim {
   let admitted = realmHostMatcher(config.server.realmHosts);
   // /readyz asks the upstream as a client of an admitted realm would (X2: no call for another).
   let readyHost = config.server.realmHosts.find((h) => !h.startsWith('*.'));
+  // M7: the push relay, on a listener of its own, when asked for.
+  const pushRelay = config.push.relayListen
+    ? createPushRelay({
+        bouncerUrl: config.push.bouncerUrl,
+        timeoutMs: config.upstream.timeoutMs,
+        bodyLimitBytes: config.server.bodyLimitBytes,
+        bodyTimeoutMs: () => config.server.bodyTimeoutMs,
+        realm: { lookup: (realm) => featureLevels.info(realm), upstreamId: o.upstreamId, admits: (host) => admitted(host) },
+        log,
+        metrics,
+      })
+    : undefined;
 
   const own: Record<OwnPath, (req: IncomingMessage, res: ServerResponse) => Promise<void>> = {
     '/healthz': async (_req, res) => sendJson(res, 200, { result: 'success', msg: '', status: 'alive' }),
@@ -464,6 +484,8 @@ export function createShim(o: ShimOptions): Shim {
     }
   };
   const admin = config.server.adminListen ? http.createServer({ requireHostHeader: false }, onAdminRequest) : undefined;
+  /** Listeners besides the public one: they stop with it (X9). */
+  const sideServers = [admin, pushRelay?.server].filter((s): s is http.Server => s !== undefined);
   server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
     if (cap.overCap(socket)) {
       socket.on('error', () => socket.destroy());
@@ -572,6 +594,12 @@ export function createShim(o: ShimOptions): Shim {
       const at = parseListenAddress(config.server.adminListen);
       return listen(admin, port ?? at.port, host ?? at.host);
     },
+    ...(pushRelay ? { pushRelayServer: pushRelay.server } : {}),
+    async listenPushRelay(port?: number, host?: string) {
+      if (!pushRelay || !config.push.relayListen) return undefined;
+      const at = parseListenAddress(config.push.relayListen);
+      return pushRelay.listen(port ?? at.port, host ?? at.host);
+    },
     close() {
       if (closing) return closing;
       const drainEnds = Date.now() + config.server.shutdownGraceMs;
@@ -593,7 +621,7 @@ export function createShim(o: ShimOptions): Shim {
           void passThrough.close();
           setTimeout(() => {
             server.closeAllConnections();
-            admin?.closeAllConnections();
+            for (const side of sideServers) side.closeAllConnections();
           }, FINAL_CLOSE_MS).unref();
         }, config.server.shutdownGraceMs);
         deadline.unref();
@@ -610,25 +638,27 @@ export function createShim(o: ShimOptions): Shim {
         };
         const sweep = setInterval(() => {
           server.closeIdleConnections();
-          admin?.closeIdleConnections();
+          for (const side of sideServers) side.closeIdleConnections();
           if (serversClosed && handedOver === 0) drained();
         }, 100);
         sweep.unref();
-        // The admin listener (if any) stops with the public one; both closed ends the drain.
-        let open = admin?.listening ? 2 : 1;
+        // The admin and push relay listeners (if any) stop with the public one; all closed ends the drain.
+        const listening = sideServers.filter((side) => side.listening);
+        let open = 1 + listening.length;
         const closed = () => {
           if (--open > 0) return;
           serversClosed = true;
           if (handedOver === 0) drained();
         };
         server.close(closed);
-        if (admin?.listening) admin.close(closed);
+        for (const side of listening) side.close(closed);
         server.closeIdleConnections();
-        admin?.closeIdleConnections();
+        for (const side of sideServers) side.closeIdleConnections();
       }).then(async () => {
         // A presence refresh whose leader already had its answer (B7) ends within the same deadline.
         await snapshots.settled(drainEnds - Date.now());
         await passThrough.close();
+        await pushRelay?.close();
         await transport.close();
         await parser.close();
         if (!o.store) await store.close(); // a store passed in belongs to the caller

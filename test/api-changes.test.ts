@@ -23,9 +23,9 @@ import { MARKDOWN_SHAPES, outsideProse } from './support/markdown-shapes.js';
  */
 
 describe('the one registry', () => {
-  it('holds the user-object, request, content, register and answer changes in feature-level order', () => {
+  it('holds the user-object, request, content, register, answer and notification changes in feature-level order', () => {
     const parts = (c: (typeof CHANGES)[number]) =>
-      (['user', 'request', 'content', 'register', 'answer'] as const).filter((part) => c[part] !== undefined).join('+');
+      (['user', 'request', 'content', 'register', 'answer', 'notification'] as const).filter((part) => c[part] !== undefined).join('+');
     expect(CHANGES.map((c) => [c.featureLevel, parts(c)])).toEqual([
       [1, 'user'],
       [8, 'user'],
@@ -37,10 +37,12 @@ describe('the one registry', () => {
       [204, 'register'],
       [215, 'request'],
       [224, 'content+answer'],
+      [234, 'notification'],
       [236, 'request'],
       [247, 'content'],
       [248, 'request'],
       [250, 'request+content'],
+      [257, 'notification'],
       [271, 'request+content'],
       [273, 'register'],
     ]);

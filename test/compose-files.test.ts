@@ -64,6 +64,13 @@ describe('deploy/docker-compose.yml', () => {
     expect(defaultOf(text, 'TRUST_PROXY', 'TRUST_PROXY')).toBe('');
   });
 
+  it("publishes the push relay's port on the host's loopback only, the relay off unless PUSH_RELAY_LISTEN is given (M7)", () => {
+    expect(defaultOf(text, 'PUSH_RELAY_LISTEN', 'PUSH_RELAY_LISTEN')).toBe('');
+    expect(defaultOf(text, 'PUSH_BOUNCER_URL', 'PUSH_BOUNCER_URL')).toBe('https://push.zulipchat.com');
+    expect(text).toContain(`- "127.0.0.1:${variable('PUSH_RELAY_PORT', '9995')}:9995"`);
+    expect(text).toContain('PUSH_RELAY_LISTEN=0.0.0.0:9995');
+  });
+
   it("records into a named volume on /data, the image's writable directory", () => {
     expect(defaultOf(text, 'RECORD_HAR', 'RECORD_HAR')).toBe('');
     expect(text).toMatch(/^ {6}- recordings:\/data$/m);

@@ -8,15 +8,18 @@ import { deliveryEmail } from './fl163-delivery-email.js';
 import { typingPeriods } from './fl204-typing-periods.js';
 import { typingStreamId } from './fl215-typing-stream-id.js';
 import { topicWildcard } from './fl224-topic-wildcard.js';
+import { notificationRealmName } from './fl234-notification-realm-name.js';
 import { readBySender } from './fl236-read-by-sender.js';
 import { channelWildcard } from './fl247-channel-wildcard.js';
 import { typeChannel } from './fl248-type-channel.js';
 import { channelOperator } from './fl250-channel-operator.js';
+import { notificationRealmUrl } from './fl257-notification-realm-url.js';
 import { withOperatorChange } from './fl271-with-operator.js';
 import { thumbnailFormats } from './fl273-thumbnail-formats.js';
-import type { ApiChange, Lookups, Need, Source, UserObject, UserObjectChange } from './types.js';
+import type { ApiChange, Lookups, Need, NotificationChange, Source, UserObject, UserObjectChange } from './types.js';
 
 export type { ApiChange, Lookups, Need, OwnUser, Source, UserObject, UserObjectChange } from './types.js';
+export type { NotificationPayload, NotificationRealm } from './types.js';
 
 /**
  * Checks a bundle of changes when it is built (like Cadwyn's VersionBundle): feature levels
@@ -33,10 +36,16 @@ export function checkedBundle(changes: readonly ApiChange[]): readonly ApiChange
     previous = c.featureLevel;
     if (features.has(c.feature)) throw new Error(`API changes: feature ${c.feature} named twice`);
     features.add(c.feature);
-    if (!c.user && !c.request && !c.content && !c.register && !c.answer) throw new Error(`API changes: ${c.feature} changes nothing`);
+    if (!c.user && !c.request && !c.content && !c.register && !c.answer && !c.notification)
+      throw new Error(`API changes: ${c.feature} changes nothing`);
     for (const f of [...(c.user?.fields ?? []), ...(c.register?.fields ?? [])]) {
       if (fields.has(f)) throw new Error(`API changes: field ${f} introduced twice (again at ${c.featureLevel})`);
       fields.add(f);
+    }
+    for (const f of c.notification?.fields ?? []) {
+      if (fields.has(`notification:${f}`))
+        throw new Error(`API changes: notification field ${f} introduced twice (again at ${c.featureLevel})`);
+      fields.add(`notification:${f}`);
     }
   }
   return Object.freeze([...changes]);
@@ -61,10 +70,12 @@ export const CHANGES: readonly ApiChange[] = checkedBundle([
   typingPeriods,
   typingStreamId,
   topicWildcard,
+  notificationRealmName,
   readBySender,
   channelWildcard,
   typeChannel,
   channelOperator,
+  notificationRealmUrl,
   withOperatorChange,
   thumbnailFormats,
 ]);
@@ -135,3 +146,11 @@ export function applyChanges(upstream: UserObject, changes: readonly UserObjectC
   backfillInPlace(user, changes, found, into);
   return { user, ...into };
 }
+
+/** A change with a part in push notifications (M7). */
+export type NotificationPayloadChange = ApiChange & { readonly notification: NotificationChange };
+
+/** The changes with a part in push notifications, in order (M7). */
+export const NOTIFICATION_CHANGES: readonly NotificationPayloadChange[] = CHANGES.filter(
+  (c): c is NotificationPayloadChange => c.notification !== undefined,
+);

@@ -150,6 +150,30 @@ export interface AnswerChange {
 }
 
 /**
+ * A legacy push notification's payload (M7) as the app reads it: the server's `gcm_payload`, or
+ * the `zulip` object of its `apns_payload.custom`. Flat: every value a string, a number or a list.
+ */
+export type NotificationPayload = Readonly<Record<string, unknown>>;
+
+/** What the push relay knows of a notification's realm beyond the payload itself. */
+export interface NotificationRealm {
+  /** The realm's name, from its server_settings; undefined when they could not be had. */
+  name?: string | undefined;
+}
+
+/**
+ * A change's part in push notifications (M7): a field the app requires in a legacy payload that
+ * a server below the level does not send. Applied by the push relay to every payload of a
+ * notification from such a server.
+ */
+export interface NotificationChange {
+  /** The payload fields it adds. */
+  readonly fields: readonly string[];
+  /** Pure: a value for each of `fields` the payload lacks; a field left out is not added. */
+  fill(payload: NotificationPayload, realm: NotificationRealm): Partial<Record<string, Fill>>;
+}
+
+/**
  * One entry of Zulip's API changelog the shim bridges (U2, V1, M2): the feature level that
  * brought it, and what it means for each direction the shim translates. The one registry is
  * changes/index.ts.
@@ -164,6 +188,7 @@ export interface ApiChange {
   readonly content?: ContentChange;
   readonly register?: RegisterChange;
   readonly answer?: AnswerChange;
+  readonly notification?: NotificationChange;
 }
 
 /** A change with a part in user objects. */

@@ -145,6 +145,20 @@ export function createMetrics() {
       help: "Requests for a realm new to the shim answered 503 because new realms were taken on faster than presence.newRealmsPerMinute, or than the client address's share (presence.newRealmsPerAddressPerMinute)",
       registers: [registry],
     }),
+    /** M7: kind: message | remove | other (a notification's `event`); changed: true | false */
+    pushNotifications: new Counter({
+      name: `${p}push_notifications_total`,
+      help: 'Notifications the push relay passed to the bouncer, by kind (message, remove, other) and whether it added realm_url or realm_name (changed: true, false)',
+      labelNames: ['kind', 'changed'] as const,
+      registers: [registry],
+    }),
+    /** M7: reason: http_4xx | http_5xx (the bouncer's answer, passed on as it came) | unreachable | timeout */
+    pushBouncerErrors: new Counter({
+      name: `${p}push_bouncer_errors_total`,
+      help: "Push relay calls the bouncer did not answer with success, by reason: http_4xx, http_5xx (its answer went back to the server as it came), unreachable, timeout (the relay's own 502 or 504)",
+      labelNames: ['reason'] as const,
+      registers: [registry],
+    }),
     storeErrors: new Counter({
       name: `${p}store_errors_total`,
       help: 'Errors talking to the shared store (Redis); presence degrades to pass-through meanwhile',

@@ -9,6 +9,9 @@ export interface StartupFacts {
   listen: string;
   /** The admin listener's URL (--admin-listen), if there is one. */
   admin?: string;
+  /** The push relay's URL (--push-relay-listen) and the bouncer it forwards to, if there is one. */
+  pushRelay?: string;
+  bouncer?: string;
 }
 
 /** How long the start-up line waits for the upstream's feature level before saying "unknown". */
@@ -62,6 +65,7 @@ export async function logStartup(
       store: facts.store,
       listen: facts.listen,
       ...(facts.admin ? { admin: facts.admin } : {}),
+      ...(facts.pushRelay ? { pushRelay: facts.pushRelay, bouncer: facts.bouncer } : {}),
     },
     'zulip-compat-shim listening',
   );

@@ -32,6 +32,8 @@ export interface ServerInfo {
   featureLevel: number;
   /** X12: the realm the upstream serves for this Host (`realm_url`, before 9.0 `realm_uri`), normalised. */
   realmUrl?: string | undefined;
+  /** The realm's name (`realm_name`), for the push relay's notifications (M7). */
+  realmName?: string | undefined;
 }
 
 /** X12: the realm a server_settings answer names, lower-cased, without a trailing slash; undefined when it names none. */
@@ -57,7 +59,7 @@ export interface FeatureLevelOptions {
 const hostKey = (realm: Realm) => `${realm.upstream}|${realm.host}`;
 
 /** X2: what an entry holds: its key (a Host may be long), the realm it names, and a fixed part. */
-const footprint = (key: string, realmUrl?: string): Footprint => ({ fixed: 256, strings: [key, realmUrl] });
+const footprint = (key: string, realmUrl?: string, realmName?: string): Footprint => ({ fixed: 256, strings: [key, realmUrl, realmName] });
 /**
  * A refusal's answer is remembered whole up to this size (Zulip's own is a line of JSON, a
  * front nginx's 404 page a few hundred bytes): a larger one (a full error page) is remembered as
@@ -106,7 +108,7 @@ export class FeatureLevels {
     options: FeatureLevelOptions,
   ) {
     const { maxBytes } = options;
-    this.cache = budgetedLru<string, ServerInfo, Realm>(maxBytes, (v, key) => footprint(key, v.realmUrl), {
+    this.cache = budgetedLru<string, ServerInfo, Realm>(maxBytes, (v, key) => footprint(key, v.realmUrl, v.realmName), {
       ttl: options.ttlMs,
       allowStale: true,
       noDeleteOnFetchRejection: true,
@@ -186,7 +188,12 @@ export class FeatureLevels {
   }
 
   private infoOf(settings: Record<string, unknown>): ServerInfo {
-    return { featureLevel: featureLevelOf(settings), realmUrl: realmUrlOf(settings) };
+    const name = settings.realm_name;
+    return {
+      featureLevel: featureLevelOf(settings),
+      realmUrl: realmUrlOf(settings),
+      realmName: typeof name === 'string' ? name : undefined,
+    };
   }
 
   private async load(realm: Realm): Promise<ServerInfo> {

@@ -17,7 +17,7 @@ import {
  * app's generated fromJson code reads of each class at that ref; `parseProblems` says where a
  * JSON value would make the app's parse of it fail: a required key missing or null, a wrong JSON
  * type (of an optional key too, when it is there), an enum value the app has no fallback for, a
- * message or event the app's dispatch cannot place.
+ * message, event or legacy push notification (`LegacyFcmMessage`) the app's dispatch cannot place.
  */
 
 export interface AppJudge {
@@ -82,6 +82,8 @@ class Walk {
   /** The class the app's dispatch (Event.fromJson, Message.fromJson) gives `value`, or a problem. */
   private dispatched(name: string, value: Json): string | { problem: string } {
     const d = this.parsers.dispatch[name]!;
+    // `json.containsKey(k) ? A : B` (a notification's recipient).
+    if (d.present !== undefined) return d.by[0]! in value ? d.present : (d.otherwise ?? { problem: `no class without ${d.by[0]}` });
     const first = value[d.by[0]!];
     if (typeof first !== 'string') return { problem: `${d.by[0]} is ${JSON.stringify(first)}, not a string (${d.at})` };
     const nested = Object.keys(d.cases).some((k) => k.startsWith(`${first}/`));

@@ -15,7 +15,7 @@ export interface CliRun {
 /** The environment without any shim setting, so the machine's own cannot leak in. */
 export function cleanEnv(extra: NodeJS.ProcessEnv = {}): NodeJS.ProcessEnv {
   const settings =
-    /^(UPSTREAM_URL|REPLAY_HAR|RECORD_HAR|PORT|HOST|CONFIG_FILE|REDIS_URL|REDIS_SENTINELS|REDIS_SENTINEL_NAME|REDIS_CLUSTER|PRESENCE_.*|LOG_LEVEL|UPSTREAM_.*|REPLAY_STRICT|DEMO|SHUTDOWN_GRACE_MS|REALM_HOSTS|WORKERS|ADMIN_LISTEN)$/;
+    /^(UPSTREAM_URL|REPLAY_HAR|RECORD_HAR|PORT|HOST|CONFIG_FILE|REDIS_URL|REDIS_SENTINELS|REDIS_SENTINEL_NAME|REDIS_CLUSTER|PRESENCE_.*|LOG_LEVEL|UPSTREAM_.*|REPLAY_STRICT|DEMO|SHUTDOWN_GRACE_MS|REALM_HOSTS|WORKERS|ADMIN_LISTEN|PUSH_RELAY_LISTEN|PUSH_BOUNCER_URL)$/;
   return { ...Object.fromEntries(Object.entries(process.env).filter(([k]) => !settings.test(k))), ...extra };
 }
 

@@ -370,7 +370,7 @@ describe('X1 model: register, polls, garbage ids and two replicas on one store',
         ],
       },
     );
-  });
+  }, 60_000); // a few seconds alone; the whole suite on two cores can take ten times that
 });
 
 describe('X1 model with the store going away and back (S3), one replica', () => {

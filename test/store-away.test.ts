@@ -320,34 +320,39 @@ describe('S3 without Redis: replicas on one shared store that goes away', () => 
     await fake?.stop();
   });
 
-  it.each([1, 2])('%d replica(s): every poll while it is away carries the changes, then ids go on and nothing is lost (P6)', async (n) => {
-    fake = await startFake({ era: '4.0', users: 8 });
-    for (const u of fake.humans()) fake.report(u.user_id, 'active');
-    const shared = memoryStore(10);
-    const stores = Array.from({ length: n }, () => new AwayStore(shared));
-    for (const store of stores) replicas.push(await startShim(fake.url, { presence: { coalesceMs: 0 } }, { store }));
-    const poll = async (i: number, id: number) => (await pollThrough(replicas[i % n]!, fake, 10, id)).body as PollAnswer;
-    let id = (await poll(0, -1)).presence_last_update_id;
-    id = (await poll(1, id)).presence_last_update_id;
-    let map = (await poll(0, -1)).presences;
+  it.each([1, 2])(
+    '%d replica(s): every poll while it is away carries the changes (P14 kept), then ids go on and nothing is lost (P6)',
+    async (n) => {
+      fake = await startFake({ era: '4.0', users: 8 });
+      for (const u of fake.humans()) fake.report(u.user_id, 'active');
+      const shared = memoryStore(10);
+      const stores = Array.from({ length: n }, () => new AwayStore(shared));
+      for (const store of stores) replicas.push(await startShim(fake.url, { presence: { coalesceMs: 0 } }, { store }));
+      const poll = async (i: number, id: number) => (await pollThrough(replicas[i % n]!, fake, 10, id)).body as PollAnswer;
+      let id = (await poll(0, -1)).presence_last_update_id;
+      id = (await poll(1, id)).presence_last_update_id;
+      let map = (await poll(0, -1)).presences;
 
-    for (const s of stores) s.away = true;
-    for (let step = 0; step < 4; step++) {
-      fake.advance(120);
-      fake.report(11 + step, 'idle');
-      const a = await poll(step, id);
-      expect(a.presence_last_update_id).toBe(id); // the client's own, no id of the shim's
-      expect(Object.keys(a.presences)).toHaveLength(fake.humans().length);
-      expect(a.presences[String(11 + step)]!.idle_timestamp).toBe(Math.floor(fake.now));
-      map = a.presences;
-    }
-    for (const s of stores) s.away = false;
-    const after = await poll(1, id);
-    expect(after.presence_last_update_id).toBeGreaterThan(id);
-    for (let u = 11; u < 15; u++) expect(after.presences).toHaveProperty(String(u));
-    map = { ...map, ...after.presences };
-    expect(map).toEqual((await poll(0, -1)).presences);
-  });
+      for (const s of stores) s.away = true;
+      for (let step = 0; step < 4; step++) {
+        fake.advance(120);
+        fake.report(11 + step, 'idle');
+        const a = await poll(step, id);
+        expect(a.presence_last_update_id).toBe(id); // the client's own, no id of the shim's
+        expect(Object.keys(a.presences)).toHaveLength(fake.humans().length);
+        expect(a.presences[String(11 + step)]!.idle_timestamp).toBe(Math.floor(fake.now));
+        // P14: an idle report does not take the active time back (4.0 leaves it out of the idle row).
+        expect(a.presences[String(11 + step)]!.active_timestamp).toBe(1_700_000_000);
+        map = a.presences;
+      }
+      for (const s of stores) s.away = false;
+      const after = await poll(1, id);
+      expect(after.presence_last_update_id).toBeGreaterThan(id);
+      for (let u = 11; u < 15; u++) expect(after.presences).toHaveProperty(String(u));
+      map = { ...map, ...after.presences };
+      expect(map).toEqual((await poll(0, -1)).presences);
+    },
+  );
 });
 
 describe('S3 pieces', () => {

@@ -6,6 +6,7 @@ import {
   answerId,
   answerIdWithoutLedger,
   historyCutoff,
+  keptActive,
   legacyAnswerId,
   newestAnswerAt,
   type AnswerRequest,
@@ -124,7 +125,8 @@ function building(memo: LedgerMemo & { bodies: Map<string, Encodable> }, key: st
 /**
  * P1–P4, P10, P12, X1: the modern answer, from the newest ledger (never older than the client's
  * id). S3: a snapshot the store could not record is answered from its own data (and `own`, the
- * caller's report, P15): a ledger copy lacks it, and its delta would say nothing changed.
+ * caller's report, P15; P14 against the copy held): a ledger copy lacks it, and its delta would
+ * say nothing changed.
  */
 export async function modernAnswer(poll: Poll, snapshot: Snapshot, own?: OwnReport): Promise<Built> {
   // P3: never an empty map in place of data that could not be converted.
@@ -164,21 +166,38 @@ export async function modernAnswer(poll: Poll, snapshot: Snapshot, own?: OwnRepo
   };
 }
 
-/** S3: an upstream answer's own modern presences as a full answer, with the caller's own report (P15), cut by P12. */
-function presencesWithin(
-  modern: ReadonlyMap<number, ModernPresence>,
+/** S3: an upstream answer no ledger holds, and what its answer takes from elsewhere. */
+interface AsItCame {
+  modern: ReadonlyMap<number, ModernPresence>;
+  serverTimestamp: number;
+  /** The ledger copy this process holds: each user's active time seen before (P14, I8) and newer observations (I3). */
+  held: LedgerState | undefined;
+  /** The caller's own report (P15). */
+  own?: OwnReport | undefined;
+}
+
+/** S3: a user's entry in an upstream answer no ledger holds, by the ledger's own rules against the copy held (I3, I8). */
+function asMerged(prev: LedgerEntry | undefined, seen: ModernPresence, serverTimestamp: number): ModernPresence {
+  if (!prev) return seen;
+  if (serverTimestamp < prev.seenAt) return { active_timestamp: prev.active, idle_timestamp: prev.idle };
+  return keptActive(prev, seen, serverTimestamp === prev.seenAt);
+}
+
+/** S3: the presences of an upstream answer no ledger holds, as a full answer, cut by P12. */
+function presencesAsTheyCame(
+  a: AsItCame,
   historyLimitDays: number | undefined,
-  serverTimestamp: number,
   lastUpdateId: number | undefined,
-  own?: OwnReport,
 ): Record<string, ModernPresence> {
-  const cutoff = historyCutoff(historyLimitDays, serverTimestamp, lastUpdateId);
+  const cutoff = historyCutoff(historyLimitDays, a.serverTimestamp, lastUpdateId);
   const presences: Record<string, ModernPresence> = {};
-  const add = (userId: number, p: ModernPresence) => {
+  for (const [userId, seen] of a.modern) {
+    let p = asMerged(a.held?.users.get(userId), seen, a.serverTimestamp);
+    if (userId === a.own?.userId) p = withOwnReport(p, a.own.presence);
     if (withinHistory(p.idle_timestamp, cutoff)) presences[String(userId)] = p;
-  };
-  for (const [userId, p] of modern) if (userId !== own?.userId) add(userId, p);
-  if (own) add(own.userId, withOwnReport(modern.get(own.userId), own.presence));
+  }
+  const own = a.own;
+  if (own && !a.modern.has(own.userId) && withinHistory(own.presence.idle_timestamp, cutoff)) presences[String(own.userId)] = own.presence;
   return presences;
 }
 
@@ -198,7 +217,9 @@ function answerWithoutLedger(poll: Poll, snapshot: Snapshot, own: OwnReport | un
   const { request } = poll;
   const modern = snapshot.modern;
   if (!modern) throw new Error('presence snapshot without data or ledger');
-  const presences = presencesWithin(modern, request.historyLimitDays, snapshot.serverTimestamp, request.lastUpdateId, own);
+  const held = poll.ctx.store.peek(poll.realm.key);
+  const asItCame = { modern, serverTimestamp: snapshot.serverTimestamp, held, own };
+  const presences = presencesAsTheyCame(asItCame, request.historyLimitDays, request.lastUpdateId);
   const id = answerIdWithoutLedger(request.lastUpdateId);
   if (id > 0) poll.ctx.presence.storeAway.echoedWhileAway(poll.realm.key, id); // X1: owed to the counter
   const body = { raw: modernBody(snapshot.serverTimestamp, presences, idText(id, request), request.ignored) };
@@ -344,7 +365,7 @@ export async function registerPresences(
     return answer(ledger, { visible, lastUpdateId: undefined, historyLimitDays, serverTimestamp });
   }
   return {
-    presences: presencesWithin(modern, historyLimitDays, serverTimestamp, undefined),
+    presences: presencesAsTheyCame({ modern, serverTimestamp, held: asker.ctx.store.peek(asker.realm.key) }, historyLimitDays, undefined),
     presenceLastUpdateId: answerIdWithoutLedger(undefined),
   };
 }

@@ -88,8 +88,8 @@ export async function probeStore(store: { kind: 'memory' | 'redis'; ping(): Prom
 
 /**
  * At start-up, once listening: the probes `--check` runs, each failure one warning line; the
- * shim keeps serving (pass-through answers 502 until the upstream answers, presence falls back
- * without Redis). `upstream` is left out where nothing real stands behind the shim (a replay).
+ * shim keeps serving (pass-through answers 502 until the upstream answers, presence answers
+ * without Redis, S3). `upstream` is left out where nothing real stands behind the shim (a replay).
  */
 export async function warnAtStartup(
   log: Logger,

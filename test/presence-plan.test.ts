@@ -94,7 +94,7 @@ describe('planLeader: how long a refresh holds its leader (B7)', () => {
 
 const ledger = (lastId: number, completeAt: number, vouches: boolean): LedgerView => ({ lastId, completeAt, vouches });
 
-describe('planDuringRefresh: a delta poll the ledger vouches for is not held by a refresh (B7, X1, S1)', () => {
+describe('planDuringRefresh: a delta poll the ledger vouches for is not held by a refresh (B7, X1, S1, S3)', () => {
   it.each([
     // id, modern, held ledger, store read already → step
     [undefined, true, ledger(10, 1, true), false, 'wait'], // full poll: only the refresh is "now" (P7)
@@ -108,6 +108,10 @@ describe('planDuringRefresh: a delta poll the ledger vouches for is not held by 
     [12, true, ledger(10, 1, false), false, 'readStore'], // another replica issued it since (S1)
     [12, true, ledger(20, 1, true), true, 'answer'],
     [12, true, ledger(10, 1, false), true, 'wait'], // read, still above: nothing to vouch with
+    // S3: this process took in an answer the ledger lacks (the store was away): no copy answers.
+    [5, true, { ...ledger(10, 1, true), behind: true }, false, 'wait'],
+    [12, true, { ...ledger(10, 1, false), behind: true }, false, 'wait'], // not even after a read
+    [12, true, { ...ledger(20, 1, true), behind: true }, true, 'wait'],
   ] as const)('id %s, modern %s, ledger %j, store read %s → %s', (id, modern, held, read, step) => {
     expect(planDuringRefresh({ lastUpdateId: id, modern }, held, read)).toBe(step);
   });

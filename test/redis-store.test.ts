@@ -11,6 +11,7 @@ import { plainLedger, realisticLedger } from './support/ledgers.js';
 import { adminRedis, deleteKeysUnder, describeRedis, keysUnder, REDIS_URL, suiteKeyPrefix, testKeyPrefix } from './support/redis.js';
 import { redisKey } from '../src/store/redis-keys.js';
 import { REDIS_STORE_BUDGETS } from './support/budgets.js';
+import { RedisRelay } from './support/redis-relay.js';
 
 const obs = (serverTimestamp: number, users: Record<number, [number, number]>, complete = true): Observation => ({
   serverTimestamp,
@@ -245,38 +246,11 @@ describeRedis('RedisStore (S1, P5)', () => {
   });
 });
 
-/** A TCP relay in front of the real Redis, to take it away and bring it back. */
-class Relay {
-  private server?: net.Server;
-  private readonly sockets = new Set<net.Socket>();
-  port = 0;
-
-  async start(port = 0): Promise<void> {
-    const target = new URL(REDIS_URL);
-    this.server = net.createServer((client) => {
-      const upstream = net.connect(Number(target.port || 6379), target.hostname);
-      for (const s of [client, upstream]) {
-        this.sockets.add(s);
-        s.on('close', () => this.sockets.delete(s));
-        s.on('error', () => {});
-      }
-      client.pipe(upstream).pipe(client);
-    });
-    await new Promise<void>((r) => this.server!.listen(port, '127.0.0.1', r));
-    this.port = (this.server.address() as net.AddressInfo).port;
-  }
-
-  async stop(): Promise<void> {
-    for (const s of this.sockets) s.destroy();
-    await new Promise<void>((r) => this.server!.close(() => r()));
-  }
-}
-
 describeRedis('RedisStore when Redis goes away and comes back (S1)', () => {
   const prefix = suiteKeyPrefix();
 
   it('fails fast with StoreUnavailableError, counts every failure, logs once, and recovers by itself', async () => {
-    const relay = new Relay();
+    const relay = new RedisRelay();
     await relay.start();
     const { log, lines } = logSink();
     const errors = counter();

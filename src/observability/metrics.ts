@@ -3,6 +3,7 @@ import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client';
 import { VERSION } from '../version.js';
 import { FastHistogram } from './fast-histogram.js';
 import { PendingCounts } from './label-children.js';
+import { STORE_AWAY_PRESENCE } from './store-away.js';
 
 /**
  * How often the event loop's delay is sampled for `nodejs_eventloop_lag_*` (ms), which every
@@ -55,10 +56,10 @@ export function createMetrics() {
       buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 90, 120],
       registers: [registry],
     }),
-    /** kind: legacy_full | modern_full | delta | resync | ping | passthrough */
+    /** kind: legacy_full | modern_full | delta | resync | store_away | ping | passthrough */
     presenceAnswers: new Counter({
       name: `${p}presence_answers_total`,
-      help: 'Presence answers by kind: legacy_full, modern_full, delta, resync (full data because the client id could not be vouched for), ping, passthrough',
+      help: "Presence answers by kind: legacy_full, modern_full, delta, resync (full data because the client id could not be vouched for), store_away (modern full data while the shared store was away, with the client's own id), ping, passthrough",
       labelNames: ['kind'] as const,
       registers: [registry],
     }),
@@ -69,7 +70,7 @@ export function createMetrics() {
       labelNames: ['source'] as const,
       registers: [registry],
     }),
-    /** kind: legacy_full | modern_full | delta | resync (as presence_answers_total) */
+    /** kind: legacy_full | modern_full | delta | resync | store_away (as presence_answers_total) */
     presenceBytesSent: new Counter({
       name: `${p}presence_sent_bytes_total`,
       help: 'Bytes of presence answers sent to clients (as sent, gzipped or not), by answer kind as in presence_answers_total',
@@ -159,9 +160,10 @@ export function createMetrics() {
       labelNames: ['reason'] as const,
       registers: [registry],
     }),
+    /** S3: what presence does meanwhile, in the words of the log lines and the README. */
     storeErrors: new Counter({
       name: `${p}store_errors_total`,
-      help: 'Errors talking to the shared store (Redis); presence degrades to pass-through meanwhile',
+      help: `Errors talking to the shared store (Redis): ${STORE_AWAY_PRESENCE} (answers of kind store_away)`,
       registers: [registry],
     }),
   };

@@ -6,7 +6,9 @@ import {
   answerId,
   answerIdWithoutLedger,
   historyCutoff,
+  keptActive,
   legacyAnswerId,
+  newestAnswerAt,
   type AnswerRequest,
   type LedgerEntry,
   type LedgerState,
@@ -14,9 +16,10 @@ import {
   withinHistory,
 } from './ledger.js';
 import { ledgerOrNew, ledgerToAnswerFrom, raisedCounter, type Asker, type Intake } from './intake.js';
-import { planAnswer, viewOf } from './plan.js';
+import { planAnswer, planStoreAway, viewOf } from './plan.js';
 import { limitLegacyHistory } from './convert.js';
 import { ignoredMember, withIgnored, type PresenceRequest } from './params.js';
+import { withOwnReport, type OwnReport } from './own-report.js';
 import type { Poll } from './report.js';
 import type { Snapshot } from './snapshots.js';
 import type { LedgerMemo, PresenceState } from './state.js';
@@ -28,8 +31,11 @@ import { UserTable } from './user-table.js';
  * answer). Bodies are built once per ledger state and reused byte for byte.
  */
 
-/** `kind` of presence_answers_total (resync: full data for a client id that could not be vouched for). */
-export type AnswerKind = 'legacy_full' | 'modern_full' | 'delta' | 'resync';
+/**
+ * `kind` of presence_answers_total (resync: full data for a client id that could not be vouched
+ * for; store_away: modern full data made from an upstream answer alone while the store was away, S3).
+ */
+export type AnswerKind = 'legacy_full' | 'modern_full' | 'delta' | 'resync' | 'store_away';
 
 export interface Built {
   body: Encodable;
@@ -117,14 +123,20 @@ function building(memo: LedgerMemo & { bodies: Map<string, Encodable> }, key: st
   return made;
 }
 
-/** P1–P4, P10, P12, X1: the modern answer, from the newest ledger (never older than the client's id). */
-export async function modernAnswer(poll: Poll, snapshot: Snapshot): Promise<Built> {
+/**
+ * P1–P4, P10, P12, X1: the modern answer, from the newest ledger (never older than the client's
+ * id). S3: a snapshot the store could not record is answered from its own data (and `own`, the
+ * caller's report, P15; P14 against the copy held): a ledger copy lacks it, and its delta would
+ * say nothing changed.
+ */
+export async function modernAnswer(poll: Poll, snapshot: Snapshot, own?: OwnReport): Promise<Built> {
   // P3: never an empty map in place of data that could not be converted.
   if (snapshot.modernError) throw snapshot.modernError;
+  if (snapshot.storeAway && fromUpstreamAnswer(poll, snapshot.serverTimestamp)) return answerWithoutLedger(poll, snapshot, own);
   const { request } = poll;
   const lastUpdateId = request.lastUpdateId;
   let ledger = await ledgerToAnswerFrom(poll, snapshot.ledger, lastUpdateId);
-  if (!ledger) return answerWithoutLedger(poll, snapshot);
+  if (!ledger) return answerWithoutLedger(poll, snapshot, own);
   const { delta, kind, raiseTo } = planAnswer(viewOf(ledger, lastUpdateId), lastUpdateId);
   if (raiseTo !== undefined) ledger = await raisedCounter(poll, ledger, raiseTo);
   // P10: the upstream's time of the newest complete snapshot in the ledger answered from.
@@ -155,28 +167,70 @@ export async function modernAnswer(poll: Poll, snapshot: Snapshot): Promise<Buil
   };
 }
 
-/** Store down (P5): an answer's own modern presences as a full answer, cut by P12. */
-function presencesWithin(
-  modern: ReadonlyMap<number, ModernPresence>,
+/** S3: an upstream answer no ledger holds, and what its answer takes from elsewhere. */
+interface AsItCame {
+  modern: ReadonlyMap<number, ModernPresence>;
+  serverTimestamp: number;
+  /** The ledger copy this process holds: each user's active time seen before (P14, I8) and newer observations (I3). */
+  held: LedgerState | undefined;
+  /** The caller's own report (P15). */
+  own?: OwnReport | undefined;
+}
+
+/** S3: a user's entry in an upstream answer no ledger holds, by the ledger's own rules against the copy held (I3, I8). */
+function asMerged(prev: LedgerEntry | undefined, seen: ModernPresence, serverTimestamp: number): ModernPresence {
+  if (!prev) return seen;
+  if (serverTimestamp < prev.seenAt) return { active_timestamp: prev.active, idle_timestamp: prev.idle };
+  return keptActive(prev, seen, serverTimestamp === prev.seenAt);
+}
+
+/** S3: the presences of an upstream answer no ledger holds, as a full answer, cut by P12. */
+function presencesAsTheyCame(
+  a: AsItCame,
   historyLimitDays: number | undefined,
-  serverTimestamp: number,
   lastUpdateId: number | undefined,
 ): Record<string, ModernPresence> {
-  const cutoff = historyCutoff(historyLimitDays, serverTimestamp, lastUpdateId);
+  const cutoff = historyCutoff(historyLimitDays, a.serverTimestamp, lastUpdateId);
   const presences: Record<string, ModernPresence> = {};
-  for (const [userId, p] of modern) if (withinHistory(p.idle_timestamp, cutoff)) presences[String(userId)] = p;
+  for (const [userId, seen] of a.modern) {
+    let p = asMerged(a.held?.users.get(userId), seen, a.serverTimestamp);
+    if (userId === a.own?.userId) p = withOwnReport(p, a.own.presence);
+    if (withinHistory(p.idle_timestamp, cutoff)) presences[String(userId)] = p;
+  }
+  const own = a.own;
+  if (own && !a.modern.has(own.userId) && withinHistory(own.presence.idle_timestamp, cutoff)) presences[String(own.userId)] = own.presence;
   return presences;
 }
 
-/** Store down: full data from the snapshot itself, the client's id echoed or none (P5, I6). */
-function answerWithoutLedger(poll: Poll, snapshot: Snapshot): Built {
+/**
+ * S3 (P5, I6): full data from the upstream answer itself while the store is away, with the
+ * client's own id echoed, or -1 when it sent none: no id of the shim's own, since no ledger
+ * holds this data. Why this id: the web app, the one client that sends `last_update_id`,
+ * asserts that every non-ping answer carries one (so not none), and a modern server never
+ * answers below the client's id (X1, so not -1 for a client that sent one); it merges a full
+ * answer like a delta, and sends the same id again. When the store is back, that id is vouched
+ * for again and its delta holds every user whose data changed since it, which includes
+ * everything the upstream changed meanwhile (or, where the store lost the ledger, it gets full
+ * data and a new epoch, P5). A fresh epoch of this replica's own would have to be vouched for by
+ * the others, which cannot learn of it while the store is away.
+ */
+function answerWithoutLedger(poll: Poll, snapshot: Snapshot, own: OwnReport | undefined): Built {
   const { request } = poll;
   const modern = snapshot.modern;
   if (!modern) throw new Error('presence snapshot without data or ledger');
-  const presences = presencesWithin(modern, request.historyLimitDays, snapshot.serverTimestamp, request.lastUpdateId);
+  const held = poll.ctx.store.peek(poll.realm.key);
+  const asItCame = { modern, serverTimestamp: snapshot.serverTimestamp, held, own };
+  const presences = presencesAsTheyCame(asItCame, request.historyLimitDays, request.lastUpdateId);
   const id = answerIdWithoutLedger(request.lastUpdateId);
+  if (id > 0) poll.ctx.presence.storeAway.echoedWhileAway(poll.realm.key, id); // X1: owed to the counter
   const body = { raw: modernBody(snapshot.serverTimestamp, presences, idText(id, request), request.ignored) };
-  return { body, kind: 'modern_full', fullEquivalentBytes: () => body.raw.length };
+  return { body, kind: 'store_away', fullEquivalentBytes: () => body.raw.length };
+}
+
+/** S3 (plan.ts `planStoreAway`): whether an upstream answer the store could not record is answered from itself. */
+function fromUpstreamAnswer(asker: Asker, serverTimestamp: number): boolean {
+  const held = asker.ctx.store.peek(asker.realm.key);
+  return planStoreAway(serverTimestamp, held && newestAnswerAt(held)) === 'upstreamAnswer';
 }
 
 /** 10^0 … 10^15: the thresholds of an integer's digit count. */
@@ -292,8 +346,8 @@ export async function idForLegacyPresences(
 
 /**
  * R1 with slim_presence: a register answer's presences and id, from the newest ledger (X1,
- * I5), cut by `presence_history_limit_days` (P12); the answer's own data and no id when the
- * store is down (P5).
+ * I5), cut by `presence_history_limit_days` (P12); the answer's own data and -1 when the store
+ * is away (S3).
  */
 export async function registerPresences(
   asker: Asker,
@@ -303,13 +357,16 @@ export async function registerPresences(
   historyLimitDays: number | undefined,
 ): Promise<{ presences: Record<string, ModernPresence>; presenceLastUpdateId: number }> {
   const { serverTimestamp } = intake;
-  const ledger = await ledgerToAnswerFrom(asker, intake.ledger, undefined);
+  // S3: presences the store could not record are answered as they came, not from a ledger copy.
+  const asItCame = intake.storeAway && fromUpstreamAnswer(asker, serverTimestamp);
+  if (asItCame) asker.ctx.presence.storeAway.handedOut(asker.realm.key, serverTimestamp);
+  const ledger = asItCame ? undefined : await ledgerToAnswerFrom(asker, intake.ledger, undefined);
   if (ledger) {
     const visible = complete ? undefined : modern.keys();
     return answer(ledger, { visible, lastUpdateId: undefined, historyLimitDays, serverTimestamp });
   }
   return {
-    presences: presencesWithin(modern, historyLimitDays, serverTimestamp, undefined),
+    presences: presencesAsTheyCame({ modern, serverTimestamp, held: asker.ctx.store.peek(asker.realm.key) }, historyLimitDays, undefined),
     presenceLastUpdateId: answerIdWithoutLedger(undefined),
   };
 }

@@ -55,9 +55,10 @@ export const presenceHandler: PresenceHandler = async (req, res, ctx) => {
   // 2.1 has only the legacy format, which then feeds modern answers too.
   const format: Format = modern && poll.era !== 'legacy' ? 'slim' : 'legacy';
   const { snapshot, own } = await obtainSnapshot(poll, format);
-  // P15: the caller's own report is in the ledger its modern answer is built from.
-  if (modern) await recordOwnReport(poll, own, snapshot);
-  const built = modern ? await modernAnswer(poll, snapshot) : await legacyAnswer(poll, snapshot);
+  // P15: the caller's own report is in the ledger its modern answer is built from (or in an
+  // answer made without it, S3).
+  const ownReport = modern ? await recordOwnReport(poll, own, snapshot) : undefined;
+  const built = modern ? await modernAnswer(poll, snapshot, ownReport) : await legacyAnswer(poll, snapshot);
   await send(poll, res, built, own ? rewrittenHeaders(own.headers) : {});
 };
 

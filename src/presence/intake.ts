@@ -2,6 +2,7 @@ import { setImmediate } from 'node:timers/promises';
 import type { IncomingMessage } from 'node:http';
 import type { PresenceContext } from './context.js';
 import { timedUpstream } from '../observability/request-facts.js';
+import { STORE_AWAY_PRESENCE } from '../observability/store-away.js';
 import { upstreamBadResponse } from '../http/errors.js';
 import { forwardedHeaders, type ArrivingResponse, type BufferedResponse, type UpstreamCall } from '../upstream/client.js';
 import { fetchLargeHeadFirst } from '../upstream/large-fetch.js';
@@ -139,21 +140,47 @@ async function toModernPresences(
 /** X14: beyond the upstream deadline, how much later than it an answer may still be merged (parse, merge, store). */
 const LATE_MARGIN_SECONDS = 60;
 
-/** Records an observation; undefined when the store is down (answers then carry no ids of their own, P5). */
+/**
+ * Records an observation; undefined when the store is away (S3: answers from that observation
+ * are then made from its own data, answers.ts). Until an upstream answer at least as new is
+ * recorded, this process's ledger copies lack what it took in, and none answers alone (sharing.ts).
+ */
 export async function recordInLedger(asker: Asker, observation: Observation): Promise<LedgerState | undefined> {
+  const { ctx, realm } = asker;
   // X14: an answer can be late by the upstream deadline (X3); older than that, the clock stepped back.
-  const obs = { ...observation, maxLateSeconds: asker.ctx.config.upstream.timeoutMs / 1000 + LATE_MARGIN_SECONDS };
+  const obs = { ...observation, maxLateSeconds: ctx.config.upstream.timeoutMs / 1000 + LATE_MARGIN_SECONDS };
+  // A caller's own report is no upstream answer: it says nothing of anyone else (P15).
+  const answer = observation.report !== true;
   try {
+    await raiseOwedCounter(asker);
     // B7: merged in steps on the ledger this process holds; the store takes that result when
     // the realm's ledger is still the same one, and merges again otherwise (I7).
-    const base = asker.ctx.store.peek(asker.realm.key);
+    const base = ctx.store.peek(realm.key);
     const prepared = base && { base, next: await mergeInSteps(base, obs, () => setImmediate()) };
-    const ledger = await asker.ctx.store.merge(asker.realm.key, obs, prepared);
-    asker.ctx.metrics.ledgerUsers.set({ realm: asker.realm.host }, ledger.users.size);
+    const ledger = await ctx.store.merge(realm.key, obs, prepared);
+    ctx.metrics.ledgerUsers.set({ realm: realm.host }, ledger.users.size);
+    if (answer) ctx.presence.storeAway.recorded(realm.key, obs.serverTimestamp, obs.maxLateSeconds);
     return ledger;
   } catch (e) {
     storeFailed(asker, e);
+    if (answer) ctx.presence.storeAway.notRecorded(realm.key, obs.serverTimestamp);
     return undefined;
+  }
+}
+
+/**
+ * S3, X1: before this process records anything in a realm's ledger again, the counter raised to
+ * the largest id it echoed while the store was away (state.ts `echoedWhileAway`).
+ */
+async function raiseOwedCounter(asker: Asker): Promise<void> {
+  const { ctx, realm } = asker;
+  const owed = ctx.presence.storeAway.takeEchoed(realm.key);
+  if (owed === undefined) return;
+  try {
+    await ctx.store.raiseCounter(realm.key, owed);
+  } catch (e) {
+    ctx.presence.storeAway.echoedWhileAway(realm.key, owed); // still owed
+    throw e;
   }
 }
 
@@ -202,7 +229,10 @@ export async function raisedCounter(asker: Asker, ledger: LedgerState, to: numbe
     return await asker.ctx.store.raiseCounter(asker.realm.key, to);
   } catch (e) {
     storeFailed(asker, e);
-    return ledger; // the id is echoed all the same (I6); it stays unvouched, so the next poll is full again
+    // The id is echoed all the same (I6): unvouched, so the next poll is full again, and owed
+    // to the counter once the store is back (S3).
+    asker.ctx.presence.storeAway.echoedWhileAway(asker.realm.key, to);
+    return ledger;
   }
 }
 
@@ -217,12 +247,12 @@ export async function ledgerOrNew(asker: Asker, ledger: LedgerState | undefined)
   }
 }
 
-/** The store counts its own errors (storeErrors); here only the degradation is logged. */
+/** The store counts its own errors (storeErrors); here only what presence does meanwhile is logged (S3). */
 function storeFailed(asker: Asker, e: unknown): void {
   const now = Date.now();
   if (now - asker.ctx.presence.storeWarnedAt > 10_000) {
     asker.ctx.presence.storeWarnedAt = now;
-    asker.ctx.log.warn({ err: e }, 'presence store unavailable: answering with full data and no ids until it is back');
+    asker.ctx.log.warn({ err: e }, `presence store unavailable: ${STORE_AWAY_PRESENCE}`);
   }
 }
 
@@ -235,9 +265,14 @@ export interface Intake {
   modernError?: Error | undefined;
   /**
    * The ledger after the merge; undefined when nothing was merged (not convertible: the answer's
-   * id is then taken from the newest ledger where it is made, answers.ts) or the store is down.
+   * id is then taken from the newest ledger where it is made, answers.ts) or the store is away.
    */
   ledger: LedgerState | undefined;
+  /**
+   * S3: the modern presences could not be recorded (the store was away). No ledger copy holds
+   * them, so answers are made from them alone: full data, with no id of the shim's own.
+   */
+  storeAway: boolean;
 }
 
 /** Takes in one full upstream presence answer: converts and records it. */
@@ -265,5 +300,5 @@ export async function takeInAnswer(
   const ledger = modern
     ? await recordInLedger(asker, { serverTimestamp, presences: modern, complete, dateTimed, invisibleMode })
     : undefined;
-  return { serverTimestamp, modern, modernError, ledger };
+  return { serverTimestamp, modern, modernError, ledger, storeAway: modern !== undefined && ledger === undefined };
 }

@@ -533,6 +533,11 @@ export function idAsOf(state: LedgerState, serverTimestamp: number): number {
   return -1;
 }
 
+/** S3: the server_timestamp of the newest upstream answer merged (0: none yet). */
+export function newestAnswerAt(state: LedgerState): number {
+  return Math.max(state.completeAt, state.merges[state.merges.length - 1]?.[0] ?? 0);
+}
+
 /** P3: a delta only for a positive id the ledger vouches for; anything else gets full data. */
 export function answersWithDelta(state: LedgerState, lastUpdateId: number | undefined): boolean {
   return lastUpdateId !== undefined && lastUpdateId > 0 && vouchesFor(state, lastUpdateId);
@@ -570,7 +575,7 @@ export function answerId(largestReturned: number, lastUpdateId: number | undefin
 }
 
 /**
- * P4, P5, I6 for an answer made without a ledger (the store is down): it holds full data and no
+ * P4, P5, I6 for an answer made without a ledger (the store is away, S3): it holds full data and no
  * user's id is known, so it carries the client's own positive id echoed (never below it), else -1.
  */
 export function answerIdWithoutLedger(lastUpdateId: number | undefined): number {

@@ -49,36 +49,59 @@ export function appliesReports(
   return seen !== undefined && seen.idle_timestamp >= Math.floor(previous.at);
 }
 
+/** P15: the caller's accepted active report, as the upstream's observation of its own user. */
+export interface OwnReport {
+  userId: number;
+  presence: ModernPresence;
+}
+
+/** P15 without a ledger (S3): a user's entry in an upstream answer, raised to their own report (never lowered, I8). */
+export function withOwnReport(seen: ModernPresence | undefined, report: ModernPresence): ModernPresence {
+  if (!seen) return report;
+  const active = Math.max(seen.active_timestamp, report.active_timestamp);
+  return { active_timestamp: active, idle_timestamp: Math.max(seen.idle_timestamp, report.idle_timestamp, active) };
+}
+
 /**
  * Records the caller's accepted report (its upstream answer's head) when it said `active` and
- * the upstream applies it. Never fails the poll: a lookup that fails leaves the answer as the
- * snapshot has it.
+ * the upstream applies it, and returns it (an answer made without the ledger shows it too, S3).
+ * Never fails the poll: a lookup that fails leaves the answer as the snapshot has it.
  */
-export async function recordOwnReport(poll: Poll, own: UpstreamHead | undefined, snapshot: Snapshot): Promise<void> {
-  const { ctx, req, realm, featureLevel, request } = poll;
-  if (!own || request.raw.get('status') !== 'active') return;
+export async function recordOwnReport(poll: Poll, own: UpstreamHead | undefined, snapshot: Snapshot): Promise<OwnReport | undefined> {
+  const { ctx, realm } = poll;
+  if (!own || poll.request.raw.get('status') !== 'active') return undefined;
   const at = dateHeaderTime(own.headers); // the upstream's time, never the shim's (P6)
-  if (at === undefined) return;
-  let userId: number;
+  if (at === undefined) return undefined;
+  const userId = await reportingUser(poll);
+  if (userId === undefined || !appliedReport(poll, snapshot, userId, at)) return undefined;
+  const active = Math.floor(at);
+  const report = { userId, presence: { active_timestamp: active, idle_timestamp: active } };
+  if (activeSince(ctx.store.peek(realm.key), userId, active)) return report;
+  await recordInLedger(poll, { serverTimestamp: at, presences: new Map([[userId, report.presence]]), complete: false, report: true });
+  return report;
+}
+
+/** The caller's user id, or undefined for a bot (no presence, P7) or when the lookup fails. */
+async function reportingUser(poll: Poll): Promise<number | undefined> {
+  const { ctx, req, realm } = poll;
   try {
     const path = `${apiPrefixOf(req.url)}/users/me`;
     const caller = await timedUpstream(req, () => ctx.callers.get(realm, req, path));
-    if (caller.isBot) return; // bots have no presence (P7)
-    userId = caller.userId;
+    return caller.isBot ? undefined : caller.userId;
   } catch (e) {
     ctx.log.warn({ realm: realm.host, err: { message: (e as Error).message } }, 'own presence report: caller lookup failed');
-    return;
+    return undefined;
   }
-  if (featureLevel >= INVISIBLE_MODE_LEVEL) {
-    const key = `${realm.key}|${userId}`;
-    const applied = appliesReports(ctx.presence.ownReports.get(key), snapshot, userId);
-    ctx.presence.ownReports.set(key, { at, applied });
-    if (applied !== true) return;
-  }
-  const active = Math.floor(at);
-  if (activeSince(ctx.store.peek(realm.key), userId, active)) return;
-  const presences = new Map([[userId, { active_timestamp: active, idle_timestamp: active }]]);
-  await recordInLedger(poll, { serverTimestamp: at, presences, complete: false, report: true });
+}
+
+/** Whether the upstream applies the user's report made at `at` (3.0+: not in invisible mode), remembering it. */
+function appliedReport(poll: Poll, snapshot: Snapshot, userId: number, at: number): boolean {
+  const { ctx, realm } = poll;
+  if (poll.featureLevel < INVISIBLE_MODE_LEVEL) return true;
+  const key = `${realm.key}|${userId}`;
+  const applied = appliesReports(ctx.presence.ownReports.get(key), snapshot, userId);
+  ctx.presence.ownReports.set(key, { at, applied });
+  return applied === true;
 }
 
 function activeSince(ledger: LedgerState | undefined, userId: number, active: number): boolean {

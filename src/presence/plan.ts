@@ -140,9 +140,9 @@ export interface ClientId {
   modern: boolean;
 }
 
-/** A ledger state as the decisions see it, for a client at `lastUpdateId`. */
-export function viewOf(state: LedgerState, lastUpdateId: number | undefined): LedgerView {
-  return { lastId: state.lastId, completeAt: state.completeAt, vouches: answersWithDelta(state, lastUpdateId) };
+/** A ledger state as the decisions see it, for a client at `lastUpdateId`; `behind` as in LedgerView. */
+export function viewOf(state: LedgerState, lastUpdateId: number | undefined, behind = false): LedgerView {
+  return { lastId: state.lastId, completeAt: state.completeAt, vouches: answersWithDelta(state, lastUpdateId), behind };
 }
 
 /** The ledger copy a decision looks at: its counter, its newest complete snapshot, and whether it vouches for the client's id (I2). */
@@ -150,6 +150,11 @@ export interface LedgerView {
   lastId: number;
   completeAt: number;
   vouches: boolean;
+  /**
+   * S3: this process took in an upstream answer the ledger lacks (the store was away): clients
+   * may hold newer data than any copy of it has, from full answers made without it.
+   */
+  behind?: boolean | undefined;
 }
 
 /**
@@ -159,13 +164,15 @@ export interface LedgerView {
  * holds every change after its id the ledger has, and what the refresh brings gets larger ids
  * (X1, P6). A full poll waits: only the refresh is the view "at that moment" (P7). S1: an id
  * above this process's copy (issued by another replica since) is looked up in the store first
- * (`readStore`), then decided on the copy read.
+ * (`readStore`), then decided on the copy read. S3: a ledger `behind` the upstream answers this
+ * process took in (the store was away) answers nobody: a delta from it would say nothing changed
+ * to a client whose full answer was made without it; the refresh is waited for.
  */
 export type DuringRefresh = 'answer' | 'wait' | 'readStore';
 
 export function planDuringRefresh(id: ClientId, held: LedgerView | undefined, storeRead: boolean): DuringRefresh {
   const { lastUpdateId } = id;
-  if (lastUpdateId === undefined || lastUpdateId <= 0 || !id.modern) return 'wait';
+  if (lastUpdateId === undefined || lastUpdateId <= 0 || !id.modern || held?.behind) return 'wait';
   if (!storeRead && held && lastUpdateId > held.lastId) return 'readStore';
   if (!held || held.completeAt <= 0 || !held.vouches) return 'wait';
   return 'answer';
@@ -179,6 +186,17 @@ export function planDuringRefresh(id: ClientId, held: LedgerView | undefined, st
  */
 export function planLedger(held: LedgerView | undefined): 'held' | 'readStore' {
   return held?.vouches ? 'held' : 'readStore';
+}
+
+/**
+ * S3: what a modern answer is built from when the upstream answer it is for could not be
+ * recorded (the store was away): that answer itself (`upstreamAnswer`: full data, the client's
+ * own id, answers.ts), since every ledger copy lacks it and a delta from one would say nothing
+ * changed; unless the copy this process holds merged a newer upstream answer (this one arrived
+ * late, after a newer one was recorded): that copy is then the newest view there is (`ledger`).
+ */
+export function planStoreAway(answerAt: number, heldNewestAt: number | undefined): 'upstreamAnswer' | 'ledger' {
+  return heldNewestAt !== undefined && heldNewestAt > answerAt ? 'ledger' : 'upstreamAnswer';
 }
 
 /** The kind of a modern answer (presence_answers_total). */

@@ -3,6 +3,7 @@ import { isSuccess, UpstreamRefused } from '../upstream/relay.js';
 import type { ArrivingResponse, UpstreamHead } from '../upstream/client.js';
 import { callerKey } from '../upstream/realm.js';
 import { loadLedger, readPresenceAnswer, takeInAnswer, upstreamTime, type Format } from './intake.js';
+import type { LedgerState } from './ledger.js';
 import { wantsModern } from './params.js';
 import { planDuringRefresh, planLeader, planReplicaSource, planStart, pollPolicy, viewOf, type PollPolicy } from './plan.js';
 import { fullReport, report, type Poll } from './report.js';
@@ -98,7 +99,7 @@ export async function obtainSnapshot(poll: Poll, format: Format): Promise<Obtain
 async function sharedOrFetched(poll: Poll, format: Format, policy: PollPolicy): Promise<Obtained> {
   const { ctx } = poll;
   const hub = ctx.snapshots;
-  const fresh = hub.fresh(policy.scope);
+  const fresh = freshFor(poll, hub.fresh(policy.scope));
   const pending = fresh ? undefined : hub.pending(policy.scope);
   const start = planStart({ fresh: fresh !== undefined, pending: pending !== undefined });
   if (start !== 'lead') {
@@ -116,6 +117,15 @@ async function sharedOrFetched(poll: Poll, format: Format, policy: PollPolicy): 
     }
   }
   return lead(poll, format, policy);
+}
+
+/**
+ * S3: a snapshot of the window, unless a register answer gave a client newer presences as the
+ * upstream sent them (the store was away, so no ledger holds them): that client may be this
+ * caller, and the snapshot would take it back in time (X1). A refresh is newer.
+ */
+function freshFor(poll: Poll, snapshot: Snapshot | undefined): Snapshot | undefined {
+  return snapshot && !poll.ctx.presence.storeAway.handedOutAfter(poll.realm.key, snapshot.serverTimestamp) ? snapshot : undefined;
 }
 
 /** This caller's full report is the scope's refresh (P9 single flight); answered as planLeader says (B7). */
@@ -172,11 +182,13 @@ function refreshFailed(poll: Poll, e: unknown): void {
 export async function answerableDuringRefresh(poll: Poll): Promise<Snapshot | undefined> {
   const { ctx, realm, request } = poll;
   const id = { lastUpdateId: request.lastUpdateId, modern: wantsModern(request) };
+  // S3: every copy of the ledger lacks what this process took in while the store was away.
+  const view = (l: LedgerState | undefined) => l && viewOf(l, id.lastUpdateId, ctx.presence.storeAway.ledgerBehind(realm.key));
   let ledger = ctx.store.peek(realm.key);
-  let step = planDuringRefresh(id, ledger && viewOf(ledger, id.lastUpdateId), false);
+  let step = planDuringRefresh(id, view(ledger), false);
   if (step === 'readStore') {
     ledger = (await loadLedger(poll)) ?? ledger;
-    step = planDuringRefresh(id, ledger && viewOf(ledger, id.lastUpdateId), true);
+    step = planDuringRefresh(id, view(ledger), true);
   }
   if (step !== 'answer' || !ledger) return undefined;
   // Derived from the state alone: every poll answered from it during a refresh shares one (and one body cache).
@@ -274,6 +286,11 @@ async function fetchAndPublish(poll: Poll, replicas: ReplicaSnapshots, format: F
   }
   const snapshot = fetched.snapshot.then(
     async (snapshot) => {
+      // S3: not in the store's ledger, which followers answer from: they fetch for themselves.
+      if (snapshot.storeAway) {
+        await release();
+        return snapshot;
+      }
       const remainingMs = window - (Date.now() - snapshot.fetchedAt);
       // The store counts its own errors (store_errors_total); the other replicas then fetch for
       // themselves, which costs the upstream more calls but keeps every P-rule.
@@ -339,6 +356,7 @@ async function takenIn(poll: Poll, format: Format, complete: boolean, answer: Ar
     legacyBytes: format === 'legacy' ? bytes : undefined,
     legacyUsers: format === 'legacy' ? presences.keys : undefined,
     ledger: intake.ledger,
+    storeAway: intake.storeAway,
     bodies: ctx.snapshots.bodies(),
   };
 }

@@ -53,6 +53,11 @@ export interface Snapshot {
   legacyUsers?: number | undefined;
   /** The realm's ledger right after this snapshot was merged; undefined when not merged here. */
   ledger: LedgerState | undefined;
+  /**
+   * S3: its modern data could not be recorded (the store was away): no ledger copy holds it, so
+   * modern answers are made from `modern` alone (full data, the client's own id).
+   */
+  storeAway?: boolean | undefined;
   /** Answer bodies built from this snapshot alone (legacy ones, and all when the store is down), by key. */
   readonly bodies: Map<string, Encodable>;
 }

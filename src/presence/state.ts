@@ -2,6 +2,7 @@ import { LRUCache } from 'lru-cache';
 import type { Encodable } from '../http/compress.js';
 import type { LedgerState } from './ledger.js';
 import type { Snapshot } from './snapshots.js';
+import { StoreAwayState } from './store-away.js';
 
 /**
  * What is derived from one ledger state and reused by every answer built from it. A ledger
@@ -44,6 +45,8 @@ export class PresenceState {
   tooLargeLogged = false;
   /** When the store's unavailability was last logged (at most every 10 s). */
   storeWarnedAt = 0;
+  /** S3: what this process owes clients and the ledger while the shared store is away, and after. */
+  readonly storeAway = new StoreAwayState();
 
   constructor(maxUsers: number) {
     this.ownReports = new LRUCache({ max: maxUsers });

@@ -22,7 +22,7 @@ export interface RedisConnectionOptions {
   storeErrors?: { inc(): void } | undefined;
 }
 
-/** A command unanswered for this long fails, so presence falls back to the upstream quickly (S1). */
+/** A command unanswered for this long fails, so presence answers from the upstream alone quickly (S3). */
 const COMMAND_TIMEOUT_MS = 1_000;
 /** A connection attempt unanswered for this long fails and is retried. */
 const CONNECT_TIMEOUT_MS = 2_000;

@@ -1,4 +1,5 @@
 import type { Logger } from '../observability/logger.js';
+import { STORE_AWAY_PRESENCE } from '../observability/store-away.js';
 
 /**
  * Tells the operator when the shared store goes away and comes back: one line when it fails,
@@ -29,9 +30,9 @@ export class StoreHealth {
     if (this.failing && now - this.lastLineAt < this.everyMs) return;
     const reason = err instanceof Error ? err.message : String(err);
     if (this.failing) {
-      this.log.warn({ store: this.where, reason, errors: this.sinceLine }, 'Redis store still unavailable');
+      this.log.warn({ store: this.where, reason, errors: this.sinceLine }, `Redis store still unavailable: ${STORE_AWAY_PRESENCE}`);
     } else {
-      this.log.warn({ store: this.where, reason }, 'Redis store unavailable; presence falls back to the upstream until it is back');
+      this.log.warn({ store: this.where, reason }, `Redis store unavailable: ${STORE_AWAY_PRESENCE}`);
     }
     this.failing = true;
     this.lastLineAt = now;
@@ -42,7 +43,7 @@ export class StoreHealth {
   ok(): void {
     if (!this.failing) return;
     this.failing = false;
-    this.log.info({ store: this.where, errors: this.sinceFailing }, 'Redis store reachable again');
+    this.log.info({ store: this.where, errors: this.sinceFailing }, 'Redis store reachable again: presence ids go on from where they were');
     this.sinceFailing = 0;
   }
 }

@@ -118,6 +118,13 @@ export function replicaSuite(redis: () => SharedRedis): void {
       await setup(era, 3, coalesceMs, 30);
       const humans = fake.humans().length;
       let id = (await poll(0, 10, -1)).presence_last_update_id;
+      const storeAway = async () => {
+        let n = 0;
+        for (const r of replicas)
+          n += (await r.shim.context.metrics.presenceAnswers.get()).values.find((v) => v.labels.kind === 'store_away')?.value ?? 0;
+        return n;
+      };
+      const awayBefore = await storeAway();
       let full = 0;
       let answers = 0;
       for (let step = 1; step <= 18; step++) {
@@ -130,8 +137,9 @@ export function replicaSuite(redis: () => SharedRedis): void {
         if (others.length >= humans - 1) full++;
         id = a.presence_last_update_id;
       }
-      // Not one switch of replica answered with the whole realm.
-      expect({ full, answers }).toEqual({ full: 0, answers: 18 });
+      // Not one switch of replica answered with the whole realm, but where a store call failed
+      // meanwhile (a busy machine: the Redis command timeout), which S3 answers in full.
+      expect({ full: full - ((await storeAway()) - awayBefore), answers }).toEqual({ full: 0, answers: 18 });
     },
   );
 

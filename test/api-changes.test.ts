@@ -24,7 +24,9 @@ import { sentAs } from './support/app-content.js';
 describe('the one registry', () => {
   it('holds the user-object, request, content, register and answer changes in feature-level order', () => {
     const parts = (c: (typeof CHANGES)[number]) =>
-      (['user', 'request', 'content', 'register', 'answer'] as const).filter((part) => c[part] !== undefined).join('+');
+      (['user', 'request', 'content', 'register', 'answer', 'endpoint', 'lookup'] as const)
+        .filter((part) => c[part] !== undefined)
+        .join('+');
     expect(CHANGES.map((c) => [c.featureLevel, parts(c)])).toEqual([
       [1, 'user'],
       [8, 'user'],
@@ -33,6 +35,11 @@ describe('the one registry', () => {
       [73, 'user'],
       [83, 'user'],
       [163, 'user'],
+      [164, 'register'],
+      [170, 'endpoint'],
+      [171, 'lookup'],
+      [174, 'request'],
+      [177, 'request+content'],
       [204, 'register'],
       [215, 'request'],
       [224, 'content+answer'],
@@ -65,9 +72,11 @@ describe('the one registry', () => {
       'GET /messages',
       'GET /messages/{id}',
       'PATCH /messages/{id}',
+      'POST /fetch_api_key',
       'POST /messages',
       'POST /messages/flags/narrow',
       'POST /typing',
+      'POST /user_topics',
     ]);
   });
 });

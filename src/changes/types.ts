@@ -149,6 +149,40 @@ export interface AnswerChange {
   up(value: unknown): unknown;
 }
 
+/** An HTTP method of a request sent to the upstream in an endpoint's place. */
+export type EndpointMethod = 'GET' | 'POST' | 'PATCH' | 'DELETE';
+
+/**
+ * A change's part for an endpoint an older upstream does not have (M2): the app's request is sent
+ * to the endpoint that upstream has in its place, its parameters in that endpoint's form.
+ */
+export interface EndpointChange {
+  /** The endpoint the app calls (`METHOD /path`, as RequestChange names them). */
+  readonly from: string;
+  /** Where an upstream below the level takes the request: method and path after the API prefix. */
+  readonly to: { readonly method: EndpointMethod; readonly path: string };
+  /**
+   * Pure but for its arguments: puts the parameters into the older endpoint's form in place, or
+   * says why the request cannot be honoured there (a Zulip-shaped 400's `msg`, nothing sent).
+   */
+  apply(params: RequestParams): string | undefined;
+}
+
+/** What a lookup asks the upstream for: the caller's own user id, as the answer's credentials (`email`, `api_key`). */
+export type Lookup = 'own_user_id';
+
+/**
+ * A change's part in one endpoint's success answer that the shim cannot fill from the answer
+ * alone (M2, answers up): a field the upstream gives by another call, made after the answer.
+ */
+export interface LookupChange {
+  /** The endpoint whose answer gains the field (`METHOD /path`). */
+  readonly endpoint: string;
+  /** The field it adds; one the upstream sent is never touched. */
+  readonly field: string;
+  readonly lookup: Lookup;
+}
+
 /**
  * One entry of Zulip's API changelog the shim bridges (U2, V1, M2): the feature level that
  * brought it, and what it means for each direction the shim translates. The one registry is
@@ -164,6 +198,8 @@ export interface ApiChange {
   readonly content?: ContentChange;
   readonly register?: RegisterChange;
   readonly answer?: AnswerChange;
+  readonly endpoint?: EndpointChange;
+  readonly lookup?: LookupChange;
 }
 
 /** A change with a part in user objects. */

@@ -111,7 +111,12 @@ export function translateRequest(
 
 /** M2, register answers up: the keys the app's level has and an upstream at `real` does not send, with their values. */
 export function registerAdditions(real: number, shown: number): Record<string, unknown> {
-  return Object.assign({}, ...between(real, shown).map((c) => c.register?.fill() ?? {}));
+  return Object.assign({}, ...between(real, shown).map((c) => c.register?.fill?.() ?? {}));
+}
+
+/** M2, register answers up: what an upstream at `real` sends in an older form, rewritten in place for the level `shown`. */
+export function editRegister(answer: Record<string, unknown>, real: number, shown: number): void {
+  for (const c of between(real, shown)) c.register?.edit?.(answer);
 }
 
 /** The lookups between `real` and `shown` that add to `endpoint`'s success answers. */

@@ -4,6 +4,12 @@ import { avatarGuestActiveTimezoneJoined } from './fl010-avatar-guest-active-tim
 import { role } from './fl059-role.js';
 import { isBillingAdmin } from './fl073-is-billing-admin.js';
 import { isSystemBot } from './fl083-is-system-bot.js';
+import { emojiReactionUsers } from './fl125-emoji-reaction-users.js';
+import { directSubgroups } from './fl131-direct-subgroups.js';
+import { wildcardMentionPolicy } from './fl133-wildcard-mention-policy.js';
+import { userTopicsRegister } from './fl134-user-topics-register.js';
+import { readReceipts } from './fl137-read-receipts.js';
+import { editLimitNone } from './fl138-edit-limit-none.js';
 import { deliveryEmail } from './fl163-delivery-email.js';
 import { presenceSettings } from './fl164-presence-settings.js';
 import { userTopics } from './fl170-user-topics.js';
@@ -65,6 +71,12 @@ export const CHANGES: readonly ApiChange[] = checkedBundle([
   role,
   isBillingAdmin,
   isSystemBot,
+  emojiReactionUsers,
+  directSubgroups,
+  wildcardMentionPolicy,
+  userTopicsRegister,
+  readReceipts,
+  editLimitNone,
   deliveryEmail,
   presenceSettings,
   userTopics,

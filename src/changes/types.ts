@@ -124,13 +124,19 @@ export interface ContentChange {
 
 /**
  * A change's part in register answers shown the app a higher level (M2, answers up): keys its
- * parsers require that an older server does not send, with the value that server behaves with.
+ * parsers require that an older server does not send, with the value that server behaves with,
+ * and values the answer holds in an older form, put into the level's.
  */
 export interface RegisterChange {
   /** The keys it adds, in order; one the upstream sent is never touched. */
   readonly fields: readonly string[];
   /** Pure: a value for each of `fields`. */
-  fill(): Readonly<Record<string, unknown>>;
+  fill?(): Readonly<Record<string, unknown>>;
+  /**
+   * Pure but for `answer`: rewrites in place what the answer holds in the older form (a value
+   * that changed meaning, a key inside a nested object, a key built from others the answer holds).
+   */
+  edit?(answer: Record<string, unknown>): void;
 }
 
 /**

@@ -43,6 +43,7 @@ describe('the one registry', () => {
       [134, 'register'],
       [137, 'register'],
       [138, 'register'],
+      [139, 'answer'],
       [163, 'user'],
       [164, 'register'],
       [170, 'endpoint'],
@@ -201,6 +202,21 @@ describe('register answers and events of a 5.x server, for the app (125 to 138; 
       { stream_id: 7, topic_name: 'lunch', last_updated: 1_700_000_000, visibility_policy: 1 },
       { stream_id: 9, topic_name: 'logo', last_updated: 1_700_000_100, visibility_policy: 1 },
     ]);
+  });
+
+  it('139: a subscription update of in_home_view reaches the app as is_muted, inverted; other updates as they came', () => {
+    const events = {
+      events: [
+        { id: 1, type: 'subscription', op: 'update', stream_id: 7, property: 'in_home_view', value: false },
+        { id: 2, type: 'subscription', op: 'update', stream_id: 7, property: 'pin_to_top', value: true },
+        { id: 3, type: 'realm', op: 'update', property: 'in_home_view', value: false },
+      ],
+    };
+    const before = structuredClone(events.events.slice(1));
+    expect(translateAnswer('GET /events', events, answerChangesFor('GET /events', 122, 277))).toBe(true);
+    expect(events.events[0]).toEqual({ id: 1, type: 'subscription', op: 'update', stream_id: 7, property: 'is_muted', value: true });
+    expect(events.events.slice(1)).toEqual(before);
+    expect(answerChangesFor('GET /events', 156, 277).some((c) => c.upEvent)).toBe(false);
   });
 
   it('137: realm_enable_read_receipts false below 137', () => {

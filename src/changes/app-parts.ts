@@ -167,7 +167,9 @@ export function translateAnswer(endpoint: string, answer: Json, changes: readonl
   for (const change of changes) {
     for (const item of items) {
       const fields = key === 'events' ? eventFieldsOf(change, item) : change.messageFields;
-      if (upFields(item, fields, change)) changed = true;
+      if (key === 'events' && fields && change.upEvent && isObject(item)) {
+        if (change.upEvent(item)) changed = true;
+      } else if (upFields(item, fields, change)) changed = true;
     }
   }
   return changed;

@@ -10,6 +10,7 @@ import { wildcardMentionPolicy } from './fl133-wildcard-mention-policy.js';
 import { userTopicsRegister } from './fl134-user-topics-register.js';
 import { readReceipts } from './fl137-read-receipts.js';
 import { editLimitNone } from './fl138-edit-limit-none.js';
+import { subscriptionIsMuted } from './fl139-subscription-is-muted.js';
 import { deliveryEmail } from './fl163-delivery-email.js';
 import { presenceSettings } from './fl164-presence-settings.js';
 import { userTopics } from './fl170-user-topics.js';
@@ -77,6 +78,7 @@ export const CHANGES: readonly ApiChange[] = checkedBundle([
   userTopicsRegister,
   readReceipts,
   editLimitNone,
+  subscriptionIsMuted,
   deliveryEmail,
   presenceSettings,
   userTopics,

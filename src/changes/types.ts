@@ -153,6 +153,11 @@ export interface AnswerChange {
   readonly marker: string;
   /** Pure: a field's value as the level shown has it (the same value when nothing changes). */
   up(value: unknown): unknown;
+  /**
+   * Pure but for `event`: for an event whose declared fields change together (a property named
+   * by one and valued by another), rewrites it whole instead of field by field; true when it changed.
+   */
+  upEvent?(event: Record<string, unknown>): boolean;
 }
 
 /** An HTTP method of a request sent to the upstream in an endpoint's place. */

@@ -131,6 +131,9 @@ describe('M2: the app’s requests in the 8.0 server’s form', () => {
     ['GET', '/api/v1/events', true],
     ['DELETE', '/api/v1/events', false],
     ['GET', '/api/v1/streams', false],
+    ['POST', '/api/v1/user_topics', true],
+    ['POST', '/api/v1/fetch_api_key', true],
+    ['GET', '/api/v1/user_topics', false],
   ] as const)('the app’s %s %s reaches the translator: %s (it sends only GET, POST and PATCH on)', (method, path, taken) => {
     const app = { featureLevel: 277, userAgents: ['ZulipFlutter'] };
     expect(isTranslatedAppRequest(app, { method, headers: { 'user-agent': APP } }, path)).toBe(taken);

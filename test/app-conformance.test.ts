@@ -105,7 +105,7 @@ describe('at the newest sweep, the judge fails the shim’s answers without the 
   });
 });
 
-describe.each(['6.0', '7.0', '8.0'] as const)('every other client, with the flag on, from %s', (era) => {
+describe.each(['5.0', '6.0', '7.0', '8.0'] as const)('every other client, with the flag on, from %s', (era) => {
   it('gets exactly what it gets with the flag off, from an upstream sending whole answers', async () => {
     const seen = async (flag: boolean) => {
       fake = await startFake({ era, whole: true, oneRealm: true });

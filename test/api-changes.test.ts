@@ -2,6 +2,7 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import {
   answerChangesFor,
+  editRegister,
   endpointKey,
   MAX_MESSAGE_LENGTH,
   registerAdditions,
@@ -15,6 +16,8 @@ import { CHANGES, checkedBundle, USER_CHANGES } from '../src/changes/index.js';
 import { editOutsideCode } from '../src/changes/markdown-text.js';
 import { sentAs } from './support/app-content.js';
 import { MARKDOWN_SHAPES, outsideProse } from './support/markdown-shapes.js';
+import { judgeAt } from './support/app-parsers.js';
+import { eraAnswer, eraEvents } from './support/era-answers.js';
 
 /**
  * U2, V1, M2: one registry of API changes, both directions. Each change is one module naming its
@@ -25,7 +28,9 @@ import { MARKDOWN_SHAPES, outsideProse } from './support/markdown-shapes.js';
 describe('the one registry', () => {
   it('holds the user-object, request, content, register, answer and notification changes in feature-level order', () => {
     const parts = (c: (typeof CHANGES)[number]) =>
-      (['user', 'request', 'content', 'register', 'answer', 'notification'] as const).filter((part) => c[part] !== undefined).join('+');
+      (['user', 'request', 'content', 'register', 'answer', 'notification', 'endpoint', 'lookup'] as const)
+        .filter((part) => c[part] !== undefined)
+        .join('+');
     expect(CHANGES.map((c) => [c.featureLevel, parts(c)])).toEqual([
       [1, 'user'],
       [8, 'user'],
@@ -33,7 +38,19 @@ describe('the one registry', () => {
       [59, 'user'],
       [73, 'user'],
       [83, 'user'],
+      [125, 'register'],
+      [131, 'register+answer'],
+      [133, 'register'],
+      [134, 'register'],
+      [137, 'register'],
+      [138, 'register'],
+      [139, 'answer'],
       [163, 'user'],
+      [164, 'register'],
+      [170, 'endpoint'],
+      [171, 'lookup'],
+      [174, 'request'],
+      [177, 'request+content'],
       [204, 'register'],
       [215, 'request'],
       [224, 'content+answer'],
@@ -68,9 +85,11 @@ describe('the one registry', () => {
       'GET /messages',
       'GET /messages/{id}',
       'PATCH /messages/{id}',
+      'POST /fetch_api_key',
       'POST /messages',
       'POST /messages/flags/narrow',
       'POST /typing',
+      'POST /user_topics',
     ]);
   });
 });
@@ -128,6 +147,92 @@ describe('register answers the app can parse (204, 273)', () => {
     expect(registerAdditions(237, 277)).toEqual({ server_thumbnail_formats: [] });
     expect(registerAdditions(273, 277)).toEqual({});
     expect(registerAdditions(185, 203)).toEqual({}); // a client shown 203 expects neither
+  });
+});
+
+describe('register answers and events of a 5.x server, for the app (125 to 138; 5.x not served yet)', () => {
+  const at5 = () => {
+    const answer = eraAnswer('register', 122);
+    editRegister(answer, 122, 277);
+    return Object.assign(answer, registerAdditions(122, 277));
+  };
+
+  it('125: user_settings gains display_emoji_reaction_users false; one the upstream sent is kept', () => {
+    expect((at5().user_settings as Record<string, unknown>).display_emoji_reaction_users).toBe(false);
+    const sent = { user_settings: { display_emoji_reaction_users: true } };
+    editRegister(sent, 122, 277);
+    expect(sent.user_settings.display_emoji_reaction_users).toBe(true);
+  });
+
+  it('131: every user group gains direct_subgroup_ids [], in register and in user_group add events only', () => {
+    const groups = at5().realm_user_groups as Record<string, unknown>[];
+    expect(groups.length).toBeGreaterThan(0);
+    for (const g of groups) expect(g.direct_subgroup_ids).toEqual([]);
+    const events = { events: eraEvents(122).filter((e) => e.type === 'user_group') };
+    const add = events.events.find((e) => e.op === 'add')!;
+    expect(add.group).not.toHaveProperty('direct_subgroup_ids');
+    const before = structuredClone(events.events.filter((e) => e.op !== 'add'));
+    expect(translateAnswer('GET /events', events, answerChangesFor('GET /events', 122, 277))).toBe(true);
+    expect((events.events.find((e) => e.op === 'add')!.group as Record<string, unknown>).direct_subgroup_ids).toEqual([]);
+    expect(events.events.filter((e) => e.op !== 'add')).toEqual(before);
+    expect(answerChangesFor('GET /events', 156, 277).some((c) => c.eventFields.user_group)).toBe(false);
+  });
+
+  it('133 and 138: wildcard mention policy 4 → 5, edit limit 0 → null; other values kept', () => {
+    const answer: Record<string, unknown> = { realm_wildcard_mention_policy: 4, realm_message_content_edit_limit_seconds: 0 };
+    editRegister(answer, 122, 277);
+    expect(answer).toEqual({ realm_wildcard_mention_policy: 5, realm_message_content_edit_limit_seconds: null });
+    const kept: Record<string, unknown> = { realm_wildcard_mention_policy: 3, realm_message_content_edit_limit_seconds: 600 };
+    editRegister(kept, 122, 277);
+    expect(kept).toEqual({ realm_wildcard_mention_policy: 3, realm_message_content_edit_limit_seconds: 600 });
+    const at6: Record<string, unknown> = { realm_message_content_edit_limit_seconds: 0 };
+    editRegister(at6, 156, 277);
+    expect(at6.realm_message_content_edit_limit_seconds).toBe(0); // 0 means 0 seconds from 138
+  });
+
+  it('134: user_topics built from muted_topics, channel names to ids from the answer; an unknown channel left out', () => {
+    const answer: Record<string, unknown> = {
+      subscriptions: [{ name: 'general', stream_id: 7 }],
+      never_subscribed: [{ name: 'design', stream_id: 9 }],
+      muted_topics: [
+        ['general', 'lunch', 1_700_000_000],
+        ['design', 'logo', 1_700_000_100],
+        ['gone', 'old', 1_600_000_000],
+      ],
+    };
+    editRegister(answer, 122, 277);
+    expect(answer.user_topics).toEqual([
+      { stream_id: 7, topic_name: 'lunch', last_updated: 1_700_000_000, visibility_policy: 1 },
+      { stream_id: 9, topic_name: 'logo', last_updated: 1_700_000_100, visibility_policy: 1 },
+    ]);
+  });
+
+  it('139: a subscription update of in_home_view reaches the app as is_muted, inverted; other updates as they came', () => {
+    const events = {
+      events: [
+        { id: 1, type: 'subscription', op: 'update', stream_id: 7, property: 'in_home_view', value: false },
+        { id: 2, type: 'subscription', op: 'update', stream_id: 7, property: 'pin_to_top', value: true },
+        { id: 3, type: 'realm', op: 'update', property: 'in_home_view', value: false },
+      ],
+    };
+    const before = structuredClone(events.events.slice(1));
+    expect(translateAnswer('GET /events', events, answerChangesFor('GET /events', 122, 277))).toBe(true);
+    expect(events.events[0]).toEqual({ id: 1, type: 'subscription', op: 'update', stream_id: 7, property: 'is_muted', value: true });
+    expect(events.events.slice(1)).toEqual(before);
+    expect(answerChangesFor('GET /events', 156, 277).some((c) => c.upEvent)).toBe(false);
+  });
+
+  it('137: realm_enable_read_receipts false below 137', () => {
+    expect(registerAdditions(122, 277)).toMatchObject({ realm_enable_read_receipts: false });
+    expect(registerAdditions(156, 277)).not.toHaveProperty('realm_enable_read_receipts');
+  });
+
+  it('the app’s parsers at every ref find in a 5.0 register so translated only server_emoji_data_url missing (140, not built)', () => {
+    for (const ref of ['pinned', 'sweep-2398', 'sweep-2416', 'sweep-2436'] as const) {
+      const problems = judgeAt(ref).parseProblems('InitialSnapshot', { ...at5(), zulip_feature_level: 277 });
+      expect(problems, ref).toHaveLength(1);
+      expect(problems[0], ref).toMatch(/server_emoji_data_url .*: missing/);
+    }
   });
 });
 

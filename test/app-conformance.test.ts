@@ -17,9 +17,9 @@ import { startShim, type RunningShim } from './support/shim.js';
  * M4, M5 (docs/mobile-app.md): the Zulip mobile app's own parsers are the judge, at every ref of
  * the app listed in scripts/app-parsers.ts (APP_REFS: the pinned commit, the newest main, the
  * open pull requests that remove old-server code). Through the shim with --app-feature-level 277,
- * every answer and event the app parses, from upstreams that send whole answers as Zulip 7.0 and
- * 8.0 do, has every field the parsers at each ref require, with its JSON type: register,
- * server_settings, messages, one message and every event the era sends.
+ * every answer and event the app parses, from upstreams that send whole answers as Zulip 6.0, 7.0
+ * and 8.0 do, has every field the parsers at each ref require, with its JSON type: fetch_api_key,
+ * register, server_settings, messages, one message and every event the era sends.
  */
 
 const APP = APP_AGENT;
@@ -36,17 +36,25 @@ const asApp = (r: request.Test) => r.set('User-Agent', APP).set('Authorization',
 // Every listed ref of the app (APP_REFS) × every era; each answer's problems are reported even
 // after an earlier answer's (expect.soft), so a failure lists all that the ref misses.
 const EACH_REF_AND_ERA = APP_JUDGES.flatMap((judge) =>
-  (['7.0', '8.0'] as const).map((era) => [judge.name, judge.ref, era, judge] as const),
+  (['6.0', '7.0', '8.0'] as const).map((era) => [judge.name, judge.ref, era, judge] as const),
 );
 
 describe.each(EACH_REF_AND_ERA)('the app’s parsers at %s (%s) accept what it gets through the shim from %s', (_name, _ref, era, judge) => {
-  it('register, server_settings, messages, one message and every event', async () => {
+  it('fetch_api_key, register, server_settings, messages, one message and every event', async () => {
     fake = await startFake({ era, whole: true });
     shim = await startShim(fake.url, { app: { featureLevel: 277 } });
 
     const settings = await asApp(request(shim.url).get('/api/v1/server_settings'));
     expect(settings.body.zulip_feature_level).toBe(277);
     expect.soft(judge.parseProblems('GetServerSettingsResult', settings.body)).toEqual([]);
+
+    const login = await request(shim.url)
+      .post('/api/v1/fetch_api_key')
+      .set('User-Agent', APP)
+      .type('form')
+      .send({ username: 'person10@example.org', password: 'password' });
+    expect(login.status).toBe(200);
+    expect.soft(judge.parseProblems('FetchApiKeyResult', login.body)).toEqual([]);
 
     const register = await asApp(request(shim.url).post('/api/v1/register')).type('form').send(APP_REGISTER);
     expect(register.status).toBe(200);
@@ -97,7 +105,7 @@ describe('at the newest sweep, the judge fails the shim’s answers without the 
   });
 });
 
-describe.each(['7.0', '8.0'] as const)('every other client, with the flag on, from %s', (era) => {
+describe.each(['5.0', '6.0', '7.0', '8.0'] as const)('every other client, with the flag on, from %s', (era) => {
   it('gets exactly what it gets with the flag off, from an upstream sending whole answers', async () => {
     const seen = async (flag: boolean) => {
       fake = await startFake({ era, whole: true, oneRealm: true });

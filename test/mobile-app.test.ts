@@ -7,6 +7,7 @@ import { appProbe } from '../src/checks.js';
 import { translateRequest } from '../src/changes/app-parts.js';
 import { FormFields } from '../src/http/form-fields.js';
 import { TOPIC_WILDCARD_REFUSAL } from '../src/changes/fl224-topic-wildcard.js';
+import { USER_TOPIC_POLICY_REFUSAL } from '../src/changes/fl170-user-topics.js';
 import { eraEvents } from './support/era-answers.js';
 import { startFake, type Era, type FakeZulip } from './support/fake-zulip.js';
 import { APP_AGENT, APP_REGISTER, OTHER_AGENT } from './support/mobile-app.js';
@@ -78,18 +79,22 @@ describe('M1: the level the app is shown', () => {
     expect(reg.body.zulip_feature_level).toBe(237);
   });
 
-  it('is app.featureLevel on 7.0 too, and the real level below 7.0, which the shim cannot serve (as without the shim)', async () => {
-    await setup('7.0');
+  it.each([
+    ['7.0', 185],
+    ['6.0', 156],
+  ] as const)('is app.featureLevel on %s too', async (era, real) => {
+    await setup(era);
     const app = await get('/api/v1/server_settings', APP);
     expect(app.body.zulip_feature_level).toBe(277);
-    expect(app.body.zulip_compat_shim.app).toEqual({ presented_feature_level: 277, feature_level: 185 });
+    expect(app.body.zulip_compat_shim.app).toEqual({ presented_feature_level: 277, feature_level: real });
     expect(shim.logs.filter((l) => l.includes('cannot be served'))).toEqual([]);
-    await shim.close();
-    await fake.stop();
-    await setup('6.0');
+  });
+
+  it('is the real level below 6.0, which the shim cannot serve (as without the shim)', async () => {
+    await setup('5.0');
     const old = await get('/api/v1/server_settings', APP);
     expect(old.body.zulip_feature_level).toBe(old.body.zulip_compat_shim.app.feature_level);
-    expect(old.body.zulip_feature_level).toBeLessThan(185);
+    expect(old.body.zulip_feature_level).toBeLessThan(156);
     // Not judged at start-up here (the test's shim makes no start-up check): said when found, once.
     await get('/api/v1/server_settings', APP);
     await request(shim.url).get('/api/v1/server_settings').set('User-Agent', APP).set('Host', 'alias.example.com');
@@ -101,7 +106,9 @@ describe('M1: the level the app is shown', () => {
   it.each([
     [277, 237, 277],
     [277, 185, 277],
-    [277, 184, 184],
+    [277, 184, 277],
+    [277, 156, 277],
+    [277, 155, 155],
     [277, 277, 277],
     [277, 300, 300],
     [250, 237, 250],
@@ -124,6 +131,9 @@ describe('M2: the app’s requests in the 8.0 server’s form', () => {
     ['GET', '/api/v1/events', true],
     ['DELETE', '/api/v1/events', false],
     ['GET', '/api/v1/streams', false],
+    ['POST', '/api/v1/user_topics', true],
+    ['POST', '/api/v1/fetch_api_key', true],
+    ['GET', '/api/v1/user_topics', false],
   ] as const)('the app’s %s %s reaches the translator: %s (it sends only GET, POST and PATCH on)', (method, path, taken) => {
     const app = { featureLevel: 277, userAgents: ['ZulipFlutter'] };
     expect(isTranslatedAppRequest(app, { method, headers: { 'user-agent': APP } }, path)).toBe(taken);
@@ -320,12 +330,14 @@ describe('M1: --check and start-up say whether the app can be served', () => {
     [277, 237, true],
     [277, 185, true],
     [277, 300, true],
-    [277, 184, false],
+    [277, 184, true],
+    [277, 156, true],
+    [277, 155, false],
   ] as const)('--app-feature-level %s on a server at %s → ok %s', (asked, real, ok) => {
     const p = appProbe(asked, real);
     expect(p?.ok).toBe(ok);
     if (p && !p.ok)
-      expect(p.line).toMatch(/cannot be served by a server at feature level 184 \(Zulip 7\.0, feature level 185, or later is needed\)$/);
+      expect(p.line).toMatch(/cannot be served by a server at feature level 155 \(Zulip 6\.0, feature level 156, or later is needed\)$/);
   });
 });
 
@@ -477,5 +489,132 @@ describe('M2: the app’s long poll through the translator', () => {
     await upstreamClosed;
     expect(shim.logs.filter((l) => l.includes('unexpected error'))).toEqual([]);
     fake.override = undefined;
+  });
+});
+
+describe('M2 on 6.x: the app’s requests and answers across Zulip 7.0’s changes (feature levels 164 to 177)', () => {
+  const formOf = (path: string) => Object.fromEntries(new URLSearchParams(lastSeen(path).body.toString()));
+
+  it('164: a register without presence still says the presence intervals the server behaves with', async () => {
+    await setup('6.0');
+    const reg = await post('/api/v1/register', APP, { fetch_event_types: '["realm"]' });
+    expect(reg.body.zulip_feature_level).toBe(277);
+    expect(reg.body).toMatchObject({ server_presence_ping_interval_seconds: 60, server_presence_offline_threshold_seconds: 140 });
+    const other = await post('/api/v1/register', OTHER, { fetch_event_types: '["realm"]' });
+    expect(other.body).not.toHaveProperty('server_presence_ping_interval_seconds');
+  });
+
+  it('170: POST /user_topics, muted and none → PATCH muted_topics add and remove; unmuted and followed refused, nothing sent', async () => {
+    await setup('6.0');
+    fake.override = (req, res) => {
+      if (!req.url?.startsWith('/api/v1/users/me/subscriptions/muted_topics')) return false;
+      res.writeHead(200, { 'content-type': 'application/json' }).end('{"result":"success","msg":""}');
+      return true;
+    };
+    const muted = await post('/api/v1/user_topics', APP, { stream_id: '7', topic: 'lunch', visibility_policy: '1' });
+    expect(muted.body).toEqual({ result: 'success', msg: '' });
+    const seen = lastSeen('/api/v1/users/me/subscriptions/muted_topics');
+    expect(seen.method).toBe('PATCH');
+    expect(seen.body.toString()).toBe('stream_id=7&topic=lunch&op=add');
+    await post('/api/v1/user_topics', APP, { stream_id: '7', topic: 'lunch', visibility_policy: '0' });
+    expect(formOf('/api/v1/users/me/subscriptions/muted_topics')).toEqual({ stream_id: '7', topic: 'lunch', op: 'remove' });
+    const before = fake.seen.length;
+    for (const policy of ['2', '3']) {
+      const r = await post('/api/v1/user_topics', APP, { stream_id: '7', topic: 'lunch', visibility_policy: policy });
+      expect(r.status).toBe(400);
+      expect(r.body).toEqual({ result: 'error', msg: USER_TOPIC_POLICY_REFUSAL, code: 'BAD_REQUEST' });
+    }
+    expect(fake.seen.length).toBe(before);
+    await post('/api/v1/user_topics', OTHER, { stream_id: '7', topic: 'lunch', visibility_policy: '1' });
+    expect(lastSeen('/api/v1/user_topics').method).toBe('POST');
+  });
+
+  it('170: on 7.0, POST /user_topics goes on as sent', async () => {
+    await setup('7.0');
+    await post('/api/v1/user_topics', APP, { stream_id: '7', topic: 'lunch', visibility_policy: '3' });
+    expect(formOf('/api/v1/user_topics')).toEqual({ stream_id: '7', topic: 'lunch', visibility_policy: '3' });
+  });
+
+  it('171: POST /fetch_api_key answers the app with user_id, from GET /users/me with the key just returned', async () => {
+    await setup('6.0');
+    const login = (agent: string) =>
+      request(shim.url)
+        .post('/api/v1/fetch_api_key')
+        .set('User-Agent', agent)
+        .type('form')
+        .send({ username: 'person12@example.org', password: 'password' });
+    const app = await login(APP);
+    expect(app.status).toBe(200);
+    expect(app.body).toEqual({
+      result: 'success',
+      msg: '',
+      api_key: 'key12secretAbC',
+      email: fake.users.find((u) => u.user_id === 12)!.email,
+      user_id: 12,
+    });
+    const asked = lastSeen('/api/v1/users/me');
+    expect(asked.headers.authorization).toBe(fake.auth(12));
+    const other = await login(OTHER);
+    expect(other.body).not.toHaveProperty('user_id');
+    const wrong = await request(shim.url)
+      .post('/api/v1/fetch_api_key')
+      .set('User-Agent', APP)
+      .type('form')
+      .send({ username: 'person12@example.org', password: 'nope' });
+    expect(wrong.status).toBe(401);
+    expect(wrong.body.msg).toBe('Your username or password is incorrect');
+  });
+
+  it('174: messages and typing: type direct → private', async () => {
+    await setup('6.0');
+    await post('/api/v1/messages', APP, { type: 'direct', to: '[11,12]', content: 'hi', read_by_sender: 'true' });
+    expect(formOf('/api/v1/messages')).toEqual({ type: 'private', to: '[11,12]', content: 'hi', read_by_sender: 'true' });
+    await post('/api/v1/typing', APP, { type: 'direct', to: '[11]', op: 'start' });
+    expect(formOf('/api/v1/typing')).toEqual({ type: 'private', to: '[11]', op: 'start' });
+    await post('/api/v1/typing', OTHER, { type: 'direct', to: '[11]', op: 'start' });
+    expect(formOf('/api/v1/typing').type).toBe('direct');
+  });
+
+  it('177: narrows dm → pm-with, dm-including → group-pm-with, is:dm → is:private; on 7.0 as sent', async () => {
+    await setup('6.0');
+    const narrow = JSON.stringify([
+      { operator: 'dm', operand: [11, 12] },
+      { operator: 'is', operand: 'dm', negated: true },
+      ['dm-including', 11],
+      { operator: 'is', operand: 'starred' },
+    ]);
+    await get(`/api/v1/messages?anchor=newest&num_before=50&narrow=${encodeURIComponent(narrow)}`, APP);
+    const seen = new URL(lastSeen('/api/v1/messages').url, 'http://x').searchParams;
+    expect(JSON.parse(seen.get('narrow')!)).toEqual([
+      { operator: 'pm-with', operand: [11, 12] },
+      { operator: 'is', operand: 'private', negated: true },
+      ['group-pm-with', 11],
+      { operator: 'is', operand: 'starred' },
+    ]);
+    await post('/api/v1/messages/flags/narrow', APP, {
+      narrow: JSON.stringify([{ operator: 'dm', operand: [11] }]),
+      op: 'add',
+      flag: 'read',
+    });
+    expect(JSON.parse(formOf('/api/v1/messages/flags/narrow').narrow!)).toEqual([{ operator: 'pm-with', operand: [11] }]);
+    await shim.close();
+    await fake.stop();
+    await setup('7.0');
+    await get(`/api/v1/messages?anchor=newest&num_before=50&narrow=${encodeURIComponent(narrow)}`, APP);
+    expect(new URL(lastSeen('/api/v1/messages').url, 'http://x').searchParams.get('narrow')).toBe(narrow);
+  });
+
+  it('177: links in content as the old web app opens them: dm/…-dm → pm-with/…-pm, is/dm → is/private, outside code only', () => {
+    const sent = (content: string) => {
+      const params = new FormFields(`type=stream&content=${encodeURIComponent(content)}`);
+      translateRequest('POST /messages', params, 156, 277, {}, { realmUrl: 'https://chat.example.com' });
+      return params.get('content');
+    };
+    expect(sent('[us](#narrow/dm/11,12-dm) [group](https://chat.example.com/#narrow/dm/11,12,13-group/near/5) [all](#narrow/is/dm)')).toBe(
+      '[us](#narrow/pm-with/11,12-pm) [group](https://chat.example.com/#narrow/pm-with/11,12,13-group/near/5) [all](#narrow/is/private)',
+    );
+    expect(sent('`#narrow/dm/11,12-dm` and https://other.example.com/#narrow/dm/11,12-dm')).toBe(
+      '`#narrow/dm/11,12-dm` and https://other.example.com/#narrow/dm/11,12-dm',
+    );
   });
 });

@@ -4,12 +4,13 @@ import {
   answerChangesFor,
   answerListOf,
   endpointKey,
+  lookupsFor,
   TRANSLATED_ENDPOINTS,
   translateAnswer,
   translateRequest,
 } from '../changes/app-parts.js';
 import { parseWithListInSteps, stringifyInSteps } from '../profile/user-objects.js';
-import type { AnswerChange, Site } from '../changes/types.js';
+import type { AnswerChange, EndpointChange, LookupChange, Site } from '../changes/types.js';
 import type { EndpointHandler, ShimContext } from '../context.js';
 import { isFormEncoded, readBody, readUpTo } from '../http/body.js';
 import { sendEncoded } from '../http/compress.js';
@@ -48,6 +49,8 @@ interface Outgoing {
   target: string;
   body?: Buffer | string;
   translated: boolean;
+  /** The method, where an endpoint change sends the request elsewhere. */
+  method?: EndpointChange['to']['method'];
 }
 
 /**
@@ -58,11 +61,13 @@ interface Outgoing {
 async function requestDown(req: IncomingMessage, ctx: ShimContext, level: Levels, headers: Record<string, string>): Promise<Outgoing> {
   const url = req.url ?? '/';
   const q = url.indexOf('?');
-  const path = q < 0 ? url : url.slice(0, q);
+  let path = q < 0 ? url : url.slice(0, q);
+  let to: EndpointChange['to'] | undefined;
   const translateForm = (raw: string): string | undefined => {
     const form = new FormFields(raw);
     const done = translateRequest(level.endpoint, form, level.real, level.shown, headers, level.site);
     if (done.refusal !== undefined) throw badRequest(done.refusal);
+    to = done.to;
     return form.edited ? form.toString() : undefined;
   };
   if (req.method === 'GET') {
@@ -73,7 +78,65 @@ async function requestDown(req: IncomingMessage, ctx: ShimContext, level: Levels
   const type = req.headers['content-type'] ?? '';
   if (type) headers['content-type'] = type;
   const form = level.shown > level.real && isFormEncoded(type) && isUtf8(raw) ? translateForm(raw.toString('utf8')) : undefined;
-  return form === undefined ? { target: url, body: raw, translated: false } : { target: url, body: form, translated: true };
+  const moved = to as EndpointChange['to'] | undefined;
+  if (moved) path = `${apiPathOf(path)?.prefix ?? ''}${moved.path}`;
+  const target = q < 0 ? path : `${path}${url.slice(q)}`;
+  const outgoing: Outgoing = form === undefined ? { target, body: raw, translated: false } : { target, body: form, translated: true };
+  return moved ? { ...outgoing, method: moved.method, translated: true } : outgoing;
+}
+
+/**
+ * M2, answers up by a lookup (LookupChange): the caller's own user id, asked of the upstream as
+ * GET /users/me with the credentials the answer itself holds (POST /fetch_api_key's `email` and
+ * `api_key`, which are never logged). Undefined when the upstream does not say it.
+ */
+async function lookUp(ctx: ShimContext, call: LookupCall, answer: Record<string, unknown>, lookup: LookupChange): Promise<unknown> {
+  const { email, api_key: key } = answer;
+  if (lookup.lookup !== 'own_user_id' || typeof email !== 'string' || typeof key !== 'string') return undefined;
+  const headers = { ...call.headers, authorization: `Basic ${Buffer.from(`${email}:${key}`).toString('base64')}` };
+  const r = await ctx.client.fetch({ realm: call.realm, method: 'GET', path: `${call.prefix}/users/me`, headers });
+  if (!isSuccess(r.status)) return undefined;
+  const id = parseJsonObject(r.body).user_id;
+  return typeof id === 'number' ? id : undefined;
+}
+
+/** What a lookup's call needs of the request it serves. */
+interface LookupCall {
+  realm: ReturnType<typeof realmOf>;
+  prefix: string;
+  headers: Record<string, string>;
+}
+
+/** A success of an endpoint with lookups (LookupChange), read whole and given each field it lacks; else as it came. */
+async function answerWithLookups(
+  req: IncomingMessage,
+  res: ServerResponse,
+  ctx: ShimContext,
+  r: UpstreamResponse,
+  call: LookupCall,
+  lookups: readonly LookupChange[],
+): Promise<void> {
+  const encoding = r.headers['content-encoding'];
+  if (!isSuccess(r.status) || (encoding !== undefined && encoding !== 'identity')) return relay(res, r);
+  const bounded = await readUpTo(r.body, ctx.config.upstream.maxResponseBytes, contentLengthOf(r.headers)).catch((e: unknown) => {
+    throw translate(e);
+  });
+  if (!bounded.whole) return relayBounded(res, r, bounded);
+  const answer = parseJsonObject(bounded.body);
+  let changed = false;
+  for (const lookup of lookups) {
+    if (lookup.field in answer) continue;
+    const value = await timedUpstream(req, () => lookUp(ctx, call, answer, lookup));
+    if (value === undefined) {
+      ctx.log.warn({ field: lookup.field, lookup: lookup.lookup }, "app answer: the upstream did not say a field the app's level has");
+      continue;
+    }
+    answer[lookup.field] = value;
+    changed = true;
+  }
+  if (!changed) return relayBounded(res, r, bounded);
+  recordFacts(req).kind = 'app-translated';
+  await sendEncoded(req, res, r.status, { raw: Buffer.from(JSON.stringify(answer)) }, rewrittenHeaders(r.headers));
 }
 
 /** The levels a request is translated between, and what its content's links are checked against. */
@@ -132,11 +195,15 @@ export const appRequestHandler: EndpointHandler = async (req, res, ctx) => {
   // Only a translated endpoint's request comes here (isTranslatedAppRequest): GET, POST or PATCH.
   const method = req.method as 'GET' | 'POST' | 'PATCH';
   const changes = answerChangesFor(endpoint, real, level.shown);
+  const lookups = lookupsFor(endpoint, real, level.shown);
+  const rewritten = changes.length > 0 || lookups.length > 0;
   const headers: Record<string, string> = {
     ...forwardedHeaders(req),
     // An answer the shim may rewrite is asked for uncompressed; it is compressed again for the app.
-    'accept-encoding': changes.length > 0 ? 'identity' : (req.headers['accept-encoding'] ?? 'identity'),
+    'accept-encoding': rewritten ? 'identity' : (req.headers['accept-encoding'] ?? 'identity'),
   };
+  const lookupHeaders = { ...headers };
+  delete lookupHeaders.authorization;
   const out = await requestDown(req, ctx, level, headers);
   recordFacts(req).kind = out.translated ? 'app-translated' : 'passthrough';
   // A long poll the app gives up on (it does, on every reconnect) is not left held upstream.
@@ -144,13 +211,17 @@ export const appRequestHandler: EndpointHandler = async (req, res, ctx) => {
   res.once('close', () => {
     if (!res.writableFinished) gone.abort();
   });
-  const call = { realm: hostRealm, method, path: out.target, headers, signal: gone.signal };
+  const call = { realm: hostRealm, method: out.method ?? method, path: out.target, headers, signal: gone.signal };
   let r: UpstreamResponse;
   try {
     r = await timedUpstream(req, () => ctx.client.stream(out.body === undefined ? call : { ...call, body: out.body }));
   } catch (e) {
     if (gone.signal.aborted) return; // nobody is left to answer
     throw e;
+  }
+  if (lookups.length > 0) {
+    const prefix = apiPathOf(url.split('?')[0]!)?.prefix ?? '/api/v1';
+    return answerWithLookups(req, res, ctx, r, { realm: hostRealm, prefix, headers: lookupHeaders }, lookups);
   }
   return changes.length > 0 ? answerUp(req, res, ctx, r, endpoint, changes) : relay(res, r);
 };

@@ -9,11 +9,13 @@ import type { Config } from '../config.js';
  */
 
 /**
- * The lowest real level the translations serve from: Zulip 7.0. Below it the app's requests
- * changed further (direct messages' names, the `dm` operator: docs/mobile-app.md), so an older
- * server is shown its real level, as without the shim.
+ * The lowest real level the translations serve from: Zulip 6.0. Below it the app's register and
+ * events miss more than is translated yet (user_topics, the emoji data URL, the mark-as-read
+ * endpoint: docs/mobile-app.md), so an older server is shown its real level, as without the shim.
  */
-export const APP_SERVED_FROM = 185;
+export const APP_SERVED_FROM = 156;
+/** The Zulip release APP_SERVED_FROM is the feature level of, as the start-up error names it. */
+export const APP_SERVED_FROM_VERSION = '6.0';
 
 /** The level to show this request's client, if it is the app and the flag is on. */
 export function appLevelFor(app: Config['app'], headers: IncomingHttpHeaders): number | undefined {
@@ -35,5 +37,5 @@ export function levelShownTo(app: Config['app'], headers: IncomingHttpHeaders, r
 
 /** M1: why the app cannot be shown `appLevel` in front of a server at `real` (below APP_SERVED_FROM). */
 export function unservableReason(appLevel: number, real: number): string {
-  return `--app-feature-level ${appLevel} cannot be served by a server at feature level ${real} (Zulip 7.0, feature level ${APP_SERVED_FROM}, or later is needed)`;
+  return `--app-feature-level ${appLevel} cannot be served by a server at feature level ${real} (Zulip ${APP_SERVED_FROM_VERSION}, feature level ${APP_SERVED_FROM}, or later is needed)`;
 }

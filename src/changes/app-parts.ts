@@ -1,6 +1,6 @@
 import { CHANGES } from './index.js';
 import { proseRanges } from './markdown-text.js';
-import type { AnswerChange, ApiChange, Content, RequestParams, Site, TextEdit } from './types.js';
+import type { AnswerChange, ApiChange, Content, EndpointChange, LookupChange, RequestParams, Site, TextEdit } from './types.js';
 
 /**
  * M2, M6: the mobile app's parts of the API changes (changes/index.ts), applied between an
@@ -50,6 +50,8 @@ export const TRANSLATED_ENDPOINTS: ReadonlySet<string> = new Set(
     ...(c.request?.endpoints ?? []),
     ...(c.content ? CONTENT_ENDPOINTS : []),
     ...(c.answer ? Object.keys(ANSWER_ENDPOINTS) : []),
+    ...(c.endpoint ? [c.endpoint.from] : []),
+    ...(c.lookup ? [c.lookup.endpoint] : []),
   ]),
 );
 
@@ -58,6 +60,8 @@ export interface Translated {
   changed: boolean;
   /** A Zulip-shaped 400's `msg`: the request must not reach an upstream that would not honour it. */
   refusal?: string;
+  /** The endpoint the upstream takes the request at instead (EndpointChange), when not the one called. */
+  to?: EndpointChange['to'];
 }
 
 /** Whether `text` is longer than MAX_MESSAGE_LENGTH characters (code points, as Zulip counts). */
@@ -95,6 +99,11 @@ export function translateRequest(
   for (const { request } of changes) {
     if (request?.endpoints.includes(endpoint) && request.apply(params, headers)) changed = true;
   }
+  const moved = changes.find((c) => c.endpoint?.from === endpoint)?.endpoint;
+  if (moved) {
+    const refusal = moved.apply(params);
+    return refusal === undefined ? { changed: true, to: moved.to } : { changed, refusal };
+  }
   const content = CONTENT_ENDPOINTS.includes(endpoint) ? params.get('content') : null;
   if (content === null || tooLong(content) || !changes.some((c) => c.content)) return { changed };
   const read: Content = { text: content, prose: proseRanges(content) };
@@ -108,7 +117,17 @@ export function translateRequest(
 
 /** M2, register answers up: the keys the app's level has and an upstream at `real` does not send, with their values. */
 export function registerAdditions(real: number, shown: number): Record<string, unknown> {
-  return Object.assign({}, ...between(real, shown).map((c) => c.register?.fill() ?? {}));
+  return Object.assign({}, ...between(real, shown).map((c) => c.register?.fill?.() ?? {}));
+}
+
+/** M2, register answers up: what an upstream at `real` sends in an older form, rewritten in place for the level `shown`. */
+export function editRegister(answer: Record<string, unknown>, real: number, shown: number): void {
+  for (const c of between(real, shown)) c.register?.edit?.(answer);
+}
+
+/** The lookups between `real` and `shown` that add to `endpoint`'s success answers. */
+export function lookupsFor(endpoint: string, real: number, shown: number): LookupChange[] {
+  return between(real, shown).flatMap((c) => (c.lookup?.endpoint === endpoint ? [c.lookup] : []));
 }
 
 /** The answer changes between `real` and `shown` that touch `endpoint`'s answers (none for other endpoints). */
@@ -154,7 +173,9 @@ export function translateAnswer(endpoint: string, answer: Json, changes: readonl
   for (const change of changes) {
     for (const item of items) {
       const fields = key === 'events' ? eventFieldsOf(change, item) : change.messageFields;
-      if (upFields(item, fields, change)) changed = true;
+      if (key === 'events' && fields && change.upEvent && isObject(item)) {
+        if (change.upEvent(item)) changed = true;
+      } else if (upFields(item, fields, change)) changed = true;
     }
   }
   return changed;

@@ -72,21 +72,30 @@ function* narrowLinks(content: Content, site: Site): Generator<{ start: number; 
 /**
  * The edits that rename the operators of the realm's narrow links in prose (`channel/5-general`
  * → `stream/5-general`): the operators are the path's even segments (a leading `-` negates),
- * operands are left alone whatever they say.
+ * operands are left alone unless `operands` gives one anew for its operator.
  */
-export function narrowLinkEdits(content: Content, site: Site, renamed: Readonly<Record<string, string>>): TextEdit[] {
+export function narrowLinkEdits(
+  content: Content,
+  site: Site,
+  renamed: Readonly<Record<string, string>>,
+  operands?: (operator: string, operand: string) => string | undefined,
+): TextEdit[] {
   const edits: TextEdit[] = [];
   for (const link of narrowLinks(content, site)) {
     let at = link.start;
     let operator = true;
+    let name = '';
     while (at < link.end) {
       let next = content.text.indexOf('/', at);
       if (next < 0 || next > link.end) next = link.end;
       if (operator) {
         const negated = content.text[at] === '-' ? 1 : 0;
-        const name = content.text.slice(at + negated, next);
+        name = content.text.slice(at + negated, next);
         const to = Object.hasOwn(renamed, name) ? renamed[name] : undefined;
         if (to !== undefined) edits.push({ start: at + negated, end: next, text: to });
+      } else {
+        const to = operands?.(name, content.text.slice(at, next));
+        if (to !== undefined) edits.push({ start: at, end: next, text: to });
       }
       operator = !operator;
       at = next + 1;

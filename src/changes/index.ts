@@ -4,7 +4,19 @@ import { avatarGuestActiveTimezoneJoined } from './fl010-avatar-guest-active-tim
 import { role } from './fl059-role.js';
 import { isBillingAdmin } from './fl073-is-billing-admin.js';
 import { isSystemBot } from './fl083-is-system-bot.js';
+import { emojiReactionUsers } from './fl125-emoji-reaction-users.js';
+import { directSubgroups } from './fl131-direct-subgroups.js';
+import { wildcardMentionPolicy } from './fl133-wildcard-mention-policy.js';
+import { userTopicsRegister } from './fl134-user-topics-register.js';
+import { readReceipts } from './fl137-read-receipts.js';
+import { editLimitNone } from './fl138-edit-limit-none.js';
+import { subscriptionIsMuted } from './fl139-subscription-is-muted.js';
 import { deliveryEmail } from './fl163-delivery-email.js';
+import { presenceSettings } from './fl164-presence-settings.js';
+import { userTopics } from './fl170-user-topics.js';
+import { fetchApiKeyUserId } from './fl171-fetch-api-key-user-id.js';
+import { typeDirect } from './fl174-type-direct.js';
+import { dmOperator } from './fl177-dm-operator.js';
 import { typingPeriods } from './fl204-typing-periods.js';
 import { typingStreamId } from './fl215-typing-stream-id.js';
 import { topicWildcard } from './fl224-topic-wildcard.js';
@@ -36,7 +48,7 @@ export function checkedBundle(changes: readonly ApiChange[]): readonly ApiChange
     previous = c.featureLevel;
     if (features.has(c.feature)) throw new Error(`API changes: feature ${c.feature} named twice`);
     features.add(c.feature);
-    if (!c.user && !c.request && !c.content && !c.register && !c.answer && !c.notification)
+    if (!c.user && !c.request && !c.content && !c.register && !c.answer && !c.notification && !c.endpoint && !c.lookup)
       throw new Error(`API changes: ${c.feature} changes nothing`);
     for (const f of [...(c.user?.fields ?? []), ...(c.register?.fields ?? [])]) {
       if (fields.has(f)) throw new Error(`API changes: field ${f} introduced twice (again at ${c.featureLevel})`);
@@ -57,7 +69,9 @@ export function checkedBundle(changes: readonly ApiChange[]): readonly ApiChange
  * user objects (later ones may read what earlier ones added: role reads is_owner). Its other
  * parts are the mobile app's alone (M1 decides whose requests; app/translate.ts applies them):
  * `request` and `content` put its requests into the form of an upstream below the level,
- * `register` and `answer` bring what it receives up to the level it is shown.
+ * `register` and `answer` bring what it receives up to the level it is shown, `endpoint` sends a
+ * request to the endpoint an older upstream has in its place, `lookup` adds to an answer what
+ * another call of the upstream says.
  */
 export const CHANGES: readonly ApiChange[] = checkedBundle([
   botOwnerId,
@@ -66,7 +80,19 @@ export const CHANGES: readonly ApiChange[] = checkedBundle([
   role,
   isBillingAdmin,
   isSystemBot,
+  emojiReactionUsers,
+  directSubgroups,
+  wildcardMentionPolicy,
+  userTopicsRegister,
+  readReceipts,
+  editLimitNone,
+  subscriptionIsMuted,
   deliveryEmail,
+  presenceSettings,
+  userTopics,
+  fetchApiKeyUserId,
+  typeDirect,
+  dmOperator,
   typingPeriods,
   typingStreamId,
   topicWildcard,

@@ -34,3 +34,9 @@ export const operatorOf = (element: NarrowElement): unknown => (Array.isArray(el
 export function withOperator(element: NarrowElement, operator: string): NarrowElement {
   return Array.isArray(element) ? [operator, ...element.slice(1)] : { ...element, operator };
 }
+
+export const operandOf = (element: NarrowElement): unknown => (Array.isArray(element) ? element[1] : element.operand);
+
+export function withOperand(element: NarrowElement, operand: string): NarrowElement {
+  return Array.isArray(element) ? [element[0], operand, ...element.slice(2)] : { ...element, operand };
+}

@@ -124,13 +124,19 @@ export interface ContentChange {
 
 /**
  * A change's part in register answers shown the app a higher level (M2, answers up): keys its
- * parsers require that an older server does not send, with the value that server behaves with.
+ * parsers require that an older server does not send, with the value that server behaves with,
+ * and values the answer holds in an older form, put into the level's.
  */
 export interface RegisterChange {
   /** The keys it adds, in order; one the upstream sent is never touched. */
   readonly fields: readonly string[];
   /** Pure: a value for each of `fields`. */
-  fill(): Readonly<Record<string, unknown>>;
+  fill?(): Readonly<Record<string, unknown>>;
+  /**
+   * Pure but for `answer`: rewrites in place what the answer holds in the older form (a value
+   * that changed meaning, a key inside a nested object, a key built from others the answer holds).
+   */
+  edit?(answer: Record<string, unknown>): void;
 }
 
 /**
@@ -147,6 +153,45 @@ export interface AnswerChange {
   readonly marker: string;
   /** Pure: a field's value as the level shown has it (the same value when nothing changes). */
   up(value: unknown): unknown;
+  /**
+   * Pure but for `event`: for an event whose declared fields change together (a property named
+   * by one and valued by another), rewrites it whole instead of field by field; true when it changed.
+   */
+  upEvent?(event: Record<string, unknown>): boolean;
+}
+
+/** An HTTP method of a request sent to the upstream in an endpoint's place. */
+export type EndpointMethod = 'GET' | 'POST' | 'PATCH' | 'DELETE';
+
+/**
+ * A change's part for an endpoint an older upstream does not have (M2): the app's request is sent
+ * to the endpoint that upstream has in its place, its parameters in that endpoint's form.
+ */
+export interface EndpointChange {
+  /** The endpoint the app calls (`METHOD /path`, as RequestChange names them). */
+  readonly from: string;
+  /** Where an upstream below the level takes the request: method and path after the API prefix. */
+  readonly to: { readonly method: EndpointMethod; readonly path: string };
+  /**
+   * Pure but for its arguments: puts the parameters into the older endpoint's form in place, or
+   * says why the request cannot be honoured there (a Zulip-shaped 400's `msg`, nothing sent).
+   */
+  apply(params: RequestParams): string | undefined;
+}
+
+/** What a lookup asks the upstream for: the caller's own user id, as the answer's credentials (`email`, `api_key`). */
+export type Lookup = 'own_user_id';
+
+/**
+ * A change's part in one endpoint's success answer that the shim cannot fill from the answer
+ * alone (M2, answers up): a field the upstream gives by another call, made after the answer.
+ */
+export interface LookupChange {
+  /** The endpoint whose answer gains the field (`METHOD /path`). */
+  readonly endpoint: string;
+  /** The field it adds; one the upstream sent is never touched. */
+  readonly field: string;
+  readonly lookup: Lookup;
 }
 
 /**
@@ -189,6 +234,8 @@ export interface ApiChange {
   readonly register?: RegisterChange;
   readonly answer?: AnswerChange;
   readonly notification?: NotificationChange;
+  readonly endpoint?: EndpointChange;
+  readonly lookup?: LookupChange;
 }
 
 /** A change with a part in user objects. */

@@ -28,7 +28,7 @@ import {
 } from './users.js';
 import { addedHeaders } from '../profile/handler.js';
 import { noneAdded, type Added } from '../changes/index.js';
-import { registerAdditions } from '../changes/app-parts.js';
+import { editRegister, registerAdditions } from '../changes/app-parts.js';
 
 /**
  * POST /api/v1/register and /json/register (R1, R2): when the answer carries presence, its
@@ -171,7 +171,10 @@ export const registerHandler: EndpointHandler = async (req, res, ctx) => {
   // What the answer gains, named in its headers (V4, W2).
   const added = users ?? noneAdded();
   // M2: what the app's parsers require at the level it is shown, which the upstream does not send.
-  if (presenting) addMissing(answer, registerAdditions(answered, answer.zulip_feature_level as number), added);
+  if (presenting) {
+    editRegister(answer, answered, answer.zulip_feature_level as number);
+    addMissing(answer, registerAdditions(answered, answer.zulip_feature_level as number), added);
+  }
   if (!withPresence || spectator || !keepsPresence || !presences || typeof presences !== 'object' || Array.isArray(presences)) {
     // No presence of the realm in it (a logged-out visitor's, an upstream that left it out): as
     // it came unless users were filled (V4). A visitor's empty map is nobody's view of the realm

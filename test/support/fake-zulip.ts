@@ -503,6 +503,8 @@ export class FakeZulip {
         return this.deleteQueue(req, res, body);
       case 'GET /events':
         return this.events(req, res);
+      case 'POST /fetch_api_key':
+        return this.fetchApiKey(req, res, body);
       case 'GET /messages':
         if (this.whole) return this.documented(req, res, eraAnswer('messages', this.featureLevel));
         break;
@@ -518,6 +520,21 @@ export class FakeZulip {
       return this.singleUser(req, res, single[1]!);
     }
     this.error(res, 404, 'Endpoint does not exist.', 'BAD_REQUEST');
+  }
+
+  /**
+   * POST /fetch_api_key: every user's password is `password`; the answer names the user by id
+   * from feature level 171 (Zulip 7.0).
+   */
+  private async fetchApiKey(req: IncomingMessage, res: ServerResponse, body: Buffer): Promise<void> {
+    const params = await this.readParams(req, body);
+    const user = this.users.find((u) => u.delivery_email === params.get('username') && !u.is_bot);
+    if (!user || params.get('password') !== 'password') {
+      return this.error(res, 401, 'Your username or password is incorrect', 'AUTHENTICATION_FAILED');
+    }
+    const answer: Record<string, unknown> = { result: 'success', msg: '', api_key: user.api_key, email: user.email };
+    if (this.featureLevel >= 171) answer.user_id = user.user_id;
+    this.json(res, 200, answer);
   }
 
   /** An answer as the API description documents it, to an authenticated caller. */

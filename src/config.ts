@@ -420,6 +420,19 @@ function keyPaths(obj: Record<string, unknown>, prefix = ''): string[] {
   );
 }
 
+/**
+ * A config file's comments: keys named `//`, at the top or in a section (JSON has no comments;
+ * npm's package.json uses the same convention), are dropped before validation.
+ */
+function withoutComments(obj: Record<string, unknown>): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(obj)) {
+    if (k === '//') continue;
+    out[k] = v && typeof v === 'object' && !Array.isArray(v) ? withoutComments(v as Record<string, unknown>) : v;
+  }
+  return out;
+}
+
 /** Relative paths in a config file are the file's own: resolved from its directory. */
 function resolvePaths(obj: Record<string, unknown>, dir: string): Record<string, unknown> {
   for (const [a, b] of PATH_KEYS) {
@@ -574,6 +587,10 @@ const INFO_LINES: readonly HelpLine[] = [
     flag: 'check',
     help: 'check the configuration, the upstream and the store, say\nwhat was found, and exit: 0 when all answer, 2 when not',
   },
+  {
+    flag: 'check=config',
+    help: 'check the configuration alone (file, flags, environment),\nno network: exit 0 when valid, 2 when not',
+  },
   { flag: 'version', help: 'print the version and exit' },
   { flag: 'help', help: 'print this help and exit' },
 ];
@@ -665,7 +682,10 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv = process.env,
   const given = (values.config as string | undefined) ?? env.CONFIG_FILE;
   if (given) {
     const file = resolve(given);
-    const fromFile = resolvePaths(readJson(file, `config file (${values.config ? '--config' : 'CONFIG_FILE'})`), dirname(file));
+    const fromFile = resolvePaths(
+      withoutComments(readJson(file, `config file (${values.config ? '--config' : 'CONFIG_FILE'})`)),
+      dirname(file),
+    );
     for (const k of keyPaths(fromFile)) sources.set(k, `config file ${file}`);
     layered = merge(layered, fromFile);
   }

@@ -1,5 +1,5 @@
 import { createLogger, type Logger } from './observability/logger.js';
-import { appProbe, probeStore, probeUpstream, warnAtStartup, type Probe } from './checks.js';
+import { appProbe, probeStore, probeUpstream, riskySetups, warnAtStartup, type Probe } from './checks.js';
 import { ConfigError, envNearMisses, loadConfig, namedKey, oneLine, parseListenAddress, type Config } from './config.js';
 import { loggableUrl, logStartup } from './observability/startup.js';
 import { openShim } from './embed.js';
@@ -97,17 +97,41 @@ function reload(argv: string[], shim: Shim, log: Logger): void {
 }
 
 /**
+ * What `--check` asks for: `all` (the configuration, the upstream and the store) or `config`
+ * (`--check=config`: the file, flags and environment alone, no network; systemd's ExecStartPre=
+ * and ExecReload= run it, so a bad edit is refused before the service is touched). Returns the
+ * arguments without the `--check` flags.
+ */
+export function checkMode(argv: readonly string[]): { mode: 'all' | 'config'; rest: string[] } {
+  const isCheck = (a: string) => a === '--check' || a.startsWith('--check=');
+  let mode: 'all' | 'config' = 'all';
+  for (const a of argv.filter(isCheck)) {
+    const value = a === '--check' ? 'all' : a.slice('--check='.length);
+    if (value !== 'all' && value !== 'config') {
+      throw new ConfigError(`${a}: unknown check (give --check for everything, or --check=config for the configuration alone)`);
+    }
+    mode = value;
+  }
+  return { mode, rest: argv.filter((a) => !isCheck(a)) };
+}
+
+/**
  * `--check` (as `nginx -t`): the configuration as the shim would start with it, then the
  * upstream's `server_settings` (its version, feature level and realm) and the store, each said
- * in one line; exit 0 when everything answered, 2 when not. Nothing listens.
+ * in one line; exit 0 when everything answered, 2 when not. Nothing listens. `--check=config`
+ * stops after the configuration: exit 0 when it is valid.
  */
 export async function check(argv: string[]): Promise<number> {
   const say = (line: string) => process.stdout.write(`zulip-compat-shim: check: ${line}\n`);
+  const { mode, rest } = checkMode(argv);
   // A ConfigError goes to the caller, which says it in one line (exit 2).
-  const { config } = loadConfig(argv.filter((a) => a !== '--check'));
+  const { config, sources } = loadConfig(rest);
   say('configuration: valid');
-  // Near misses are worth a line, but they fail nothing: the variable may be meant for another program.
+  // Near misses and risky set-ups are worth a line, but they fail nothing: the variable may be
+  // meant for another program, the set-up may be what the operator wants.
   for (const { name, meant } of envNearMisses(process.env)) say(nearMissLine(name, meant));
+  for (const w of riskySetups(config, sources)) say(`warning: ${w}`);
+  if (mode === 'config') return 0;
   const log = createLogger('silent');
   let upstream: UpstreamTarget | undefined;
   let found: Probe;
@@ -148,6 +172,7 @@ async function serveWith(argv: string[], signals: HeldSignals): Promise<number> 
   const { config, sources } = loadConfig(argv);
   const log = createLogger(config.log.level);
   warnNearMisses(log);
+  for (const line of riskySetups(config, sources)) log.warn(line);
   tuneRuntime();
   // Until the shim is up there is nothing to close: exit at once.
   let onUncaught: () => void = () => process.exit(EXIT_UNCAUGHT);

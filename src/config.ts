@@ -154,7 +154,7 @@ export const configSchema = z
       trustProxy: z
         .array(z.string().refine((s) => parseCidr(s) !== undefined, 'must be IP addresses or CIDR ranges (10.0.0.0/8, fd00::/8)'))
         .describe(
-          "Peers (addresses or CIDR ranges) whose X-Forwarded-Host and X-Forwarded-Proto are kept, and whose X-Forwarded-For names the client address that new realms are counted against; anyone else's are replaced by the shim's own view (X4). Empty: none.",
+          "Peers (addresses or CIDR ranges) whose X-Forwarded-Host, X-Forwarded-Proto and X-Request-Id are kept, and whose X-Forwarded-For names the client address (the access log's `remote`, the proxy then its `peer`; what new realms are counted against); anyone else's are replaced by the shim's own view (X4). Empty: none.",
         ),
       adminListen: z
         .string()
@@ -264,7 +264,7 @@ export const configSchema = z
       access: z
         .enum(['on', 'off'])
         .describe(
-          'One line per request (client address, user agent, bytes in and out, upstream time, what the shim did); off: none, the rest of the log as its level says.',
+          'One line per request (client address, user agent, bytes in and out, upstream time, what the shim did), written at any log.level but silent, as nginx keeps access_log apart from error_log; off: none, the rest of the log as its level says.',
         ),
     }),
   })

@@ -290,7 +290,12 @@ export function createShim(o: ShimOptions): Shim {
 
   const passThrough: PassThrough = createPassThrough({ target: o.target, transport, insecureTls: config.upstream.insecureTls, log });
 
-  const logRequest = requestLogger(log, metrics, () => config.log.access === 'on');
+  const logRequest = requestLogger(
+    log,
+    metrics,
+    () => config.log.access === 'on',
+    () => trustedProxies,
+  );
   let admitted = realmHostMatcher(config.server.realmHosts);
   // /readyz asks the upstream as a client of an admitted realm would (X2: no call for another).
   let readyHost = config.server.realmHosts.find((h) => !h.startsWith('*.'));

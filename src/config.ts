@@ -543,10 +543,29 @@ const COMMON_ENV_PREFIXES = ['NODE_', 'npm_', 'LC_', 'XDG_', 'SSH_', 'DBUS_', 'S
 const folded = (name: string) => name.replace(/_/g, '').toUpperCase();
 
 /**
+ * Variables whose silent miss changes what the shim lets through: a trust-proxy miss makes
+ * Zulip take browsers' calls for plain HTTP (the CSRF 403) and names the proxy as every
+ * client; a realm-hosts miss admits any Host. Their near misses are looked for more widely.
+ */
+const SECURITY_ENV: ReadonlySet<string> = new Set(['TRUST_PROXY', 'REALM_HOSTS']);
+
+/**
+ * A name's words without their endings (`TRUSTED_PROXIES` → `TRUSTPROXY`, `REALM_HOST` →
+ * `REALMHOST`), folded: how other programs spell the same setting (Laravel's TRUSTED_PROXIES).
+ */
+const stemmed = (name: string) =>
+  name
+    .toUpperCase()
+    .split('_')
+    .map((w) => (w.length > 4 ? w.replace(/IES$/, 'Y').replace(/(ED|S)$/, '') : w))
+    .join('');
+
+/**
  * The known variable a name that is none is a near miss of, if any: the same once underscores
  * are dropped and case is folded (`LOGLEVEL`, `log_level`), one edit away (`PROT`, two for names
  * of 8 characters or more), or the known name without its last `_URL`, `_MS` or `_HAR` segment
- * (`REDIS`, `UPSTREAM`).
+ * (`REDIS`, `UPSTREAM`). For the settings whose miss changes security (SECURITY_ENV), also two
+ * edits from the name with its words' endings dropped (`TRUST_PROXIES`, `TRUSTED_PROXIES`).
  */
 export function envNearMiss(name: string, known: readonly string[] = knownEnvNames()): string | undefined {
   if (known.includes(name) || COMMON_ENV.has(name) || COMMON_ENV_PREFIXES.some((p) => name.startsWith(p))) return undefined;
@@ -557,7 +576,8 @@ export function envNearMiss(name: string, known: readonly string[] = knownEnvNam
   for (const k of known) {
     const stem = /^(.+)_(URL|MS|HAR)$/.exec(k)?.[1];
     const target = folded(k);
-    const d = stem !== undefined && folded(stem) === given ? 0 : editDistance(given, target);
+    let d = stem !== undefined && folded(stem) === given ? 0 : editDistance(given, target);
+    if (SECURITY_ENV.has(k)) d = Math.min(d, editDistance(stemmed(name), stemmed(k)));
     if (d <= (target.length >= 8 ? 2 : 1) && d < bestDistance) [best, bestDistance] = [k, d];
   }
   return best;
@@ -703,12 +723,17 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv = process.env,
   const config = validated(layered, sources);
   // --help and --version are answered before any configuration is read (infoRequest).
   if ((o.needsUpstream ?? true) && !hasUpstream(config)) {
-    // A near miss in the environment (UPSTREAM=, UPSTREAM_URI=) is the usual cause: name it.
+    // A near miss in the environment (UPSTREAM=, UPSTREM_URL=, REPLAY=) is the usual cause: name it.
     const known = new Set(SETTINGS.map((s) => s.env));
-    const nearMiss = Object.keys(env).find((k) => /^UPSTREAM/i.test(k) && !known.has(k) && env[k]);
+    const upstreamVariables = ['UPSTREAM_URL', 'REPLAY_HAR', 'DEMO'];
+    const nearMiss =
+      envNearMisses(env).find((m) => upstreamVariables.includes(m.meant)) ??
+      Object.keys(env)
+        .filter((k) => /^UPSTREAM/i.test(k) && !known.has(k) && env[k])
+        .map((name) => ({ name, meant: 'UPSTREAM_URL' }))[0];
     throw new ConfigError(
       `no upstream: give --upstream URL (UPSTREAM_URL, upstream.url) for a Zulip server, or --demo (DEMO=true) to try the bundled recording${
-        nearMiss ? ` (${nearMiss} is set, but the variable is UPSTREAM_URL)` : ''
+        nearMiss ? ` (${nearMiss.name} is set, but the variable is ${nearMiss.meant})` : ''
       }`,
     );
   }

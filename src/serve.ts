@@ -1,3 +1,5 @@
+import { accessSync, constants } from 'node:fs';
+import { dirname, resolve } from 'node:path';
 import { createLogger, type Logger } from './observability/logger.js';
 import { appProbe, probeStore, probeUpstream, riskySetups, warnAtStartup, type Probe } from './checks.js';
 import { ConfigError, envNearMisses, loadConfig, namedKey, oneLine, parseListenAddress, type Config } from './config.js';
@@ -116,6 +118,33 @@ export function checkMode(argv: readonly string[]): { mode: 'all' | 'config'; re
 }
 
 /**
+ * `--check=config`'s part of what opening the upstream would refuse, without opening anything:
+ * a recording needs a server to record, a replay's file must be readable, a recording's
+ * directory writable. Throws the ConfigError a start would.
+ */
+function checkFiles(config: Config, sources: ReadonlyMap<string, string>): void {
+  const recordKey = namedKey('record.har', sources, '--record');
+  const record = config.record.har;
+  if (record && !config.upstream.url) {
+    throw new ConfigError(`${recordKey}: recording needs --upstream URL${config.replay.har ? ', not with --replay' : ''}`);
+  }
+  const can = (file: string, mode: number) => {
+    try {
+      accessSync(file, mode);
+      return undefined;
+    } catch (e) {
+      return (e as NodeJS.ErrnoException).code ?? 'error';
+    }
+  };
+  const har = config.replay.har && resolve(config.replay.har);
+  const unreadable = har ? can(har, constants.R_OK) : undefined;
+  if (har && unreadable) throw new ConfigError(`${namedKey('replay.har', sources, '--replay')}: cannot read ${har} (${unreadable})`);
+  const dir = record && dirname(resolve(record));
+  const unwritable = dir ? can(dir, constants.W_OK) : undefined;
+  if (record && unwritable) throw new ConfigError(`${recordKey}: cannot write ${resolve(record)} (${unwritable})`);
+}
+
+/**
  * `--check` (as `nginx -t`): the configuration as the shim would start with it, then the
  * upstream's `server_settings` (its version, feature level and realm) and the store, each said
  * in one line; exit 0 when everything answered, 2 when not. Nothing listens. `--check=config`
@@ -126,6 +155,7 @@ export async function check(argv: string[]): Promise<number> {
   const { mode, rest } = checkMode(argv);
   // A ConfigError goes to the caller, which says it in one line (exit 2).
   const { config, sources } = loadConfig(rest);
+  if (mode === 'config') checkFiles(config, sources);
   say('configuration: valid');
   // Near misses and risky set-ups are worth a line, but they fail nothing: the variable may be
   // meant for another program, the set-up may be what the operator wants.

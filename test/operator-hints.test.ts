@@ -168,3 +168,25 @@ describe('X-Forwarded-Proto from a peer not trusted: replaced, and said once a r
     }
   });
 });
+
+describe('--check=config: what a start would refuse of the files, without the network', () => {
+  it.each([
+    [['--replay', '/nonexistent/session.har'], 'replay.har (--replay): cannot read /nonexistent/session.har (ENOENT)'],
+    [
+      ['--upstream', 'http://127.0.0.1:1', '--record', '/nonexistent/x.har'],
+      'record.har (--record): cannot write /nonexistent/x.har (ENOENT)',
+    ],
+    [['--demo', '--record', '/tmp/x.har'], 'record.har (--record): recording needs --upstream URL'],
+  ])('%j', CLI_TIMEOUT, async (args, words) => {
+    const run = runCli(['--check=config', ...args]);
+    expect(await run.exited).toBe(2);
+    expect(run.stdout).toEqual([]);
+    expect(run.stderr.join('')).toBe(`zulip-compat-shim: invalid configuration: ${words}\n`);
+  });
+
+  it('an upstream that does not answer is no concern of it', CLI_TIMEOUT, async () => {
+    const run = runCli(['--check=config', '--upstream', 'http://127.0.0.1:1', '--redis', 'redis://127.0.0.1:1']);
+    expect(await run.exited).toBe(0);
+    expect(run.stdout).toEqual(['zulip-compat-shim: check: configuration: valid']);
+  });
+});

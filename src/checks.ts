@@ -3,7 +3,8 @@ import type { Logger } from './observability/logger.js';
 import { StoreUnavailableError } from './store/types.js';
 import { featureLevelOf, realmUrlOf } from './upstream/feature-level.js';
 import { APP_SERVED_FROM, unservableReason } from './app/presented.js';
-import { oneLine } from './config.js';
+import { namedKey, oneLine, SETTINGS, type Config } from './config.js';
+import { parseCidr } from './http/forwarded.js';
 
 /**
  * The probes of `--check`, also run once at start-up (after listening), where a failure is a
@@ -118,4 +119,47 @@ export function appProbe(appLevel: number | undefined, real: number | undefined)
     ok: false,
     line: `app: ${unservableReason(appLevel, real)}`,
   };
+}
+
+/** A setting as an operator gives it: `--trust-proxy (TRUST_PROXY, server.trustProxy)`. */
+function settingNames(key: string): string {
+  const s = SETTINGS.find((x) => x.path.join('.') === key);
+  return s ? `--${s.flag} (${s.env}, ${key})` : key;
+}
+
+/** Whether a listen address is every interface. */
+const everyInterface = (host: string) => host === '0.0.0.0' || host === '::' || host === '[::]';
+
+/** Whether an upstream host name is this machine. */
+function isLoopback(hostname: string): boolean {
+  const h = hostname.replace(/^\[|\]$/g, '').toLowerCase();
+  return h === 'localhost' || h.endsWith('.localhost') || h === '::1' || /^127\.\d+\.\d+\.\d+$/.test(h);
+}
+
+/**
+ * Set-ups that work but expose more than an operator likely means, one line each, naming the
+ * setting (and where it was given) and what silences the line: said by `--check` and logged as
+ * warnings at start-up; none stops the shim.
+ */
+export function riskySetups(config: Config, sources: ReadonlyMap<string, string>): string[] {
+  const lines: string[] = [];
+  const { host, adminListen, realmHosts, trustProxy } = config.server;
+  if (everyInterface(host) && !adminListen && realmHosts.length === 0) {
+    lines.push(
+      `${namedKey('server.host', sources, 'default')} is ${host}, every interface: /metrics is answered there to anyone, and any Host name is taken for a realm; give ${settingNames('server.realmHosts')} the realm's names, or ${settingNames('server.adminListen')} a listener of its own for /metrics, to silence this`,
+    );
+  }
+  const everyone = trustProxy.find((c) => parseCidr(c)?.prefix === 0);
+  if (everyone !== undefined) {
+    lines.push(
+      `${namedKey('server.trustProxy', sources, 'default')} trusts every address (${everyone}): any client can set X-Forwarded-Proto, X-Forwarded-Host, X-Request-Id and the client address the access log and the new-realm share go by; name only your proxies' addresses in ${settingNames('server.trustProxy')} to silence this`,
+    );
+  }
+  const url = config.upstream.url ? new URL(config.upstream.url) : undefined;
+  if (url?.protocol === 'http:' && !isLoopback(url.hostname)) {
+    lines.push(
+      `${namedKey('upstream.url', sources, 'default')} is plain http to another host (${url.host}): API keys, passwords and messages cross the network unencrypted; give ${settingNames('upstream.url')} an https:// URL to silence this`,
+    );
+  }
+  return lines;
 }

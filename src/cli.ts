@@ -64,7 +64,7 @@ async function healthcheck(argv: string[]): Promise<number> {
 
 async function main(argv: string[]): Promise<number> {
   if (argv.includes('--healthcheck')) return healthcheck(argv);
-  const checking = argv.includes('--check');
+  const checking = argv.some((a) => a === '--check' || a.startsWith('--check='));
   const info = checking ? undefined : infoRequest(argv);
   if (info === 'help') {
     process.stdout.write(usage());

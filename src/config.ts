@@ -173,7 +173,7 @@ export const configSchema = z
       trustProxy: z
         .array(z.string().refine((s) => parseCidr(s) !== undefined, 'must be IP addresses or CIDR ranges (10.0.0.0/8, fd00::/8)'))
         .describe(
-          "Peers (addresses or CIDR ranges) whose X-Forwarded-Host and X-Forwarded-Proto are kept, and whose X-Forwarded-For names the client address that new realms are counted against; anyone else's are replaced by the shim's own view (X4). Empty: none.",
+          "Peers (addresses or CIDR ranges) whose X-Forwarded-Host, X-Forwarded-Proto and X-Request-Id are kept, and whose X-Forwarded-For names the client address (the access log's `remote`, the proxy then its `peer`; what new realms are counted against); anyone else's are replaced by the shim's own view (X4). Empty: none.",
         ),
       adminListen: listenAddress
         .optional()
@@ -285,7 +285,7 @@ export const configSchema = z
       access: z
         .enum(['on', 'off'])
         .describe(
-          'One line per request (client address, user agent, bytes in and out, upstream time, what the shim did); off: none, the rest of the log as its level says.',
+          'One line per request (client address, user agent, bytes in and out, upstream time, what the shim did), written at any log.level but silent, as nginx keeps access_log apart from error_log; off: none, the rest of the log as its level says.',
         ),
     }),
   })
@@ -443,6 +443,19 @@ function keyPaths(obj: Record<string, unknown>, prefix = ''): string[] {
   );
 }
 
+/**
+ * A config file's comments: keys named `//`, at the top or in a section (JSON has no comments;
+ * npm's package.json uses the same convention), are dropped before validation.
+ */
+function withoutComments(obj: Record<string, unknown>): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(obj)) {
+    if (k === '//') continue;
+    out[k] = v && typeof v === 'object' && !Array.isArray(v) ? withoutComments(v as Record<string, unknown>) : v;
+  }
+  return out;
+}
+
 /** Relative paths in a config file are the file's own: resolved from its directory. */
 function resolvePaths(obj: Record<string, unknown>, dir: string): Record<string, unknown> {
   for (const [a, b] of PATH_KEYS) {
@@ -553,10 +566,29 @@ const COMMON_ENV_PREFIXES = ['NODE_', 'npm_', 'LC_', 'XDG_', 'SSH_', 'DBUS_', 'S
 const folded = (name: string) => name.replace(/_/g, '').toUpperCase();
 
 /**
+ * Variables whose silent miss changes what the shim lets through: a trust-proxy miss makes
+ * Zulip take browsers' calls for plain HTTP (the CSRF 403) and names the proxy as every
+ * client; a realm-hosts miss admits any Host. Their near misses are looked for more widely.
+ */
+const SECURITY_ENV: ReadonlySet<string> = new Set(['TRUST_PROXY', 'REALM_HOSTS']);
+
+/**
+ * A name's words without their endings (`TRUSTED_PROXIES` → `TRUSTPROXY`, `REALM_HOST` →
+ * `REALMHOST`), folded: how other programs spell the same setting (Laravel's TRUSTED_PROXIES).
+ */
+const stemmed = (name: string) =>
+  name
+    .toUpperCase()
+    .split('_')
+    .map((w) => (w.length > 4 ? w.replace(/IES$/, 'Y').replace(/(ED|S)$/, '') : w))
+    .join('');
+
+/**
  * The known variable a name that is none is a near miss of, if any: the same once underscores
  * are dropped and case is folded (`LOGLEVEL`, `log_level`), one edit away (`PROT`, two for names
  * of 8 characters or more), or the known name without its last `_URL`, `_MS` or `_HAR` segment
- * (`REDIS`, `UPSTREAM`).
+ * (`REDIS`, `UPSTREAM`). For the settings whose miss changes security (SECURITY_ENV), also two
+ * edits from the name with its words' endings dropped (`TRUST_PROXIES`, `TRUSTED_PROXIES`).
  */
 export function envNearMiss(name: string, known: readonly string[] = knownEnvNames()): string | undefined {
   if (known.includes(name) || COMMON_ENV.has(name) || COMMON_ENV_PREFIXES.some((p) => name.startsWith(p))) return undefined;
@@ -567,7 +599,8 @@ export function envNearMiss(name: string, known: readonly string[] = knownEnvNam
   for (const k of known) {
     const stem = /^(.+)_(URL|MS|HAR)$/.exec(k)?.[1];
     const target = folded(k);
-    const d = stem !== undefined && folded(stem) === given ? 0 : editDistance(given, target);
+    let d = stem !== undefined && folded(stem) === given ? 0 : editDistance(given, target);
+    if (SECURITY_ENV.has(k)) d = Math.min(d, editDistance(stemmed(name), stemmed(k)));
     if (d <= (target.length >= 8 ? 2 : 1) && d < bestDistance) [best, bestDistance] = [k, d];
   }
   return best;
@@ -596,6 +629,10 @@ const INFO_LINES: readonly HelpLine[] = [
   {
     flag: 'check',
     help: "check the configuration, the upstream, the store and a push\nrelay's bouncer, say what was found, and exit: 0 when all\nanswer, 2 when not",
+  },
+  {
+    flag: 'check=config',
+    help: 'check the configuration alone (file, flags, environment),\nno network: exit 0 when valid, 2 when not',
   },
   { flag: 'version', help: 'print the version and exit' },
   { flag: 'help', help: 'print this help and exit' },
@@ -688,7 +725,10 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv = process.env,
   const given = (values.config as string | undefined) ?? env.CONFIG_FILE;
   if (given) {
     const file = resolve(given);
-    const fromFile = resolvePaths(readJson(file, `config file (${values.config ? '--config' : 'CONFIG_FILE'})`), dirname(file));
+    const fromFile = resolvePaths(
+      withoutComments(readJson(file, `config file (${values.config ? '--config' : 'CONFIG_FILE'})`)),
+      dirname(file),
+    );
     for (const k of keyPaths(fromFile)) sources.set(k, `config file ${file}`);
     layered = merge(layered, fromFile);
   }
@@ -706,12 +746,17 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv = process.env,
   const config = validated(layered, sources);
   // --help and --version are answered before any configuration is read (infoRequest).
   if ((o.needsUpstream ?? true) && !hasUpstream(config)) {
-    // A near miss in the environment (UPSTREAM=, UPSTREAM_URI=) is the usual cause: name it.
+    // A near miss in the environment (UPSTREAM=, UPSTREM_URL=, REPLAY=) is the usual cause: name it.
     const known = new Set(SETTINGS.map((s) => s.env));
-    const nearMiss = Object.keys(env).find((k) => /^UPSTREAM/i.test(k) && !known.has(k) && env[k]);
+    const upstreamVariables = ['UPSTREAM_URL', 'REPLAY_HAR', 'DEMO'];
+    const nearMiss =
+      envNearMisses(env).find((m) => upstreamVariables.includes(m.meant)) ??
+      Object.keys(env)
+        .filter((k) => /^UPSTREAM/i.test(k) && !known.has(k) && env[k])
+        .map((name) => ({ name, meant: 'UPSTREAM_URL' }))[0];
     throw new ConfigError(
       `no upstream: give --upstream URL (UPSTREAM_URL, upstream.url) for a Zulip server, or --demo (DEMO=true) to try the bundled recording${
-        nearMiss ? ` (${nearMiss} is set, but the variable is UPSTREAM_URL)` : ''
+        nearMiss ? ` (${nearMiss.name} is set, but the variable is ${nearMiss.meant})` : ''
       }`,
     );
   }

@@ -1,5 +1,7 @@
+import { accessSync, constants } from 'node:fs';
+import { dirname, resolve } from 'node:path';
 import { createLogger, type Logger } from './observability/logger.js';
-import { appProbe, probeBouncer, probeStore, probeUpstream, warnAtStartup, type Probe } from './checks.js';
+import { appProbe, probeBouncer, probeStore, probeUpstream, riskySetups, warnAtStartup, type Probe } from './checks.js';
 import { ConfigError, envNearMisses, loadConfig, namedKey, oneLine, parseListenAddress, type Config } from './config.js';
 import { loggableUrl, logStartup } from './observability/startup.js';
 import { openShim } from './embed.js';
@@ -104,17 +106,69 @@ function reload(argv: string[], shim: Shim, log: Logger): void {
 }
 
 /**
+ * What `--check` asks for: `all` (the configuration, the upstream and the store) or `config`
+ * (`--check=config`: the file, flags and environment alone, no network; systemd's ExecStartPre=
+ * and ExecReload= run it, so a bad edit is refused before the service is touched). Returns the
+ * arguments without the `--check` flags.
+ */
+export function checkMode(argv: readonly string[]): { mode: 'all' | 'config'; rest: string[] } {
+  const isCheck = (a: string) => a === '--check' || a.startsWith('--check=');
+  let mode: 'all' | 'config' = 'all';
+  for (const a of argv.filter(isCheck)) {
+    const value = a === '--check' ? 'all' : a.slice('--check='.length);
+    if (value !== 'all' && value !== 'config') {
+      throw new ConfigError(`${a}: unknown check (give --check for everything, or --check=config for the configuration alone)`);
+    }
+    mode = value;
+  }
+  return { mode, rest: argv.filter((a) => !isCheck(a)) };
+}
+
+/**
+ * `--check=config`'s part of what opening the upstream would refuse, without opening anything:
+ * a recording needs a server to record, a replay's file must be readable, a recording's
+ * directory writable. Throws the ConfigError a start would.
+ */
+function checkFiles(config: Config, sources: ReadonlyMap<string, string>): void {
+  const recordKey = namedKey('record.har', sources, '--record');
+  const record = config.record.har;
+  if (record && !config.upstream.url) {
+    throw new ConfigError(`${recordKey}: recording needs --upstream URL${config.replay.har ? ', not with --replay' : ''}`);
+  }
+  const can = (file: string, mode: number) => {
+    try {
+      accessSync(file, mode);
+      return undefined;
+    } catch (e) {
+      return (e as NodeJS.ErrnoException).code ?? 'error';
+    }
+  };
+  const har = config.replay.har && resolve(config.replay.har);
+  const unreadable = har ? can(har, constants.R_OK) : undefined;
+  if (har && unreadable) throw new ConfigError(`${namedKey('replay.har', sources, '--replay')}: cannot read ${har} (${unreadable})`);
+  const dir = record && dirname(resolve(record));
+  const unwritable = dir ? can(dir, constants.W_OK) : undefined;
+  if (record && unwritable) throw new ConfigError(`${recordKey}: cannot write ${resolve(record)} (${unwritable})`);
+}
+
+/**
  * `--check` (as `nginx -t`): the configuration as the shim would start with it, then the
  * upstream's `server_settings` (its version, feature level and realm) and the store, each said
- * in one line; exit 0 when everything answered, 2 when not. Nothing listens.
+ * in one line; exit 0 when everything answered, 2 when not. Nothing listens. `--check=config`
+ * stops after the configuration: exit 0 when it is valid.
  */
 export async function check(argv: string[]): Promise<number> {
   const say = (line: string) => process.stdout.write(`zulip-compat-shim: check: ${line}\n`);
+  const { mode, rest } = checkMode(argv);
   // A ConfigError goes to the caller, which says it in one line (exit 2).
-  const { config } = loadConfig(argv.filter((a) => a !== '--check'));
+  const { config, sources } = loadConfig(rest);
+  if (mode === 'config') checkFiles(config, sources);
   say('configuration: valid');
-  // Near misses are worth a line, but they fail nothing: the variable may be meant for another program.
+  // Near misses and risky set-ups are worth a line, but they fail nothing: the variable may be
+  // meant for another program, the set-up may be what the operator wants.
   for (const { name, meant } of envNearMisses(process.env)) say(nearMissLine(name, meant));
+  for (const w of riskySetups(config, sources)) say(`warning: ${w}`);
+  if (mode === 'config') return 0;
   const log = createLogger('silent');
   let upstream: UpstreamTarget | undefined;
   let found: Probe;
@@ -158,6 +212,7 @@ async function serveWith(argv: string[], signals: HeldSignals): Promise<number> 
   const { config, sources } = loadConfig(argv);
   const log = createLogger(config.log.level);
   warnNearMisses(log);
+  for (const line of riskySetups(config, sources)) log.warn(line);
   tuneRuntime();
   // Until the shim is up there is nothing to close: exit at once.
   let onUncaught: () => void = () => process.exit(EXIT_UNCAUGHT);

@@ -25,7 +25,7 @@ import { replicaSnapshotsFor, createStore } from './store/create.js';
 import type { PresenceStore } from './presence/ledger-store.js';
 import { UpstreamClient } from './upstream/client.js';
 import { createTransport } from './upstream/transport.js';
-import { clientAddressOf, distrustForwarded, TrustedProxies } from './http/forwarded.js';
+import { clientAddressOf, distrustForwarded, ReplacedProtoWarnings, TrustedProxies } from './http/forwarded.js';
 import { declaresBody } from './http/headers.js';
 import { PresenceState } from './presence/state.js';
 import { appRequestHandler, isTranslatedAppRequest } from './app/handler.js';
@@ -250,6 +250,12 @@ export function createShim(o: ShimOptions): Shim {
     transport,
   });
   let trustedProxies = new TrustedProxies(config.server.trustProxy);
+  const replacedProto = new ReplacedProtoWarnings(({ realm, peer, sent, sentOn }) =>
+    log.warn(
+      { realm, peer, sent, sentOn },
+      `X-Forwarded-Proto: ${sent} from ${peer}, a peer not in --trust-proxy (TRUST_PROXY, server.trustProxy), went on as ${sentOn} for ${realm}; if it is your TLS proxy, name it in --trust-proxy, or Zulip takes this realm's browser calls for plain HTTP (a CSRF 403). Said once a realm`,
+    ),
+  );
   const featureLevels = new FeatureLevels(client, log, { ...config.featureLevel, maxBytes: config.memory.featureLevelsBytes });
   const store = o.store ?? createStore(config, log, metrics);
   const callers = new Callers(client, metrics, { ...config.lookups, maxBytes: config.memory.callersBytes });
@@ -298,7 +304,12 @@ export function createShim(o: ShimOptions): Shim {
 
   const passThrough: PassThrough = createPassThrough({ target: o.target, transport, insecureTls: config.upstream.insecureTls, log });
 
-  const logRequest = requestLogger(log, metrics, () => config.log.access === 'on');
+  const logRequest = requestLogger(
+    log,
+    metrics,
+    () => config.log.access === 'on',
+    () => trustedProxies,
+  );
   let admitted = realmHostMatcher(config.server.realmHosts);
   // /readyz asks the upstream as a client of an admitted realm would (X2: no call for another).
   let readyHost = config.server.realmHosts.find((h) => !h.startsWith('*.'));
@@ -399,7 +410,9 @@ export function createShim(o: ShimOptions): Shim {
         sendShimError(res, badRequest('Malformed request target'), { connection: 'close' });
         return;
       }
-      distrustForwarded(req, trustedProxies); // X4, before anything reads them
+      // X4, before anything reads them
+      const replaced = distrustForwarded(req, trustedProxies);
+      if (replaced) replacedProto.replaced(req, replaced.proto);
       const route = routed ?? routeFor(req);
       // With --admin-listen, the shim's own paths are answered on that listener only.
       const own = route.kind === 'own' && !admin;
@@ -503,7 +516,8 @@ export function createShim(o: ShimOptions): Shim {
       endSocketWithShimError(socket, badRequest('Malformed request target'));
       return;
     }
-    distrustForwarded(req, trustedProxies); // X4
+    const replaced = distrustForwarded(req, trustedProxies); // X4
+    if (replaced) replacedProto.replaced(req, replaced.proto);
     // The same gate as for every other request, before the upstream hears of it.
     const refused = refusal(req);
     if (refused) {

@@ -505,8 +505,8 @@ describe('--app-feature-level (M1)', () => {
 });
 
 describe('--help', () => {
-  it('lists every setting once, with its variable and nothing that is no option', () => {
-    const options = [...SETTINGS.map((s) => s.flag), 'config', 'healthcheck', 'check', 'version', 'help'];
+  it('lists every setting once, with its variable and nothing that is no option (--check twice: alone and =config)', () => {
+    const options = [...SETTINGS.map((s) => s.flag), 'config', 'healthcheck', 'check', 'check', 'version', 'help'];
     const text = usage();
     const listed = [...text.matchAll(/^ {2}(?:-[a-z], )?--([a-z-]+)/gm)].map((m) => m[1]);
     expect(listed.sort()).toEqual(options.sort());

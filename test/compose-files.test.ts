@@ -64,6 +64,11 @@ describe('deploy/docker-compose.yml', () => {
     expect(defaultOf(text, 'TRUST_PROXY', 'TRUST_PROXY')).toBe('');
   });
 
+  it('publishes the plain-HTTP port on loopback unless SHIM_BIND says otherwise', () => {
+    expect(text).toMatch(/^ {6}- "\$\{SHIM_BIND:-127\.0\.0\.1\}:\$\{SHIM_PORT:-9991\}:9991"$/m);
+    expect(text).not.toMatch(/^ {6}- "\$\{SHIM_PORT:-9991\}:9991"$/m);
+  });
+
   it("publishes the push relay's port on the host's loopback only, the relay off unless PUSH_RELAY_LISTEN is given (M7)", () => {
     expect(defaultOf(text, 'PUSH_RELAY_LISTEN', 'PUSH_RELAY_LISTEN')).toBe('');
     expect(defaultOf(text, 'PUSH_BOUNCER_URL', 'PUSH_BOUNCER_URL')).toBe('https://push.zulipchat.com');
@@ -79,3 +84,33 @@ describe('deploy/docker-compose.yml', () => {
     expect(read('Dockerfile')).toMatch(/mkdir -p \/data && chown node:node \/data/);
   });
 });
+
+/**
+ * Every shim service of the compose files: no capability, none to gain, and the memory limit
+ * docs/deployment.md sizes a shim with the default budgets at (a flood filling them: 844 MiB RSS;
+ * "a container of at least 1 GiB").
+ */
+describe.each(['deploy/docker-compose.yml', 'deploy/docker-compose.replicas.yml', 'deploy/docker-compose.sentinel.yml'])(
+  '%s: the shim hardened and sized',
+  (file) => {
+    const text = read(file);
+    const indent = file.endsWith('docker-compose.yml') && !file.includes('.replicas') && !file.includes('.sentinel') ? '    ' : '  ';
+
+    it('drops every capability and gains none', () => {
+      expect(text).toContain(`\n${indent}cap_drop: [ALL]\n`);
+      expect(text).toContain(`\n${indent}security_opt:\n${indent}  - no-new-privileges:true\n`);
+      expect(text).toContain(`\n${indent}read_only: true\n`);
+    });
+
+    it('limits memory to what the docs size a shim at', () => {
+      const limit = new RegExp(`\\n${indent}mem_limit: (\\d+)g\\n`).exec(text);
+      expect(limit).not.toBeNull();
+      const gib = Number(limit?.[1]);
+      const docs = read('docs/deployment.md');
+      expect(docs).toMatch(new RegExp(`a container of at\\s+least ${gib} GiB`));
+      // Above the largest RSS the docs measured for the default budgets.
+      const measured = /flood filled the budgets: (\d+) MiB RSS/.exec(docs);
+      expect(Number(measured?.[1])).toBeLessThan(gib * 1024);
+    });
+  },
+);

@@ -63,7 +63,8 @@ afterAll(async () => {
  * after the last answer, and checks its stdout once it exited.
  */
 async function sendThenStop(prefix: string): Promise<void> {
-  const run = runCli(['--upstream', fake.url, '--port', '0', '--log-level', 'info']);
+  // The requests come as from a proxy in front, whose X-Request-Id the shim keeps.
+  const run = runCli(['--upstream', fake.url, '--port', '0', '--log-level', 'info', '--trust-proxy', '127.0.0.1']);
   try {
     await until('listening', () => (logLine(run, 'zulip-compat-shim listening') ? true : undefined));
     await sendAll(new URL(String(logLine(run, 'zulip-compat-shim listening')!.listen)), prefix);

@@ -51,16 +51,25 @@ describe('pass-through (T1, E1, E2)', () => {
     expect(echo.headers['x-request-id']).toBeTruthy();
   });
 
-  it('puts the request id on every answer: the one sent upstream, the client’s own when sane', async () => {
+  it('puts the request id on every answer: the one sent upstream, a trusted proxy’s own when sane, never a client’s', async () => {
     const made = await request(shim.url).get('/test/echo').set('Host', 'chat.example.com');
     const sent = (made.body as { headers: Record<string, string> }).headers['x-request-id'];
     expect(sent).toMatch(/^[0-9a-f-]{36}$/);
     expect(made.headers['x-request-id']).toBe(sent);
-    const given = await request(shim.url).get('/test/echo').set('Host', 'chat.example.com').set('X-Request-Id', 'trace-42');
-    expect((given.body as { headers: Record<string, string> }).headers['x-request-id']).toBe('trace-42');
-    expect(given.headers['x-request-id']).toBe('trace-42');
-    const insane = await request(shim.url).get('/test/echo').set('Host', 'chat.example.com').set('X-Request-Id', 'a b\u00e9');
-    expect(insane.headers['x-request-id']).toMatch(/^[0-9a-f-]{36}$/);
+    // A client's own id is not believed (it could collide with or forge another's in the logs).
+    const own = await request(shim.url).get('/test/echo').set('Host', 'chat.example.com').set('X-Request-Id', 'trace-41');
+    expect((own.body as { headers: Record<string, string> }).headers['x-request-id']).toMatch(/^[0-9a-f-]{36}$/);
+    expect(own.headers['x-request-id']).toBe((own.body as { headers: Record<string, string> }).headers['x-request-id']);
+    const trusting = await startShim(fake.url, { server: { trustProxy: ['127.0.0.1'] } });
+    try {
+      const given = await request(trusting.url).get('/test/echo').set('Host', 'chat.example.com').set('X-Request-Id', 'trace-42');
+      expect((given.body as { headers: Record<string, string> }).headers['x-request-id']).toBe('trace-42');
+      expect(given.headers['x-request-id']).toBe('trace-42');
+      const insane = await request(trusting.url).get('/test/echo').set('Host', 'chat.example.com').set('X-Request-Id', 'a b\u00e9');
+      expect(insane.headers['x-request-id']).toMatch(/^[0-9a-f-]{36}$/);
+    } finally {
+      await trusting.close();
+    }
     // Answers the shim writes itself: its own paths, a refused Host, an intercepted endpoint.
     for (const r of [
       await request(shim.url).get('/healthz'),

@@ -188,7 +188,8 @@ describe('bytes in and out on a kept-alive connection', () => {
     const fake = await startFake({ era: '2.1' });
     const previous = process.env.TEST_LOG_LEVEL;
     process.env.TEST_LOG_LEVEL = 'info';
-    const shim = await startShim(fake.url);
+    // As from a proxy in front, whose request ids are kept.
+    const shim = await startShim(fake.url, { server: { trustProxy: ['127.0.0.1'] } });
     const socket = net.connect(Number(new URL(shim.url).port), '127.0.0.1');
     try {
       await new Promise<void>((resolve, reject) => socket.once('connect', resolve).once('error', reject));
@@ -246,6 +247,62 @@ describe("the request line's time", () => {
       }
     } finally {
       vi.useRealTimers();
+    }
+  });
+});
+
+/**
+ * Issue 48: the access line names the client, not the proxy in front (nginx `real_ip` with
+ * `real_ip_recursive`): behind a trusted peer, the rightmost X-Forwarded-For address that is not
+ * itself trusted, the peer beside it; from an untrusted peer, X-Forwarded-For is its own claim and
+ * the line names the peer. And access lines have their own switch: written at LOG_LEVEL=warn.
+ */
+describe("the access line's client and its own switch", () => {
+  let fake: FakeZulip;
+  const previous = process.env.TEST_LOG_LEVEL;
+  beforeAll(async () => {
+    fake = await startFake({ era: '2.1' });
+    process.env.TEST_LOG_LEVEL = 'warn';
+  });
+  afterAll(async () => {
+    if (previous === undefined) delete process.env.TEST_LOG_LEVEL;
+    else process.env.TEST_LOG_LEVEL = previous;
+    await fake.stop();
+  });
+
+  /** One passed-through GET with these headers; the access line written for it. */
+  async function lineFor(shim: RunningShim, id: string, headers: Record<string, string>): Promise<Record<string, unknown>> {
+    const r = await fetch(`${shim.url}/test/echo?id=${id}`, { headers: { host: 'chat.example.com', ...headers } });
+    await r.arrayBuffer();
+    const find = () =>
+      shim.logs
+        .map((l) => JSON.parse(l) as Record<string, unknown>)
+        .find((l) => l.msg === 'request completed' && String((l.req as { path: string }).path) === '/test/echo?id');
+    await vi.waitFor(() => expect(find()).toBeDefined(), EVENT_WAIT);
+    const line = find()!;
+    shim.logs.length = 0;
+    return line;
+  }
+
+  it('behind a trusted proxy: the client X-Forwarded-For names (rightmost untrusted), the proxy as peer, its X-Request-Id kept; at LOG_LEVEL=warn', async () => {
+    const shim = await startShim(fake.url, { server: { trustProxy: ['127.0.0.1', '10.0.0.0/8'] } });
+    try {
+      const line = await lineFor(shim, 'a', { 'x-forwarded-for': '198.51.100.66, 203.0.113.9, 10.1.2.3', 'x-request-id': 'edge-7' });
+      expect(line).toMatchObject({ level: 30, remote: '203.0.113.9', peer: '127.0.0.1', reqId: 'edge-7' });
+    } finally {
+      await shim.close();
+    }
+  });
+
+  it('from an untrusted peer: the peer, no peer field, and its X-Request-Id replaced', async () => {
+    const shim = await startShim(fake.url);
+    try {
+      const line = await lineFor(shim, 'b', { 'x-forwarded-for': '203.0.113.9', 'x-request-id': 'edge-8' });
+      expect(line.remote).toBe('127.0.0.1');
+      expect(line).not.toHaveProperty('peer');
+      expect(line.reqId).toMatch(/^[0-9a-f-]{36}$/);
+    } finally {
+      await shim.close();
     }
   });
 });

@@ -60,15 +60,23 @@ describe('deploy/zulip-compat-shim@.service', () => {
     const each = settings(TEMPLATE);
     const onlyOne = one.filter((l) => !each.includes(l));
     const onlyEach = each.filter((l) => !one.includes(l));
+    const cli = '/usr/bin/node /opt/zulip-compat-shim/dist/cli.js';
+    const flags = '--config /etc/zulip-compat-shim/config.json --upstream http://127.0.0.1:9992 --trust-proxy 127.0.0.1';
     expect(onlyOne).toEqual([
       'Description=zulip-compat-shim',
       'After=network-online.target nginx.service',
-      'ExecStart=/usr/bin/node /opt/zulip-compat-shim/dist/cli.js --upstream http://127.0.0.1:9992',
+      `ExecStartPre=${cli} --check=config ${flags}`,
+      `ExecStart=${cli} ${flags}`,
+      `ExecReload=${cli} --check=config ${flags}`,
     ]);
+    // The shared Redis as a default the environment file can replace (a password: REDIS_URL there).
     expect(onlyEach).toEqual([
       'Description=zulip-compat-shim replica on port %i',
       'After=network-online.target nginx.service redis-server.service',
-      'ExecStart=/usr/bin/node /opt/zulip-compat-shim/dist/cli.js --upstream http://127.0.0.1:9992 --port %i --redis redis://127.0.0.1:6379',
+      'Environment=REDIS_URL=redis://127.0.0.1:6379',
+      `ExecStartPre=${cli} --check=config ${flags} --port %i`,
+      `ExecStart=${cli} ${flags} --port %i`,
+      `ExecReload=${cli} --check=config ${flags} --port %i`,
     ]);
   });
 
@@ -84,6 +92,14 @@ describe.each([
   ['zulip-compat-shim.service', UNIT],
   ['zulip-compat-shim@.service, as zulip-compat-shim@9981.service', INSTANCE],
 ])('%s', (_name, file) => {
+  it('reads an environment file and a config file, and checks the configuration before a start and a reload', () => {
+    const unit = readFileSync(file, 'utf8');
+    expect(unit).toMatch(/^EnvironmentFile=-\/etc\/zulip-compat-shim\/env$/m);
+    expect(unit).toMatch(/^ExecStart=.* --config \/etc\/zulip-compat-shim\/config\.json /m);
+    expect(unit).toMatch(/^ExecStartPre=.* --check=config /m);
+    expect(unit).toMatch(/^ExecReload=.* --check=config [^\n]*\nExecReload=\/bin\/kill -HUP \$MAINPID$/m);
+  });
+
   it('asks for the network to be up before it starts', () => {
     const unit = readFileSync(file, 'utf8');
     expect(unit).toMatch(/^Wants=network-online\.target$/m);

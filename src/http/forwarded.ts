@@ -1,6 +1,8 @@
 import type { IncomingMessage } from 'node:http';
 import { BlockList, isIP } from 'node:net';
 
+const first = (v: string | string[] | undefined) => (Array.isArray(v) ? v[0] : v);
+
 /**
  * X4: the peers whose X-Forwarded-Host/Proto the shim believes (`--trust-proxy`, a CIDR list,
  * default none). Node's `net.BlockList` does the matching, IPv4 and IPv6; an IPv4-mapped IPv6
@@ -46,15 +48,42 @@ export function parseCidr(text: string): { address: string; prefix: number; fami
  * (`Host`, its listener's scheme) is what goes upstream. X-Forwarded-For is kept and appended
  * to (setXForwarded), as nginx's `$proxy_add_x_forwarded_for` does.
  */
-export function distrustForwarded(req: IncomingMessage, trusted: TrustedProxies): void {
+export function distrustForwarded(req: IncomingMessage, trusted: TrustedProxies): { proto: string } | undefined {
   const h = req.headers;
-  if (h['x-forwarded-host'] === undefined && h['x-forwarded-proto'] === undefined) return;
-  if (trusted.trusts(req.socket.remoteAddress)) return;
+  if (h['x-forwarded-host'] === undefined && h['x-forwarded-proto'] === undefined) return undefined;
+  if (trusted.trusts(req.socket.remoteAddress)) return undefined;
+  const proto = first(h['x-forwarded-proto']);
   delete h['x-forwarded-host'];
   delete h['x-forwarded-proto'];
+  // What was replaced, where it differs from what goes on instead (the listener's scheme).
+  return proto !== undefined && proto.trim().toLowerCase() !== ownScheme(req) ? { proto } : undefined;
 }
 
-const first = (v: string | string[] | undefined) => (Array.isArray(v) ? v[0] : v);
+/** The scheme of the shim's own listener for this request. */
+const ownScheme = (req: IncomingMessage) => ((req.socket as { encrypted?: boolean }).encrypted ? 'https' : 'http');
+
+/**
+ * Issue 48: an X-Forwarded-Proto the shim replaced (its peer is not in `--trust-proxy`) is said
+ * once a realm (by `Host`): usually a TLS proxy in front that is not named, and Zulip then takes
+ * that realm's browser calls for plain HTTP (the CSRF 403). At most `max` realms are
+ * remembered (X2); past them, nothing more is said.
+ */
+export class ReplacedProtoWarnings {
+  private readonly said = new Set<string>();
+
+  constructor(
+    private readonly warn: (w: { realm: string; peer: string; sent: string; sentOn: string }) => void,
+    private readonly max = 1000,
+  ) {}
+
+  replaced(req: IncomingMessage, sent: string): void {
+    // A Host name is at most 253 characters; a longer one is cut (the set stays small, X2).
+    const realm = (req.headers.host ?? '').slice(0, 260).toLowerCase();
+    if (this.said.has(realm) || this.said.size >= this.max) return;
+    this.said.add(realm);
+    this.warn({ realm, peer: req.socket.remoteAddress ?? '', sent: sent.slice(0, 40), sentOn: ownScheme(req) });
+  }
+}
 
 /**
  * The client a request comes from (X12 counts new realms per client address): its peer, or,

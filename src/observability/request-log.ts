@@ -8,6 +8,7 @@ import type { Metrics } from './metrics.js';
 import type { RouteLabel } from '../http/api-routes.js';
 import { METHOD_LABELS, statusLabel } from './route-label.js';
 import { LabelChildren } from './label-children.js';
+import { clientAddressOf, type TrustedProxies } from '../http/forwarded.js';
 
 const REQUEST_ID = /^[\w.:-]{1,128}$/;
 
@@ -42,7 +43,7 @@ function isoNow(): string {
 
 /** What the request log knows of a request as it starts: its id and its metrics route label. */
 export interface LoggedRequest {
-  /** X-Request-Id: the client's when sane, else a fresh UUID; sent upstream and on the answer. */
+  /** X-Request-Id: a trusted proxy's when sane, else a fresh UUID; sent upstream and on the answer. */
   requestId: string;
   route: RouteLabel;
   /** The answer closed (finished or cut): writes the line and the metrics. Called once, by the server's one `close` listener. */
@@ -54,8 +55,10 @@ export interface LoggedRequest {
  * can hold secrets, P13), status, time, the client's address, user agent and bytes in and out,
  * upstream time and what the shim did (RequestFacts);
  * and the client-facing request metrics: a counter and a latency histogram by route
- * class, method and status class. The request id is the client's `X-Request-Id` when it is
- * sane, else a fresh UUID; it is passed upstream and back.
+ * class, method and status class. The request id is the `X-Request-Id` a trusted proxy (X4)
+ * sent when it is sane, else a fresh UUID (as Envoy: a client's own is not believed); it is
+ * passed upstream and back. Behind a trusted proxy the line's `remote` is the client it names,
+ * `peer` the proxy.
  *
  * Written on every proxied request, so built for the hot path (bench/RESULTS.md, B4): the line
  * is one JSON string in pino's own format written straight to the logger's destination (no
@@ -65,8 +68,17 @@ export interface LoggedRequest {
 export function requestLogger(
   log: Logger,
   metrics?: Pick<Metrics, 'requestCounts' | 'requestDuration'>,
-  /** Whether to write the line (`log.access`); metrics are counted either way. Read per request (SIGHUP). */
+  /**
+   * Whether to write the line (`log.access`), at any log level but `silent` (nginx's access_log
+   * beside its error_log); metrics are counted either way. Read per request (SIGHUP).
+   */
   access: () => boolean = () => true,
+  /**
+   * The peers believed (X4, `server.trustProxy`): behind one, the line's client is the nearest
+   * untrusted address of X-Forwarded-For (nginx `real_ip_recursive`), the peer beside it, and
+   * the request's X-Request-Id is kept; anyone else's id is replaced. Read per request (SIGHUP).
+   */
+  trusted?: () => TrustedProxies,
 ) {
   const dest = (log as unknown as Record<symbol, { write(line: string): unknown }>)[pino.symbols.streamSym]!;
   const name = JSON.stringify((log.bindings() as { name?: string }).name ?? 'zulip-compat-shim');
@@ -79,10 +91,14 @@ export function requestLogger(
    * closes. `quiet`: the shim's own paths get an id but no line and no metrics.
    */
   return (req: IncomingMessage, res: ServerResponse, route: RouteLabel, quiet = false): LoggedRequest => {
+    const peer = req.socket?.remoteAddress ?? '';
+    const proxies = trusted?.();
+    const viaProxy = proxies?.trusts(peer) === true;
     const given = req.headers['x-request-id'];
-    const id = typeof given === 'string' && REQUEST_ID.test(given) ? given : randomUUID();
+    const id = viaProxy && typeof given === 'string' && REQUEST_ID.test(given) ? given : randomUUID();
     req.headers['x-request-id'] = id;
-    return new Logged(id, route, req, res, quiet ? undefined : written);
+    const client = viaProxy ? clientAddressOf(req, proxies!) : peer;
+    return new Logged(id, route, req, res, client, peer, quiet ? undefined : written);
   };
 
   function written(r: Logged, elapsed: number): void {
@@ -115,10 +131,13 @@ export function requestLogger(
       if (!aborted) durations.get(route, method).observe(elapsed / 1000);
     }
     const level = aborted || status >= 500 ? WARN : INFO;
-    if (log.levelVal > level || !access()) return;
+    // pino's `silent` is Infinity: nothing at all is written.
+    if (!access() || log.levelVal === Number.POSITIVE_INFINITY) return;
     const f = recordedFacts(req);
     let line = `{"level":${level},"time":"${isoNow()}","name":${name},"reqId":"${r.requestId}","req":{"method":${JSON.stringify(req.method)},"path":${JSON.stringify(loggablePath(req.url))}},"res":{"status":${status}},"responseTime":${Math.round(elapsed)}`;
-    line += `,"remote":${JSON.stringify(socket?.remoteAddress ?? '')},"bytesIn":${bytesIn},"bytesOut":${bytesOut}`;
+    line += `,"remote":${JSON.stringify(r.client)}`;
+    if (r.client !== r.peer) line += `,"peer":${JSON.stringify(r.peer)}`;
+    line += `,"bytesIn":${bytesIn},"bytesOut":${bytesOut}`;
     const agent = req.headers['user-agent'];
     if (agent) line += `,"userAgent":${JSON.stringify(agent.length > USER_AGENT_CHARS ? agent.slice(0, USER_AGENT_CHARS) : agent)}`;
     if (aborted) line += ',"aborted":true';
@@ -141,6 +160,10 @@ class Logged implements LoggedRequest {
     readonly route: RouteLabel,
     readonly req: IncomingMessage,
     readonly res: ServerResponse,
+    /** The client's address: the peer's, or behind a trusted proxy the one X-Forwarded-For names. */
+    readonly client: string,
+    /** The connection's peer address. */
+    readonly peer: string,
     private readonly done: ((r: Logged, elapsed: number) => void) | undefined,
   ) {
     this.socket = req.socket as Socket | null;

@@ -839,8 +839,10 @@ function freshTarget(): void {
       fake.seen.length = 0; // bounded memory over thousands of requests
       return false;
     };
+    // The fuzzer stands where a proxy would (a trusted peer): its X-Request-Id is kept, and each
+    // answer must carry its own request's.
     shim = await startShim(fake.url, {
-      server: { bodyLimitBytes: LIMIT },
+      server: { bodyLimitBytes: LIMIT, trustProxy: ['127.0.0.1', '::1'] },
       presence: { coalesceMs: 50 },
       upstream: { timeoutMs: 15_000 },
     });

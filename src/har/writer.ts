@@ -33,8 +33,8 @@ interface HarWriterOptions {
 
 interface Pending {
   at: number;
-  /** The entry as indented JSON, scrubbed at `generation` of the redactor. */
-  json: string;
+  /** The entry, scrubbed at `generation` of the redactor; serialised only when written. */
+  entry: HarEntry;
   generation: number;
 }
 
@@ -45,7 +45,92 @@ const TAIL = '\n    ]\n  }\n}\n';
 
 const URL_LINE = /^\s*"url": "/;
 
-const indent = (json: string, pad: string) => json.replace(/^/gm, pad);
+/** Indents every line; only \n ends one (a /^/m would also indent after U+2028 inside a string). */
+const indent = (json: string, pad: string) => pad + json.replace(/\n/g, `\n${pad}`);
+
+/** Pending entries holding more body text than this are written at once, not at the timer. */
+const PENDING_FLUSH_CHARS = 4 * 1024 * 1024;
+/** Text is handed to the file in pieces of about this many characters. */
+const PIECE_CHARS = 64 * 1024;
+
+/**
+ * X8: a body's text stands for itself in the entry's JSON as this mark, and is written after
+ * it, escaped piece by piece, so a multi-MB body is never copied into one JSON string (and then
+ * an indented one, a joined batch, a Buffer of it). NUL cannot be in a header; a body's or a
+ * parameter's text that holds the mark anyway is caught by the count of marks (whole JSON then).
+ */
+const BODY_MARK = '\u0000har-body\u0000';
+const BODY_MARK_JSON = JSON.stringify(BODY_MARK).slice(1, -1);
+
+/** The body texts of an entry, in the order JSON.stringify meets them, with marks in their place. */
+function markBodies(entry: HarEntry): { marked: HarEntry; bodies: string[] } {
+  const bodies: string[] = [];
+  const mark = (text: string | undefined) => {
+    if (text === undefined) return text;
+    bodies.push(text);
+    return BODY_MARK;
+  };
+  const { request, response } = entry;
+  const postData = request.postData && { ...request.postData, text: mark(request.postData.text) };
+  const content = { ...response.content, text: mark(response.content.text) };
+  const marked: HarEntry = {
+    ...entry,
+    request: postData ? { ...request, postData } : request,
+    response: { ...response, content },
+  };
+  return { marked, bodies };
+}
+
+/** A string as the inside of a JSON string, in pieces; a surrogate pair is never split. */
+function* escapedPieces(text: string): Generator<string> {
+  for (let i = 0; i < text.length; ) {
+    let end = Math.min(i + PIECE_CHARS, text.length);
+    const last = text.charCodeAt(end - 1);
+    if (end < text.length && last >= 0xd800 && last <= 0xdbff) end++;
+    yield JSON.stringify(text.slice(i, end)).slice(1, -1);
+    i = end;
+  }
+}
+
+/** An entry as the file holds it (indented JSON, one line per value), in pieces. */
+function* entryPieces(entry: HarEntry): Generator<string> {
+  const { marked, bodies } = markBodies(entry);
+  const parts = indent(JSON.stringify(marked, null, 2), ENTRY_INDENT).split(BODY_MARK_JSON);
+  if (parts.length !== bodies.length + 1) {
+    yield indent(JSON.stringify(entry, null, 2), ENTRY_INDENT);
+    return;
+  }
+  for (const [i, part] of parts.entries()) {
+    yield part;
+    if (i < bodies.length) yield* escapedPieces(bodies[i]!);
+  }
+}
+
+/** Characters of body text an entry holds (what its pending copy costs, roughly). */
+const bodyChars = (e: HarEntry) => (e.request.postData?.text?.length ?? 0) + (e.response.content.text?.length ?? 0);
+
+/** Positional writes of text from `at` on, gathered into pieces of about PIECE_CHARS. */
+class FileOut {
+  private buffered: string[] = [];
+  private chars = 0;
+  constructor(
+    private readonly fh: FileHandle,
+    public at: number,
+  ) {}
+  async put(text: string): Promise<void> {
+    this.buffered.push(text);
+    this.chars += text.length;
+    if (this.chars >= PIECE_CHARS) await this.drain();
+  }
+  async drain(): Promise<void> {
+    if (this.chars === 0) return;
+    const bytes = Buffer.from(this.buffered.join(''));
+    this.buffered = [];
+    this.chars = 0;
+    await this.fh.write(bytes, 0, bytes.length, this.at);
+    this.at += bytes.length;
+  }
+}
 
 /**
  * The one place a recording file is opened (created or truncated here). Whether an existing
@@ -57,6 +142,7 @@ function openRecording(file: string): Promise<FileHandle> {
 
 export class HarWriter {
   private pending: Pending[] = [];
+  private pendingChars = 0;
   private fh: FileHandle | undefined;
   /** Where the closing `]}}` starts: the next entries are written from here. */
   private tailAt = 0;
@@ -76,12 +162,11 @@ export class HarWriter {
   }
 
   add(entry: HarEntry, startedAt: number): void {
-    this.pending.push({
-      at: startedAt,
-      json: indent(JSON.stringify(entry, null, 2), ENTRY_INDENT),
-      generation: this.o.redactor.generation,
-    });
-    this.timer ??= setTimeout(() => void this.flushLogged(), this.o.flushMs);
+    this.pending.push({ at: startedAt, entry, generation: this.o.redactor.generation });
+    this.pendingChars += bodyChars(entry);
+    // X8: what waits for the file is bounded in bytes too, not only by the interval.
+    if (this.pendingChars > PENDING_FLUSH_CHARS) void this.flushLogged();
+    else this.timer ??= setTimeout(() => void this.flushLogged(), this.o.flushMs);
   }
 
   /** Writes what is pending soon after any write in progress; rejects when it cannot be written. */
@@ -138,29 +223,36 @@ export class HarWriter {
     }
     const batch = this.pending;
     this.pending = [];
+    this.pendingChars = 0;
     batch.sort((a, b) => a.at - b.at);
-    const redactor = this.o.redactor;
-    let text = '';
-    for (const p of batch) {
-      // H1: a secret learnt after this entry was made is replaced in it too.
-      const json =
-        p.generation === redactor.generation
-          ? p.json
-          : indent(JSON.stringify(redactor.scrubDeep(JSON.parse(p.json) as HarEntry), null, 2), ENTRY_INDENT);
-      text += `${this.written === 0 && text === '' ? '\n' : ',\n'}${json}`;
-    }
-    if (batch.length > 0) this.firstGeneration ??= redactor.generation;
-    const body = Buffer.from(text);
-    const out = Buffer.concat([body, Buffer.from(TAIL)]);
+    // Every entry of the batch is scrubbed at this generation or a later one.
+    const generation = this.o.redactor.generation;
     try {
-      await this.fh.write(out, 0, out.length, this.tailAt);
+      const out = new FileOut(this.fh, this.tailAt);
+      await this.writeEntries(batch, out);
+      await out.drain();
+      const end = out.at;
+      await out.put(TAIL);
+      await out.drain();
       await this.fh.sync();
+      this.tailAt = end;
     } catch (e) {
       this.pending = batch.concat(this.pending); // kept for the next try
+      this.pendingChars = this.pending.reduce((n, p) => n + bodyChars(p.entry), 0);
       throw e;
     }
-    this.tailAt += body.length;
+    if (batch.length > 0) this.firstGeneration ??= generation;
     this.written += batch.length;
+  }
+
+  private async writeEntries(batch: Pending[], out: FileOut): Promise<void> {
+    const redactor = this.o.redactor;
+    for (const [i, p] of batch.entries()) {
+      // H1: a secret learnt after this entry was made is replaced in it too.
+      const entry = p.generation === redactor.generation ? p.entry : redactor.scrubDeep(p.entry);
+      await out.put(this.written === 0 && i === 0 ? '\n' : ',\n');
+      for (const piece of entryPieces(entry)) await out.put(piece);
+    }
   }
 
   /** One streaming pass over the file with every secret known now; atomic by rename. */

@@ -8,7 +8,7 @@ import { send, type Req } from './load.js';
 import { emailOf, PRESENCE_PATH, SMALL_PATH } from './synthetic-upstream.js';
 
 /**
- * X2/X8's recording figure: `npm run bench -- record-secrets [--requests 10000] [--users 3000] [--keep] [--full-answers]`.
+ * X2/X8's recording figure: `npm run bench -- record-secrets [--requests 10000] [--users 3000] [--keep] [--full-answers] [--no-record]`.
  * A recording shim in front of a synthetic 2.1 realm gets `requests` requests, 4 at a time,
  * each with credentials of its own (a client spraying secrets): presence polls and passed-through
  * GETs in turn. Prints the request rate of each tenth of the run (the first and the last
@@ -24,6 +24,7 @@ const { values } = parseArgs({
     concurrency: { type: 'string' },
     keep: { type: 'boolean' },
     'full-answers': { type: 'boolean' },
+    'no-record': { type: 'boolean' },
   },
   strict: true,
 });
@@ -38,8 +39,8 @@ const upstream = await spawnChild('upstream-process.ts', ['2.1', String(users), 
 const shim = await startCli(shippedCli(), upstream.url, {
   dir,
   args: [
-    '--record',
-    har,
+    // --no-record: the same traffic unrecorded, the reference for what recording costs.
+    ...(values['no-record'] ? [] : ['--record', har]),
     '--access-log',
     'off',
     // --full-answers: no sharing (P9), so every presence poll records the realm's full answer.
@@ -100,7 +101,7 @@ const seconds = (performance.now() - started) / 1000;
 const hwmMiB = statusMiB('VmHWM');
 await pool.close();
 await shim.stop(); // the HAR is complete once the shim has stopped (SIGTERM: drained, written)
-const harMiB = (statSync(har).size / 2 ** 20).toFixed(1);
+const harMiB = values['no-record'] ? '0' : (statSync(har).size / 2 ** 20).toFixed(1);
 await upstream.stop();
 // --keep: the HAR is left for a look (its path printed).
 if (values.keep) process.stdout.write(`HAR kept: ${har}\n`);

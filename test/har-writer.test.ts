@@ -101,6 +101,22 @@ describe('HarWriter (H1)', () => {
     expect(text.includes(whole)).toBe(true);
   });
 
+  it('writes a response text given as UTF-8 bytes exactly as JSON.stringify writes the string, and scrubs it for a secret learnt later', async () => {
+    const file = join(dir, 'bytes.har');
+    const redactor = new Redactor();
+    const w = new HarWriter({ file, redactor, log, flushMs: 10_000 });
+    const secret = 'byt3sS3cr3tL3arntLat3r';
+    const text = `{"a":"q\\"\\\\ \u0001\u001f\u007f"}\n\t\r\b\f😀é\u2028${'z'.repeat(70_000)}€ ${secret}`;
+    const withText = entry('/bytes', text, 1000);
+    const { text: _left, ...content } = withText.response.content;
+    w.add({ ...withText, response: { ...withText.response, content } }, 1000, Buffer.from(text));
+    const placeholder = redactor.placeholder(secret);
+    await w.close();
+    const har = JSON.parse(readFileSync(file, 'utf8')) as { log: { entries: HarEntry[] } };
+    const scrubbed = { ...withText.response.content, text: text.replace(secret, placeholder) };
+    expect(har.log.entries).toEqual([{ ...withText, response: { ...withText.response, content: scrubbed } }]);
+  });
+
   it('replaces a secret learnt after an entry was kept in that entry too', async () => {
     const file = join(dir, 'b.har');
     const redactor = new Redactor();

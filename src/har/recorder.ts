@@ -203,7 +203,7 @@ export async function startRecorder(o: RecorderOptions): Promise<Recorder> {
     log: o.log,
     record(exchange) {
       const w = toHarEntry(exchange, redactor).then(
-        (entry) => writer.add(entry, exchange.startedAt),
+        ({ entry, responseText }) => writer.add(entry, exchange.startedAt, responseText),
         (e: unknown) => o.log.error({ err: e }, 'could not record an exchange'),
       );
       writes.add(w);

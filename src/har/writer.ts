@@ -35,6 +35,8 @@ interface Pending {
   at: number;
   /** The entry, scrubbed at `generation` of the redactor; serialised only when written. */
   entry: HarEntry;
+  /** The response's text as UTF-8 bytes, when the entry leaves `content.text` out for them. */
+  responseText: Buffer | undefined;
   generation: number;
 }
 
@@ -63,16 +65,16 @@ const BODY_MARK = '\u0000har-body\u0000';
 const BODY_MARK_JSON = JSON.stringify(BODY_MARK).slice(1, -1);
 
 /** The body texts of an entry, in the order JSON.stringify meets them, with marks in their place. */
-function markBodies(entry: HarEntry): { marked: HarEntry; bodies: string[] } {
-  const bodies: string[] = [];
-  const mark = (text: string | undefined) => {
+function markBodies(entry: HarEntry, responseText: Buffer | undefined): { marked: HarEntry; bodies: Array<string | Buffer> } {
+  const bodies: Array<string | Buffer> = [];
+  const mark = (text: string | Buffer | undefined) => {
     if (text === undefined) return text;
     bodies.push(text);
     return BODY_MARK;
   };
   const { request, response } = entry;
   const postData = request.postData && { ...request.postData, text: mark(request.postData.text) };
-  const content = { ...response.content, text: mark(response.content.text) };
+  const content = { ...response.content, text: mark(responseText ?? response.content.text) };
   const marked: HarEntry = {
     ...entry,
     request: postData ? { ...request, postData } : request,
@@ -92,39 +94,83 @@ function* escapedPieces(text: string): Generator<string> {
   }
 }
 
+/** Bytes JSON.stringify writes escaped: the ones it names, then the other controls as \u00XX. */
+const SHORT_ESCAPES: Record<number, string> = {
+  0x22: '\\"',
+  0x5c: '\\\\',
+  0x08: '\\b',
+  0x0c: '\\f',
+  0x0a: '\\n',
+  0x0d: '\\r',
+  0x09: '\\t',
+};
+const ESCAPED_BYTES = Array.from({ length: 0x80 }, (_, b) =>
+  SHORT_ESCAPES[b] !== undefined
+    ? Buffer.from(SHORT_ESCAPES[b])
+    : b < 0x20
+      ? Buffer.from(`\\u${b.toString(16).padStart(4, '0')}`)
+      : undefined,
+);
+
+/**
+ * Valid UTF-8 as the inside of a JSON string, byte for byte what JSON.stringify writes for its
+ * text (it escapes only `"`, `\`, controls and lone surrogates, which UTF-8 cannot hold), in pieces.
+ */
+function* escapedBytePieces(bytes: Buffer): Generator<Buffer> {
+  for (let i = 0; i < bytes.length; i += PIECE_CHARS) {
+    const end = Math.min(i + PIECE_CHARS, bytes.length);
+    const out = Buffer.allocUnsafe((end - i) * 6);
+    let n = 0;
+    for (let j = i; j < end; j++) {
+      const b = bytes[j]!;
+      const escaped = b < 0x80 ? ESCAPED_BYTES[b] : undefined;
+      if (escaped) n += escaped.copy(out, n);
+      else out[n++] = b;
+    }
+    yield out.subarray(0, n);
+  }
+}
+
 /** An entry as the file holds it (indented JSON, one line per value), in pieces. */
-function* entryPieces(entry: HarEntry): Generator<string> {
-  const { marked, bodies } = markBodies(entry);
+function* entryPieces(entry: HarEntry, responseText: Buffer | undefined): Generator<string | Buffer> {
+  const { marked, bodies } = markBodies(entry, responseText);
   const parts = indent(JSON.stringify(marked, null, 2), ENTRY_INDENT).split(BODY_MARK_JSON);
   if (parts.length !== bodies.length + 1) {
-    yield indent(JSON.stringify(entry, null, 2), ENTRY_INDENT);
+    const whole = responseText
+      ? { ...entry, response: { ...entry.response, content: { ...entry.response.content, text: responseText.toString('utf8') } } }
+      : entry;
+    yield indent(JSON.stringify(whole, null, 2), ENTRY_INDENT);
     return;
   }
   for (const [i, part] of parts.entries()) {
     yield part;
-    if (i < bodies.length) yield* escapedPieces(bodies[i]!);
+    const body = bodies[i];
+    if (typeof body === 'string') yield* escapedPieces(body);
+    else if (body) yield* escapedBytePieces(body);
   }
 }
 
 /** Characters of body text an entry holds (what its pending copy costs, roughly). */
-const bodyChars = (e: HarEntry) => (e.request.postData?.text?.length ?? 0) + (e.response.content.text?.length ?? 0);
+const bodyChars = (p: Pick<Pending, 'entry' | 'responseText'>) =>
+  (p.entry.request.postData?.text?.length ?? 0) + (p.entry.response.content.text?.length ?? 0) + (p.responseText?.length ?? 0);
 
 /** Positional writes of text from `at` on, gathered into pieces of about PIECE_CHARS. */
 class FileOut {
-  private buffered: string[] = [];
+  private buffered: Buffer[] = [];
   private chars = 0;
   constructor(
     private readonly fh: FileHandle,
     public at: number,
   ) {}
-  async put(text: string): Promise<void> {
-    this.buffered.push(text);
-    this.chars += text.length;
+  async put(text: string | Buffer): Promise<void> {
+    const bytes = typeof text === 'string' ? Buffer.from(text) : text;
+    this.buffered.push(bytes);
+    this.chars += bytes.length;
     if (this.chars >= PIECE_CHARS) await this.drain();
   }
   async drain(): Promise<void> {
     if (this.chars === 0) return;
-    const bytes = Buffer.from(this.buffered.join(''));
+    const bytes = Buffer.concat(this.buffered, this.chars);
     this.buffered = [];
     this.chars = 0;
     await this.fh.write(bytes, 0, bytes.length, this.at);
@@ -161,9 +207,11 @@ export class HarWriter {
     return this.written + this.pending.length;
   }
 
-  add(entry: HarEntry, startedAt: number): void {
-    this.pending.push({ at: startedAt, entry, generation: this.o.redactor.generation });
-    this.pendingChars += bodyChars(entry);
+  /** `responseText`: the response's text as UTF-8 bytes, for an entry that leaves it out. */
+  add(entry: HarEntry, startedAt: number, responseText?: Buffer): void {
+    const p: Pending = { at: startedAt, entry, responseText, generation: this.o.redactor.generation };
+    this.pending.push(p);
+    this.pendingChars += bodyChars(p);
     // X8: what waits for the file is bounded in bytes too, not only by the interval.
     if (this.pendingChars > PENDING_FLUSH_CHARS) void this.flushLogged();
     else this.timer ??= setTimeout(() => void this.flushLogged(), this.o.flushMs);
@@ -238,7 +286,7 @@ export class HarWriter {
       this.tailAt = end;
     } catch (e) {
       this.pending = batch.concat(this.pending); // kept for the next try
-      this.pendingChars = this.pending.reduce((n, p) => n + bodyChars(p.entry), 0);
+      this.pendingChars = this.pending.reduce((n, p) => n + bodyChars(p), 0);
       throw e;
     }
     if (batch.length > 0) this.firstGeneration ??= generation;
@@ -248,11 +296,19 @@ export class HarWriter {
   private async writeEntries(batch: Pending[], out: FileOut): Promise<void> {
     const redactor = this.o.redactor;
     for (const [i, p] of batch.entries()) {
-      // H1: a secret learnt after this entry was made is replaced in it too.
-      const entry = p.generation === redactor.generation ? p.entry : redactor.scrubDeep(p.entry);
+      const { entry, responseText } = p.generation === redactor.generation ? p : this.rescrubbed(p);
       await out.put(this.written === 0 && i === 0 ? '\n' : ',\n');
-      for (const piece of entryPieces(entry)) await out.put(piece);
+      for (const piece of entryPieces(entry, responseText)) await out.put(piece);
     }
+  }
+
+  /** H1: a secret learnt after this entry was made is replaced in it too (its bytes read as text only if they hold one). */
+  private rescrubbed(p: Pending): Pick<Pending, 'entry' | 'responseText'> {
+    const redactor = this.o.redactor;
+    const entry = redactor.scrubDeep(p.entry);
+    if (!p.responseText || !redactor.mayHold(p.responseText)) return { entry, responseText: p.responseText };
+    const text = redactor.scrub(p.responseText.toString('utf8'));
+    return { entry: { ...entry, response: { ...entry.response, content: { ...entry.response.content, text } } }, responseText: undefined };
   }
 
   /** One streaming pass over the file with every secret known now; atomic by rename. */

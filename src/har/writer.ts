@@ -94,23 +94,11 @@ function* escapedPieces(text: string): Generator<string> {
   }
 }
 
-/** Bytes JSON.stringify writes escaped: the ones it names, then the other controls as \u00XX. */
-const SHORT_ESCAPES: Record<number, string> = {
-  0x22: '\\"',
-  0x5c: '\\\\',
-  0x08: '\\b',
-  0x0c: '\\f',
-  0x0a: '\\n',
-  0x0d: '\\r',
-  0x09: '\\t',
-};
-const ESCAPED_BYTES = Array.from({ length: 0x80 }, (_, b) =>
-  SHORT_ESCAPES[b] !== undefined
-    ? Buffer.from(SHORT_ESCAPES[b])
-    : b < 0x20
-      ? Buffer.from(`\\u${b.toString(16).padStart(4, '0')}`)
-      : undefined,
-);
+/** What JSON.stringify writes for each ASCII byte it escapes (`"`, `\\`, controls), by byte. */
+const ESCAPED_BYTES = Array.from({ length: 0x80 }, (_, b) => {
+  const escaped = JSON.stringify(String.fromCharCode(b)).slice(1, -1);
+  return escaped.length > 1 ? Buffer.from(escaped) : undefined;
+});
 
 /**
  * Valid UTF-8 as the inside of a JSON string, byte for byte what JSON.stringify writes for its

@@ -107,7 +107,10 @@ const ESCAPED_BYTES = Array.from({ length: 0x80 }, (_, b) => {
 function* escapedBytePieces(bytes: Buffer): Generator<Buffer> {
   for (let i = 0; i < bytes.length; i += PIECE_CHARS) {
     const end = Math.min(i + PIECE_CHARS, bytes.length);
-    const out = Buffer.allocUnsafe((end - i) * 6);
+    // Sized exactly: a buffer for the worst case (6×) would be held whole by its slice.
+    let size = end - i;
+    for (let j = i; j < end; j++) if (bytes[j]! < 0x80) size += (ESCAPED_BYTES[bytes[j]!]?.length ?? 1) - 1;
+    const out = Buffer.allocUnsafe(size);
     let n = 0;
     for (let j = i; j < end; j++) {
       const b = bytes[j]!;
@@ -115,7 +118,7 @@ function* escapedBytePieces(bytes: Buffer): Generator<Buffer> {
       if (escaped) n += escaped.copy(out, n);
       else out[n++] = b;
     }
-    yield out.subarray(0, n);
+    yield out;
   }
 }
 

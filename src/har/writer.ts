@@ -10,8 +10,9 @@ import type { Redactor } from './redact.js';
  * X8: a HAR file written as a stream, valid at every flush. The head (`{"log":{…,"entries":[`)
  * is written once; each flush writes the entries that arrived since, followed by the closing
  * `]}}`, over the previous closing, so the file on disk is a complete HAR after every flush
- * (within `flushMs`) and at close. Memory holds only the entries of one flush interval,
- * whatever the length of the recording.
+ * (within `flushMs`) and at close. Memory holds only the entries of one flush interval, and
+ * at most about PENDING_FLUSH_CHARS of their bodies, whatever the length of the recording; a
+ * body goes to the file in pieces, never as one JSON string.
  *
  * Entries are written in start order within a flush (HAR viewers and replay expect it); an
  * exchange that ends after later-started ones were flushed (a long poll) comes after them.
@@ -148,7 +149,7 @@ const bodyChars = (p: Pick<Pending, 'entry' | 'responseText'>) =>
 /** Positional writes of text from `at` on, gathered into pieces of about PIECE_CHARS. */
 class FileOut {
   private buffered: Buffer[] = [];
-  private chars = 0;
+  private size = 0;
   constructor(
     private readonly fh: FileHandle,
     public at: number,
@@ -156,14 +157,14 @@ class FileOut {
   async put(text: string | Buffer): Promise<void> {
     const bytes = typeof text === 'string' ? Buffer.from(text) : text;
     this.buffered.push(bytes);
-    this.chars += bytes.length;
-    if (this.chars >= PIECE_CHARS) await this.drain();
+    this.size += bytes.length;
+    if (this.size >= PIECE_CHARS) await this.drain();
   }
   async drain(): Promise<void> {
-    if (this.chars === 0) return;
-    const bytes = Buffer.concat(this.buffered, this.chars);
+    if (this.size === 0) return;
+    const bytes = Buffer.concat(this.buffered, this.size);
     this.buffered = [];
-    this.chars = 0;
+    this.size = 0;
     await this.fh.write(bytes, 0, bytes.length, this.at);
     this.at += bytes.length;
   }

@@ -82,6 +82,41 @@ describe('HarWriter (H1)', () => {
     expect(readdirSync(dir)).toEqual(['a.har']);
   });
 
+  it('writes bodies in pieces exactly as one JSON text would: pairs across a piece boundary, a text holding the mark', async () => {
+    const file = join(dir, 'pieces.har');
+    const w = new HarWriter({ file, redactor: new Redactor(), log, flushMs: 10_000 });
+    // A surrogate pair straddling the 64 Ki-character piece boundary, quotes and newlines to
+    // escape, and U+2028 (once indented as a line end: six spaces inside the body).
+    const big = `${'x'.repeat(64 * 1024 - 1)}😀"\n${'é'.repeat(70_000)}\u2028end`;
+    const marked = entry('/mark', 'a body holding \u0000har-body\u0000 itself', 2000);
+    const upload = entry('/upload', 'ok', 3000);
+    upload.request.postData = { mimeType: 'text/plain', text: `${'u'.repeat(100_000)}"` };
+    const entries = [entry('/big', big, 1000), marked, upload];
+    for (const e of entries) w.add(e, Date.parse(e.startedDateTime));
+    await w.close();
+    const text = readFileSync(file, 'utf8');
+    const har = JSON.parse(text) as { log: { entries: HarEntry[] } };
+    expect(har.log.entries).toEqual(entries);
+    const whole = entries.map((e) => `      ${JSON.stringify(e, null, 2).replace(/\n/g, '\n      ')}`).join(',\n');
+    expect(text.includes(whole)).toBe(true);
+  });
+
+  it('writes a response text given as UTF-8 bytes exactly as JSON.stringify writes the string, and scrubs it for a secret learnt later', async () => {
+    const file = join(dir, 'bytes.har');
+    const redactor = new Redactor();
+    const w = new HarWriter({ file, redactor, log, flushMs: 10_000 });
+    const secret = 'byt3sS3cr3tL3arntLat3r';
+    const text = `{"a":"q\\"\\\\ \u0001\u001f\u007f"}\n\t\r\b\f😀é\u2028${'z'.repeat(70_000)}€ ${secret}`;
+    const withText = entry('/bytes', text, 1000);
+    const { text: _left, ...content } = withText.response.content;
+    w.add({ ...withText, response: { ...withText.response, content } }, 1000, Buffer.from(text));
+    const placeholder = redactor.placeholder(secret);
+    await w.close();
+    const har = JSON.parse(readFileSync(file, 'utf8')) as { log: { entries: HarEntry[] } };
+    const scrubbed = { ...withText.response.content, text: text.replace(secret, placeholder) };
+    expect(har.log.entries).toEqual([{ ...withText, response: { ...withText.response, content: scrubbed } }]);
+  });
+
   it('replaces a secret learnt after an entry was kept in that entry too', async () => {
     const file = join(dir, 'b.har');
     const redactor = new Redactor();

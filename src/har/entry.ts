@@ -1,5 +1,6 @@
+import { isUtf8 } from 'node:buffer';
 import zlib from 'node:zlib';
-import { bodyText, type HarContent, type HarEntry, type HarNameValue, type HarPostData } from './har.js';
+import { bodyText, isTextual, type HarContent, type HarEntry, type HarNameValue, type HarPostData } from './har.js';
 import { mimeKind, parseForm, parseMultipart } from './form.js';
 import type { Redactor } from './redact.js';
 
@@ -97,7 +98,43 @@ async function postDataOf(record: ExchangeRecord, body: Buffer, redactor: Redact
   return base64 ? { mimeType, text, _encoding: 'base64' } : { mimeType, text };
 }
 
-export async function toHarEntry(record: ExchangeRecord, redactor: Redactor): Promise<HarEntry> {
+/**
+ * A HAR entry and, when its response text is written from the bytes as they came (X8: a
+ * valid UTF-8 text body that may hold no secret, never decoded into one string here), those
+ * bytes: the entry's `content.text` is then left out and the writer puts them in its place.
+ */
+export interface RecordedEntry {
+  entry: HarEntry;
+  responseText?: Buffer;
+}
+
+function responseContent(record: ExchangeRecord, redactor: Redactor, comments: string[]): { content: HarContent; bytes?: Buffer } {
+  const mimeType = headerValue(record.responseHeaders, 'content-type') ?? '';
+  if (!record.responseBody) {
+    comments.push('response body too large: not recorded');
+    return { content: { size: -1, mimeType } };
+  }
+  const decoded = decodeContent(record.responseBody, headerValue(record.responseHeaders, 'content-encoding'));
+  if (decoded.failed) comments.push(decoded.failed);
+  const size = {
+    size: decoded.body.length,
+    ...(decoded.body.length !== record.responseBody.length ? { compression: record.responseBody.length - decoded.body.length } : {}),
+  };
+  if (!decoded.failed && decoded.body.length > 0 && isTextual(mimeType) && isUtf8(decoded.body) && !redactor.mayHold(decoded.body)) {
+    return { content: { ...size, mimeType }, bytes: decoded.body };
+  }
+  const { text, base64 } = bodyText(decoded.body, decoded.failed ? 'application/octet-stream' : mimeType);
+  return {
+    content: {
+      ...size,
+      mimeType,
+      text: !base64 && mimeKind(mimeType) === 'json' ? redactor.json(text) : text,
+      ...(base64 ? { encoding: 'base64' } : {}),
+    },
+  };
+}
+
+export async function toHarEntry(record: ExchangeRecord, redactor: Redactor): Promise<RecordedEntry> {
   const q = record.url.indexOf('?');
   const path = q < 0 ? record.url : record.url.slice(0, q);
   const query = q < 0 ? '' : record.url.slice(q + 1);
@@ -105,24 +142,7 @@ export async function toHarEntry(record: ExchangeRecord, redactor: Redactor): Pr
 
   const postData = record.requestBody ? await postDataOf(record, record.requestBody, redactor) : undefined;
   if (!record.requestBody) comments.push('request body too large: not recorded');
-
-  const mimeType = headerValue(record.responseHeaders, 'content-type') ?? '';
-  let content: HarContent;
-  if (!record.responseBody) {
-    content = { size: -1, mimeType };
-    comments.push('response body too large: not recorded');
-  } else {
-    const decoded = decodeContent(record.responseBody, headerValue(record.responseHeaders, 'content-encoding'));
-    if (decoded.failed) comments.push(decoded.failed);
-    const { text, base64 } = bodyText(decoded.body, decoded.failed ? 'application/octet-stream' : mimeType);
-    content = {
-      size: decoded.body.length,
-      ...(decoded.body.length !== record.responseBody.length ? { compression: record.responseBody.length - decoded.body.length } : {}),
-      mimeType,
-      text: !base64 && mimeKind(mimeType) === 'json' ? redactor.json(text) : text,
-      ...(base64 ? { encoding: 'base64' } : {}),
-    };
-  }
+  const { content, bytes } = responseContent(record, redactor, comments);
 
   const entry: HarEntry = {
     startedDateTime: new Date(record.startedAt).toISOString(),
@@ -153,5 +173,5 @@ export async function toHarEntry(record: ExchangeRecord, redactor: Redactor): Pr
     timings: { send: ms(record.send), wait: ms(record.wait), receive: ms(record.receive) },
     ...(comments.length ? { comment: comments.join('; ') } : {}),
   };
-  return redactor.scrubDeep(entry);
+  return { entry: redactor.scrubDeep(entry), ...(bytes ? { responseText: bytes } : {}) };
 }

@@ -78,7 +78,7 @@ export interface HarEntry {
 }
 
 /** Mime types whose bodies are kept as text when they are valid UTF-8. */
-function isTextual(mimeType: string): boolean {
+export function isTextual(mimeType: string): boolean {
   const m = mimeType.split(';')[0]!.trim().toLowerCase();
   return (
     m === '' ||

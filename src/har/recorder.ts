@@ -45,18 +45,38 @@ interface Recorder {
   close(): Promise<void>;
 }
 
-/** Collects a body while it streams past, up to a limit. */
+/**
+ * Collects a body while it streams past, up to a limit. With its length known beforehand
+ * (Content-Length) each chunk is copied into one buffer as it passes and let go, so a body is
+ * held once, not as its chunks and then their concatenation (X8).
+ */
 class Capture {
   private chunks: Buffer[] = [];
+  private whole: Buffer | undefined;
   size = 0;
   constructor(private readonly limit: number) {}
+  /** The body's announced length: one buffer of that size is filled as chunks pass. */
+  expect(length: number): void {
+    if (this.size === 0 && length > 0 && length <= this.limit) this.whole = Buffer.allocUnsafe(length);
+  }
   push(chunk: Buffer): void {
+    const at = this.size;
     this.size += chunk.length;
+    if (this.whole && this.size <= this.whole.length) chunk.copy(this.whole, at);
+    else if (this.whole) this.spill(at);
+    if (this.whole) return;
     if (this.size <= this.limit) this.chunks.push(chunk);
     else this.chunks = [];
   }
+  /** More bytes than announced: back to chunks, with what was copied so far. */
+  private spill(copied: number): void {
+    this.chunks = [this.whole!.subarray(0, copied)];
+    this.whole = undefined;
+  }
   body(): Buffer | undefined {
-    return this.size <= this.limit ? Buffer.concat(this.chunks, this.size) : undefined;
+    if (this.size > this.limit) return undefined;
+    if (this.whole) return this.whole.subarray(0, this.size);
+    return Buffer.concat(this.chunks, this.size);
   }
 }
 
@@ -103,6 +123,8 @@ class RecordingExchange extends PassThroughExchange {
   tapRequest(): void {
     if (!this.options.body) return;
     const request = this.request;
+    const length = Number(this.req.headers['content-length']);
+    if (Number.isSafeInteger(length)) request.expect(length);
     const tap = new Transform({
       transform(chunk: Buffer, _enc, done) {
         request.push(chunk);
@@ -121,6 +143,8 @@ class RecordingExchange extends PassThroughExchange {
       this.status = statusCode;
       this.statusText = message ?? '';
       this.responseHeaders = rawList(c.rawHeaders, headers);
+      const length = Number(headers['content-length']);
+      if (Number.isSafeInteger(length)) this.response.expect(length);
     }
     super.onResponseStart(c, statusCode, headers);
   }
@@ -203,7 +227,7 @@ export async function startRecorder(o: RecorderOptions): Promise<Recorder> {
     log: o.log,
     record(exchange) {
       const w = toHarEntry(exchange, redactor).then(
-        (entry) => writer.add(entry, exchange.startedAt),
+        ({ entry, responseText }) => writer.add(entry, exchange.startedAt, responseText),
         (e: unknown) => o.log.error({ err: e }, 'could not record an exchange'),
       );
       writes.add(w);

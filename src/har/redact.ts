@@ -18,6 +18,8 @@ import { LRUCache } from 'lru-cache';
  */
 
 const LONG_SECRET = 8;
+/** Bytes read at a time by mayHold(). */
+const HOLD_WINDOW = 64 * 1024;
 
 /** A JSON text that may hold a secret key (isSecretName), possibly escaped: cheap pre-check. */
 const SECRET_KEY_HINT = /api_key|token|password|\\u/i;
@@ -239,9 +241,33 @@ export class Redactor {
     return left ? JSON.stringify(redacted) : out;
   }
 
+  /**
+   * Whether UTF-8 bytes may hold a secret: a secret key's name (json()) or a long secret's
+   * spelling (scrub()). Read in windows that overlap by the longest spelling, so a body with
+   * none is never decoded into one string (X8).
+   */
+  mayHold(bytes: Buffer): boolean {
+    const pattern = this.textual.size > 0 ? this.textualPattern() : undefined;
+    let longest = 16;
+    for (const f of this.spelled.keys()) longest = Math.max(longest, f.length);
+    const overlap = longest * 4;
+    for (let start = 0; start < bytes.length; start += HOLD_WINDOW) {
+      let from = Math.max(0, start - overlap);
+      while (from > 0 && (bytes[from]! & 0xc0) === 0x80) from--; // a character's first byte
+      const text = bytes.toString('utf8', from, Math.min(bytes.length, start + HOLD_WINDOW));
+      if (SECRET_KEY_HINT.test(text) || (pattern && text.search(pattern) >= 0)) return true;
+    }
+    return false;
+  }
+
   /** Replaces every long secret seen so far, in any of its spellings, in a string. */
   scrub(s: string): string {
     if (this.textual.size === 0 || s.length < LONG_SECRET) return s;
+    const pattern = this.textualPattern();
+    return s.replace(pattern, (m) => this.spelled.get(m) ?? m);
+  }
+
+  private textualPattern(): RegExp {
     if (!this.pattern) {
       this.spelled = new Map();
       for (const [secret, p] of this.textual.entries()) for (const f of spellings(secret)) if (!this.spelled.has(f)) this.spelled.set(f, p);
@@ -253,7 +279,7 @@ export class Redactor {
         'g',
       );
     }
-    return s.replace(this.pattern, (m) => this.spelled.get(m) ?? m);
+    return this.pattern;
   }
 
   /** scrub() over every string of a HAR entry; base64 bodies are scrubbed as bytes. */

@@ -10,8 +10,9 @@ import type { Redactor } from './redact.js';
  * X8: a HAR file written as a stream, valid at every flush. The head (`{"log":{…,"entries":[`)
  * is written once; each flush writes the entries that arrived since, followed by the closing
  * `]}}`, over the previous closing, so the file on disk is a complete HAR after every flush
- * (within `flushMs`) and at close. Memory holds only the entries of one flush interval,
- * whatever the length of the recording.
+ * (within `flushMs`) and at close. Memory holds only the entries of one flush interval, and
+ * at most about PENDING_FLUSH_CHARS of their bodies, whatever the length of the recording; a
+ * body goes to the file in pieces, never as one JSON string.
  *
  * Entries are written in start order within a flush (HAR viewers and replay expect it); an
  * exchange that ends after later-started ones were flushed (a long poll) comes after them.
@@ -33,8 +34,10 @@ interface HarWriterOptions {
 
 interface Pending {
   at: number;
-  /** The entry as indented JSON, scrubbed at `generation` of the redactor. */
-  json: string;
+  /** The entry, scrubbed at `generation` of the redactor; serialised only when written. */
+  entry: HarEntry;
+  /** The response's text as UTF-8 bytes, when the entry leaves `content.text` out for them. */
+  responseText: Buffer | undefined;
   generation: number;
 }
 
@@ -45,7 +48,127 @@ const TAIL = '\n    ]\n  }\n}\n';
 
 const URL_LINE = /^\s*"url": "/;
 
-const indent = (json: string, pad: string) => json.replace(/^/gm, pad);
+/** Indents every line; only \n ends one (a /^/m would also indent after U+2028 inside a string). */
+const indent = (json: string, pad: string) => pad + json.replace(/\n/g, `\n${pad}`);
+
+/** Pending entries holding more body text than this are written at once, not at the timer. */
+const PENDING_FLUSH_CHARS = 4 * 1024 * 1024;
+/** Text is handed to the file in pieces of about this many characters. */
+const PIECE_CHARS = 64 * 1024;
+
+/**
+ * X8: a body's text stands for itself in the entry's JSON as this mark, and is written after
+ * it, escaped piece by piece, so a multi-MB body is never copied into one JSON string (and then
+ * an indented one, a joined batch, a Buffer of it). NUL cannot be in a header; a body's or a
+ * parameter's text that holds the mark anyway is caught by the count of marks (whole JSON then).
+ */
+const BODY_MARK = '\u0000har-body\u0000';
+const BODY_MARK_JSON = JSON.stringify(BODY_MARK).slice(1, -1);
+
+/** The body texts of an entry, in the order JSON.stringify meets them, with marks in their place. */
+function markBodies(entry: HarEntry, responseText: Buffer | undefined): { marked: HarEntry; bodies: Array<string | Buffer> } {
+  const bodies: Array<string | Buffer> = [];
+  const mark = (text: string | Buffer | undefined) => {
+    if (text === undefined) return text;
+    bodies.push(text);
+    return BODY_MARK;
+  };
+  const { request, response } = entry;
+  const postData = request.postData && { ...request.postData, text: mark(request.postData.text) };
+  const content = { ...response.content, text: mark(responseText ?? response.content.text) };
+  const marked: HarEntry = {
+    ...entry,
+    request: postData ? { ...request, postData } : request,
+    response: { ...response, content },
+  };
+  return { marked, bodies };
+}
+
+/** A string as the inside of a JSON string, in pieces; a surrogate pair is never split. */
+function* escapedPieces(text: string): Generator<string> {
+  for (let i = 0; i < text.length; ) {
+    let end = Math.min(i + PIECE_CHARS, text.length);
+    const last = text.charCodeAt(end - 1);
+    if (end < text.length && last >= 0xd800 && last <= 0xdbff) end++;
+    yield JSON.stringify(text.slice(i, end)).slice(1, -1);
+    i = end;
+  }
+}
+
+/** What JSON.stringify writes for each ASCII byte it escapes (`"`, `\\`, controls), by byte. */
+const ESCAPED_BYTES = Array.from({ length: 0x80 }, (_, b) => {
+  const escaped = JSON.stringify(String.fromCharCode(b)).slice(1, -1);
+  return escaped.length > 1 ? Buffer.from(escaped) : undefined;
+});
+
+/**
+ * Valid UTF-8 as the inside of a JSON string, byte for byte what JSON.stringify writes for its
+ * text (it escapes only `"`, `\`, controls and lone surrogates, which UTF-8 cannot hold), in pieces.
+ */
+function* escapedBytePieces(bytes: Buffer): Generator<Buffer> {
+  for (let i = 0; i < bytes.length; i += PIECE_CHARS) {
+    const end = Math.min(i + PIECE_CHARS, bytes.length);
+    // Sized exactly: a buffer for the worst case (6×) would be held whole by its slice.
+    let size = end - i;
+    for (let j = i; j < end; j++) if (bytes[j]! < 0x80) size += (ESCAPED_BYTES[bytes[j]!]?.length ?? 1) - 1;
+    const out = Buffer.allocUnsafe(size);
+    let n = 0;
+    for (let j = i; j < end; j++) {
+      const b = bytes[j]!;
+      const escaped = b < 0x80 ? ESCAPED_BYTES[b] : undefined;
+      if (escaped) n += escaped.copy(out, n);
+      else out[n++] = b;
+    }
+    yield out;
+  }
+}
+
+/** An entry as the file holds it (indented JSON, one line per value), in pieces. */
+function* entryPieces(entry: HarEntry, responseText: Buffer | undefined): Generator<string | Buffer> {
+  const { marked, bodies } = markBodies(entry, responseText);
+  const parts = indent(JSON.stringify(marked, null, 2), ENTRY_INDENT).split(BODY_MARK_JSON);
+  if (parts.length !== bodies.length + 1) {
+    const whole = responseText
+      ? { ...entry, response: { ...entry.response, content: { ...entry.response.content, text: responseText.toString('utf8') } } }
+      : entry;
+    yield indent(JSON.stringify(whole, null, 2), ENTRY_INDENT);
+    return;
+  }
+  for (const [i, part] of parts.entries()) {
+    yield part;
+    const body = bodies[i];
+    if (typeof body === 'string') yield* escapedPieces(body);
+    else if (body) yield* escapedBytePieces(body);
+  }
+}
+
+/** Characters of body text an entry holds (what its pending copy costs, roughly). */
+const bodyChars = (p: Pick<Pending, 'entry' | 'responseText'>) =>
+  (p.entry.request.postData?.text?.length ?? 0) + (p.entry.response.content.text?.length ?? 0) + (p.responseText?.length ?? 0);
+
+/** Positional writes of text from `at` on, gathered into pieces of about PIECE_CHARS. */
+class FileOut {
+  private buffered: Buffer[] = [];
+  private size = 0;
+  constructor(
+    private readonly fh: FileHandle,
+    public at: number,
+  ) {}
+  async put(text: string | Buffer): Promise<void> {
+    const bytes = typeof text === 'string' ? Buffer.from(text) : text;
+    this.buffered.push(bytes);
+    this.size += bytes.length;
+    if (this.size >= PIECE_CHARS) await this.drain();
+  }
+  async drain(): Promise<void> {
+    if (this.size === 0) return;
+    const bytes = Buffer.concat(this.buffered, this.size);
+    this.buffered = [];
+    this.size = 0;
+    await this.fh.write(bytes, 0, bytes.length, this.at);
+    this.at += bytes.length;
+  }
+}
 
 /**
  * The one place a recording file is opened (created or truncated here). Whether an existing
@@ -57,6 +180,7 @@ function openRecording(file: string): Promise<FileHandle> {
 
 export class HarWriter {
   private pending: Pending[] = [];
+  private pendingChars = 0;
   private fh: FileHandle | undefined;
   /** Where the closing `]}}` starts: the next entries are written from here. */
   private tailAt = 0;
@@ -75,13 +199,14 @@ export class HarWriter {
     return this.written + this.pending.length;
   }
 
-  add(entry: HarEntry, startedAt: number): void {
-    this.pending.push({
-      at: startedAt,
-      json: indent(JSON.stringify(entry, null, 2), ENTRY_INDENT),
-      generation: this.o.redactor.generation,
-    });
-    this.timer ??= setTimeout(() => void this.flushLogged(), this.o.flushMs);
+  /** `responseText`: the response's text as UTF-8 bytes, for an entry that leaves it out. */
+  add(entry: HarEntry, startedAt: number, responseText?: Buffer): void {
+    const p: Pending = { at: startedAt, entry, responseText, generation: this.o.redactor.generation };
+    this.pending.push(p);
+    this.pendingChars += bodyChars(p);
+    // X8: what waits for the file is bounded in bytes too, not only by the interval.
+    if (this.pendingChars > PENDING_FLUSH_CHARS) void this.flushLogged();
+    else this.timer ??= setTimeout(() => void this.flushLogged(), this.o.flushMs);
   }
 
   /** Writes what is pending soon after any write in progress; rejects when it cannot be written. */
@@ -138,29 +263,44 @@ export class HarWriter {
     }
     const batch = this.pending;
     this.pending = [];
+    this.pendingChars = 0;
     batch.sort((a, b) => a.at - b.at);
-    const redactor = this.o.redactor;
-    let text = '';
-    for (const p of batch) {
-      // H1: a secret learnt after this entry was made is replaced in it too.
-      const json =
-        p.generation === redactor.generation
-          ? p.json
-          : indent(JSON.stringify(redactor.scrubDeep(JSON.parse(p.json) as HarEntry), null, 2), ENTRY_INDENT);
-      text += `${this.written === 0 && text === '' ? '\n' : ',\n'}${json}`;
-    }
-    if (batch.length > 0) this.firstGeneration ??= redactor.generation;
-    const body = Buffer.from(text);
-    const out = Buffer.concat([body, Buffer.from(TAIL)]);
+    // Every entry of the batch is scrubbed at this generation or a later one.
+    const generation = this.o.redactor.generation;
     try {
-      await this.fh.write(out, 0, out.length, this.tailAt);
+      const out = new FileOut(this.fh, this.tailAt);
+      await this.writeEntries(batch, out);
+      await out.drain();
+      const end = out.at;
+      await out.put(TAIL);
+      await out.drain();
       await this.fh.sync();
+      this.tailAt = end;
     } catch (e) {
       this.pending = batch.concat(this.pending); // kept for the next try
+      this.pendingChars = this.pending.reduce((n, p) => n + bodyChars(p), 0);
       throw e;
     }
-    this.tailAt += body.length;
+    if (batch.length > 0) this.firstGeneration ??= generation;
     this.written += batch.length;
+  }
+
+  private async writeEntries(batch: Pending[], out: FileOut): Promise<void> {
+    const redactor = this.o.redactor;
+    for (const [i, p] of batch.entries()) {
+      const { entry, responseText } = p.generation === redactor.generation ? p : this.rescrubbed(p);
+      await out.put(this.written === 0 && i === 0 ? '\n' : ',\n');
+      for (const piece of entryPieces(entry, responseText)) await out.put(piece);
+    }
+  }
+
+  /** H1: a secret learnt after this entry was made is replaced in it too (its bytes read as text only if they hold one). */
+  private rescrubbed(p: Pending): Pick<Pending, 'entry' | 'responseText'> {
+    const redactor = this.o.redactor;
+    const entry = redactor.scrubDeep(p.entry);
+    if (!p.responseText || !redactor.mayHold(p.responseText)) return { entry, responseText: p.responseText };
+    const text = redactor.scrub(p.responseText.toString('utf8'));
+    return { entry: { ...entry, response: { ...entry.response, content: { ...entry.response.content, text } } }, responseText: undefined };
   }
 
   /** One streaming pass over the file with every secret known now; atomic by rename. */

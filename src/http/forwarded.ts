@@ -54,6 +54,29 @@ export function distrustForwarded(req: IncomingMessage, trusted: TrustedProxies)
   delete h['x-forwarded-proto'];
 }
 
+/**
+ * The client's address, for what is bounded per client (X11's uploads per address): the peer's,
+ * or where the peer is a trusted proxy (X4), the last address in X-Forwarded-For that is not one
+ * itself, as nginx's `real_ip_recursive on` reads it. An IPv4-mapped IPv6 peer is its IPv4
+ * address. A value in X-Forwarded-For that is not an address ends the walk there.
+ */
+export function clientAddress(req: IncomingMessage, trusted: TrustedProxies): string {
+  const peer = unmapped(req.socket.remoteAddress ?? '');
+  const listed = req.headers['x-forwarded-for'];
+  if (!listed || !trusted.trusts(peer)) return peer;
+  const hops = String(listed).split(',');
+  let client = peer;
+  for (let i = hops.length - 1; i >= 0; i--) {
+    const hop = unmapped(hops[i]!.trim());
+    if (isIP(hop) === 0) break;
+    client = hop;
+    if (!trusted.trusts(hop)) break;
+  }
+  return client;
+}
+
+const unmapped = (address: string) => (address.startsWith('::ffff:') && isIP(address.slice(7)) === 4 ? address.slice(7) : address);
+
 const first = (v: string | string[] | undefined) => (Array.isArray(v) ? v[0] : v);
 
 /**

@@ -19,9 +19,18 @@ export function cleanEnv(extra: NodeJS.ProcessEnv = {}): NodeJS.ProcessEnv {
   return { ...Object.fromEntries(Object.entries(process.env).filter(([k]) => !settings.test(k))), ...extra };
 }
 
-/** `preload`: modules loaded with --import before the CLI (paths relative to the project, listed in build.ts). */
-export function runCli(args: string[], o: { env?: NodeJS.ProcessEnv; preload?: string[] } = {}): CliRun {
-  const child = spawn(process.execPath, [...nodeArgsFor('src/cli.ts', o.preload), ...args], { cwd: ROOT, env: cleanEnv(o.env) });
+/**
+ * `preload`: modules loaded with --import before the CLI (paths relative to the project, listed in build.ts).
+ * `descriptors`: the process's limit on open descriptors (`ulimit -n`, soft and hard), as a deployment sets it.
+ */
+export function runCli(args: string[], o: { env?: NodeJS.ProcessEnv; preload?: string[]; descriptors?: number } = {}): CliRun {
+  const node = [...nodeArgsFor('src/cli.ts', o.preload), ...args];
+  // `exec`: the child is node itself, under the limit, and gets the signals tests send.
+  const [command, commandArgs] =
+    o.descriptors === undefined
+      ? [process.execPath, node]
+      : ['/bin/sh', ['-c', 'ulimit -n "$0" && exec "$@"', String(o.descriptors), process.execPath, ...node]];
+  const child = spawn(command, commandArgs, { cwd: ROOT, env: cleanEnv(o.env) });
   const stdout: string[] = [];
   const stderr: string[] = [];
   let out = '';

@@ -74,8 +74,8 @@ async function probes(ms: number) {
   return {
     n: samples.length,
     statuses: [...statuses].map(([s, n]) => `${n} × ${s || 'no answer'}`).join(', '),
-    p50: percentile(sorted, 0.5),
-    p99: percentile(sorted, 0.99),
+    p50: percentile(sorted, 50),
+    p99: percentile(sorted, 99),
     max: sorted[sorted.length - 1] ?? 0,
     slow: samples.filter((p) => p.ms >= 2_000).length,
   };
@@ -136,6 +136,6 @@ process.stdout.write(
     `${line('pass-through GET, alone', alone)}\n` +
     `${line('pass-through GET, beside the drips', beside)}\n` +
     `the drips' answers: ${[...outcomes].map(([k, n]) => `${n} × ${k}`).join('; ')}\n` +
-    `each drip held: p50 ${percentile(held, 0.5).toFixed(0)} ms, p99 ${percentile(held, 0.99).toFixed(0)} ms (${held.length} ended)\n` +
+    `each drip held: p50 ${percentile(held, 50).toFixed(0)} ms, p99 ${percentile(held, 99).toFixed(0)} ms (${held.length} ended)\n` +
     `target: every probe answered within 2 s: ${beside.slow === 0 && !/no answer/.test(beside.statuses) ? 'met' : 'NOT met'}\n`,
 );

@@ -113,7 +113,7 @@ await Promise.all([
     for (let n = 0; performance.now() < until; n++) {
       const t = performance.now();
       const line = await rawOnce(newClientPresence(k * 10_000 + n), sockets);
-      newClientMs.push(performance.now() - t);
+      if (line.includes(' 200 ')) newClientMs.push(performance.now() - t);
       newClients.set(line, (newClients.get(line) ?? 0) + 1);
       for (const s of sockets.splice(0)) s.destroy();
       await new Promise((r) => setTimeout(r, 100));
@@ -146,9 +146,9 @@ const list = (m: Map<string, number>) => [...m].map(([k, n]) => `${n} × ${k || 
 process.stdout.write(
   `X11 long polls: ${polls} held GET /events, ${seconds} s, shim limited to ${descriptors} descriptors\n` +
     `their first answers: ${list(firstAnswers)}\n` +
-    `presence (20 clients connected before): n=${presenceMs.length}, errors ${presenceErrors}, p50 ${percentile(sorted, 0.5).toFixed(1)} ms, p99 ${percentile(sorted, 0.99).toFixed(1)} ms\n` +
-    `presence of new clients (a connection each, to its first status line): ${list(newClients)}; p50 ${percentile(newSorted, 0.5).toFixed(1)} ms, p99 ${percentile(newSorted, 0.99).toFixed(1)} ms\n` +
-    `/healthz on new connections: ${list(probes)}; p99 ${percentile(probeSorted, 0.99).toFixed(1)} ms\n` +
+    `presence (20 clients connected before): n=${presenceMs.length}, errors ${presenceErrors}, p50 ${percentile(sorted, 50).toFixed(1)} ms, p99 ${percentile(sorted, 99).toFixed(1)} ms\n` +
+    `presence of new clients (a connection each, to its first status line): ${list(newClients)}; those answered 200: p50 ${percentile(newSorted, 50).toFixed(1)} ms, p99 ${percentile(newSorted, 99).toFixed(1)} ms\n` +
+    `/healthz on new connections: ${list(probes)}; p99 ${percentile(probeSorted, 99).toFixed(1)} ms\n` +
     `the shim's connections at the end: ${gauge('client_connections')} open, cap ${gauge('client_connections_max')}, ${gauge('client_connections_refused_total')} refused\n` +
     (stats.rss ? `shim RSS ${(stats.rss / 2 ** 20).toFixed(0)} MiB\n` : ''),
 );

@@ -106,7 +106,7 @@ export const configSchema = z
         .int()
         .min(1)
         .describe(
-          "Kept-alive upstream connections for the shim's own calls, and as many again for passed-through requests (kept apart, so clients cannot take all of the shim's); long polls have their own, uncapped.",
+          "Kept-alive upstream connections for the shim's own calls, as many again for passed-through requests (kept apart, so clients cannot take all of the shim's), and as many again for uploads (passed-through requests whose bodies are still arriving, so drips cannot take the others'); long polls have their own, uncapped.",
         ),
       insecureTls: z.boolean().describe('Accept self-signed upstream certificates (logged loudly at start-up).'),
       maxResponseBytes: z.number().int().min(1024).describe('Largest upstream body the shim buffers on an intercepted endpoint.'),
@@ -138,7 +138,7 @@ export const configSchema = z
       maxConnections: z
         .union([z.literal('auto'), z.number().int().min(1)])
         .describe(
-          "Client connections open at once (X11). Half of them at most carry a passed-through request (a long poll, an upload, a WebSocket), which holds an upstream connection too; past that a passed-through request gets a 503 with Retry-After, while presence, profile, register, server_settings, users and the shim's own paths are answered on the other half. At the cap the connection idle longest is closed for a new one. auto = two thirds of the descriptors the process may open, less a reserve of 512 and the two upstream pools (2 × upstream.maxSockets).",
+          "Client connections open at once (X11). Half of them at most carry a passed-through request (a long poll, an upload, a WebSocket), which holds an upstream connection too; past that a passed-through request gets a 503 with Retry-After, while presence, profile, register, server_settings, users and the shim's own paths are answered on the other half. At the cap the connection idle longest is closed for a new one. auto = two thirds of the descriptors the process may open, less a reserve of 512 and the three upstream pools (3 × upstream.maxSockets).",
         ),
       bodyTimeoutMs: ms
         .min(1)

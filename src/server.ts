@@ -420,20 +420,6 @@ export function createShim(o: ShimOptions): Shim {
     }
     return refused !== undefined;
   };
-  /**
-   * X11: an upload (a body still to come) passed through takes a slot of its client address, or
-   * is answered 503 here (undefined); the address it holds a slot of, else ''.
-   */
-  const uploadSlot = (req: IncomingMessage, res: ServerResponse): string | undefined => {
-    if (!bodyToCome(req)) return '';
-    const address = clientAddress(req, trustedProxies);
-    if (uploads.take(address)) return address;
-    cap.passThroughEnded();
-    metrics.uploadsRefused.inc();
-    res.shouldKeepAlive = false;
-    sendShimError(res, new TooManyUploadsError(uploads.perAddress), OVER_CAP_HEADERS);
-    return undefined;
-  };
   /** X11: how a body is watched (a 408 logged at warn with what had come); `ended`: once it is all in, or the answer closed. */
   const bodyWatch = (req: IncomingMessage, requestId: string, release: () => void, ended?: () => void): BodyWatch => ({
     release,
@@ -460,9 +446,7 @@ export function createShim(o: ShimOptions): Shim {
       const passing = route.kind === 'upstream' && !gate;
       cap.requestStarted(req.socket);
       if (turnedAway(req, res, own, passing)) return;
-      const upload = passing ? uploadSlot(req, res) : '';
-      if (upload === undefined) return;
-      serve(req, res, route, own, gate, passing ? upload : undefined);
+      serve(req, res, route, own, gate, passing);
     } catch (e) {
       // E4: a fault on the way in costs this request a 500, never the process.
       log.error({ err: e }, 'unexpected error routing a request');
@@ -470,10 +454,40 @@ export function createShim(o: ShimOptions): Shim {
     }
   };
   /**
-   * A request taken: logged, in the drain's list, and answered by its route. `upload`: for a
-   * request passed through (its slot taken), the address of its upload slot, or ''.
+   * T1, X11: a request passed through. One whose body is still to come once what came with its
+   * head is read (passthrough.ts) is an upload: it takes a slot of its client address until the
+   * body is in, or is answered 503 past server.uploadsPerAddress.
    */
-  const serve = (req: IncomingMessage, res: ServerResponse, route: Route, own: boolean, gate: ShimError | undefined, upload?: string) => {
+  const passOn = (req: IncomingMessage, res: ServerResponse, route: Route, requestId: string): PassThroughExchange => {
+    if (!bodyToCome(req)) return passThrough.web(req, res, requestId, route);
+    let slot: string | undefined;
+    const admitUpload = () => {
+      const address = clientAddress(req, trustedProxies);
+      if (uploads.take(address)) {
+        slot = address;
+        return true;
+      }
+      metrics.uploadsRefused.inc();
+      res.shouldKeepAlive = false;
+      sendShimError(res, new TooManyUploadsError(uploads.perAddress), { 'x-request-id': requestId, connection: 'close' });
+      return false;
+    };
+    const exchange = passThrough.web(req, res, requestId, route, admitUpload);
+    const ended = () => {
+      if (slot !== undefined) uploads.release(slot);
+      slot = undefined;
+    };
+    watchBody(
+      req,
+      res,
+      bodyLimits(),
+      { 'x-request-id': requestId },
+      bodyWatch(req, requestId, () => exchange.closed(), ended),
+    ); // X11
+    return exchange;
+  };
+  /** A request taken: logged, in the drain's list, and answered by its route; `passing`: passed through (its slot taken). */
+  const serve = (req: IncomingMessage, res: ServerResponse, route: Route, own: boolean, gate: ShimError | undefined, passing: boolean) => {
     const logged = logRequest(req, res, route.label, own);
     let exchange: PassThroughExchange | undefined;
     // The one listener for all that ends with the answer: the drain list, the log line and
@@ -484,22 +498,13 @@ export function createShim(o: ShimOptions): Shim {
       answer.remove();
       logged.closed();
       cap.answerClosed(socket);
-      if (upload === undefined) return;
+      if (!passing) return;
       exchange?.closed();
       cap.passThroughEnded();
     });
-    if (upload !== undefined && route.kind === 'upstream') {
+    if (passing) {
       // The pass-through writes the request id into its one answer head.
-      const passed = passThrough.web(req, res, logged.requestId, route);
-      exchange = passed;
-      const ended = upload ? () => uploads.release(upload) : undefined;
-      watchBody(
-        req,
-        res,
-        bodyLimits(),
-        { 'x-request-id': logged.requestId },
-        bodyWatch(req, logged.requestId, () => passed.closed(), ended),
-      );
+      exchange = passOn(req, res, route, logged.requestId);
       return;
     }
     // Every answer the shim writes itself carries the request id.

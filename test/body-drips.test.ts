@@ -3,8 +3,9 @@ import type { Socket } from 'node:net';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { MIN_BYTES_PER_WINDOW } from '../src/http/body-deadline.js';
 import { clientAddress, TrustedProxies } from '../src/http/forwarded.js';
+import { serveCli } from './support/cli-run.js';
 import { startFake, type FakeZulip } from './support/fake-zulip.js';
-import { bodyOf, crowd, rawClient, type Crowd, type RawClient } from './support/raw-clients.js';
+import { bodyOf, crowd, metricsText, rawClient, type Crowd, type RawClient } from './support/raw-clients.js';
 import { startShim, testConfig, type RunningShim } from './support/shim.js';
 
 /**
@@ -55,11 +56,13 @@ function drip(url: string, request: string, piece: string, everyMs: number): Raw
   return c;
 }
 
-async function metric(s: RunningShim, name: string): Promise<number> {
-  const text = await s.shim.context.metrics.registry.metrics();
+/** A value of a metrics text (`name` with its labels, as written). */
+function valueIn(text: string, name: string): number {
   const escaped = name.replace(/[{}"]/g, (c) => `\\${c}`);
   return Number(new RegExp(`^zulip_compat_shim_${escaped} (\\S+)$`, 'm').exec(text)?.[1] ?? Number.NaN);
 }
+const metric = async (s: RunningShim, name: string) => valueIn(await s.shim.context.metrics.registry.metrics(), name);
+const metricAt = async (url: string, name: string) => valueIn(await metricsText(url), name);
 
 /** Pass-through probes on new connections, `n` of them `gapMs` apart: each one's status and milliseconds. */
 async function probes(url: string, n: number, gapMs: number): Promise<Array<{ status: number; ms: number }>> {
@@ -148,24 +151,32 @@ describe('a body must keep arriving (X11)', () => {
 });
 
 describe('drips that come back (X11)', () => {
+  // The shim in a process of its own (as deployed, with its default configuration but what is
+  // named): this process runs the drips and the upstream.
+  let child: Awaited<ReturnType<typeof serveCli>> | undefined;
+  afterEach(async () => {
+    await child?.stop();
+    child = undefined;
+  });
+
   it('300 re-opening drips from one address leave pass-through answered within 2 s', async () => {
-    shim = await startShim(fake.url);
-    const drips = crowd(shim.url, 300, { reopenMs: 250, request: () => upload(10_000), drip: 'x', dripMs: 1_000 });
+    child = await serveCli(fake.url);
+    const drips = crowd(child.url, 300, { reopenMs: 1_000, request: () => upload(10_000), drip: 'x', dripMs: 1_000 });
     crowds.push(drips);
     await pause(1_000);
-    const answers = await probes(shim.url, 8, 300);
+    const answers = await probes(child.url, 8, 300);
     for (const a of answers) {
       expect(a.status).toBe(200);
       expect(a.ms).toBeLessThan(2_000);
     }
-    // One address holds at most its share of the pass-through's upstream connections.
-    expect(await metric(shim, 'uploads_refused_total')).toBeGreaterThan(0);
+    // One address holds at most server.uploadsPerAddress of the uploads' upstream connections.
+    expect(await metricAt(child.url, 'uploads_refused_total')).toBeGreaterThan(0);
     expect(drips.statuses()).toContain(503);
   });
 
-  it('drips from more addresses than the pass-through has upstream connections are cut within a window; pass-through is answered within 2 s', async () => {
-    shim = await startShim(fake.url, { upstream: { maxSockets: 8 }, server: { bodyReadTimeoutMs: 1_000 } });
-    const drips = crowd(shim.url, 24, {
+  it('drips from more addresses than uploads have upstream connections are cut within a window; pass-through is answered within 2 s', async () => {
+    child = await serveCli(fake.url, { config: { upstream: { maxSockets: 8 }, server: { bodyReadTimeoutMs: 1_000 } } });
+    const drips = crowd(child.url, 24, {
       reopenMs: 50,
       request: () => upload(10_000),
       drip: 'x',
@@ -174,13 +185,14 @@ describe('drips that come back (X11)', () => {
     });
     crowds.push(drips);
     await pause(1_500);
-    const answers = await probes(shim.url, 8, 300);
+    const answers = await probes(child.url, 8, 300);
     for (const a of answers) {
       expect(a.status).toBe(200);
       expect(a.ms).toBeLessThan(2_000);
     }
     expect(drips.statuses()).toContain(408);
-    expect(await metric(shim, 'uploads_refused_total')).toBe(0);
+    expect(await metricAt(child.url, 'uploads_refused_total')).toBe(0);
+    expect(await metricAt(child.url, 'request_body_timeouts_total{reason="stalled"}')).toBeGreaterThan(0);
   });
 });
 

@@ -6,9 +6,9 @@ import {
   FIRST_REQUEST_MS,
   passThroughCap,
 } from '../src/http/connection-cap.js';
-import { logLine, runCli, until, type CliRun } from './support/cli-run.js';
+import { serveCli } from './support/cli-run.js';
 import { startFake, type FakeZulip } from './support/fake-zulip.js';
-import { bodyOf, crowd, rawClient, type Crowd, type RawClient } from './support/raw-clients.js';
+import { bodyOf, crowd, metricsText, rawClient, type Crowd, type RawClient } from './support/raw-clients.js';
 import { startShim, type RunningShim } from './support/shim.js';
 
 /**
@@ -51,8 +51,7 @@ function open(url: string, request?: string): RawClient {
 
 /** A value of a shim's metrics: one in this process read directly, one at a URL by its /metrics. */
 async function metric(from: string | RunningShim, name: string): Promise<number> {
-  const text =
-    typeof from === 'string' ? await (await fetch(new URL('/metrics', from))).text() : await from.shim.context.metrics.registry.metrics();
+  const text = typeof from === 'string' ? await metricsText(from) : await from.shim.context.metrics.registry.metrics();
   return Number(new RegExp(`^zulip_compat_shim_${name} (\\S+)$`, 'm').exec(text)?.[1] ?? Number.NaN);
 }
 
@@ -160,12 +159,12 @@ describe('the connection cap (X11)', () => {
     expect(early.socket.destroyed).toBe(false);
   }, 15_000);
 
-  it('auto: two thirds of the descriptors after a reserve and the two upstream pools; half of it for what is passed through', () => {
-    expect(autoConnectionCap(20_000, 256)).toBe(Math.floor(((20_000 - 512 - 512) * 2) / 3));
-    expect(autoConnectionCap(2_048, 256)).toBe(682);
-    expect(passThroughCap(682)).toBe(341);
+  it('auto: two thirds of the descriptors after a reserve and the three upstream pools; half of it for what is passed through', () => {
+    expect(autoConnectionCap(20_000, 256)).toBe(Math.floor(((20_000 - 512 - 768) * 2) / 3));
+    expect(autoConnectionCap(2_048, 256)).toBe(512);
+    expect(passThroughCap(512)).toBe(256);
     // Every descriptor accounted for: connections, passed-through upstream requests, the pools, the reserve.
-    expect(682 + 341 + 2 * 256 + 512).toBeLessThanOrEqual(2_048);
+    expect(512 + 256 + 3 * 256 + 512).toBeLessThanOrEqual(2_048);
     expect(autoConnectionCap(undefined, 256)).toBe(Number.POSITIVE_INFINITY);
     expect(autoConnectionCap(100, 256)).toBe(2);
     expect(descriptorLimit('/nonexistent')).toBeUndefined();
@@ -175,18 +174,16 @@ describe('the connection cap (X11)', () => {
 
 describe('a shim process allowed 2,048 descriptors (X11)', () => {
   const DESCRIPTORS = 2_048;
-  let run: CliRun;
+  let child: Awaited<ReturnType<typeof serveCli>>;
   let url: string;
   beforeAll(async () => {
     fake = await startFake({ era: '2.1' });
     for (const u of fake.humans()) fake.report(u.user_id, 'active');
-    run = runCli(['--upstream', fake.url, '--port', '0', '--log-level', 'info', '--access-log', 'off'], { descriptors: DESCRIPTORS });
-    const start = await until('the start-up line', () => logLine(run, 'zulip-compat-shim listening'));
-    url = String(start.listen);
+    child = await serveCli(fake.url, { descriptors: DESCRIPTORS });
+    url = child.url;
   });
   afterAll(async () => {
-    run.child.kill('SIGKILL');
-    await run.exited;
+    await child.stop();
     await fake.stop();
   });
 

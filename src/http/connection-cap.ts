@@ -18,9 +18,11 @@ import { endSocketWithShimError, ShimError } from './errors.js';
  * request gets a Zulip-shaped 503 with `Retry-After` while the others are still answered.
  *
  * At `max`, the connection idle longest (no request in flight, for a second at least) is closed
- * for a new one, as nginx closes idle keep-alive connections when it runs out; a connection accepted near the cap
- * must send its first request within FIRST_REQUEST_MS. Only when every connection is busy is a
- * new one taken from the reserve (OVER_CAP_BAND): it gets one answer, then closes.
+ * for a new one, as nginx closes idle keep-alive connections when it runs out; a connection
+ * accepted near the cap must send its first request within FIRST_REQUEST_MS. When no
+ * connection has been idle that long, a new one is taken from the reserve (OVER_CAP_BAND): it
+ * gets one answer, then closes; with that band full too, the one idle longest goes at any age,
+ * and with none idle at all the new one is closed at once.
  */
 
 /** Seconds a refused client is asked to wait. */
@@ -40,7 +42,7 @@ export class TooManyPassedThroughError extends ShimError {
 }
 
 /**
- * Descriptors kept out of the cap besides the two upstream pools: listening sockets, the store,
+ * Descriptors kept out of the cap besides the upstream pools: listening sockets, the store,
  * log output, files, the worker threads, and a margin for descriptors in closing. Half of it
  * is the band a connection past the cap borrows (OVER_CAP_BAND).
  */
@@ -52,7 +54,8 @@ const OVER_CAP_BAND = RESERVED_DESCRIPTORS / 2;
 /**
  * At the cap, a connection is closed for a new one only once it has been idle this long: one just
  * accepted (its request not yet read) or between two requests of a busy client is not. When
- * every idle connection is younger, the new one is taken from the reserve instead.
+ * every idle connection is younger, the new one is taken from the reserve instead, and only
+ * when that band is full too does the one idle longest go at any age.
  */
 export const CLOSABLE_AFTER_IDLE_MS = 1_000;
 
@@ -74,17 +77,19 @@ export function descriptorLimit(limits = '/proc/self/limits'): number | undefine
   }
 }
 
+/** Upstream pools of `maxSockets` connections each: the shim's own calls, the pass-through's, and uploads'. */
+const CAPPED_POOLS = 3;
+
 /**
- * `max` for `auto`: the descriptors left after the reserve and the two upstream pools (the
- * shim's own calls, and the pass-through's kept-alive connections, `maxSockets` each) hold the
- * client connections and the upstream requests of those passed through: `max` + `max` / 2 of
- * them, so two thirds are client connections. That is one passed-through request (a long poll)
- * and one other connection per client at the cap, as Zulip's apps hold. Unknown limit: no cap
- * beyond the operating system's.
+ * `max` for `auto`: the descriptors left after the reserve and the capped upstream pools (whose
+ * kept-alive connections may all be open at once) hold the client connections and the upstream
+ * requests of those passed through: `max` + `max` / 2 of them, so two thirds are client
+ * connections. That is one passed-through request (a long poll) and one other connection per
+ * client at the cap, as Zulip's apps hold. Unknown limit: no cap beyond the operating system's.
  */
 export function autoConnectionCap(limit: number | undefined, maxSockets: number): number {
   if (limit === undefined) return Number.POSITIVE_INFINITY;
-  return Math.max(2, Math.floor(((limit - RESERVED_DESCRIPTORS - 2 * maxSockets) * 2) / 3));
+  return Math.max(2, Math.floor(((limit - RESERVED_DESCRIPTORS - CAPPED_POOLS * maxSockets) * 2) / 3));
 }
 
 /** The passed-through requests a cap of `max` connections carries at once: half of them. */
@@ -200,7 +205,9 @@ export class ConnectionCap {
     const c = new ClientConnection(socket);
     (socket as Tracked)[CONNECTION] = c;
     socket.once('close', () => this.closed(c));
-    if (this.open >= this.max) this.closeOldestIdle();
+    // At the cap, the connection idle longest goes: once idle a while, or at any age when the
+    // reserve's band is full too (a flood of connections that send nothing).
+    if (this.open >= this.max) this.closeOldestIdle(this.open >= this.max + OVER_CAP_BAND);
     this.events.counted(++this.open);
     if (this.open > this.max) {
       this.events.refused();
@@ -231,10 +238,10 @@ export class ConnectionCap {
     c.socket.destroy();
   }
 
-  /** At the cap: the connection idle longest goes (once idle long enough), so a new one is served. */
-  private closeOldestIdle(): void {
+  /** At the cap: the connection idle longest goes (idle long enough, or `anyAge`), so a new one is served. */
+  private closeOldestIdle(anyAge: boolean): void {
     const oldest = this.oldestIdle;
-    if (!oldest || performance.now() - oldest.idleSince < CLOSABLE_AFTER_IDLE_MS) return;
+    if (!oldest || (!anyAge && performance.now() - oldest.idleSince < CLOSABLE_AFTER_IDLE_MS)) return;
     this.unlinkIdle(oldest);
     // Its descriptor is free now; its close event comes later.
     oldest.counted = false;

@@ -1,4 +1,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { nodeArgsFor, ROOT } from './build.js';
 
 /** Runs the CLI (src/cli.ts, bundled once per test run) as a child process and collects its output lines. */
@@ -79,4 +82,31 @@ export function logLine(run: CliRun, msg: string | RegExp): Record<string, unkno
     }
   }
   return undefined;
+}
+
+/**
+ * The CLI serving `upstream` in a child process (its request log off), once it listens: its URL,
+ * and `stop`, which kills it. `config`: a configuration file's content; `descriptors`: as runCli.
+ */
+export async function serveCli(
+  upstream: string,
+  o: { descriptors?: number; config?: object } = {},
+): Promise<{ url: string; run: CliRun; stop(): Promise<void> }> {
+  const dir = o.config ? mkdtempSync(join(tmpdir(), 'zcs-cli-')) : undefined;
+  const configArgs = dir ? ['--config', join(dir, 'config.json')] : [];
+  if (dir) writeFileSync(join(dir, 'config.json'), JSON.stringify(o.config));
+  const args = ['--upstream', upstream, '--port', '0', '--log-level', 'info', '--access-log', 'off', ...configArgs];
+  const run = runCli(args, o.descriptors === undefined ? {} : { descriptors: o.descriptors });
+  const stop = async () => {
+    run.child.kill('SIGKILL');
+    await run.exited;
+    if (dir) rmSync(dir, { recursive: true, force: true });
+  };
+  try {
+    const start = await until('the start-up line', () => logLine(run, 'zulip-compat-shim listening'));
+    return { url: String(start.listen), run, stop };
+  } catch (e) {
+    await stop();
+    throw e;
+  }
 }

@@ -90,3 +90,12 @@ export function crowd(
     },
   };
 }
+
+/**
+ * A shim's /metrics text, asked on a connection of its own that closes after the answer (a
+ * kept-alive one could be closed as idle by a shim at its cap just as the next request goes out).
+ */
+export async function metricsText(url: string): Promise<string> {
+  const answer = await rawClient(url, 'GET /metrics HTTP/1.1\r\nHost: metrics\r\nConnection: close\r\n\r\n').closed;
+  return answer.slice(answer.indexOf('\r\n\r\n') + 4);
+}

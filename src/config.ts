@@ -148,7 +148,7 @@ export const configSchema = z
       bodyReadTimeoutMs: ms
         .min(1)
         .describe(
-          "A request body must keep arriving: at least 1 KiB of it in every this many ms (or its end), else a 408 and its upstream connection is released (X11; nginx's client_body_timeout, a deadline per read).",
+          "A request body must keep arriving: at least 1 KiB of it in every this many ms (or its end), else a 408 and its upstream connection is released (X11). Stricter than nginx's client_body_timeout, a deadline per read, which a byte every few seconds passes.",
         ),
       uploadsPerAddress: z
         .number()

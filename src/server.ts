@@ -477,13 +477,14 @@ export function createShim(o: ShimOptions): Shim {
       if (slot !== undefined) uploads.release(slot);
       slot = undefined;
     };
+    // X11: a body that stops arriving ends its upstream request (and frees its slot) with a 408.
     watchBody(
       req,
       res,
       bodyLimits(),
       { 'x-request-id': requestId },
       bodyWatch(req, requestId, () => exchange.closed(), ended),
-    ); // X11
+    );
     return exchange;
   };
   /** A request taken: logged, in the drain's list, and answered by its route; `passing`: passed through (its slot taken). */
@@ -523,13 +524,14 @@ export function createShim(o: ShimOptions): Shim {
       return;
     }
     if (route.kind === 'intercepted') {
+      // X11: no upstream request to release (the handler has none before the body is in).
       watchBody(
         req,
         res,
         bodyLimits(),
         {},
         bodyWatch(req, logged.requestId, () => {}),
-      ); // X11
+      );
       // Handlers see the path the upstream's router sees, with the query as sent.
       const q = req.url?.indexOf('?') ?? -1;
       req.url = encodePath(route.path) + (q >= 0 ? req.url!.slice(q) : '');

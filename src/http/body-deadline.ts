@@ -10,9 +10,10 @@ import { contentLengthOf, declaresBody } from './headers.js';
  *
  * - **a minimum rate**: in every `windowMs` at least MIN_BYTES_PER_WINDOW bytes of it arrive (or
  *   its end). nginx's `client_body_timeout` is a deadline per read, which a byte every few
- *   seconds passes; a kilobyte per window is what a drip does not send and any real link does.
- *   A window in which the shim itself stopped reading (its buffer for the body was full: the
- *   upstream took it slowly) is not held against the client.
+ *   seconds passes; a kilobyte per window is what a drip does not send, and a link slower than
+ *   that for a whole window is stalled. A window in which the shim itself stopped reading (its
+ *   buffer for the body was full: an upload waiting for an upstream connection, or an upstream
+ *   that takes it slowly) is not held against the client.
  * - **a total**, `totalMs` from the request's start, large enough for a big upload over a slow
  *   link (25 MB at 100 KB/s takes 250 s).
  *

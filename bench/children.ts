@@ -43,6 +43,15 @@ export interface SpawnOptions {
   nodeArgs?: string[];
   env?: NodeJS.ProcessEnv;
   readyTimeoutMs?: number;
+  /** The child's limit on open descriptors (`ulimit -n`, soft and hard), as a deployment sets it; default: this process's. */
+  descriptors?: number;
+}
+
+/** The command that runs node with these arguments, under a descriptor limit when one is given. */
+function nodeCommand(args: string[], descriptors: number | undefined): [string, string[]] {
+  if (descriptors === undefined) return [process.execPath, args];
+  // `exec` keeps the IPC channel (an inherited descriptor) and makes node the child itself.
+  return ['/bin/sh', ['-c', 'ulimit -n "$0" && exec "$@"', String(descriptors), process.execPath, ...args]];
 }
 
 /**
@@ -79,7 +88,8 @@ export function shippedCli(): string {
 }
 
 export function spawnChild(script: string, args: string[], o: SpawnOptions = {}): Promise<Child> {
-  const proc = spawn(process.execPath, [...(o.nodeArgs ?? []), ...scriptArgs(script), ...args], {
+  const [command, commandArgs] = nodeCommand([...(o.nodeArgs ?? []), ...scriptArgs(script), ...args], o.descriptors);
+  const proc = spawn(command, commandArgs, {
     cwd: ROOT,
     env: { ...process.env, ...o.env },
     // stdout (the shim's request log) is discarded; stderr shows crashes.

@@ -27,6 +27,8 @@ import { basicAuth, PRESENCE_PATH, SMALL_BODY, SMALL_PATH, type Flavour, type Up
 // `npm run bench -- flood`: memory under a flood of hosts with the default budgets (X2);
 // `npm run bench -- slow`: presence and profile latency beside slow uploads and idle connections (X11);
 // `npm run bench -- long-polls`: more held long polls than descriptors allow (X11);
+// `npm run bench -- drips`: pass-through beside uploads that drip their bodies and re-open (X11);
+// `npm run bench -- slow-upload`: a 25 MB upload at 100 KB/s through the default configuration (X11);
 // `npm run bench -- record-secrets`: recording requests that each carry a new secret (X2, X8);
 // `npm run bench -- markdown-scan`: the prose scan of messages, 1 MB adversarial ones among them (M6);
 // `npm run bench -- lockout`: real new realms during a flood of made-up ones (X12);
@@ -38,6 +40,8 @@ const OWN_RUNS: Record<string, string> = {
   flood: './flood.js',
   slow: './slow-clients.js',
   'long-polls': './long-polls.js',
+  drips: './drips.js',
+  'slow-upload': './slow-upload.js',
   'record-secrets': './record-secrets.js',
   'markdown-scan': './markdown-scan.js',
   lockout: './realm-lockout.js',

@@ -61,7 +61,7 @@ async function measure(): Promise<{ n: number; errors: number; p50: number; p99:
     }),
   );
   const sorted = Float64Array.from(ms).sort();
-  return { n: ms.length, errors, p50: percentile(sorted, 0.5), p99: percentile(sorted, 0.99) };
+  return { n: ms.length, errors, p50: percentile(sorted, 50), p99: percentile(sorted, 99) };
 }
 
 function open(): Promise<net.Socket> {

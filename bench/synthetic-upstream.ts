@@ -61,6 +61,8 @@ export const SMALL_BODY = '{"result":"success","msg":"","alert_words":["bench","
 const HEARTBEAT = Buffer.from('{"result":"success","msg":"","events":[{"type":"heartbeat","id":0}],"queue_id":"q"}');
 
 export const PRESENCE_PATH = '/api/v1/users/me/presence';
+/** File uploads (passed through); the synthetic upstream answers with the bytes it received. */
+export const UPLOAD_PATH = '/api/v1/user_uploads';
 
 export const emailOf = (i: number) => `user${i}@zulip.example.com`;
 export const userIdOf = (i: number) => 10 + i;
@@ -351,6 +353,12 @@ export class SyntheticZulip {
           const timer = setTimeout(() => send(res, [HEARTBEAT]), 90_000);
           res.on('close', () => clearTimeout(timer));
           return;
+        }
+        case `POST ${UPLOAD_PATH}`: {
+          // An upload: answered once the whole body has come, with its size (bench/slow-upload.ts).
+          this.stats.other++;
+          const bytes = chunks.reduce((n, c) => n + c.length, 0);
+          return send(res, [Buffer.from(`{"result":"success","msg":"","uri":"/user_uploads/1/bench","bytes":${bytes}}`)]);
         }
         case `POST ${PRESENCE_PATH}`: {
           const form = new URLSearchParams(Buffer.concat(chunks).toString('utf8'));

@@ -125,7 +125,7 @@ export const configSchema = z
         .int()
         .min(1)
         .describe(
-          "Kept-alive upstream connections for the shim's own calls, and as many again for passed-through requests (kept apart, so clients cannot take all of the shim's); long polls have their own, uncapped.",
+          "Kept-alive upstream connections for the shim's own calls, as many again for passed-through requests (kept apart, so clients cannot take all of the shim's), and as many again for uploads (passed-through requests whose bodies are still arriving, so drips cannot take the others'); long polls have their own, uncapped.",
         ),
       insecureTls: z.boolean().describe('Accept self-signed upstream certificates (logged loudly at start-up).'),
       maxResponseBytes: z.number().int().min(1024).describe('Largest upstream body the shim buffers on an intercepted endpoint.'),
@@ -157,12 +157,24 @@ export const configSchema = z
       maxConnections: z
         .union([z.literal('auto'), z.number().int().min(1)])
         .describe(
-          "Client connections served at once; past it a 503 with Retry-After. auto = below the process's descriptor limit, two per connection (a passed-through request holds one upstream too).",
+          "Client connections open at once (X11). Half of them at most carry a passed-through request (a long poll, an upload, a WebSocket), which holds an upstream connection too; past that a passed-through request gets a 503 with Retry-After, while presence, profile, register, server_settings, users and the shim's own paths are answered on the other half. At the cap the connection idle longest is closed for a new one. auto = two thirds of the descriptors the process may open, less a reserve of 512 and the three upstream pools (3 × upstream.maxSockets).",
         ),
       bodyTimeoutMs: ms
         .min(1)
         .describe(
-          "A request's whole body must arrive within this long of its start (as nginx's client_body_timeout), else a 408 and its upstream connection is released.",
+          "A request's whole body must arrive within this long of its start, else a 408 and its upstream connection is released (X11). Fits a 25 MB upload at 100 KB/s; server.bodyReadTimeoutMs cuts a drip long before.",
+        ),
+      bodyReadTimeoutMs: ms
+        .min(1)
+        .describe(
+          "A request body must keep arriving: at least 1 KiB of it in every this many ms (or its end), else a 408 and its upstream connection is released (X11). Stricter than nginx's client_body_timeout, a deadline per read, which a byte every few seconds passes.",
+        ),
+      uploadsPerAddress: z
+        .number()
+        .int()
+        .min(1)
+        .describe(
+          'Passed-through requests whose bodies are still arriving (uploads), at once per client address (the peer, or behind a server.trustProxy proxy the address it forwards for); past it a 503 with Retry-After, so clients at one address cannot hold the pass-through pool (X11).',
         ),
       shutdownGraceMs: ms.describe(
         'On SIGTERM or SIGINT: how long in-flight requests (long polls too) may take before they are ended (X9).',

@@ -13,7 +13,7 @@ import {
   toShimError,
   ShimError,
 } from './http/errors.js';
-import type { Logger } from './observability/logger.js';
+import { loggablePath, type Logger } from './observability/logger.js';
 import { createMetrics } from './observability/metrics.js';
 import { requestLogger } from './observability/request-log.js';
 import { upstreamObserver } from './observability/upstream-metrics.js';
@@ -39,15 +39,17 @@ import { Callers } from './upstream/callers.js';
 import { PARSE_POOL, ParsePool } from './parse/parse-worker.js';
 import { InFlightAnswers } from './http/in-flight.js';
 import { allowLongPolls, listen } from './http/listen.js';
-import { watchBodyDeadline } from './http/body-deadline.js';
+import { bodyToCome, watchBody, type BodyTimeout, type BodyWatch } from './http/body-deadline.js';
+import { TooManyUploadsError, UploadSlots } from './http/upload-slots.js';
 import { isWebSocketUpgrade, toOriginForm, withoutUpgradeOffer } from './http/request-target.js';
 import {
   autoConnectionCap,
-  capConnections,
+  ConnectionCap,
   descriptorLimit,
   OVER_CAP_HEADERS,
   refuseOverCap,
   TooManyConnectionsError,
+  TooManyPassedThroughError,
 } from './http/connection-cap.js';
 
 /**
@@ -121,6 +123,8 @@ const LIVE_KEYS: ReadonlySet<string> = new Set([
   'server.realmHosts',
   'server.trustProxy',
   'server.bodyTimeoutMs',
+  'server.bodyReadTimeoutMs',
+  'server.uploadsPerAddress',
   'server.shutdownGraceMs',
 ]);
 
@@ -228,6 +232,26 @@ const CLIENT_ERROR_STATUS: Readonly<Record<string, number>> = {
   ERR_HTTP_REQUEST_TIMEOUT: 408,
 };
 
+/** X11: the connection cap as configured (`auto`: below the process's descriptor limit), its figures in the metrics. */
+function connectionCap(config: Config, metrics: ReturnType<typeof createMetrics>): ConnectionCap {
+  const max =
+    config.server.maxConnections === 'auto'
+      ? autoConnectionCap(descriptorLimit(), config.upstream.maxSockets)
+      : config.server.maxConnections;
+  const cap = new ConnectionCap(max, {
+    counted: (open) => metrics.clientConnections.set(open),
+    refused: () => metrics.clientConnectionsRefused.inc(),
+    closedIdle: () => metrics.clientConnectionsClosedIdle.inc(),
+    passThroughRefused: () => metrics.passedThroughRefused.inc(),
+  });
+  metrics.passedThroughNow.read = () => cap.passingThrough();
+  if (Number.isFinite(max)) {
+    metrics.clientConnectionsMax.set(max);
+    metrics.passedThroughMax.set(cap.passThroughMax);
+  }
+  return cap;
+}
+
 export function createShim(o: ShimOptions): Shim {
   const { config, log } = o;
   const metrics = createMetrics();
@@ -303,6 +327,10 @@ export function createShim(o: ShimOptions): Shim {
   };
 
   const passThrough: PassThrough = createPassThrough({ target: o.target, transport, insecureTls: config.upstream.insecureTls, log });
+  // X11: client connections capped below the descriptors the process may open, passed-through
+  // requests to half of them, and uploads per client address.
+  const cap = connectionCap(config, metrics);
+  const uploads = new UploadSlots(config.server.uploadsPerAddress);
 
   const logRequest = requestLogger(
     log,
@@ -319,7 +347,7 @@ export function createShim(o: ShimOptions): Shim {
         bouncerUrl: config.push.bouncerUrl,
         timeoutMs: config.upstream.timeoutMs,
         bodyLimitBytes: config.server.bodyLimitBytes,
-        bodyTimeoutMs: () => config.server.bodyTimeoutMs,
+        bodyLimits: () => ({ totalMs: config.server.bodyTimeoutMs, windowMs: config.server.bodyReadTimeoutMs }),
         realm: { lookup: (realm) => featureLevels.info(realm), upstreamId: o.upstreamId, admits: (host) => admitted(host) },
         log,
         metrics,
@@ -402,6 +430,44 @@ export function createShim(o: ShimOptions): Shim {
       ? { ...routed, kind: 'intercepted', handler: appRequestHandler }
       : routed;
   };
+  /**
+   * X9, X11: a request the shim does not take, answered here (true), before it is logged.
+   * `passing`: it would be passed through.
+   */
+  const turnedAway = (req: IncomingMessage, res: ServerResponse, own: boolean, passing: boolean): boolean => {
+    // X9: draining, a request that came on a kept-alive connection is not taken (its client
+    // tries again elsewhere, as after nginx's graceful shutdown); the shim's own paths are
+    // answered. Either way the connection then closes.
+    if (draining) {
+      res.shouldKeepAlive = false;
+      if (!own) {
+        sendShimError(res, shuttingDown(), { 'retry-after': '1' });
+        return true;
+      }
+    }
+    // X11: a connection past the cap gets one answer, then closes: what the shim answers itself
+    // (its own paths, the intercepted endpoints) is answered, what it only passes on is not.
+    const over = cap.overCap(req.socket);
+    if (over) res.shouldKeepAlive = false;
+    if (!passing) return false;
+    // X11: past the cap of passed-through requests, they wait first; the rest is still answered.
+    const refused = over ? new TooManyConnectionsError() : !cap.takePassThrough() ? new TooManyPassedThroughError() : undefined;
+    if (refused) {
+      res.shouldKeepAlive = false;
+      sendShimError(res, refused, OVER_CAP_HEADERS);
+    }
+    return refused !== undefined;
+  };
+  /** X11: how a body is watched (a 408 logged at warn with what had come); `ended`: once it is all in, or the answer closed. */
+  const bodyWatch = (req: IncomingMessage, requestId: string, release: () => void, ended?: () => void): BodyWatch => ({
+    release,
+    timedOut: (facts: BodyTimeout) => {
+      metrics.bodyTimeouts.inc({ reason: facts.reason });
+      log.warn({ reqId: requestId, path: loggablePath(req.url), ...facts }, 'request body too slow: answered 408');
+    },
+    ...(ended ? { ended } : {}),
+  });
+  const bodyLimits = () => ({ totalMs: config.server.bodyTimeoutMs, windowMs: config.server.bodyReadTimeoutMs });
   /** A request on its way in; `routed`: its route, when `handle` has already decided it. */
   const onRequest = (req: IncomingMessage, res: ServerResponse, routed?: Route) => {
     try {
@@ -416,69 +482,100 @@ export function createShim(o: ShimOptions): Shim {
       const route = routed ?? routeFor(req);
       // With --admin-listen, the shim's own paths are answered on that listener only.
       const own = route.kind === 'own' && !admin;
-      // X9: draining, a request that came on a kept-alive connection is not taken (its client
-      // tries again elsewhere, as after nginx's graceful shutdown); the shim's own paths are
-      // answered. Either way the connection then closes.
-      if (draining) {
-        res.shouldKeepAlive = false;
-        if (!own) {
-          sendShimError(res, shuttingDown(), { 'retry-after': '1' });
-          return;
-        }
-      }
-      // X11: a connection past the cap gets one answer, then closes: its own paths answered
-      // (a probe tells a busy shim from a dead one), anything else a 503 with Retry-After.
-      if (cap.overCap(req.socket)) {
-        res.shouldKeepAlive = false;
-        if (!own) {
-          sendShimError(res, new TooManyConnectionsError(), OVER_CAP_HEADERS);
-          return;
-        }
-      }
-      const logged = logRequest(req, res, route.label, own);
-      let exchange: PassThroughExchange | undefined;
-      // The one listener for all that ends with the answer: the drain list, the log line and
-      // metrics, and a pass-through's upstream request.
-      const answer = inFlight.add(res, logged.requestId);
-      res.on('close', () => {
-        answer.remove();
-        logged.closed();
-        exchange?.closed();
-      });
       const gate = own ? undefined : refusal(req);
-      if (route.kind === 'upstream' && !gate) {
-        // The pass-through writes the request id into its one answer head.
-        const passed = passThrough.web(req, res, logged.requestId, route);
-        exchange = passed;
-        watchBodyDeadline(req, res, config.server.bodyTimeoutMs, { 'x-request-id': logged.requestId }, () => passed.closed()); // X11
-        return;
-      }
-      // Every answer the shim writes itself carries the request id.
-      res.setHeader('x-request-id', logged.requestId);
-      if (own) {
-        void serveOwn(route.path, req, res);
-        return;
-      }
-      if (gate) {
-        sendShimError(res, gate, req.headers.host ? {} : { connection: 'close' });
-        return;
-      }
-      if (route.kind === 'own') {
-        // Served on the admin listener: here a Zulip-shaped 404 (Zulip has no such path), no upstream call.
-        sendShimError(res, notFound());
-        return;
-      }
-      if (route.kind === 'intercepted') {
-        watchBodyDeadline(req, res, config.server.bodyTimeoutMs, {}, () => {}); // X11
-        // Handlers see the path the upstream's router sees, with the query as sent.
-        const q = req.url?.indexOf('?') ?? -1;
-        req.url = encodePath(route.path) + (q >= 0 ? req.url!.slice(q) : '');
-        void intercept(route.handler, req, res);
-      }
+      const passing = route.kind === 'upstream' && !gate;
+      cap.requestStarted(req.socket);
+      if (turnedAway(req, res, own, passing)) return;
+      serve(req, res, route, own, gate, passing);
     } catch (e) {
       // E4: a fault on the way in costs this request a 500, never the process.
       log.error({ err: e }, 'unexpected error routing a request');
       sendShimError(res, toShimError(e));
+    }
+  };
+  /**
+   * T1, X11: a request passed through. One whose body is still to come once what came with its
+   * head is read (passthrough.ts) is an upload: it takes a slot of its client address until the
+   * body is in, or is answered 503 past server.uploadsPerAddress.
+   */
+  const passOn = (req: IncomingMessage, res: ServerResponse, route: Route, requestId: string): PassThroughExchange => {
+    if (!bodyToCome(req)) return passThrough.web(req, res, requestId, route);
+    let slot: string | undefined;
+    const admitUpload = () => {
+      const address = clientAddressOf(req, trustedProxies);
+      if (uploads.take(address)) {
+        slot = address;
+        return true;
+      }
+      metrics.uploadsRefused.inc();
+      res.shouldKeepAlive = false;
+      sendShimError(res, new TooManyUploadsError(uploads.perAddress), { 'x-request-id': requestId, connection: 'close' });
+      return false;
+    };
+    const exchange = passThrough.web(req, res, requestId, route, admitUpload);
+    const ended = () => {
+      if (slot !== undefined) uploads.release(slot);
+      slot = undefined;
+    };
+    // X11: a body that stops arriving ends its upstream request (and frees its slot) with a 408.
+    watchBody(
+      req,
+      res,
+      bodyLimits(),
+      { 'x-request-id': requestId },
+      bodyWatch(req, requestId, () => exchange.closed(), ended),
+    );
+    return exchange;
+  };
+  /** A request taken: logged, in the drain's list, and answered by its route; `passing`: passed through (its slot taken). */
+  const serve = (req: IncomingMessage, res: ServerResponse, route: Route, own: boolean, gate: ShimError | undefined, passing: boolean) => {
+    const logged = logRequest(req, res, route.label, own);
+    let exchange: PassThroughExchange | undefined;
+    // The one listener for all that ends with the answer: the drain list, the log line and
+    // metrics, the connection's idle time, and a pass-through's upstream request and slot.
+    const answer = inFlight.add(res, logged.requestId);
+    const socket = req.socket; // detached from the request by the time its answer closes
+    res.on('close', () => {
+      answer.remove();
+      logged.closed();
+      cap.answerClosed(socket);
+      if (!passing) return;
+      exchange?.closed();
+      cap.passThroughEnded();
+    });
+    if (passing) {
+      // The pass-through writes the request id into its one answer head.
+      exchange = passOn(req, res, route, logged.requestId);
+      return;
+    }
+    // Every answer the shim writes itself carries the request id.
+    res.setHeader('x-request-id', logged.requestId);
+    if (route.kind === 'own' && own) {
+      void serveOwn(route.path, req, res);
+      return;
+    }
+    if (gate) {
+      sendShimError(res, gate, req.headers.host ? {} : { connection: 'close' });
+      return;
+    }
+    if (route.kind === 'own') {
+      // Served on the admin listener: here a Zulip-shaped 404 (Zulip has no such path), no upstream call.
+      sendShimError(res, notFound());
+      return;
+    }
+    if (route.kind === 'intercepted') {
+      // X11: no upstream request to release (the handler has none before the body is in).
+      watchBody(
+        req,
+        res,
+        bodyLimits(),
+        {},
+        bodyWatch(req, logged.requestId, () => {}),
+      );
+      // Handlers see the path the upstream's router sees, with the query as sent.
+      const q = req.url?.indexOf('?') ?? -1;
+      req.url = encodePath(route.path) + (q >= 0 ? req.url!.slice(q) : '');
+      void intercept(route.handler, req, res);
     }
   };
   const server = http.createServer({ requireHostHeader: false }, onRequest);
@@ -500,17 +597,20 @@ export function createShim(o: ShimOptions): Shim {
   /** Listeners besides the public one: they stop with it (X9). */
   const sideServers = [admin, pushRelay?.server].filter((s): s is http.Server => s !== undefined);
   server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
-    if (cap.overCap(socket)) {
-      socket.on('error', () => socket.destroy());
-      refuseOverCap(socket);
-      return;
-    }
     // X15: another upgrade (h2c) is an offer the shim does not take up: the request is answered
     // as HTTP/1.1, on this connection, which then closes.
     if (!isWebSocketUpgrade(req)) {
       answerWithoutUpgrade(req, socket, head, onRequest);
       return;
     }
+    // X11: a WebSocket is passed through for as long as it is open: past the cap, it waits first.
+    cap.requestStarted(socket);
+    if (cap.overCap(socket) || !cap.takePassThrough()) {
+      socket.on('error', () => socket.destroy());
+      refuseOverCap(socket);
+      return;
+    }
+    socket.once('close', () => cap.passThroughEnded());
     if (!toOriginForm(req)) {
       socket.on('error', () => socket.destroy());
       endSocketWithShimError(socket, badRequest('Malformed request target'));
@@ -544,16 +644,7 @@ export function createShim(o: ShimOptions): Shim {
   });
   // Long polls (GET /events, ~90 s) must never be cut by the shim's own server timeouts.
   allowLongPolls(server);
-  // X11: connections past the cap get a 503; descriptors stay for the shim's own work.
-  const maxConnections =
-    config.server.maxConnections === 'auto'
-      ? autoConnectionCap(descriptorLimit(), config.upstream.maxSockets)
-      : config.server.maxConnections;
-  const cap = capConnections(server, maxConnections, {
-    counted: (open) => metrics.clientConnections.set(open),
-    refused: () => metrics.clientConnectionsRefused.inc(),
-  });
-  if (Number.isFinite(cap.max)) metrics.clientConnectionsMax.set(cap.max);
+  cap.watch(server);
 
   let closing: Promise<void> | undefined;
   return {
@@ -576,6 +667,8 @@ export function createShim(o: ShimOptions): Shim {
       config.server.realmHosts = next.server.realmHosts;
       config.server.trustProxy = next.server.trustProxy;
       config.server.bodyTimeoutMs = next.server.bodyTimeoutMs;
+      config.server.bodyReadTimeoutMs = next.server.bodyReadTimeoutMs;
+      config.server.uploadsPerAddress = uploads.perAddress = next.server.uploadsPerAddress;
       config.server.shutdownGraceMs = next.server.shutdownGraceMs;
       return { applied, kept: changed.filter((k) => !LIVE_KEYS.has(k)) };
     },

@@ -2,7 +2,6 @@ import net from 'node:net';
 import request from 'supertest';
 import { afterEach, describe, expect, it } from 'vitest';
 import { startFake, type FakeZulip } from './support/fake-zulip.js';
-import { autoConnectionCap, descriptorLimit } from '../src/http/connection-cap.js';
 import { sendRaw } from './support/http-client.js';
 import { startShim, type RunningShim } from './support/shim.js';
 
@@ -77,55 +76,6 @@ describe('slow request bodies (X11)', () => {
     const text = await slowUpload('/api/v1/users/me/presence').answer;
     expect(text).toMatch(/^HTTP\/1\.1 408/);
     expect(fake.stats.presenceFull + fake.stats.presencePing).toBe(before);
-  });
-});
-
-describe('the connection cap (X11)', () => {
-  it('answers a request on a connection past the cap with a Zulip-shaped 503 and Retry-After, its own paths with their answer; the others are served', async () => {
-    fake = await startFake({ era: '2.1' });
-    shim = await startShim(fake.url, { server: { maxConnections: 3 } });
-    const { port } = new URL(shim.url);
-    const open = (): Promise<net.Socket> =>
-      new Promise((resolve) => {
-        const s = net.connect(Number(port), '127.0.0.1', () => resolve(s));
-        sockets.push(s);
-      });
-    const held = [await open(), await open(), await open()];
-    /** A request on a new connection; everything the shim wrote before it closed the connection. */
-    const answerOf = async (request: string): Promise<string> => {
-      const s = await open();
-      return new Promise<string>((resolve) => {
-        let got = '';
-        s.on('data', (d) => {
-          got += String(d);
-        });
-        s.on('close', () => resolve(got));
-        s.write(request);
-      });
-    };
-    const text = await answerOf('GET /api/v1/users/me HTTP/1.1\r\nHost: chat.example.com\r\n\r\n');
-    expect(text).toMatch(/^HTTP\/1\.1 503/);
-    expect(text).toMatch(/retry-after: 5/i);
-    expect(JSON.parse(text.slice(text.indexOf('\r\n\r\n') + 4))).toMatchObject({ result: 'error', code: 'UPSTREAM_UNAVAILABLE' });
-    expect(fake.stats.requests.get('GET /api/v1/users/me') ?? 0).toBe(0); // nothing of it reached the upstream
-    // The shim's own paths are answered past the cap too: a probe tells a busy shim from a dead one.
-    const health = await answerOf('GET /healthz HTTP/1.1\r\nHost: chat.example.com\r\n\r\n');
-    expect(health).toMatch(/^HTTP\/1\.1 200/);
-    // One held connection goes: a new one is served.
-    held[0]!.destroy();
-    await new Promise((r) => setTimeout(r, 50));
-    const me = await request(shim.url).get('/metrics');
-    expect(me.status).toBe(200);
-    expect(me.text).toMatch(/zulip_compat_shim_client_connections_max 3/);
-    expect(me.text).toMatch(/zulip_compat_shim_client_connections_refused_total 2/);
-  });
-
-  it('auto: below the descriptor limit, two descriptors a connection, after the shim’s own pool and a reserve', () => {
-    expect(autoConnectionCap(20_000, 256)).toBe(Math.floor((20_000 - 512 - 256) / 2));
-    expect(autoConnectionCap(undefined, 256)).toBe(Number.POSITIVE_INFINITY);
-    expect(autoConnectionCap(100, 256)).toBe(1);
-    expect(descriptorLimit('/nonexistent')).toBeUndefined();
-    if (process.platform === 'linux') expect(descriptorLimit()).toBeGreaterThan(0);
   });
 });
 

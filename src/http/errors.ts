@@ -82,6 +82,9 @@ export const badRequest = (msg: string) => new BadRequestError(msg);
 export const bodyTooLarge = (limit: number) => new BadRequestError(`Request body too large (limit ${limit} bytes)`, 413);
 /** X11: a request body that did not arrive within server.bodyTimeoutMs. */
 export const bodyTimedOut = (ms: number) => new BadRequestError(`Request body not received within ${ms} ms`, 408);
+/** X11: a request body that stopped arriving (less than `bytes` in `ms`, server.bodyReadTimeoutMs). */
+export const bodyStalled = (bytes: number, ms: number) =>
+  new BadRequestError(`Request body stalled: less than ${bytes} bytes of it arrived in ${ms} ms`, 408);
 
 export function errorBody(code: string, msg: string): string {
   return JSON.stringify({ result: 'error', msg, code });

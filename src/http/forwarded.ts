@@ -86,24 +86,27 @@ export class ReplacedProtoWarnings {
 }
 
 /**
- * The client a request comes from (X12 counts new realms per client address): its peer, or,
- * where the peer is a trusted proxy (X4), the nearest address in X-Forwarded-For that is not
- * one, as nginx's `real_ip_recursive` finds it; what a client wrote further left is its own
- * claim and not believed. An entry that is not an address ends the walk.
+ * The client a request comes from, for what is counted per client (X12's new realms, X11's
+ * uploads) and for the access line: its peer, or, where the peer is a trusted proxy (X4), the
+ * nearest address in X-Forwarded-For that is not one, as nginx's `real_ip_recursive` finds it;
+ * what a client wrote further left is its own claim and not believed. An entry that is not an
+ * address ends the walk; an IPv4-mapped IPv6 address is its IPv4 address.
  */
 export function clientAddressOf(req: IncomingMessage, trusted: TrustedProxies): string {
-  let address = req.socket.remoteAddress ?? '';
+  let address = unmapped(req.socket.remoteAddress ?? '');
   if (!trusted.trusts(address)) return address;
   const header = req.headers['x-forwarded-for'];
   const hops = (Array.isArray(header) ? header.join(',') : (header ?? '')).split(',');
   for (let i = hops.length - 1; i >= 0; i--) {
-    const hop = hops[i]!.trim();
+    const hop = unmapped(hops[i]!.trim());
     if (isIP(hop) === 0) break;
     address = hop;
     if (!trusted.trusts(hop)) break;
   }
   return address;
 }
+
+const unmapped = (address: string) => (address.startsWith('::ffff:') && isIP(address.slice(7)) === 4 ? address.slice(7) : address);
 
 /**
  * X-Forwarded-For/Proto/Host for a request the shim sends upstream (T1), written into its

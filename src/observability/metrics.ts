@@ -30,6 +30,8 @@ export function createMetrics() {
   buildInfo.set({ version: VERSION, nodejs: process.version }, 1);
   const upstreamRequestCounts = new PendingCounts(['route', 'status']);
   const requestCounts = new PendingCounts(['route', 'method', 'status']);
+  /** Read when passed_through_requests is collected (not set on every request: the hot path, B4). */
+  const passedThroughNow = { read: () => 0 };
   return {
     registry,
     /**
@@ -137,7 +139,44 @@ export function createMetrics() {
     }),
     clientConnectionsRefused: new Counter({
       name: `${p}client_connections_refused_total`,
-      help: 'Client connections answered 503 because the cap was reached',
+      help: 'Client connections past the cap with none idle to close for them: given one answer (503 for a request to pass through) and closed, or closed at once',
+      registers: [registry],
+    }),
+    clientConnectionsClosedIdle: new Counter({
+      name: `${p}client_connections_closed_idle_total`,
+      help: 'Idle client connections closed to make room: at the cap, the one idle longest for a new one; near it, one that sent no request within 5 s',
+      registers: [registry],
+    }),
+    /** X11: requests passed through in flight, the cap on them, and those refused past it. */
+    passedThrough: new Gauge({
+      name: `${p}passed_through_requests`,
+      help: 'Requests being passed through (long polls, uploads, WebSockets: all the shim does not answer itself)',
+      registers: [registry],
+      collect() {
+        this.set(passedThroughNow.read());
+      },
+    }),
+    /** Where passed_through_requests is read from: set by whoever counts them (the connection cap). */
+    passedThroughNow,
+    passedThroughMax: new Gauge({
+      name: `${p}passed_through_requests_max`,
+      help: 'The cap on requests passed through at once (half of server.maxConnections)',
+      registers: [registry],
+    }),
+    passedThroughRefused: new Counter({
+      name: `${p}passed_through_refused_total`,
+      help: 'Requests to pass through answered 503 because passed_through_requests_max were in flight (the shim still answered its own endpoints)',
+      registers: [registry],
+    }),
+    uploadsRefused: new Counter({
+      name: `${p}uploads_refused_total`,
+      help: 'Uploads (requests passed through with a body still to come) answered 503 because their client address had server.uploadsPerAddress in flight',
+      registers: [registry],
+    }),
+    bodyTimeouts: new Counter({
+      name: `${p}request_body_timeouts_total`,
+      help: 'Requests answered 408 because their body did not keep arriving (reason stalled: under 1 KiB in server.bodyReadTimeoutMs) or was not all in within server.bodyTimeoutMs (reason total)',
+      labelNames: ['reason'] as const,
       registers: [registry],
     }),
     /** X12: requests for a realm new to the shim refused past presence.newRealmsPerMinute or the address's share. */

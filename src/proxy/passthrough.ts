@@ -1,6 +1,7 @@
 import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
 import type { Dispatcher } from 'undici';
+import { bodyToCome } from '../http/body-deadline.js';
 import { badRequest, sendShimError, ShimError, upstreamUnavailable } from '../http/errors.js';
 import { setXForwarded } from '../http/forwarded.js';
 import { copyEndToEnd, declaresBody, endToEndList } from '../http/headers.js';
@@ -33,8 +34,19 @@ export interface PassThrough {
    * metrics their label and says whether the request is a long poll (its own upstream pool, T1).
    * The caller calls the returned exchange's `closed()` when the answer closes (the upstream
    * request ends with it), from the one `close` listener it has anyway.
+   *
+   * X11: a request with a body is sent on a turn of the event loop later (`setImmediate`), once
+   * Node's parser has read what came with its head: a body that came whole goes with the other
+   * requests, one still to come is an upload, to the uploads' own upstream pool, and only if
+   * `admitUpload` says so (it answers the request itself when not).
    */
-  web(req: IncomingMessage, res: ServerResponse, requestId: string, route: Pick<RouteFacts, 'label' | 'longPoll'>): PassThroughExchange;
+  web(
+    req: IncomingMessage,
+    res: ServerResponse,
+    requestId: string,
+    route: Pick<RouteFacts, 'label' | 'longPoll'>,
+    admitUpload?: () => boolean,
+  ): PassThroughExchange;
   ws(req: IncomingMessage, socket: Duplex, head: Buffer): void;
   close(): Promise<void>;
 }
@@ -185,6 +197,13 @@ function fail(exchange: PassThroughExchange, err: Error): void {
 
 export function createPassThrough(o: PassThroughOptions): PassThrough {
   const dispatch = o.transport.dispatch;
+  /** A request with a body, a turn later (see `web`): an upload when its body is still to come. */
+  const sendBody = (exchange: PassThroughExchange, admitUpload: (() => boolean) | undefined) => {
+    if (exchange.clientGone) return;
+    exchange.options.upload = bodyToCome(exchange.req);
+    if (exchange.options.upload && admitUpload && !admitUpload()) return;
+    dispatch(exchange.options, exchange);
+  };
   const upgrades = webSocketForwarder({
     target: o.target,
     insecureTls: o.insecureTls,
@@ -193,13 +212,14 @@ export function createPassThrough(o: PassThroughOptions): PassThrough {
   });
 
   return {
-    web(req, res, requestId, route) {
+    web(req, res, requestId, route, admitUpload) {
       const exchange = new PassThroughExchange(req, res, o.log);
       exchange.options.route = route.label;
       exchange.options.longPoll = route.longPoll;
       exchange.answerHeaders.push('x-request-id', requestId);
       for (const pass of WEB_INCOMING) pass(exchange);
-      dispatch(exchange.options, exchange);
+      if (exchange.options.body === null) dispatch(exchange.options, exchange);
+      else setImmediate(sendBody, exchange, admitUpload);
       return exchange;
     },
     ws(req, socket, head) {

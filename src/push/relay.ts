@@ -1,7 +1,7 @@
 import http, { type IncomingMessage, type ServerResponse } from 'node:http';
 import { Readable } from 'node:stream';
 import { readUpTo } from '../http/body.js';
-import { watchBodyDeadline } from '../http/body-deadline.js';
+import { type BodyLimits, watchBody } from '../http/body-deadline.js';
 import { sendShimError, ShimError, toShimError } from '../http/errors.js';
 import { contentLengthOf } from '../http/headers.js';
 import { listen } from '../http/listen.js';
@@ -33,8 +33,8 @@ export interface PushRelayOptions {
   timeoutMs: number;
   /** server.bodyLimitBytes: a larger notification goes on unread, as it came. */
   bodyLimitBytes: number;
-  /** server.bodyTimeoutMs (X11). */
-  bodyTimeoutMs: () => number;
+  /** server.bodyTimeoutMs and server.bodyReadTimeoutMs (X11): the server's body must keep arriving too. */
+  bodyLimits: () => BodyLimits;
   realm: RealmFacts;
   log: Logger;
   metrics: Metrics;
@@ -53,7 +53,17 @@ export function createPushRelay(o: PushRelayOptions): PushRelay {
   const forward = forwarder(bouncer, o.metrics, log);
   const notify = notifier(o, forward, log);
   const server = http.createServer({ requireHostHeader: false }, (req, res) => {
-    watchBodyDeadline(req, res, o.bodyTimeoutMs(), {}, () => req.destroy()); // X11
+    watchBody(
+      req,
+      res,
+      o.bodyLimits(),
+      {},
+      {
+        // The 408 closes the connection; the bouncer call the body fed then fails with it, unanswered.
+        release: () => {},
+        timedOut: (facts) => log.warn(facts, 'push relay: a request body did not keep arriving; answered 408'),
+      },
+    ); // X11
     const isNotify = req.method === 'POST' && routingPath(req.url ?? '/') === NOTIFY_PATH;
     (isNotify ? notify(req, res) : forward(req, res)).catch((e: unknown) => fail(res, e, log));
   });
@@ -142,7 +152,7 @@ async function* concatThen(head: Buffer[], rest: Readable): AsyncGenerator<Buffe
 /** E2: the relay's own answer when there is no bouncer answer to pass on. */
 function fail(res: ServerResponse, e: unknown, log: Logger): void {
   // The server went away (its connection closed): nobody to answer.
-  if (isClientAbort(e) || res.destroyed) return;
+  if (isClientAbort(e) || res.destroyed || res.headersSent) return;
   if (!(e instanceof ShimError)) log.error({ err: { message: (e as Error)?.message } }, 'push relay: unexpected error');
   sendShimError(res, toShimError(e));
 }

@@ -15,7 +15,7 @@ import type { UpstreamObserver } from '../observability/upstream-metrics.js';
  *   translateErrors   every failure becomes the shim's own error type (E2)
  *   totalDeadline     a buffered exchange ends within its deadline, however bytes drip (X3)
  *   routeLongPolls    GET /events to a pool of its own, uncapped (T1)
- *   routePassThrough  other passed-through requests to a pool apart from the shim's own calls (X11)
+ *   routePassThrough  other passed-through requests to a pool apart from the shim's own calls, uploads to one of their own (X11)
  *   retrySafely       an idempotent request cut before any answer byte: once more, on a fresh connection (X5)
  *
  * The same chain is offered twice: `dispatch`, composed here by plain function application,
@@ -39,6 +39,12 @@ export interface UpstreamDispatchOptions extends Dispatcher.DispatchOptions {
    * (presence, lookups, register) need.
    */
   passThrough?: boolean;
+  /**
+   * X11: a passed-through request whose body is still arriving (an upload): to a pool of its
+   * own, so that clients dripping their bodies never hold the connections other passed-through
+   * requests (fetching messages, the web app) need.
+   */
+  upload?: boolean;
 }
 
 export interface TransportOptions {
@@ -241,15 +247,18 @@ export const routeLongPolls =
 // ---- routePassThrough -----------------------------------------------------------------------
 
 /**
- * X11: passed-through requests to a pool of their own. A client that drips its body holds an
- * upstream connection for as long as it drips; in one shared pool enough of them would leave
- * the shim's own calls (every presence poll, own profile and lookup) waiting.
+ * X11: passed-through requests to a pool of their own, and uploads among them to another. A
+ * client that drips its body holds an upstream connection for as long as it drips; in one
+ * shared pool enough of them would leave the shim's own calls (every presence poll, own profile
+ * and lookup) waiting, and in the pass-through's every other passed-through request.
  */
 export const routePassThrough =
-  (passThrough: Dispatch): Interceptor =>
+  (passThrough: Dispatch, uploads: Dispatch): Interceptor =>
   (dispatch) =>
-  (opts, handler) =>
-    (opts as UpstreamDispatchOptions).passThrough ? passThrough(opts, handler) : dispatch(opts, handler);
+  (opts, handler) => {
+    const o = opts as UpstreamDispatchOptions;
+    return o.passThrough ? (o.upload ? uploads : passThrough)(opts, handler) : dispatch(opts, handler);
+  };
 
 // ---- retrySafely ----------------------------------------------------------------------------
 
@@ -372,8 +381,10 @@ export function createTransport(o: TransportOptions): Transport {
   };
   // The shim's own calls (X11: never behind a client's request).
   const pool = new Pool(o.target, { ...poolOptions, connections: o.maxSockets });
-  // Everything else passed through, but long polls.
+  // Everything else passed through, but long polls and uploads.
   const passThroughPool = new Pool(o.target, { ...poolOptions, connections: o.maxSockets });
+  // Passed-through requests whose bodies are still arriving (X11).
+  const uploadPool = new Pool(o.target, { ...poolOptions, connections: o.maxSockets });
   // One connection per waiting client, as without the shim: more waiting clients than
   // maxSockets must never hold the rest of the traffic back (T1).
   const longPollPool = new Pool(o.target, { ...poolOptions, connections: null });
@@ -381,10 +392,12 @@ export function createTransport(o: TransportOptions): Transport {
   const retry: Interceptor[] = o.retry === false ? [] : [retrySafely(freshConnection)];
   const longPolls = applied(longPollPool, retry);
   const passedThrough = applied(passThroughPool, retry);
+  // No retry: an upload's body is a stream, which cannot be sent twice.
+  const uploads = applied(uploadPool, []);
   // Innermost first: the last one applied sees the request first.
   const dispatch = applied(pool, [
     ...retry,
-    routePassThrough(passedThrough),
+    routePassThrough(passedThrough, uploads),
     routeLongPolls(longPolls),
     totalDeadline(),
     translateErrors(),
@@ -395,7 +408,9 @@ export function createTransport(o: TransportOptions): Transport {
     dispatch,
     dispatcher: pool.compose(() => dispatch),
     close() {
-      closing ??= Promise.all([pool.destroy(), passThroughPool.destroy(), longPollPool.destroy()]).then(() => undefined);
+      closing ??= Promise.all([pool.destroy(), passThroughPool.destroy(), uploadPool.destroy(), longPollPool.destroy()]).then(
+        () => undefined,
+      );
       return closing;
     },
   };

@@ -1,4 +1,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { nodeArgsFor, ROOT } from './build.js';
 
 /** Runs the CLI (src/cli.ts, bundled once per test run) as a child process and collects its output lines. */
@@ -19,9 +22,18 @@ export function cleanEnv(extra: NodeJS.ProcessEnv = {}): NodeJS.ProcessEnv {
   return { ...Object.fromEntries(Object.entries(process.env).filter(([k]) => !settings.test(k))), ...extra };
 }
 
-/** `preload`: modules loaded with --import before the CLI (paths relative to the project, listed in build.ts). */
-export function runCli(args: string[], o: { env?: NodeJS.ProcessEnv; preload?: string[] } = {}): CliRun {
-  const child = spawn(process.execPath, [...nodeArgsFor('src/cli.ts', o.preload), ...args], { cwd: ROOT, env: cleanEnv(o.env) });
+/**
+ * `preload`: modules loaded with --import before the CLI (paths relative to the project, listed in build.ts).
+ * `descriptors`: the process's limit on open descriptors (`ulimit -n`, soft and hard), as a deployment sets it.
+ */
+export function runCli(args: string[], o: { env?: NodeJS.ProcessEnv; preload?: string[]; descriptors?: number } = {}): CliRun {
+  const node = [...nodeArgsFor('src/cli.ts', o.preload), ...args];
+  // `exec`: the child is node itself, under the limit, and gets the signals tests send.
+  const [command, commandArgs] =
+    o.descriptors === undefined
+      ? [process.execPath, node]
+      : ['/bin/sh', ['-c', 'ulimit -n "$0" && exec "$@"', String(o.descriptors), process.execPath, ...node]];
+  const child = spawn(command, commandArgs, { cwd: ROOT, env: cleanEnv(o.env) });
   const stdout: string[] = [];
   const stderr: string[] = [];
   let out = '';
@@ -70,4 +82,31 @@ export function logLine(run: CliRun, msg: string | RegExp): Record<string, unkno
     }
   }
   return undefined;
+}
+
+/**
+ * The CLI serving `upstream` in a child process (its request log off), once it listens: its URL,
+ * and `stop`, which kills it. `config`: a configuration file's content; `descriptors`: as runCli.
+ */
+export async function serveCli(
+  upstream: string,
+  o: { descriptors?: number; config?: object } = {},
+): Promise<{ url: string; run: CliRun; stop(): Promise<void> }> {
+  const dir = o.config ? mkdtempSync(join(tmpdir(), 'zcs-cli-')) : undefined;
+  const configArgs = dir ? ['--config', join(dir, 'config.json')] : [];
+  if (dir) writeFileSync(join(dir, 'config.json'), JSON.stringify(o.config));
+  const args = ['--upstream', upstream, '--port', '0', '--log-level', 'info', '--access-log', 'off', ...configArgs];
+  const run = runCli(args, o.descriptors === undefined ? {} : { descriptors: o.descriptors });
+  const stop = async () => {
+    run.child.kill('SIGKILL');
+    await run.exited;
+    if (dir) rmSync(dir, { recursive: true, force: true });
+  };
+  try {
+    const start = await until('the start-up line', () => logLine(run, 'zulip-compat-shim listening'));
+    return { url: String(start.listen), run, stop };
+  } catch (e) {
+    await stop();
+    throw e;
+  }
 }

@@ -432,9 +432,9 @@ export function createShim(o: ShimOptions): Shim {
   };
   /**
    * X9, X11: a request the shim does not take, answered here (true), before it is logged.
-   * `passing`: it would be passed through.
+   * `holding`: it would hold an upstream connection for long (passed through, or the app's long poll).
    */
-  const turnedAway = (req: IncomingMessage, res: ServerResponse, own: boolean, passing: boolean): boolean => {
+  const turnedAway = (req: IncomingMessage, res: ServerResponse, own: boolean, holding: boolean): boolean => {
     // X9: draining, a request that came on a kept-alive connection is not taken (its client
     // tries again elsewhere, as after nginx's graceful shutdown); the shim's own paths are
     // answered. Either way the connection then closes.
@@ -449,7 +449,7 @@ export function createShim(o: ShimOptions): Shim {
     // (its own paths, the intercepted endpoints) is answered, what it only passes on is not.
     const over = cap.overCap(req.socket);
     if (over) res.shouldKeepAlive = false;
-    if (!passing) return false;
+    if (!holding) return false;
     // X11: past the cap of passed-through requests, they wait first; the rest is still answered.
     const refused = over ? new TooManyConnectionsError() : !cap.takePassThrough() ? new TooManyPassedThroughError() : undefined;
     if (refused) {
@@ -484,9 +484,12 @@ export function createShim(o: ShimOptions): Shim {
       const own = route.kind === 'own' && !admin;
       const gate = own ? undefined : refusal(req);
       const passing = route.kind === 'upstream' && !gate;
+      // X11: what holds an upstream connection for long counts against the pass-through's share:
+      // a request passed through, and the app's long poll the translator takes (M2).
+      const holding = passing || (route.kind === 'intercepted' && route.longPoll && !gate);
       cap.requestStarted(req.socket);
-      if (turnedAway(req, res, own, passing)) return;
-      serve(req, res, route, own, gate, passing);
+      if (turnedAway(req, res, own, holding)) return;
+      serve(req, res, route, own, gate, passing, holding);
     } catch (e) {
       // E4: a fault on the way in costs this request a 500, never the process.
       log.error({ err: e }, 'unexpected error routing a request');
@@ -527,8 +530,19 @@ export function createShim(o: ShimOptions): Shim {
     );
     return exchange;
   };
-  /** A request taken: logged, in the drain's list, and answered by its route; `passing`: passed through (its slot taken). */
-  const serve = (req: IncomingMessage, res: ServerResponse, route: Route, own: boolean, gate: ShimError | undefined, passing: boolean) => {
+  /**
+   * A request taken: logged, in the drain's list, and answered by its route; `passing`: passed
+   * through; `holding`: its pass-through slot taken (turnedAway).
+   */
+  const serve = (
+    req: IncomingMessage,
+    res: ServerResponse,
+    route: Route,
+    own: boolean,
+    gate: ShimError | undefined,
+    passing: boolean,
+    holding: boolean,
+  ) => {
     const logged = logRequest(req, res, route.label, own);
     let exchange: PassThroughExchange | undefined;
     // The one listener for all that ends with the answer: the drain list, the log line and
@@ -539,9 +553,8 @@ export function createShim(o: ShimOptions): Shim {
       answer.remove();
       logged.closed();
       cap.answerClosed(socket);
-      if (!passing) return;
       exchange?.closed();
-      cap.passThroughEnded();
+      if (holding) cap.passThroughEnded();
     });
     if (passing) {
       // The pass-through writes the request id into its one answer head.

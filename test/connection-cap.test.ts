@@ -224,3 +224,22 @@ describe('a shim process allowed 2,048 descriptors (X11)', () => {
     expect(await metric(url, 'client_connections_closed_idle_total')).toBeGreaterThan(0);
   }, 30_000);
 });
+
+describe('the mobile app’s long polls at the cap (X11, M2)', () => {
+  beforeAll(async () => {
+    fake = await startFake({ era: '7.0' });
+  });
+  afterAll(async () => {
+    await fake.stop();
+  });
+
+  it('count against the pass-through’s share like everyone’s, though the translator takes them', async () => {
+    shim = await startShim(fake.url, { server: { maxConnections: 8 }, app: { featureLevel: 277 } });
+    const appPoll = (user: number) => longPoll(user).replace('\r\n\r\n', '\r\nUser-Agent: ZulipFlutter/30.0 (Android 14)\r\n\r\n');
+    const polls = Array.from({ length: 6 }, () => open(shim!.url, appPoll(11)));
+    const refused = await Promise.all(polls.slice(4).map((c) => c.status));
+    expect(refused).toEqual([503, 503]);
+    expect(await statuses(shim.url, [presence(12), get('/api/v1/users/me', 12)])).toEqual([200, 200]);
+    for (const c of polls.slice(0, 4)) expect(c.received()).toBe('');
+  });
+});

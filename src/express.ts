@@ -1,12 +1,14 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { createShim, resolveConfig, type Shim, type ShimOptions } from './index.js';
-import { declaresBody } from './http/headers.js';
+import { bodyReadBefore, requestFromParsedBody } from './http/parsed-body.js';
 
 /**
  * `import { zulipCompatShim } from 'zulip-compat-shim/express'`: the shim as Connect/Express
  * middleware (Express 4 and 5). A middleware is a function of (req, res, next): nothing here
- * imports Express. Mount it before any body parser: the shim reads (or streams upstream) the
- * request body itself.
+ * imports Express. Before any body parser, the shim reads (or streams upstream) the request body
+ * itself; after one (`express.json()`, `express.urlencoded()` mounted globally), it sends on
+ * what the parser read, rebuilt from `req.body` (http/parsed-body.ts), as http-proxy-middleware's
+ * `fixRequestBody` does. Quiet by default: no access line unless `log: { access: 'on' }`.
  */
 
 export interface ZulipCompatShimOptions extends ShimOptions {
@@ -30,15 +32,14 @@ export interface ZulipCompatShimMiddleware {
   close(): Promise<void>;
 }
 
-/** The error given to `next` when a body parser ran before the middleware. */
+/**
+ * The error given to `next` when something read the request body before the middleware and left
+ * nothing it can be rebuilt from: a raw stream read, multipart (its files taken away), text in
+ * another charset than UTF-8.
+ */
 export class BodyConsumedError extends Error {
   override name = 'BodyConsumedError';
   readonly status = 500;
-}
-
-/** The request declares a body and something has read it already (as on-finished tells it). */
-function bodyConsumed(req: IncomingMessage): boolean {
-  return declaresBody(req.headers) && (req.readableEnded || (req.complete && !req.readable));
 }
 
 /**
@@ -46,7 +47,9 @@ function bodyConsumed(req: IncomingMessage): boolean {
  * the upstream (an unreadable HAR file, say) is given to `next` on each request.
  */
 export function zulipCompatShim(options: ZulipCompatShimOptions = {}): ZulipCompatShimMiddleware {
-  const { passThrough = true, ...shimOptions } = options;
+  const { passThrough = true, ...given } = options;
+  // Middleware is quiet unless asked: the app's own log has its requests (access lines: `log.access`).
+  const shimOptions: ShimOptions = { ...given, log: { access: 'off', ...given.log } };
   resolveConfig(shimOptions);
   const ready = createShim(shimOptions);
   let shim: Shim | undefined;
@@ -64,15 +67,20 @@ export function zulipCompatShim(options: ZulipCompatShimOptions = {}): ZulipComp
       next();
       return;
     }
-    if (bodyConsumed(req)) {
-      next(
-        new BodyConsumedError(
-          'zulip-compat-shim: the request body was read before the shim got it; mount the middleware before any body parser',
-        ),
-      );
+    if (!bodyReadBefore(req)) {
+      s.handle(req, res);
       return;
     }
-    s.handle(req, res);
+    const rebuilt = requestFromParsedBody(req as IncomingMessage & { body?: unknown });
+    if (rebuilt) {
+      s.handle(rebuilt, res);
+      return;
+    }
+    next(
+      new BodyConsumedError(
+        `zulip-compat-shim: the request body (${req.headers['content-type'] ?? 'no Content-Type'}) was read before the shim got it and cannot be rebuilt from req.body; mount the middleware before that body parser`,
+      ),
+    );
   };
 
   const middleware = (req: IncomingMessage, res: ServerResponse, next: NextFunction) => {

@@ -1,3 +1,6 @@
+import { once } from 'node:events';
+import type { AddressInfo } from 'node:net';
+import { gzipSync } from 'node:zlib';
 import express4 from 'express4';
 import express5 from 'express';
 import request from 'supertest';
@@ -85,17 +88,109 @@ describe.each(EXPRESSES)('%s', (_name, makeApp) => {
     expect((await request(app).get('/zulip/test/echo?q=2')).body).toMatchObject({ url: '/test/echo?q=2' });
   });
 
-  it('after a body parser: the request goes to the error handler, saying to mount it first', async () => {
-    const app = makeApp();
-    app.use(express5.urlencoded({ extended: false }));
-    app.use(shim());
-    app.use((err: Error, _req: unknown, res: { status(n: number): { json(b: unknown): void } }, _next: unknown) => {
-      res.status(500).json({ name: err.name, message: err.message });
+  describe('after global express.json() and express.urlencoded() (as most apps start)', () => {
+    const parsedFirst = () => {
+      const app = makeApp();
+      app.use(express5.json());
+      app.use(express5.urlencoded({ extended: true }));
+      app.use(shim());
+      app.use((err: Error, _req: unknown, res: { status(n: number): { json(b: unknown): void } }, _next: unknown) => {
+        res.status(500).json({ name: err.name, message: err.message });
+      });
+      return app;
+    };
+    const seenAt = (path: string) => fake.seen.filter((r) => r.url.split('?')[0] === path).at(-1)!;
+
+    it('serves presence and register from the parsed body', async () => {
+      const app = parsedFirst();
+      const poll = await presence(app);
+      expect(poll.status).toBe(200);
+      expect(poll.body).toHaveProperty('presence_last_update_id');
+      const register = (to: App) =>
+        request(to)
+          .post('/api/v1/register')
+          .set('Authorization', fake.auth(10))
+          .type('form')
+          .send({ slim_presence: 'true', fetch_event_types: '["presence","realm_user"]' });
+      const registered = await register(app);
+      expect(registered.status).toBe(200);
+      expect(Number.isSafeInteger(registered.body.presence_last_update_id)).toBe(true);
+      // As a shim mounted before the parsers answers the same form: slim (by id) presences, the users.
+      const unparsed = makeApp();
+      unparsed.use(shim());
+      const reference = await register(unparsed);
+      expect(Object.keys(registered.body.presences).sort()).toEqual(Object.keys(reference.body.presences).sort());
+      expect(Object.keys(registered.body.presences).every((k) => /^\d+$/.test(k))).toBe(true);
+      expect(registered.body.realm_users).toHaveLength(fake.humans().length);
+      // The parameters reached the upstream as sent: only the asked event types were fetched.
+      const upstreamForm = new URLSearchParams(seenAt('/api/v1/register').body.toString());
+      expect(JSON.parse(upstreamForm.get('fetch_event_types')!)).toEqual(expect.arrayContaining(['presence', 'realm_user']));
+      // presence: the client's status reached the upstream (its report of user 10).
+      const next = await request(app)
+        .post('/api/v1/users/me/presence')
+        .set('Authorization', fake.auth(10))
+        .type('form')
+        .send(`status=idle&last_update_id=${poll.body.presence_last_update_id}`);
+      expect(next.status).toBe(200);
+      expect(new URLSearchParams(seenAt('/api/v1/users/me/presence').body.toString()).get('status')).toBe('idle');
     });
-    const poll = await presence(app);
-    expect(poll.status).toBe(500);
-    expect(poll.body).toMatchObject({ name: 'BodyConsumedError', message: expect.stringMatching(/before any body parser/) });
-    expect(new BodyConsumedError('x').status).toBe(500);
+
+    it('passes a form POST and a JSON POST through with the body intact and a Content-Length of its own', async () => {
+      const app = parsedFirst();
+      const form = 'type=stream&to=%5B7%5D&topic=caf%C3%A9%20%26%20tea&content=a%2Bb%3Dc&content2=x&content2=y';
+      const passed = await request(app).post('/test/echo?f=1').type('form').send(form);
+      expect(passed.status).toBe(200);
+      const atUpstream = seenAt('/test/echo');
+      expect(new URLSearchParams(atUpstream.body.toString())).toEqual(new URLSearchParams(form));
+      expect(atUpstream.headers['content-length']).toBe(String(atUpstream.body.length));
+      expect(atUpstream.headers['transfer-encoding']).toBeUndefined();
+      expect(atUpstream.url).toBe('/test/echo?f=1');
+
+      const json = { narrow: [{ operator: 'channel', operand: 'café' }], n: 3, ok: true };
+      const passedJson = await request(app).post('/test/echo').send(json);
+      expect(passedJson.status).toBe(200);
+      const jsonAtUpstream = seenAt('/test/echo');
+      expect(JSON.parse(jsonAtUpstream.body.toString())).toEqual(json);
+      expect(jsonAtUpstream.headers['content-type']).toMatch(/^application\/json/);
+      expect(jsonAtUpstream.headers['content-length']).toBe(String(jsonAtUpstream.body.length));
+    });
+
+    it('a gzipped form the parser inflated goes on inflated, without its Content-Encoding', async () => {
+      const app = parsedFirst();
+      // Sent as bytes (supertest would serialise a Buffer given with a form type).
+      const server = app.listen(0, '127.0.0.1');
+      await once(server, 'listening');
+      try {
+        const passed = await fetch(`http://127.0.0.1:${(server.address() as AddressInfo).port}/test/echo`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/x-www-form-urlencoded', 'content-encoding': 'gzip' },
+          body: gzipSync('a=1&b=two'),
+        });
+        expect(await passed.json()).toMatchObject({ method: 'POST' });
+      } finally {
+        server.close();
+      }
+      const atUpstream = seenAt('/test/echo');
+      expect(atUpstream.body.toString()).toBe('a=1&b=two');
+      expect(atUpstream.headers['content-encoding']).toBeUndefined();
+    });
+
+    it('a body read and not rebuildable (multipart, a raw stream) is a BodyConsumedError', async () => {
+      const app = makeApp();
+      // A reader that consumes the stream and leaves nothing in req.body.
+      app.use((req, _res, next) => {
+        req.on('end', () => next());
+        req.resume();
+      });
+      app.use(shim());
+      app.use((err: Error, _req: unknown, res: { status(n: number): { json(b: unknown): void } }, _next: unknown) => {
+        res.status(500).json({ name: err.name, message: err.message });
+      });
+      const poll = await presence(app);
+      expect(poll.status).toBe(500);
+      expect(poll.body).toMatchObject({ name: 'BodyConsumedError', message: expect.stringMatching(/cannot be rebuilt/) });
+      expect(new BodyConsumedError('x').status).toBe(500);
+    });
   });
 
   it('an unreadable HAR is given to next(); invalid options throw at once', async () => {
@@ -108,6 +203,31 @@ describe.each(EXPRESSES)('%s', (_name, makeApp) => {
     });
     expect((await request(app).get('/api/v1/users')).body).toEqual({ name: 'ConfigError' });
     expect(() => zulipCompatShim({ upstream: { url: fake.url }, server: { port: -1 } })).toThrow(ConfigError);
+  });
+});
+
+describe('the middleware’s log', () => {
+  let fake: FakeZulip;
+  beforeAll(async () => {
+    fake = await startFake({ era: '2.1' });
+  });
+  afterAll(() => fake.stop());
+
+  it.each([
+    ['quiet by default: no access line', {}, 0],
+    ['access lines when asked (log.access on)', { log: { access: 'on' as const } }, 2],
+  ])('%s', async (_name, options, expected) => {
+    const lines: string[] = [];
+    const middleware = zulipCompatShim({ upstream: { url: fake.url }, logDestination: { write: (l) => void lines.push(l) }, ...options });
+    try {
+      const app = express5();
+      app.use(middleware);
+      await request(app).post('/api/v1/users/me/presence').set('Authorization', fake.auth(10)).type('form').send('status=active');
+      await request(app).get('/test/echo');
+      expect(lines.filter((l) => l.includes('"msg":"request completed"'))).toHaveLength(expected);
+    } finally {
+      await middleware.close();
+    }
   });
 });
 

@@ -1,5 +1,6 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import type { Logger as PinoLogger } from 'pino';
 import type { Registry } from 'prom-client';
 import type { z } from 'zod';
 import { ConfigError, configFromObject, type Config, type configSchema } from './config.js';
@@ -38,6 +39,12 @@ export interface LogDestination {
 export type ShimOptions = DeepPartial<ShimSettings> & {
   /** Where log lines are written instead of stdout. */
   logDestination?: LogDestination;
+  /**
+   * The application's own pino logger: the shim's lines (and its access lines, with
+   * `log.access: 'on'`) are written through it, at the level it is set to (`log.level` and
+   * `logDestination` are then not used). As pino-http and Fastify take one.
+   */
+  logger?: PinoLogger;
   /** With `replay.har` or `replay.demo`: told of each request the recording has no answer for. */
   onReplayMiss?: (request: string) => void;
 };
@@ -53,7 +60,7 @@ export interface ShimAddress {
 export type RequestHandler = (req: IncomingMessage, res: ServerResponse) => void;
 
 export interface Shim {
-  /** The configuration it runs with. */
+  /** The configuration it runs with; once listening, `server.port` is the port it listens on (the one picked for 0). */
   readonly config: Readonly<ShimConfig>;
   /** What it is in front of: the upstream's URL, or `replay:FILE`. */
   readonly upstream: string;
@@ -95,14 +102,14 @@ export function resolveConfig(options: ShimOptions = {}): ShimConfig {
 
 /** The configuration, and where each key's value came from (for the words of a later ConfigError). */
 function validated(options: ShimOptions): { config: ShimConfig; sources: ReadonlyMap<string, string> } {
-  const { logDestination: _d, onReplayMiss: _m, ...settings } = options;
+  const { logDestination: _d, onReplayMiss: _m, logger: _l, ...settings } = options;
   return configFromObject(settings);
 }
 
 /** Starts a shim: its upstream (or replay, or recorder) opened, not yet listening. */
 export async function createShim(options: ShimOptions = {}): Promise<Shim> {
   const { config, sources } = validated(options);
-  const log = createLogger(config.log.level, options.logDestination);
+  const log = options.logger ?? createLogger(config.log.level, options.logDestination);
   const opened = await openShim({ config, log, sources, ...(options.onReplayMiss ? { onMiss: options.onReplayMiss } : {}) });
   const { shim, upstream } = opened;
   return {
@@ -116,6 +123,8 @@ export async function createShim(options: ShimOptions = {}): Promise<Shim> {
       await shim.listenAdmin();
       await shim.listenPushRelay();
       const at = shim.server.address() as AddressInfo;
+      // The configuration says where it listens: the port picked for 0, or the one passed here.
+      config.server.port = at.port;
       const shown = at.address.includes(':') ? `[${at.address}]` : at.address;
       return { port: at.port, host: at.address, url: `http://${shown}:${at.port}` };
     },

@@ -24,7 +24,11 @@ export interface RunningReplay {
   shim: Shim;
   /** The requests the recording had no answer for so far, in order. */
   misses(): string[];
-  /** Stops the shim and the replay; rejects with a ReplayMissError after a miss (see failOnMiss). */
+  /**
+   * Stops the shim and the replay at once: requests still open (a long poll) are ended, not
+   * waited for (`server: { shutdownGraceMs }` to drain them instead). Rejects with a
+   * ReplayMissError after a miss (see failOnMiss).
+   */
   close(): Promise<void>;
 }
 
@@ -43,7 +47,9 @@ export async function startReplay(options: StartReplayOptions = {}): Promise<Run
     replay: har ? { har, strict: true } : { demo: true, strict: true },
     // Quiet by default: a test's output is the test runner's; the misses are reported anyway.
     log: { level: 'silent', ...rest.log },
-    server: { port: 0, host: '127.0.0.1', ...rest.server },
+    // Closes at once: a test's open long poll is ended (503), not waited for, so close() in an
+    // afterAll hook returns well within the runner's hook timeout.
+    server: { port: 0, host: '127.0.0.1', shutdownGraceMs: 0, ...rest.server },
     ...(onMiss ? { onReplayMiss: onMiss } : {}),
   });
   let address: { url: string; port: number };

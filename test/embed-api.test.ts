@@ -1,5 +1,6 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadConfig } from '../src/config.js';
 import { ConfigError, createShim, resolveConfig, type Shim } from '../src/index.js';
@@ -71,6 +72,9 @@ describe('createShim: serving', () => {
     const shim = await createShim({ upstream: { url: fake.url }, server: { port: 0 }, log: { level: 'silent' } });
     const { url, port, host } = await shim.listen();
     expect(url).toBe(`http://${host}:${port}`);
+    // The configuration says where it listens: the port picked for 0.
+    expect(port).toBeGreaterThan(0);
+    expect(shim.config.server.port).toBe(port);
     expect(shim.upstream).toBe(fake.url);
     const poll = await fetch(`${url}/api/v1/users/me/presence`, modernPoll(fake, 'chat.example.com'));
     expect(poll.status).toBe(200);
@@ -113,6 +117,36 @@ describe('createShim: serving', () => {
       fake.fullPresenceHeld = undefined;
       server.closeAllConnections();
       await new Promise((r) => server.close(r));
+    }
+  });
+});
+
+describe("createShim: the logger option (an application's own pino)", () => {
+  let fake: FakeZulip;
+  beforeAll(async () => {
+    fake = await startFake({ era: '2.1' });
+  });
+  afterAll(() => fake.stop());
+
+  it("writes the shim's lines and access lines through the given pino instance, at its level", async () => {
+    const lines: Array<Record<string, unknown>> = [];
+    const logger = pino({ level: 'info', base: { app: 'mine' } }, { write: (l: string) => void lines.push(JSON.parse(l)) });
+    const shim = await createShim({ upstream: { url: fake.url }, logger, log: { level: 'silent' } });
+    const { url } = await shim.listen(0, '127.0.0.1');
+    try {
+      expect((await fetch(`${url}/api/v1/users/me/presence`, modernPoll(fake, 'chat.example.com'))).status).toBe(200);
+      await new Promise((r) => setTimeout(r, 50));
+      // An X-Forwarded-Proto from a peer not trusted: a warning, through the given logger.
+      const proxied = modernPoll(fake, 'chat.example.com');
+      await fetch(`${url}/api/v1/users/me/presence`, { ...proxied, headers: { ...proxied.headers, 'x-forwarded-proto': 'https' } });
+      await new Promise((r) => setTimeout(r, 50));
+      // log.level 'silent' is not used: the given logger's own level (info) says what is written.
+      expect(lines.some((l) => l.app === 'mine' && l.level === 40 && /X-Forwarded-Proto/.test(String(l.msg)))).toBe(true);
+      expect(lines.some((l) => l.msg === 'request completed' && (l.req as { path: string }).path === '/api/v1/users/me/presence')).toBe(
+        true,
+      );
+    } finally {
+      await shim.close();
     }
   });
 });

@@ -1,4 +1,6 @@
-import { resolve } from 'node:path';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ReplayMissError, startReplay, type RunningReplay } from '../src/testing.js';
 
@@ -67,5 +69,36 @@ describe('a replay miss', () => {
     expect((await fetch(`${zulip.url}/api/v1/streams`, { headers: DEMO })).status).toBe(502);
     await zulip.close();
     expect(zulip.misses()).toHaveLength(1);
+  });
+});
+
+describe('close() with a long poll still open', () => {
+  it('ends it and closes at once (well within a hook timeout), not after the 10-s drain', async () => {
+    // The demo recording with one long poll that took 60 s: replayed again, it is held that long.
+    const dir = mkdtempSync(join(tmpdir(), 'zcs-replay-'));
+    const har = JSON.parse(readFileSync(resolve(import.meta.dirname, '..', 'examples', 'demo-zulip-2.1.har'), 'utf8'));
+    const entries = har.log.entries as Array<Record<string, unknown> & { request: Record<string, unknown>; time: number }>;
+    const events = structuredClone(entries.at(-1)!);
+    events.request = { ...events.request, method: 'GET', url: 'http://127.0.0.1:37509/api/v1/events?queue_id=q&last_event_id=-1' };
+    delete events.request.postData;
+    events.time = 60_000;
+    entries.push(events);
+    const file = join(dir, 'long-poll.har');
+    writeFileSync(file, JSON.stringify(har));
+    try {
+      const zulip = await startReplay({ har: file });
+      const longPoll = `${zulip.url}/api/v1/events?queue_id=q&last_event_id=-1`;
+      expect((await fetch(longPoll, { headers: DEMO })).status).toBe(200); // the first: at once
+      const held = fetch(longPoll, { headers: DEMO }); // the second: held for the recorded 60 s
+      await new Promise((r) => setTimeout(r, 200));
+      const started = performance.now();
+      await zulip.close();
+      const took = performance.now() - started;
+      expect(took).toBeLessThan(500);
+      // The open long poll was ended with the shim's "restarting" answer, not left hanging.
+      expect((await held).status).toBe(503);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });

@@ -20,13 +20,45 @@ const instructions = lines.map((l) => {
 const all = (word: string) => instructions.filter((i) => i.word === word).map((i) => i.args);
 
 describe('Dockerfile', () => {
-  it('builds and runs on an even-numbered (LTS) Node line newer than Node 20', () => {
-    const froms = all('FROM');
-    expect(froms.length).toBeGreaterThan(0);
-    for (const from of froms) {
-      const major = Number(/^node:(\d+)/.exec(from)?.[1]);
-      expect(major % 2, from).toBe(0);
-      expect(major, from).toBeGreaterThan(20);
+  it('builds and runs on an even-numbered (LTS) Node line newer than Node 20, pinned by digest', () => {
+    const bases = all('FROM')
+      .map((from) => from.split(/\s+/)[0]!)
+      .filter((image) => image.startsWith('node:'));
+    expect(bases.length).toBeGreaterThan(0);
+    for (const image of bases) {
+      const major = Number(/^node:(\d+)/.exec(image)?.[1]);
+      expect(major % 2, image).toBe(0);
+      expect(major, image).toBeGreaterThan(20);
+      expect(image, 'a tag moves; a digest does not').toMatch(/^node:[\w.-]+@sha256:[0-9a-f]{64}$/);
+    }
+    // Every stage stands on the pinned base or an earlier stage: no second, unpinned image.
+    const named = new Set<string>();
+    for (const from of all('FROM')) {
+      const [image, as, name] = from.split(/\s+/);
+      expect(image!.startsWith('node:') || named.has(image!), from).toBe(true);
+      if (as?.toUpperCase() === 'AS') named.add(name!);
+    }
+    // How to update it is said beside it.
+    expect(readFileSync(resolve(ROOT, 'Dockerfile'), 'utf8')).toMatch(/docker buildx imagetools inspect node:24-slim/);
+  });
+
+  it('installs the dependencies once, in the build stage, and the runtime stage has no package manager', () => {
+    const runs = all('RUN').join('\n');
+    expect(runs.match(/\bnpm (ci|install|i)\b/g)).toEqual(['npm ci']);
+    const stages = lines
+      .join('\n')
+      .split(/^FROM /m)
+      .slice(1);
+    const runtime = stages.at(-1)!;
+    // Production dependencies come from the build stage, pruned there.
+    expect(runs).toMatch(/npm prune --omit=dev/);
+    expect(runtime).toMatch(/^COPY --from=build \/app\/node_modules /m);
+    // No npm, npx or corepack command runs in it, and they are removed from the image.
+    const runtimeRuns = runtime.split('\n').filter((l) => /^RUN\b/i.test(l));
+    for (const run of runtimeRuns) expect(run).not.toMatch(/(^|[\s;&|])(npm|npx|corepack|yarn) /);
+    const removed = runtimeRuns.join(' ');
+    for (const tool of ['/usr/local/bin/npm', '/usr/local/bin/npx', '/usr/local/bin/corepack', '/usr/local/lib/node_modules/npm']) {
+      expect(removed).toContain(tool);
     }
   });
 

@@ -7,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startFake, type FakeZulip } from './support/fake-zulip.js';
 
 /**
- * The packed package as a consumer gets it: `npm pack` (which builds dist/ by `prepare`), the
+ * The packed package as a consumer gets it: `npm pack` (which builds dist/ by `prepack`), the
  * tarball installed in a project of its own, every entry imported in ESM, a small consumer
  * type-checked against the shipped .d.ts files, and the README's examples for testers and
  * Express users run there as written.
@@ -89,7 +89,7 @@ afterAll(() => {
 });
 
 describe('the packed package', () => {
-  it('holds the built entries with their types, the default configuration and the demo recording, and no source or map', () => {
+  it('holds the built entries with their types and source maps, the sources they map to, the default configuration and the demo recording, and no test', () => {
     const files = packed.files.map((f) => f.path);
     for (const f of [
       'package.json',
@@ -106,8 +106,94 @@ describe('the packed package', () => {
     ]) {
       expect(files).toContain(f);
     }
-    expect(files.filter((f) => f.startsWith('src/') || f.startsWith('test/') || f.endsWith('.map'))).toEqual([]);
+    expect(files.filter((f) => f.startsWith('test/') || f.startsWith('bench/') || f.startsWith('scripts/'))).toEqual([]);
+    // Source maps (the code's and the declarations'), each naming sources the package holds.
+    for (const entry of ['index', 'express', 'testing', 'cli']) {
+      for (const map of [`dist/${entry}.js.map`, `dist/${entry}.d.ts.map`]) {
+        expect(files).toContain(map);
+        const { sources } = JSON.parse(readFileSync(join(project, 'node_modules', 'zulip-compat-shim', map), 'utf8')) as {
+          sources: string[];
+        };
+        for (const source of sources) expect(files).toContain(join('dist', source).replace(/\\/g, '/'));
+      }
+    }
+    expect(files).toContain('CHANGELOG.md');
   });
+
+  it('publishes no install script (prepare, preinstall, install, postinstall)', () => {
+    const manifest = JSON.parse(readFileSync(join(project, 'node_modules', 'zulip-compat-shim', 'package.json'), 'utf8')) as {
+      scripts?: Record<string, string>;
+    };
+    for (const hook of ['prepare', 'preinstall', 'install', 'postinstall']) expect(manifest.scripts?.[hook], hook).toBeUndefined();
+  });
+
+  it('a CommonJS TypeScript consumer (module commonjs, moduleResolution node10) type-checks against every entry, and runs', async () => {
+    linkRepoModules(); // typescript and @types, as a consumer's devDependencies
+    const cjs = join(dir, 'cjs-consumer');
+    mkdirSync(join(cjs, 'node_modules'), { recursive: true });
+    symlinkSync(join(project, 'node_modules', 'zulip-compat-shim'), join(cjs, 'node_modules', 'zulip-compat-shim'), 'dir');
+    for (const name of readdirSync(join(project, 'node_modules'))) {
+      if (!existsSync(join(cjs, 'node_modules', name)))
+        symlinkSync(join(project, 'node_modules', name), join(cjs, 'node_modules', name), 'dir');
+    }
+    writeFileSync(join(cjs, 'package.json'), JSON.stringify({ name: 'cjs-consumer', private: true }));
+    writeFileSync(
+      join(cjs, 'tsconfig.json'),
+      JSON.stringify({
+        compilerOptions: {
+          module: 'commonjs',
+          moduleResolution: 'node10',
+          target: 'ES2020',
+          strict: true,
+          esModuleInterop: true,
+          outDir: 'out',
+          types: ['node'],
+        },
+        files: ['consumer.ts'],
+      }),
+    );
+    writeFileSync(
+      join(cjs, 'consumer.ts'),
+      `import { createShim, resolveConfig, type ShimConfig, type ShimOptions } from 'zulip-compat-shim';
+import { BodyConsumedError, zulipCompatShim, type ZulipCompatShimMiddleware } from 'zulip-compat-shim/express';
+import { startReplay, type RunningReplay } from 'zulip-compat-shim/testing';
+
+const options: ShimOptions = { replay: { demo: true }, server: { port: 0 }, log: { level: 'silent' } };
+// @ts-expect-error: no such setting (the types were found, not taken as any)
+const misspelt: ShimOptions = { server: { prot: 0 } };
+const config: ShimConfig = resolveConfig(options);
+const middleware: ZulipCompatShimMiddleware = zulipCompatShim({ ...options, passThrough: false });
+// @ts-expect-error: startReplay takes no upstream (the types of /testing were found)
+void startReplay({ upstream: { url: 'https://x.example' } }).catch(() => undefined);
+
+async function main(): Promise<void> {
+  const zulip: RunningReplay = await startReplay();
+  const settings = (await (await fetch(zulip.url + '/api/v1/server_settings')).json()) as { zulip_version: string };
+  await zulip.close();
+  await middleware.close();
+  const shim = await createShim(options);
+  await shim.close();
+  console.log(JSON.stringify({ version: settings.zulip_version, port: config.server.port, error: new BodyConsumedError('x').name, misspelt }));
+}
+void main();
+`,
+    );
+    const tsc = join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc');
+    const result = await run('node', [tsc, '-p', 'tsconfig.json'], { cwd: cjs, env: childEnv() }).then(
+      (r) => ({ code: 0, stdout: r.stdout, stderr: r.stderr }),
+      (e: { code: number; stdout: string; stderr: string }) => e,
+    );
+    expect({ code: result.code, stdout: result.stdout, stderr: result.stderr }).toEqual({ code: 0, stdout: '', stderr: '' });
+    // Compiled to require(): Node loads the ES modules by require(esm) (20.19, 22.12: package.json "engines").
+    expect(readFileSync(join(cjs, 'out', 'consumer.js'), 'utf8')).toMatch(/require\("zulip-compat-shim\/testing"\)/);
+    const { stdout } = await run('node', ['out/consumer.js'], { cwd: cjs, env: childEnv({ NODE_NO_WARNINGS: '1' }) });
+    expect(JSON.parse(stdout)).toEqual({
+      version: expect.stringMatching(/^2\.1/),
+      port: 0,
+      error: 'BodyConsumedError',
+      misspelt: { server: { prot: 0 } },
+    });
+  }, 120_000);
 
   it('imports every entry in ESM from the installed package, and replays its own demo recording', async () => {
     writeFileSync(

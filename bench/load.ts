@@ -289,7 +289,7 @@ export interface GcSoFar {
   byKind: Record<string, { count: number; seconds: number }>;
 }
 
-const GC_SERIES = /^zulip_compat_shim_nodejs_gc_duration_seconds_(sum|count)\{kind="(\w+)"\} ([\d.e+-]+)$/gm;
+const GC_SERIES = /^nodejs_gc_duration_seconds_(sum|count)\{kind="(\w+)"\} ([\d.e+-]+)$/gm;
 
 /** What a shim's own `/metrics` says of its garbage collection so far. */
 export async function gcOf(url: string): Promise<GcSoFar> {

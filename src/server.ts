@@ -16,6 +16,7 @@ import {
 import { loggablePath, type Logger } from './observability/logger.js';
 import { createMetrics } from './observability/metrics.js';
 import { requestLogger } from './observability/request-log.js';
+import { clientRequestCounter } from './observability/client-requests.js';
 import { upstreamObserver } from './observability/upstream-metrics.js';
 import { createPassThrough, type PassThrough, type PassThroughExchange } from './proxy/passthrough.js';
 import { realmHostMatcher } from './realm-hosts.js';
@@ -282,6 +283,7 @@ export function createShim(o: ShimOptions): Shim {
   );
   const featureLevels = new FeatureLevels(client, log, { ...config.featureLevel, maxBytes: config.memory.featureLevelsBytes });
   const store = o.store ?? createStore(config, log, metrics);
+  metrics.storeProbe.ping = () => store.ping();
   const callers = new Callers(client, metrics, { ...config.lookups, maxBytes: config.memory.callersBytes });
   const admission = new RealmAdmission({
     perMinute: config.presence.newRealmsPerMinute,
@@ -332,6 +334,9 @@ export function createShim(o: ShimOptions): Shim {
   const cap = connectionCap(config, metrics);
   const uploads = new UploadSlots(config.server.uploadsPerAddress);
 
+  const countClientRequest = clientRequestCounter(metrics.clientRequestCounts, (req) =>
+    featureLevels.known(realmOf(o.upstreamId, req.headers)),
+  );
   const logRequest = requestLogger(
     log,
     metrics,
@@ -552,6 +557,7 @@ export function createShim(o: ShimOptions): Shim {
     res.on('close', () => {
       answer.remove();
       logged.closed();
+      if (!own) countClientRequest(req);
       cap.answerClosed(socket);
       exchange?.closed();
       if (holding) cap.passThroughEnded();

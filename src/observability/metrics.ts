@@ -4,6 +4,7 @@ import { VERSION } from '../version.js';
 import { FastHistogram } from './fast-histogram.js';
 import { PendingCounts } from './label-children.js';
 import { STORE_AWAY_PRESENCE } from './store-away.js';
+import { CHANGES, CLIENT_FAMILIES, UPSTREAM_LEVELS } from './client-requests.js';
 
 /**
  * How often the event loop's delay is sampled for `nodejs_eventloop_lag_*` (ms), which every
@@ -13,13 +14,18 @@ import { STORE_AWAY_PRESENCE } from './store-away.js';
  */
 export const EVENT_LOOP_SAMPLE_MS = 50;
 
+/** How long a scrape waits for the store's answer to a ping (store_connected) before reading 0. */
+export const STORE_PROBE_MS = 1_000;
+
 /**
  * Prometheus metrics (`GET /metrics`). Names follow Prometheus conventions: the
  * `zulip_compat_shim_` prefix, base units, bounded label values (never a user id or email).
+ * The process and runtime metrics keep their standard names (`process_*`, `nodejs_*`,
+ * unprefixed), so stock Node.js dashboards and alerts match them.
  */
 export function createMetrics() {
   const registry = new Registry();
-  collectDefaultMetrics({ register: registry, prefix: 'zulip_compat_shim_', eventLoopMonitoringPrecision: EVENT_LOOP_SAMPLE_MS });
+  collectDefaultMetrics({ register: registry, eventLoopMonitoringPrecision: EVENT_LOOP_SAMPLE_MS });
   const p = 'zulip_compat_shim_';
   const buildInfo = new Gauge({
     name: `${p}build_info`,
@@ -32,6 +38,11 @@ export function createMetrics() {
   const requestCounts = new PendingCounts(['route', 'method', 'status']);
   /** Read when passed_through_requests is collected (not set on every request: the hot path, B4). */
   const passedThroughNow = { read: () => 0 };
+  /** The store, pinged when store_connected is collected: set by whoever holds the store. */
+  const storeProbe = { ping: async (): Promise<unknown> => undefined };
+  /** Whether the upstream's last exchange got an answer (upstream-metrics.ts sets it, one assignment an exchange). */
+  const upstreamAnswered = { last: 0 };
+  const clientRequestCounts = new PendingCounts(['client', 'upstream_level', 'change']);
   return {
     registry,
     /**
@@ -199,6 +210,50 @@ export function createMetrics() {
       labelNames: ['reason'] as const,
       registers: [registry],
     }),
+    /**
+     * Who is served what (client-requests.ts): client: a client family from the User-Agent;
+     * upstream_level: the realm's Zulip major version; change: what the shim did to the request.
+     */
+    clientRequests: new Counter({
+      name: `${p}client_requests_total`,
+      help: `Client requests by client family (${CLIENT_FAMILIES.join(', ')}), the realm's Zulip major version (${UPSTREAM_LEVELS.join(', ')}) and what the shim did (change: ${CHANGES.join(', ')}; none: passed through or answered as the upstream answered). When every client's requests count change none, the shim can go`,
+      labelNames: ['client', 'upstream_level', 'change'] as const,
+      registers: [registry],
+      collect() {
+        clientRequestCounts.flushInto(this);
+      },
+    }),
+    /** Counted when each client request's answer closes, handed to client_requests_total when it is collected. */
+    clientRequestCounts,
+    storeConnected: new Gauge({
+      name: `${p}store_connected`,
+      help: `1 when the store (Redis, or memory) answered a ping at this scrape within ${STORE_PROBE_MS} ms, else 0: while 0, ${STORE_AWAY_PRESENCE} (presence answers of kind store_away)`,
+      registers: [registry],
+      async collect() {
+        let timer: NodeJS.Timeout | undefined;
+        const late = new Promise<never>((_ok, fail) => {
+          timer = setTimeout(() => fail(new Error('store ping timed out')), STORE_PROBE_MS);
+        });
+        const up = await Promise.race([storeProbe.ping(), late]).then(
+          () => 1,
+          () => 0,
+        );
+        clearTimeout(timer);
+        this.set(up);
+      },
+    }),
+    /** Where store_connected pings: set by whoever holds the store. */
+    storeProbe,
+    upstreamReachable: new Gauge({
+      name: `${p}upstream_reachable`,
+      help: "1 when the upstream's answer to the shim's last request to it (pass-through or its own call) arrived, whatever its status; 0 when that request got none (connection error or timeout: those requests are answered 502 or 504), or before any",
+      registers: [registry],
+      collect() {
+        this.set(upstreamAnswered.last);
+      },
+    }),
+    /** Set by the upstream observer (upstream-metrics.ts) on each exchange. */
+    upstreamAnswered,
     /** S3: what presence does meanwhile, in the words of the log lines and the README. */
     storeErrors: new Counter({
       name: `${p}store_errors_total`,

@@ -334,9 +334,7 @@ export function createShim(o: ShimOptions): Shim {
   const cap = connectionCap(config, metrics);
   const uploads = new UploadSlots(config.server.uploadsPerAddress);
 
-  const countClientRequest = clientRequestCounter(metrics.clientRequestCounts, (req) =>
-    featureLevels.known(realmOf(o.upstreamId, req.headers)),
-  );
+  const countClientRequest = clientRequestCounter(metrics.clientRequestCounts);
   const logRequest = requestLogger(
     log,
     metrics,

@@ -95,18 +95,30 @@ export function changeOf(kind: string | undefined): (typeof CHANGES)[number] {
   return kind === undefined ? 'none' : (CHANGE_OF_KIND[kind] ?? 'other');
 }
 
+/** Hosts whose upstream level is remembered for the requests passed through (cleared when full: X2). */
+const MAX_HOSTS = 1_000;
+
 /**
- * The counting hook, called when a client request's answer closes. `knownLevel`: the realm's
- * feature level when the shim already knows it (a cache read, no upstream call), for requests
- * whose handler recorded none (those passed through).
+ * The counting hook, called when a client request's answer closes. A request the shim answered
+ * itself carries its realm's feature level (its handler recorded it); one passed through does
+ * not, and takes the level last recorded for its Host (`unknown` before any). On the
+ * pass-through's hot path (B4): a Map read and a few prefix tests, no upstream call, no cache
+ * of the upstream's (FeatureLevels would cost a realm key and an LRU read per request).
  */
-export function clientRequestCounter(
-  counts: PendingCounts,
-  knownLevel: (req: IncomingMessage) => number | undefined,
-): (req: IncomingMessage) => void {
+export function clientRequestCounter(counts: PendingCounts): (req: IncomingMessage) => void {
+  const levelOfHost = new Map<string, string>();
   return (req) => {
     const facts = recordedFacts(req);
-    const level = facts.featureLevel ?? knownLevel(req);
-    counts.of(clientFamily(req.headers['user-agent']), upstreamLevel(level), changeOf(facts.kind)).n++;
+    const host = req.headers.host ?? '';
+    let level: string;
+    if (facts.featureLevel === undefined) level = levelOfHost.get(host) ?? 'unknown';
+    else {
+      level = upstreamLevel(facts.featureLevel);
+      if (levelOfHost.get(host) !== level) {
+        if (levelOfHost.size >= MAX_HOSTS) levelOfHost.clear();
+        levelOfHost.set(host, level);
+      }
+    }
+    counts.of(clientFamily(req.headers['user-agent']), level, changeOf(facts.kind)).n++;
   };
 }

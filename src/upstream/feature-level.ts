@@ -136,11 +136,6 @@ export class FeatureLevels {
     return v;
   }
 
-  /** The realm's feature level if the shim knows it now (cached, stale or not); never an upstream call. */
-  known(realm: Realm): number | undefined {
-    return this.cache.peek(hostKey(realm), { allowStale: true })?.featureLevel;
-  }
-
   async featureLevel(realm: Realm): Promise<number> {
     return (await this.info(realm)).featureLevel;
   }

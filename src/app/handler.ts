@@ -5,6 +5,8 @@ import {
   answerListOf,
   endpointKey,
   lookupsFor,
+  STATIC_DATA_PATHS,
+  staticDataFor,
   TRANSLATED_ENDPOINTS,
   translateAnswer,
   translateRequest,
@@ -23,6 +25,7 @@ import { forwardedHeaders, parseJsonObject, translate, type UpstreamResponse } f
 import { realmOf } from '../upstream/realm.js';
 import { isSuccess, relay, relayBounded, rewrittenHeaders } from '../upstream/relay.js';
 import { appLevelFor, levelShownTo } from './presented.js';
+import { serveStaticData } from './static-data.js';
 
 /** The changes' name of an endpoint (changes/app-parts.ts endpointKey); undefined outside the API. */
 export function endpointOf(method: string | undefined, path: string): string | undefined {
@@ -40,6 +43,7 @@ export function isTranslatedAppRequest(
   path: string,
 ): boolean {
   if (app.featureLevel === undefined || appLevelFor(app, req.headers) === undefined) return false;
+  if (req.method === 'GET' && STATIC_DATA_PATHS.has(path)) return true;
   const endpoint = endpointOf(req.method, path);
   return endpoint !== undefined && TRANSLATED_ENDPOINTS.has(endpoint);
 }
@@ -192,7 +196,10 @@ export const appRequestHandler: EndpointHandler = async (req, res, ctx) => {
   const q = url.indexOf('?');
   const endpoint = endpointOf(req.method, q < 0 ? url : url.slice(0, q)) ?? '';
   const level: Levels = { endpoint, real, shown: levelShownTo(ctx.config.app, req.headers, real), site: { realmUrl } };
-  // Only a translated endpoint's request comes here (isTranslatedAppRequest): GET, POST or PATCH.
+  const staticData = STATIC_DATA_PATHS.get(q < 0 ? url : url.slice(0, q));
+  if (staticData && staticDataFor(real, level.shown).includes(staticData)) return serveStaticData(req, res, ctx, hostRealm, staticData);
+  // Only a translated endpoint's request comes here (isTranslatedAppRequest): GET, POST or PATCH;
+  // a static data's path the upstream serves itself goes on untranslated.
   const method = req.method as 'GET' | 'POST' | 'PATCH';
   const changes = answerChangesFor(endpoint, real, level.shown);
   const lookups = lookupsFor(endpoint, real, level.shown);

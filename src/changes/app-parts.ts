@@ -1,6 +1,16 @@
 import { CHANGES } from './index.js';
 import { proseRanges } from './markdown-text.js';
-import type { AnswerChange, ApiChange, Content, EndpointChange, LookupChange, RequestParams, Site, TextEdit } from './types.js';
+import type {
+  AnswerChange,
+  ApiChange,
+  Content,
+  EndpointChange,
+  LookupChange,
+  RequestParams,
+  Site,
+  StaticDataChange,
+  TextEdit,
+} from './types.js';
 
 /**
  * M2, M6: the mobile app's parts of the API changes (changes/index.ts), applied between an
@@ -179,4 +189,14 @@ export function translateAnswer(endpoint: string, answer: Json, changes: readonl
     }
   }
   return changed;
+}
+
+/** The paths where the shim serves static data for the app (StaticDataChange), whatever the levels. */
+export const STATIC_DATA_PATHS: ReadonlyMap<string, StaticDataChange> = new Map(
+  CHANGES.flatMap((c) => (c.staticData ? [[c.staticData.path, c.staticData] as const] : [])),
+);
+
+/** The static data an app shown `shown` is served in front of an upstream at `real` (StaticDataChange). */
+export function staticDataFor(real: number, shown: number): StaticDataChange[] {
+  return between(real, shown).flatMap((c) => (c.staticData ? [c.staticData] : []));
 }

@@ -179,6 +179,22 @@ export interface EndpointChange {
   apply(params: RequestParams): string | undefined;
 }
 
+/**
+ * A change's part for data a newer server serves from a URL its register answer names, which an
+ * older upstream keeps only in a static file of its own (M2): the shim serves it, built from that
+ * file, at `path` on the realm's URL, and names it in register answers by `field`.
+ */
+export interface StaticDataChange {
+  /** The register key holding the data's URL (absolute: the realm's URL and `path`). */
+  readonly field: string;
+  /** Where the shim serves the data, realm-relative (GET, the app's requests only). */
+  readonly path: string;
+  /** The upstream's static file the data is built from, realm-relative. */
+  readonly source: string;
+  /** Pure: the data as the level shown serves it, from the source file's parsed JSON; undefined when the file lacks what it needs. */
+  build(source: unknown): unknown;
+}
+
 /** What a lookup asks the upstream for: the caller's own user id, as the answer's credentials (`email`, `api_key`). */
 export type Lookup = 'own_user_id';
 
@@ -236,6 +252,7 @@ export interface ApiChange {
   readonly notification?: NotificationChange;
   readonly endpoint?: EndpointChange;
   readonly lookup?: LookupChange;
+  readonly staticData?: StaticDataChange;
 }
 
 /** A change with a part in user objects. */

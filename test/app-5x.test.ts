@@ -1,6 +1,9 @@
 import request from 'supertest';
 import { afterEach, describe, expect, it } from 'vitest';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import { EMOJI_DATA_PATH, emojiDataOf } from '../src/changes/fl140-server-emoji-data-url.js';
+import { planFlagsNarrow } from '../src/changes/fl155-flags-narrow.js';
+import { FormFields } from '../src/http/form-fields.js';
 import { judgeAt } from './support/app-parsers.js';
 import { EMOJI_CODES, startFake, type Era, type FakeZulip } from './support/fake-zulip.js';
 import { APP_AGENT, APP_REGISTER, OTHER_AGENT } from './support/mobile-app.js';
@@ -92,5 +95,246 @@ describe('fl140 server_emoji_data_url: the emoji names, from the upstream’s ow
     expect(fetchesOfEmojiCodes()).toBe(0);
     await request(shim.url).get(EMOJI_DATA_PATH).set('User-Agent', APP);
     expect(fake.seen.filter((s) => s.url === EMOJI_DATA_PATH)).toHaveLength(1);
+  });
+});
+
+describe('fl155 POST /messages/flags/narrow on 5.x: as the app’s own _legacyMarkNarrowAsRead did', () => {
+  const plan = (form: Record<string, string>) => planFlagsNarrow(new FormFields(new URLSearchParams(form).toString()));
+  const markRead = (narrow: unknown[]) => ({
+    anchor: 'oldest',
+    include_anchor: 'false',
+    num_before: '0',
+    num_after: '1000',
+    narrow: JSON.stringify([...narrow, { operator: 'is', operand: 'unread' }]),
+    op: 'add',
+    flag: 'read',
+  });
+
+  it.each([
+    ['the whole feed', markRead([]), { kind: 'legacy', path: '/mark_all_as_read', form: {} }],
+    [
+      'a channel',
+      markRead([{ operator: 'stream', operand: 7 }]),
+      { kind: 'legacy', path: '/mark_stream_as_read', form: { stream_id: '7' } },
+    ],
+    [
+      'a topic',
+      markRead([
+        { operator: 'stream', operand: 7 },
+        { operator: 'topic', operand: 'lunch' },
+      ]),
+      { kind: 'legacy', path: '/mark_topic_as_read', form: { stream_id: '7', topic_name: 'lunch' } },
+    ],
+    [
+      'a topic, legacy pairs',
+      markRead([
+        ['stream', 7],
+        ['topic', 'lunch'],
+      ]),
+      { kind: 'legacy', path: '/mark_topic_as_read' },
+    ],
+    ['direct messages', markRead([{ operator: 'pm-with', operand: [11] }]), { kind: 'batch', op: 'add', flag: 'read' }],
+    ['mentions', markRead([{ operator: 'is', operand: 'mentioned' }]), { kind: 'batch' }],
+    ['a channel by name', markRead([{ operator: 'stream', operand: 'general' }]), { kind: 'batch' }],
+    [
+      'a channel, negated topic',
+      markRead([
+        { operator: 'stream', operand: 7 },
+        { operator: 'topic', operand: 'x', negated: true },
+      ]),
+      { kind: 'batch' },
+    ],
+    [
+      'unread from a message on',
+      { anchor: '42', include_anchor: 'true', num_before: '0', num_after: '1000', narrow: '[]', op: 'remove', flag: 'read' },
+      { kind: 'batch', op: 'remove' },
+    ],
+  ])('%s', (_what, form, expected) => {
+    expect(plan(form)).toMatchObject(expected);
+  });
+
+  it('leaves the anchor out of a batch only where include_anchor is false and the anchor is a message id', () => {
+    const base = { num_before: '0', num_after: '1000', narrow: '[]', op: 'remove', flag: 'read' };
+    expect(plan({ ...base, anchor: '42', include_anchor: 'false' })).toMatchObject({ leaveOut: 42 });
+    expect(plan({ ...base, anchor: '42' })).not.toHaveProperty('leaveOut');
+    expect(plan({ ...base, anchor: 'oldest', include_anchor: 'false' })).not.toHaveProperty('leaveOut');
+  });
+
+  /** A 5.x upstream's messages, flags and legacy mark-as-read endpoints over `count` unread direct messages from user 11. */
+  function messagesUpstream(count: number) {
+    const all = Array.from({ length: count }, (_, i) => i + 1);
+    const unread = new Set(all);
+    const flagged: number[][] = [];
+    const legacy: Array<{ path: string; form: Record<string, string> }> = [];
+    const form = (body: Buffer) => Object.fromEntries(new URLSearchParams(body.toString('utf8')));
+    const send = (res: ServerResponse, body: unknown) =>
+      res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(body));
+    fake.override = (req: IncomingMessage, res: ServerResponse, body: Buffer) => {
+      const [path, query = ''] = (req.url ?? '').split('?');
+      if (req.method === 'GET' && path === '/api/v1/messages') {
+        const q = new URLSearchParams(query);
+        const narrow = JSON.parse(q.get('narrow') ?? '[]') as Array<{ operator: string; operand: unknown }>;
+        expect(narrow[0]?.operator).toBe('pm-with'); // translated down
+        const onlyUnread = narrow.some((t) => t.operator === 'is' && t.operand === 'unread');
+        const anchor = q.get('anchor') === 'oldest' ? 0 : Number(q.get('anchor'));
+        // 5.x ignores include_anchor: the anchor comes back whenever it matches.
+        const ids = all.filter((id) => id >= anchor && (!onlyUnread || unread.has(id)));
+        const found = ids[0] === anchor;
+        const page = ids.slice(0, Number(q.get('num_after')) + (found ? 1 : 0));
+        send(res, {
+          result: 'success',
+          msg: '',
+          anchor,
+          found_anchor: found,
+          found_oldest: anchor === 0,
+          found_newest: page.length === ids.length,
+          history_limited: false,
+          messages: page.map((id) => ({ id, type: 'private', flags: [] })),
+        });
+        return true;
+      }
+      if (req.method === 'POST' && path === '/api/v1/messages/flags') {
+        const { messages, op } = form(body);
+        const ids = JSON.parse(messages!) as number[];
+        flagged.push(ids);
+        const changed = ids.filter((id) => (op === 'add' ? unread.delete(id) : !unread.has(id) && unread.add(id)));
+        send(res, { result: 'success', msg: '', messages: changed });
+        return true;
+      }
+      if (req.method === 'POST' && path!.startsWith('/api/v1/mark_')) {
+        legacy.push({ path: path!, form: form(body) });
+        send(res, { result: 'success', msg: '' });
+        return true;
+      }
+      return false;
+    };
+    return { unread, flagged, legacy };
+  }
+
+  const flagsNarrow = (form: Record<string, string>, agent = APP) =>
+    asApp(request(shim.url).post('/api/v1/messages/flags/narrow'), agent).type('form').send(form);
+
+  it('marks 2,500 unread direct messages read in the app’s batches of 1,000, each message once, the answers the app parses', async () => {
+    await setup('5.0');
+    const upstream = messagesUpstream(2500);
+    // The app's loop (lib/widgets/actions.dart updateMessageFlagsStartingFromAnchor).
+    let form = markRead([{ operator: 'dm', operand: [11] }]);
+    const answers: Array<Record<string, unknown>> = [];
+    for (let i = 0; i < 5; i++) {
+      const r = await flagsNarrow(form);
+      expect(r.status).toBe(200);
+      expect(judge.parseProblems('UpdateMessageFlagsForNarrowResult', r.body)).toEqual([]);
+      answers.push(r.body);
+      if (r.body.found_newest) break;
+      form = { ...form, anchor: String(r.body.last_processed_id), include_anchor: 'false' };
+    }
+    expect(answers.map((a) => [a.processed_count, a.updated_count, a.first_processed_id, a.last_processed_id, a.found_newest])).toEqual([
+      [1000, 1000, 1, 1000, false],
+      [1000, 1000, 1001, 2000, false],
+      [500, 500, 2001, 2500, true],
+    ]);
+    expect(upstream.flagged.map((ids) => ids.length)).toEqual([1000, 1000, 500]);
+    expect(new Set(upstream.flagged.flat()).size).toBe(2500); // the anchor of a later batch is not flagged again
+    expect(upstream.unread.size).toBe(0);
+    expect(fake.seen.filter((s) => s.url.startsWith('/api/v1/messages/flags/narrow'))).toEqual([]);
+    const flags = fake.seen.find((s) => s.url === '/api/v1/messages/flags')!;
+    expect(new URLSearchParams(flags.body.toString()).get('op')).toBe('add');
+    expect(flags.headers.authorization).toBe(fake.auth(10));
+  });
+
+  it('marks 2,500 direct messages unread from the first on, the anchor of each later batch (which 5.x sends anyway) not again', async () => {
+    await setup('5.0');
+    const upstream = messagesUpstream(2500);
+    upstream.unread.clear();
+    let form: Record<string, string> = {
+      anchor: '1',
+      include_anchor: 'true',
+      num_before: '0',
+      num_after: '1000',
+      narrow: JSON.stringify([{ operator: 'dm', operand: [11] }]),
+      op: 'remove',
+      flag: 'read',
+    };
+    const counts: number[] = [];
+    for (let i = 0; i < 5; i++) {
+      const r = await flagsNarrow(form);
+      expect(judge.parseProblems('UpdateMessageFlagsForNarrowResult', r.body)).toEqual([]);
+      counts.push(r.body.processed_count);
+      if (r.body.found_newest) break;
+      form = { ...form, anchor: String(r.body.last_processed_id), include_anchor: 'false' };
+    }
+    expect(counts).toEqual([1001, 1000, 499]); // the first batch holds its anchor and 1,000 after it
+    expect(upstream.flagged.flat()).toHaveLength(2500);
+    expect(upstream.unread.size).toBe(2500);
+  });
+
+  it.each([
+    ['the whole feed', [], '/api/v1/mark_all_as_read', {}],
+    ['a channel', [{ operator: 'channel', operand: 7 }], '/api/v1/mark_stream_as_read', { stream_id: '7' }],
+    [
+      'a topic',
+      [
+        { operator: 'channel', operand: 7 },
+        { operator: 'topic', operand: 'lunch' },
+      ],
+      '/api/v1/mark_topic_as_read',
+      { stream_id: '7', topic_name: 'lunch' },
+    ],
+  ])('marks %s read by the legacy endpoint, in one answer the app stops at', async (_what, narrow, path, sent) => {
+    await setup('5.0');
+    const upstream = messagesUpstream(3);
+    const r = await flagsNarrow(markRead(narrow));
+    expect(r.status).toBe(200);
+    expect(r.body).toMatchObject({ processed_count: 0, updated_count: 0, found_oldest: true, found_newest: true });
+    expect(judge.parseProblems('UpdateMessageFlagsForNarrowResult', r.body)).toEqual([]);
+    expect(upstream.legacy).toEqual([{ path, form: sent }]);
+  });
+
+  it('passes the upstream’s refusal on as it came', async () => {
+    await setup('5.0');
+    fake.override = (req, res) => {
+      if (!req.url?.startsWith('/api/v1/mark_stream_as_read')) return false;
+      res.writeHead(400, { 'content-type': 'application/json' }).end('{"result":"error","msg":"Invalid stream ID","code":"BAD_REQUEST"}');
+      return true;
+    };
+    const r = await flagsNarrow(markRead([{ operator: 'channel', operand: 99 }]));
+    expect(r.status).toBe(400);
+    expect(r.body.msg).toBe('Invalid stream ID');
+  });
+
+  it('GET /messages with include_anchor=false: the anchor the 5.x upstream sends anyway is left out, for the app only', async () => {
+    await setup('5.0');
+    messagesUpstream(0);
+    fake.override = (req, res) => {
+      if (!req.url?.startsWith('/api/v1/messages?')) return false;
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(
+        JSON.stringify({
+          result: 'success',
+          msg: '',
+          anchor: 5,
+          found_anchor: true,
+          found_oldest: false,
+          found_newest: true,
+          history_limited: false,
+          messages: [5, 6, 7].map((id) => ({ id })),
+        }),
+      );
+      return true;
+    };
+    const path = '/api/v1/messages?anchor=5&include_anchor=false&num_before=0&num_after=100&narrow=%5B%5D';
+    const app = await asApp(request(shim.url).get(path));
+    expect(app.body.messages.map((m: { id: number }) => m.id)).toEqual([6, 7]);
+    expect(app.body.found_anchor).toBe(false);
+    const other = await asApp(request(shim.url).get(path), OTHER);
+    expect(other.body.messages.map((m: { id: number }) => m.id)).toEqual([5, 6, 7]);
+    const included = await asApp(request(shim.url).get(path.replace('include_anchor=false', 'include_anchor=true')));
+    expect(included.body.messages.map((m: { id: number }) => m.id)).toEqual([5, 6, 7]);
+  });
+
+  it('on 6.0 goes to the upstream’s own endpoint', async () => {
+    await setup('6.0');
+    await flagsNarrow(markRead([{ operator: 'channel', operand: 7 }]));
+    expect(fake.seen.filter((s) => s.url === '/api/v1/messages/flags/narrow')).toHaveLength(1);
   });
 });

@@ -4,7 +4,9 @@ import {
   answerChangesFor,
   answerListOf,
   endpointKey,
+  isEmulated,
   lookupsFor,
+  parameterEdits,
   STATIC_DATA_PATHS,
   staticDataFor,
   TRANSLATED_ENDPOINTS,
@@ -25,6 +27,7 @@ import { forwardedHeaders, parseJsonObject, translate, type UpstreamResponse } f
 import { realmOf } from '../upstream/realm.js';
 import { isSuccess, relay, relayBounded, rewrittenHeaders } from '../upstream/relay.js';
 import { appLevelFor, levelShownTo } from './presented.js';
+import { emulateFlagsNarrow } from './flags-narrow.js';
 import { serveStaticData } from './static-data.js';
 
 /** The changes' name of an endpoint (changes/app-parts.ts endpointKey); undefined outside the API. */
@@ -151,9 +154,16 @@ interface Levels {
   site: Site;
 }
 
+/** An edit of a parsed answer a request's parameters call for (ParameterChange); true when it changed it. */
+type AnswerEdit = (answer: Record<string, unknown>) => boolean;
+
+/** The endpoints the shim answers itself in front of an upstream without them (EmulationChange). */
+const EMULATORS: Readonly<Record<string, typeof emulateFlagsNarrow>> = { 'POST /messages/flags/narrow': emulateFlagsNarrow };
+
 /**
  * M2, answers up: a success carrying messages or events, rewritten by `changes` where it holds
- * what they change (their markers); every other answer goes on as it came. An answer larger than
+ * what they change (their markers) and by the `edits` its request's parameters call for; every
+ * other answer goes on as it came. An answer larger than
  * upstream.maxResponseBytes, or one the upstream compressed anyway, is passed on untouched.
  */
 async function answerUp(
@@ -163,6 +173,7 @@ async function answerUp(
   r: UpstreamResponse,
   endpoint: string,
   changes: readonly AnswerChange[],
+  edits: readonly AnswerEdit[] = [],
 ): Promise<void> {
   const encoding = r.headers['content-encoding'];
   if (!isSuccess(r.status) || (encoding !== undefined && encoding !== 'identity')) return relay(res, r);
@@ -174,11 +185,13 @@ async function answerUp(
     ctx.log.warn({ endpoint, limit }, "app answer larger than upstream.maxResponseBytes: passed on untouched, the app's changes skipped");
     return relayBounded(res, r, bounded);
   }
-  if (!changes.some((c) => bounded.body.includes(c.marker))) return relayBounded(res, r, bounded);
+  if (edits.length === 0 && !changes.some((c) => bounded.body.includes(c.marker))) return relayBounded(res, r, bounded);
   // A long list of messages is read and written a part at a time, letting other requests run between (V4's way).
   const list = answerListOf(endpoint);
   const answer = list ? await parseWithListInSteps(bounded.body, list, parseJsonObject) : parseJsonObject(bounded.body);
-  if (!translateAnswer(endpoint, answer, changes)) return relayBounded(res, r, bounded);
+  let changed = translateAnswer(endpoint, answer, changes);
+  for (const edit of edits) if (edit(answer)) changed = true;
+  if (!changed) return relayBounded(res, r, bounded);
   recordFacts(req).kind = 'app-translated';
   const raw = list ? await stringifyInSteps(answer, [list]) : Buffer.from(JSON.stringify(answer));
   await sendEncoded(req, res, r.status, { raw }, rewrittenHeaders(r.headers));
@@ -198,12 +211,15 @@ export const appRequestHandler: EndpointHandler = async (req, res, ctx) => {
   const level: Levels = { endpoint, real, shown: levelShownTo(ctx.config.app, req.headers, real), site: { realmUrl } };
   const staticData = STATIC_DATA_PATHS.get(q < 0 ? url : url.slice(0, q));
   if (staticData && staticDataFor(real, level.shown).includes(staticData)) return serveStaticData(req, res, ctx, hostRealm, staticData);
+  const emulator = isEmulated(endpoint, real, level.shown) ? EMULATORS[endpoint] : undefined;
+  if (emulator) return emulator(req, res, ctx, hostRealm, level);
   // Only a translated endpoint's request comes here (isTranslatedAppRequest): GET, POST or PATCH;
   // a static data's path the upstream serves itself goes on untranslated.
   const method = req.method as 'GET' | 'POST' | 'PATCH';
   const changes = answerChangesFor(endpoint, real, level.shown);
   const lookups = lookupsFor(endpoint, real, level.shown);
-  const rewritten = changes.length > 0 || lookups.length > 0;
+  const edits = method === 'GET' ? parameterEdits(endpoint, new FormFields(q < 0 ? '' : url.slice(q + 1)), real, level.shown) : [];
+  const rewritten = changes.length > 0 || lookups.length > 0 || edits.length > 0;
   const headers: Record<string, string> = {
     ...forwardedHeaders(req),
     // An answer the shim may rewrite is asked for uncompressed; it is compressed again for the app.
@@ -230,5 +246,5 @@ export const appRequestHandler: EndpointHandler = async (req, res, ctx) => {
     const prefix = apiPathOf(url.split('?')[0]!)?.prefix ?? '/api/v1';
     return answerWithLookups(req, res, ctx, r, { realm: hostRealm, prefix, headers: lookupHeaders }, lookups);
   }
-  return changes.length > 0 ? answerUp(req, res, ctx, r, endpoint, changes) : relay(res, r);
+  return changes.length > 0 || edits.length > 0 ? answerUp(req, res, ctx, r, endpoint, changes, edits) : relay(res, r);
 };

@@ -195,6 +195,30 @@ export interface StaticDataChange {
   build(source: unknown): unknown;
 }
 
+/**
+ * A change's part for a request parameter an older upstream ignores (M2): the request goes on as
+ * it came, and the answer is made what the parameter would have made it.
+ */
+export interface ParameterChange {
+  /** The endpoint whose answers it edits (`METHOD /path`). */
+  readonly endpoint: string;
+  /**
+   * Pure: for this request's parameters (as the app sent them), the edit of its parsed success
+   * answer (true when it changed it), or undefined when the answer is the upstream's as it is.
+   */
+  editFor(params: RequestParams): ((answer: Record<string, unknown>) => boolean) | undefined;
+}
+
+/**
+ * A change's part for an endpoint an older upstream has no one endpoint in place of (M2): the
+ * shim answers it from calls to the endpoints that upstream has (app/ names the module that
+ * does, as the change's own doc says).
+ */
+export interface EmulationChange {
+  /** The endpoint the app calls (`METHOD /path`). */
+  readonly endpoint: string;
+}
+
 /** What a lookup asks the upstream for: the caller's own user id, as the answer's credentials (`email`, `api_key`). */
 export type Lookup = 'own_user_id';
 
@@ -253,6 +277,8 @@ export interface ApiChange {
   readonly endpoint?: EndpointChange;
   readonly lookup?: LookupChange;
   readonly staticData?: StaticDataChange;
+  readonly parameter?: ParameterChange;
+  readonly emulation?: EmulationChange;
 }
 
 /** A change with a part in user objects. */

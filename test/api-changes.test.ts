@@ -55,7 +55,7 @@ describe('the one registry', () => {
       [125, 'register'],
       [131, 'register+answer'],
       [133, 'register'],
-      [134, 'register'],
+      [134, 'register+answer'],
       [137, 'register'],
       [138, 'register'],
       [139, 'answer'],

@@ -3,6 +3,9 @@ import { afterEach, describe, expect, it } from 'vitest';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { EMOJI_DATA_PATH, emojiDataOf } from '../src/changes/fl140-server-emoji-data-url.js';
 import { planFlagsNarrow } from '../src/changes/fl155-flags-narrow.js';
+import { mutedTopicsPerQueue } from '../src/changes/fl134-user-topics-register.js';
+import { memoryBackend, QUEUE_STATE_TTL_MS, QueueStates } from '../src/app/queue-state.js';
+import { adminRedis, describeRedis, keysUnder, REDIS_URL, suiteKeyPrefix } from './support/redis.js';
 import { FormFields } from '../src/http/form-fields.js';
 import { judgeAt } from './support/app-parsers.js';
 import { EMOJI_CODES, startFake, type Era, type FakeZulip } from './support/fake-zulip.js';
@@ -336,5 +339,168 @@ describe('fl155 POST /messages/flags/narrow on 5.x: as the app’s own _legacyMa
     await setup('6.0');
     await flagsNarrow(markRead([{ operator: 'channel', operand: 7 }]));
     expect(fake.seen.filter((s) => s.url === '/api/v1/messages/flags/narrow')).toHaveLength(1);
+  });
+});
+
+describe('fl134 user_topic events on 5.x: muted_topics events diffed against the queue’s last list', () => {
+  const REGISTER = {
+    result: 'success',
+    msg: '',
+    queue_id: 'queue-muted',
+    last_event_id: -1,
+    zulip_version: '5.0',
+    zulip_feature_level: 122,
+    realm_uri: 'https://chat.example.com',
+    subscriptions: [
+      { name: 'Denmark', stream_id: 1 },
+      { name: 'Verona', stream_id: 5 },
+    ],
+    muted_topics: [['Denmark', 'lunch', 100]],
+  };
+  /** What the upstream sends after each last_event_id (the same again when a poll is repeated). */
+  const EVENTS: Record<string, unknown[]> = {
+    '-1': [
+      {
+        id: 0,
+        type: 'muted_topics',
+        muted_topics: [
+          ['Denmark', 'lunch', 100],
+          ['Verona', 'plans', 200],
+        ],
+      },
+    ],
+    '0': [
+      { id: 1, type: 'stream', op: 'update', stream_id: 5, name: 'Verona', property: 'name', value: 'Venice' },
+      { id: 2, type: 'muted_topics', muted_topics: [['Venice', 'plans', 200]] },
+    ],
+    '2': [{ id: 3, type: 'heartbeat' }],
+  };
+  const muted = (streamId: number, topic: string, when: number, id: number) => ({
+    type: 'user_topic',
+    stream_id: streamId,
+    topic_name: topic,
+    last_updated: when,
+    visibility_policy: 1,
+    id,
+  });
+
+  it('builds from register the list by channel id, then each event’s changes, a renamed channel’s topics kept', () => {
+    const state = mutedTopicsPerQueue.start(structuredClone(REGISTER))!;
+    expect(state).toEqual({ ids: { Denmark: 1, Verona: 5 }, muted: [[1, 'lunch', 100]] });
+    const first = mutedTopicsPerQueue.up(structuredClone(EVENTS['-1']![0]) as Record<string, unknown>, state, 1000);
+    expect(first).toEqual([muted(5, 'plans', 200, 0), EVENTS['-1']![0]]);
+    expect(mutedTopicsPerQueue.up(structuredClone(EVENTS['0']![0]) as Record<string, unknown>, state, 1000)).toBeUndefined();
+    const second = mutedTopicsPerQueue.up(structuredClone(EVENTS['0']![1]) as Record<string, unknown>, state, 1000);
+    expect(second).toEqual([{ ...muted(1, 'lunch', 1000, 2), visibility_policy: 0 }, EVENTS['0']![1]]);
+    // A channel the queue never named: its topics are left out, and nobody is unmuted for it.
+    const unknown = {
+      id: 4,
+      type: 'muted_topics',
+      muted_topics: [
+        ['Venice', 'plans', 200],
+        ['Elsewhere', 'x', 300],
+      ],
+    };
+    expect(mutedTopicsPerQueue.up(unknown, state, 1000)).toEqual([unknown]);
+  });
+
+  it('a repeated poll (an answer lost) gets the same events again; an acknowledged one moves the list on', async () => {
+    const states = new QueueStates(memoryBackend());
+    await states.start('q', mutedTopicsPerQueue.start(structuredClone(REGISTER))!);
+    const poll = async (last: number) => {
+      const events = structuredClone(EVENTS[String(last)]!);
+      await states.poll('q', last, events, mutedTopicsPerQueue, 1000);
+      return events;
+    };
+    const once = await poll(-1);
+    expect(await poll(-1)).toEqual(once);
+    expect(once.filter((e) => (e as { type: string }).type === 'user_topic')).toHaveLength(1);
+    const next = await poll(0);
+    expect(next.filter((e) => (e as { type: string }).type === 'user_topic')).toEqual([
+      { ...muted(1, 'lunch', 1000, 2), visibility_policy: 0 },
+    ]);
+    expect(await poll(0)).toEqual(next);
+    expect(await poll(2)).toEqual(EVENTS['2']);
+  });
+
+  it('expires with the queue: a state not polled within its time to live is gone, and the events go on as they came', async () => {
+    const states = new QueueStates(memoryBackend(), 50);
+    await states.start('q', mutedTopicsPerQueue.start(structuredClone(REGISTER))!);
+    await new Promise((r) => setTimeout(r, 120));
+    const events = structuredClone(EVENTS['-1']!);
+    expect(await states.poll('q', -1, events, mutedTopicsPerQueue, 1000)).toBe(false);
+    expect(events).toEqual(EVENTS['-1']);
+    expect(QUEUE_STATE_TTL_MS).toBeGreaterThan(10 * 60_000); // Zulip's idle queue timeout, renewed by each poll
+  });
+
+  /** A 5.0 upstream whose register and events answer as scripted (REGISTER, EVENTS by last_event_id). */
+  function scripted(f: FakeZulip) {
+    f.override = (req, res) => {
+      const [path, query = ''] = (req.url ?? '').split('?');
+      const send = (body: unknown) => res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(body));
+      if (req.method === 'POST' && path === '/api/v1/register') {
+        send(REGISTER);
+        return true;
+      }
+      if (req.method === 'GET' && path === '/api/v1/events') {
+        send({ result: 'success', msg: '', events: EVENTS[new URLSearchParams(query).get('last_event_id') ?? ''] ?? [] });
+        return true;
+      }
+      return false;
+    };
+  }
+  // Replicas behind one name: the realm is the Host the app asks for, whichever replica answers.
+  const poll = (s: RunningShim, last: number, agent = APP) =>
+    asApp(request(s.url).get(`/api/v1/events?queue_id=queue-muted&last_event_id=${last}`), agent)
+      .set('Host', 'chat.example.com')
+      .then((r) => r.body.events as Array<Record<string, unknown>>);
+  const registerAt = (s: RunningShim) =>
+    asApp(request(s.url).post('/api/v1/register')).set('Host', 'chat.example.com').type('form').send(APP_REGISTER);
+  const userTopics = (events: Array<Record<string, unknown>>) => events.filter((e) => e.type === 'user_topic');
+
+  it('in one shim without a shared store: the app gets user_topic events, every other client the events as they came', async () => {
+    await setup('5.0');
+    scripted(fake);
+    await registerAt(shim);
+    const events = await poll(shim, -1);
+    expect(userTopics(events)).toEqual([muted(5, 'plans', 200, 0)]);
+    expect(judge.parseProblems('GetEventsResult', { result: 'success', msg: '', events })).toEqual([]);
+    expect(await poll(shim, -1, OTHER)).toEqual(EVENTS['-1']);
+  });
+
+  describeRedis('two replicas on one Redis', () => {
+    const prefix = suiteKeyPrefix();
+    const replicas: RunningShim[] = [];
+    afterEach(async () => {
+      for (const r of replicas.splice(0)) await r.close();
+    });
+
+    it('serve one queue alike: registered on one, polled on either, the state shared, expiring with the queue', async () => {
+      fake = await startFake({ era: '5.0' });
+      scripted(fake);
+      for (let i = 0; i < 2; i++)
+        replicas.push(await startShim(fake.url, { app: { featureLevel: 277 }, store: { redisUrl: REDIS_URL, keyPrefix: prefix } }));
+      const [a, b] = replicas as [RunningShim, RunningShim];
+      const reg = await registerAt(a);
+      expect(reg.body.user_topics).toEqual([{ stream_id: 1, topic_name: 'lunch', last_updated: 100, visibility_policy: 1 }]);
+      expect(userTopics(await poll(b, -1))).toEqual([muted(5, 'plans', 200, 0)]);
+      expect(userTopics(await poll(a, -1))).toEqual([muted(5, 'plans', 200, 0)]); // the same poll again, on the other replica
+      const second = userTopics(await poll(a, 0));
+      expect(second).toHaveLength(1);
+      expect(second[0]).toMatchObject({ stream_id: 1, topic_name: 'lunch', visibility_policy: 0, id: 2 });
+      expect(userTopics(await poll(b, 0))).toEqual(second);
+
+      const admin = adminRedis();
+      try {
+        const keys = (await keysUnder(admin, prefix)).filter((k) => k.includes('app_queue'));
+        expect(keys).toHaveLength(1);
+        expect(keys[0]).not.toContain('queue-muted'); // the queue id only hashed, with the realm
+        const ttl = await admin.pttl(keys[0]!);
+        expect(ttl).toBeGreaterThan(QUEUE_STATE_TTL_MS - 60_000);
+        expect(ttl).toBeLessThanOrEqual(QUEUE_STATE_TTL_MS);
+      } finally {
+        admin.disconnect();
+      }
+    });
   });
 });

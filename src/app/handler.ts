@@ -28,6 +28,7 @@ import { realmOf } from '../upstream/realm.js';
 import { isSuccess, relay, relayBounded, rewrittenHeaders } from '../upstream/relay.js';
 import { appLevelFor, levelShownTo } from './presented.js';
 import { emulateFlagsNarrow } from './flags-narrow.js';
+import { queueStep, type QueueStep } from './queue-state.js';
 import { serveStaticData } from './static-data.js';
 
 /** The changes' name of an endpoint (changes/app-parts.ts endpointKey); undefined outside the API. */
@@ -162,8 +163,8 @@ const EMULATORS: Readonly<Record<string, typeof emulateFlagsNarrow>> = { 'POST /
 
 /**
  * M2, answers up: a success carrying messages or events, rewritten by `changes` where it holds
- * what they change (their markers) and by the `edits` its request's parameters call for; every
- * other answer goes on as it came. An answer larger than
+ * what they change (their markers), by the `edits` its request's parameters call for and by its
+ * event queue's `step` (QueueEventChange); every other answer goes on as it came. An answer larger than
  * upstream.maxResponseBytes, or one the upstream compressed anyway, is passed on untouched.
  */
 async function answerUp(
@@ -174,6 +175,7 @@ async function answerUp(
   endpoint: string,
   changes: readonly AnswerChange[],
   edits: readonly AnswerEdit[] = [],
+  step?: QueueStep,
 ): Promise<void> {
   const encoding = r.headers['content-encoding'];
   if (!isSuccess(r.status) || (encoding !== undefined && encoding !== 'identity')) return relay(res, r);
@@ -185,12 +187,17 @@ async function answerUp(
     ctx.log.warn({ endpoint, limit }, "app answer larger than upstream.maxResponseBytes: passed on untouched, the app's changes skipped");
     return relayBounded(res, r, bounded);
   }
-  if (edits.length === 0 && !changes.some((c) => bounded.body.includes(c.marker))) return relayBounded(res, r, bounded);
+  const marked = changes.some((c) => bounded.body.includes(c.marker)) || (step?.markers.some((m) => bounded.body.includes(m)) ?? false);
+  if (edits.length === 0 && !marked) {
+    await step?.idle();
+    return relayBounded(res, r, bounded);
+  }
   // A long list of messages is read and written a part at a time, letting other requests run between (V4's way).
   const list = answerListOf(endpoint);
   const answer = list ? await parseWithListInSteps(bounded.body, list, parseJsonObject) : parseJsonObject(bounded.body);
   let changed = translateAnswer(endpoint, answer, changes);
   for (const edit of edits) if (edit(answer)) changed = true;
+  if (step && (await step.run(answer))) changed = true;
   if (!changed) return relayBounded(res, r, bounded);
   recordFacts(req).kind = 'app-translated';
   const raw = list ? await stringifyInSteps(answer, [list]) : Buffer.from(JSON.stringify(answer));
@@ -204,7 +211,7 @@ async function answerUp(
  */
 export const appRequestHandler: EndpointHandler = async (req, res, ctx) => {
   const hostRealm = realmOf(ctx.upstreamId, req.headers);
-  const { featureLevel: real, realmUrl } = await timedUpstream(req, () => ctx.featureLevels.resolve(hostRealm));
+  const { realm, featureLevel: real, realmUrl } = await timedUpstream(req, () => ctx.featureLevels.resolve(hostRealm));
   const url = req.url ?? '/';
   const q = url.indexOf('?');
   const endpoint = endpointOf(req.method, q < 0 ? url : url.slice(0, q)) ?? '';
@@ -219,7 +226,9 @@ export const appRequestHandler: EndpointHandler = async (req, res, ctx) => {
   const changes = answerChangesFor(endpoint, real, level.shown);
   const lookups = lookupsFor(endpoint, real, level.shown);
   const edits = method === 'GET' ? parameterEdits(endpoint, new FormFields(q < 0 ? '' : url.slice(q + 1)), real, level.shown) : [];
-  const rewritten = changes.length > 0 || lookups.length > 0 || edits.length > 0;
+  const step =
+    endpoint === 'GET /events' ? queueStep(ctx, realm, new URLSearchParams(q < 0 ? '' : url.slice(q + 1)), real, level.shown) : undefined;
+  const rewritten = changes.length > 0 || lookups.length > 0 || edits.length > 0 || step !== undefined;
   const headers: Record<string, string> = {
     ...forwardedHeaders(req),
     // An answer the shim may rewrite is asked for uncompressed; it is compressed again for the app.
@@ -246,5 +255,5 @@ export const appRequestHandler: EndpointHandler = async (req, res, ctx) => {
     const prefix = apiPathOf(url.split('?')[0]!)?.prefix ?? '/api/v1';
     return answerWithLookups(req, res, ctx, r, { realm: hostRealm, prefix, headers: lookupHeaders }, lookups);
   }
-  return changes.length > 0 || edits.length > 0 ? answerUp(req, res, ctx, r, endpoint, changes, edits) : relay(res, r);
+  return changes.length > 0 || edits.length > 0 || step ? answerUp(req, res, ctx, r, endpoint, changes, edits, step) : relay(res, r);
 };

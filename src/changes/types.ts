@@ -158,6 +158,30 @@ export interface AnswerChange {
    * by one and valued by another), rewrites it whole instead of field by field; true when it changed.
    */
   upEvent?(event: Record<string, unknown>): boolean;
+  /** For events that say a whole list where the level shown sends each change: see QueueEventChange. */
+  readonly perQueue?: QueueEventChange;
+}
+
+/** What a QueueEventChange keeps per event queue: a JSON object (kept in the shared store, app/queue-state.ts). */
+export type QueueState = Record<string, unknown>;
+
+/**
+ * A change's part in an event queue's events whose meaning depends on what the queue was sent
+ * before (M2, events up): an older server sends the whole list again (below 134 `muted_topics`),
+ * the level shown one event per change. The state (the list last sent) is kept per event queue.
+ */
+export interface QueueEventChange {
+  /** Names the state in the store (`app_queue:<name>:…`). */
+  readonly name: string;
+  /** Bytes of events that bear on the state besides the change's marker: an answer with any of them is read too. */
+  readonly markers: readonly string[];
+  /** Pure: the state a queue starts with, from its register answer as the app receives it; undefined: nothing to keep. */
+  start(answer: Record<string, unknown>): QueueState | undefined;
+  /**
+   * Pure but for `state`, which it brings up to after the event: the events `event` becomes (itself
+   * among them where it stays), or undefined when it stays as it came. `now`: seconds since the epoch.
+   */
+  up(event: Record<string, unknown>, state: QueueState, now: number): Record<string, unknown>[] | undefined;
 }
 
 /** An HTTP method of a request sent to the upstream in an endpoint's place. */

@@ -24,7 +24,7 @@ import { apiPathOf } from '../http/api-routes.js';
 import { contentLengthOf } from '../http/headers.js';
 import { recordFacts, timedUpstream } from '../observability/request-facts.js';
 import { forwardedHeaders, parseJsonObject, translate, type UpstreamResponse } from '../upstream/client.js';
-import { realmOf } from '../upstream/realm.js';
+import { realmOf, type Realm } from '../upstream/realm.js';
 import { isSuccess, relay, relayBounded, rewrittenHeaders } from '../upstream/relay.js';
 import { appLevelFor, levelShownTo } from './presented.js';
 import { emulateFlagsNarrow } from './flags-narrow.js';
@@ -205,6 +205,21 @@ async function answerUp(
 }
 
 /**
+ * What the answer to an app request goes through (all empty: it is relayed as it comes): the
+ * answer changes between its levels, the lookups, the edits its parameters call for (a GET's
+ * query), and its event queue's step (GET /events).
+ */
+function answerPlan(ctx: ShimContext, realm: Realm, method: string, level: Levels, query: string) {
+  const { endpoint, real, shown } = level;
+  return {
+    changes: answerChangesFor(endpoint, real, shown),
+    lookups: lookupsFor(endpoint, real, shown),
+    edits: method === 'GET' ? parameterEdits(endpoint, new FormFields(query), real, shown) : [],
+    step: endpoint === 'GET /events' ? queueStep(ctx, realm, new URLSearchParams(query), real, shown) : undefined,
+  };
+}
+
+/**
  * M2, both ways: an app request (shown a higher level than the upstream has) in the form the
  * upstream knows, then its answer brought up to the level shown where a change touches it,
  * else passed on as it comes.
@@ -223,11 +238,7 @@ export const appRequestHandler: EndpointHandler = async (req, res, ctx) => {
   // Only a translated endpoint's request comes here (isTranslatedAppRequest): GET, POST or PATCH;
   // a static data's path the upstream serves itself goes on untranslated.
   const method = req.method as 'GET' | 'POST' | 'PATCH';
-  const changes = answerChangesFor(endpoint, real, level.shown);
-  const lookups = lookupsFor(endpoint, real, level.shown);
-  const edits = method === 'GET' ? parameterEdits(endpoint, new FormFields(q < 0 ? '' : url.slice(q + 1)), real, level.shown) : [];
-  const step =
-    endpoint === 'GET /events' ? queueStep(ctx, realm, new URLSearchParams(q < 0 ? '' : url.slice(q + 1)), real, level.shown) : undefined;
+  const { changes, lookups, edits, step } = answerPlan(ctx, realm, method, level, q < 0 ? '' : url.slice(q + 1));
   const rewritten = changes.length > 0 || lookups.length > 0 || edits.length > 0 || step !== undefined;
   const headers: Record<string, string> = {
     ...forwardedHeaders(req),

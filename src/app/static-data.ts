@@ -19,6 +19,12 @@ import { isSuccess } from '../upstream/relay.js';
  * server's (docs/mobile-app.md §8).
  */
 
+/**
+ * The largest source file read (a server's emoji_codes.json is some hundreds of KiB): what is
+ * kept per upstream stays small whatever the upstream sends.
+ */
+export const STATIC_SOURCE_MAX_BYTES = 4 * 1024 * 1024;
+
 /** One built answer: its bytes and the ETag they are served with. */
 interface Built {
   body: Buffer;
@@ -29,7 +35,7 @@ interface Built {
 
 /**
  * The built data of one upstream, one entry per StaticDataChange (bounded by the registry: one
- * today), each at most upstream.maxResponseBytes of source. Kept per upstream client, which is one
+ * today), each from at most STATIC_SOURCE_MAX_BYTES of source. Kept per upstream client, which is one
  * per upstream and shim: the file is the server's, the same for every realm it serves.
  */
 class StaticDataCache {
@@ -58,7 +64,8 @@ class StaticDataCache {
 async function build(ctx: ShimContext, realm: Realm, change: StaticDataChange): Promise<Built | undefined> {
   const why = await (async (): Promise<string | Built> => {
     try {
-      const r = await ctx.client.fetch({ realm, method: 'GET', path: change.source, headers: { accept: 'application/json' } });
+      const call = { realm, method: 'GET' as const, path: change.source, headers: { accept: 'application/json' } };
+      const r = await ctx.client.fetch(call, Math.min(STATIC_SOURCE_MAX_BYTES, ctx.config.upstream.maxResponseBytes));
       if (!isSuccess(r.status)) return `the upstream answered ${r.status}`;
       const data = change.build(JSON.parse(r.body.toString('utf8')));
       if (data === undefined) return 'the file does not hold what the data is built from';

@@ -81,6 +81,21 @@ describe.each(EACH_REF_AND_ERA)('the app’s parsers at %s (%s) accept what it g
     expect(events.body.events).toHaveLength(eraEvents(ERA_FEATURE_LEVEL[era]).length);
     expect(events.body.events.find((e: { type: string }) => e.type === 'delete_message')).toHaveProperty('message_ids');
     expect.soft(judge.parseProblems('GetEventsResult', events.body)).toEqual([]);
+
+    if (ERA_FEATURE_LEVEL[era] < 134) {
+      // A mute elsewhere: the upstream's whole list, for a channel the register named; the app
+      // gets the user_topic event the list's change makes (fl134), before the list it ignores.
+      const channel = register.body.subscriptions[0].name as string;
+      fake.override = (req, res) => {
+        if (!req.url?.startsWith('/api/v1/events?')) return false;
+        const events = [{ id: 100, type: 'muted_topics', muted_topics: [[channel, 'lunch', 1700000000]] }];
+        res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ result: 'success', msg: '', events }));
+        return true;
+      };
+      const muted = await asApp(request(shim.url).get(`/api/v1/events?queue_id=${register.body.queue_id}&last_event_id=99`));
+      expect(muted.body.events.map((e: { type: string }) => e.type)).toEqual(['user_topic', 'muted_topics']);
+      expect.soft(judge.parseProblems('GetEventsResult', muted.body)).toEqual([]);
+    }
   });
 });
 

@@ -31,7 +31,7 @@ const LAYERS = {
   changes: ['upstream'],
   profile: ['cache', 'changes', 'context', 'http', 'observability', 'upstream'],
   // the mobile app's presented level and the requests it translates (M1, M2)
-  app: ['changes', 'config', 'context', 'http', 'observability', 'profile', 'upstream'],
+  app: ['cache', 'changes', 'config', 'context', 'http', 'observability', 'profile', 'upstream'],
   register: ['app', 'changes', 'context', 'http', 'observability', 'presence', 'profile', 'upstream'],
   proxy: ['http', 'observability', 'upstream'],
   // the push relay between an old server and its push bouncer (M7)

@@ -266,9 +266,10 @@ function elementShape(expr: string, source: string): Shape | undefined {
   const cls = /\(e\)\s*=>\s*(\w+)\.fromJson\(\s*e as Map/.exec(expr) ?? /MapEntry\(\s*[^,]+,\s*(\w+)\.fromJson\(\s*e as Map/.exec(expr);
   if (cls) return { type: 'class', name: cls[1]! };
   if (/\(e as num\)\.toInt\(\)/.test(expr)) return { type: 'number' };
-  if (/\(e\) => e as String\)/.test(expr)) return { type: 'string' };
+  // A map's lists of strings first: their elements' `(e) => e as String` is not the map's values.
   const listOfStrings = /MapEntry\(\s*k,\s*\(e as List<dynamic>\)\s*\.map\(\(e\) => e as String\)/.exec(expr);
   if (listOfStrings) return { type: 'array', items: { type: 'string' } };
+  if (/\(e\) => e as String\)/.test(expr)) return { type: 'string' };
   const en = /\$enumDecode\(_\$(\w+), e\)/.exec(expr);
   if (en) return { type: 'enum', values: enumValues(source, en[1]!), fallback: false };
   return undefined;

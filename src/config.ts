@@ -248,7 +248,7 @@ export const configSchema = z
         .max(APP_FEATURE_LEVEL_MAX, `must be ${APP_FEATURE_LEVEL_MAX} or lower (the highest level whose API changes the shim translates)`)
         .optional()
         .describe(
-          "The feature level the Zulip mobile app (requests whose User-Agent starts with one of app.userAgents) is shown in server_settings and register, with the API changes between the server's real level and it translated (docs/mobile-app.md). Only for servers at Zulip 6.0 (feature level 156) or later; absent: off.",
+          "The feature level the Zulip mobile app (requests whose User-Agent starts with one of app.userAgents) is shown in server_settings and register, with the API changes between the server's real level and it translated (docs/mobile-app.md). Only for servers at Zulip 5.0 (feature level 122) or later; absent: off.",
         ),
       userAgents: z.array(z.string().min(1)).describe('User-Agent prefixes of the app that is shown app.featureLevel.'),
     }),

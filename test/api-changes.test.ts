@@ -28,7 +28,21 @@ import { eraAnswer, eraEvents } from './support/era-answers.js';
 describe('the one registry', () => {
   it('holds the user-object, request, content, register, answer and notification changes in feature-level order', () => {
     const parts = (c: (typeof CHANGES)[number]) =>
-      (['user', 'request', 'content', 'register', 'answer', 'notification', 'endpoint', 'lookup'] as const)
+      (
+        [
+          'user',
+          'request',
+          'content',
+          'register',
+          'answer',
+          'notification',
+          'endpoint',
+          'lookup',
+          'staticData',
+          'parameter',
+          'emulation',
+        ] as const
+      )
         .filter((part) => c[part] !== undefined)
         .join('+');
     expect(CHANGES.map((c) => [c.featureLevel, parts(c)])).toEqual([
@@ -41,10 +55,12 @@ describe('the one registry', () => {
       [125, 'register'],
       [131, 'register+answer'],
       [133, 'register'],
-      [134, 'register'],
+      [134, 'register+answer'],
       [137, 'register'],
       [138, 'register'],
       [139, 'answer'],
+      [140, 'staticData'],
+      [155, 'parameter+emulation'],
       [163, 'user'],
       [164, 'register'],
       [170, 'endpoint'],

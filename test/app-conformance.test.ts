@@ -17,8 +17,8 @@ import { startShim, type RunningShim } from './support/shim.js';
  * M4, M5 (docs/mobile-app.md): the Zulip mobile app's own parsers are the judge, at every ref of
  * the app listed in scripts/app-parsers.ts (APP_REFS: the pinned commit, the newest main, the
  * open pull requests that remove old-server code). Through the shim with --app-feature-level 277,
- * every answer and event the app parses, from upstreams that send whole answers as Zulip 6.0, 7.0
- * and 8.0 do, has every field the parsers at each ref require, with its JSON type: fetch_api_key,
+ * every answer and event the app parses, from upstreams that send whole answers as Zulip 5.0, 6.0,
+ * 7.0 and 8.0 do, has every field the parsers at each ref require, with its JSON type: fetch_api_key,
  * register, server_settings, messages, one message and every event the era sends.
  */
 
@@ -36,7 +36,7 @@ const asApp = (r: request.Test) => r.set('User-Agent', APP).set('Authorization',
 // Every listed ref of the app (APP_REFS) × every era; each answer's problems are reported even
 // after an earlier answer's (expect.soft), so a failure lists all that the ref misses.
 const EACH_REF_AND_ERA = APP_JUDGES.flatMap((judge) =>
-  (['6.0', '7.0', '8.0'] as const).map((era) => [judge.name, judge.ref, era, judge] as const),
+  (['5.0', '6.0', '7.0', '8.0'] as const).map((era) => [judge.name, judge.ref, era, judge] as const),
 );
 
 describe.each(EACH_REF_AND_ERA)('the app’s parsers at %s (%s) accept what it gets through the shim from %s', (_name, _ref, era, judge) => {
@@ -61,6 +61,12 @@ describe.each(EACH_REF_AND_ERA)('the app’s parsers at %s (%s) accept what it g
     expect(register.body.zulip_feature_level).toBe(277);
     expect(register.body.realm_users.length).toBeGreaterThan(1);
     expect.soft(judge.parseProblems('InitialSnapshot', register.body)).toEqual([]);
+    if (ERA_FEATURE_LEVEL[era] < 140) {
+      // The emoji names the app fetches from the URL register names: the shim's, below 140.
+      const emoji = await request(shim.url).get(new URL(register.body.server_emoji_data_url).pathname).set('User-Agent', APP);
+      expect(emoji.status).toBe(200);
+      expect.soft(judge.parseProblems('ServerEmojiData', emoji.body)).toEqual([]);
+    }
 
     const narrow = JSON.stringify([{ operator: 'channel', operand: 7 }]);
     const messages = await asApp(
@@ -75,6 +81,21 @@ describe.each(EACH_REF_AND_ERA)('the app’s parsers at %s (%s) accept what it g
     expect(events.body.events).toHaveLength(eraEvents(ERA_FEATURE_LEVEL[era]).length);
     expect(events.body.events.find((e: { type: string }) => e.type === 'delete_message')).toHaveProperty('message_ids');
     expect.soft(judge.parseProblems('GetEventsResult', events.body)).toEqual([]);
+
+    if (ERA_FEATURE_LEVEL[era] < 134) {
+      // A mute elsewhere: the upstream's whole list, for a channel the register named; the app
+      // gets the user_topic event the list's change makes (fl134), before the list it ignores.
+      const channel = register.body.subscriptions[0].name as string;
+      fake.override = (req, res) => {
+        if (!req.url?.startsWith('/api/v1/events?')) return false;
+        const events = [{ id: 100, type: 'muted_topics', muted_topics: [[channel, 'lunch', 1700000000]] }];
+        res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ result: 'success', msg: '', events }));
+        return true;
+      };
+      const muted = await asApp(request(shim.url).get(`/api/v1/events?queue_id=${register.body.queue_id}&last_event_id=99`));
+      expect(muted.body.events.map((e: { type: string }) => e.type)).toEqual(['user_topic', 'muted_topics']);
+      expect.soft(judge.parseProblems('GetEventsResult', muted.body)).toEqual([]);
+    }
   });
 });
 

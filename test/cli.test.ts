@@ -491,12 +491,12 @@ describe('start-up helpers', () => {
 
 describe('--app-feature-level (M1)', () => {
   it('refuses to start (exit 2, one line) in front of a server it cannot serve the app at', async () => {
-    const old = await startFake({ era: '5.0' });
+    const old = await startFake({ era: '4.0' });
     try {
       const run = runCli(['--upstream', old.url, '--port', '0', '--log-level', 'warn', '--app-feature-level', '277']);
       const line = await oneErrorLine(run);
       expect(line).toMatch(
-        /^zulip-compat-shim: app: --app-feature-level 277 cannot be served by a server at feature level \d+ \(Zulip 6\.0, feature level 156, or later is needed\)$/,
+        /^zulip-compat-shim: app: --app-feature-level 277 cannot be served by a server at feature level \d+ \(Zulip 5\.0, feature level 122, or later is needed\)$/,
       );
     } finally {
       await old.stop();

@@ -82,6 +82,7 @@ describe('M1: the level the app is shown', () => {
   it.each([
     ['7.0', 185],
     ['6.0', 156],
+    ['5.0', 122],
   ] as const)('is app.featureLevel on %s too', async (era, real) => {
     await setup(era);
     const app = await get('/api/v1/server_settings', APP);
@@ -90,11 +91,11 @@ describe('M1: the level the app is shown', () => {
     expect(shim.logs.filter((l) => l.includes('cannot be served'))).toEqual([]);
   });
 
-  it('is the real level below 6.0, which the shim cannot serve (as without the shim)', async () => {
-    await setup('5.0');
+  it('is the real level below 5.0, which the shim cannot serve (as without the shim)', async () => {
+    await setup('4.0');
     const old = await get('/api/v1/server_settings', APP);
     expect(old.body.zulip_feature_level).toBe(old.body.zulip_compat_shim.app.feature_level);
-    expect(old.body.zulip_feature_level).toBeLessThan(156);
+    expect(old.body.zulip_feature_level).toBeLessThan(122);
     // Not judged at start-up here (the test's shim makes no start-up check): said when found, once.
     await get('/api/v1/server_settings', APP);
     await request(shim.url).get('/api/v1/server_settings').set('User-Agent', APP).set('Host', 'alias.example.com');
@@ -108,7 +109,9 @@ describe('M1: the level the app is shown', () => {
     [277, 185, 277],
     [277, 184, 277],
     [277, 156, 277],
-    [277, 155, 155],
+    [277, 155, 277],
+    [277, 122, 277],
+    [277, 121, 121],
     [277, 277, 277],
     [277, 300, 300],
     [250, 237, 250],
@@ -332,12 +335,13 @@ describe('M1: --check and start-up say whether the app can be served', () => {
     [277, 300, true],
     [277, 184, true],
     [277, 156, true],
-    [277, 155, false],
+    [277, 122, true],
+    [277, 121, false],
   ] as const)('--app-feature-level %s on a server at %s → ok %s', (asked, real, ok) => {
     const p = appProbe(asked, real);
     expect(p?.ok).toBe(ok);
     if (p && !p.ok)
-      expect(p.line).toMatch(/cannot be served by a server at feature level 155 \(Zulip 6\.0, feature level 156, or later is needed\)$/);
+      expect(p.line).toMatch(/cannot be served by a server at feature level 121 \(Zulip 5\.0, feature level 122, or later is needed\)$/);
   });
 });
 

@@ -4,7 +4,11 @@ import {
   answerChangesFor,
   answerListOf,
   endpointKey,
+  isEmulated,
   lookupsFor,
+  parameterEdits,
+  STATIC_DATA_PATHS,
+  staticDataFor,
   TRANSLATED_ENDPOINTS,
   translateAnswer,
   translateRequest,
@@ -20,9 +24,12 @@ import { apiPathOf } from '../http/api-routes.js';
 import { contentLengthOf } from '../http/headers.js';
 import { recordFacts, timedUpstream } from '../observability/request-facts.js';
 import { forwardedHeaders, parseJsonObject, translate, type UpstreamResponse } from '../upstream/client.js';
-import { realmOf } from '../upstream/realm.js';
+import { realmOf, type Realm } from '../upstream/realm.js';
 import { isSuccess, relay, relayBounded, rewrittenHeaders } from '../upstream/relay.js';
 import { appLevelFor, levelShownTo } from './presented.js';
+import { emulateFlagsNarrow } from './flags-narrow.js';
+import { queueStep, type QueueStep } from './queue-state.js';
+import { serveStaticData } from './static-data.js';
 
 /** The changes' name of an endpoint (changes/app-parts.ts endpointKey); undefined outside the API. */
 export function endpointOf(method: string | undefined, path: string): string | undefined {
@@ -40,6 +47,7 @@ export function isTranslatedAppRequest(
   path: string,
 ): boolean {
   if (app.featureLevel === undefined || appLevelFor(app, req.headers) === undefined) return false;
+  if (req.method === 'GET' && STATIC_DATA_PATHS.has(path)) return true;
   const endpoint = endpointOf(req.method, path);
   return endpoint !== undefined && TRANSLATED_ENDPOINTS.has(endpoint);
 }
@@ -147,9 +155,16 @@ interface Levels {
   site: Site;
 }
 
+/** An edit of a parsed answer a request's parameters call for (ParameterChange); true when it changed it. */
+type AnswerEdit = (answer: Record<string, unknown>) => boolean;
+
+/** The endpoints the shim answers itself in front of an upstream without them (EmulationChange). */
+const EMULATORS: Readonly<Record<string, typeof emulateFlagsNarrow>> = { 'POST /messages/flags/narrow': emulateFlagsNarrow };
+
 /**
  * M2, answers up: a success carrying messages or events, rewritten by `changes` where it holds
- * what they change (their markers); every other answer goes on as it came. An answer larger than
+ * what they change (their markers), by the `edits` its request's parameters call for and by its
+ * event queue's `step` (QueueEventChange); every other answer goes on as it came. An answer larger than
  * upstream.maxResponseBytes, or one the upstream compressed anyway, is passed on untouched.
  */
 async function answerUp(
@@ -159,6 +174,8 @@ async function answerUp(
   r: UpstreamResponse,
   endpoint: string,
   changes: readonly AnswerChange[],
+  edits: readonly AnswerEdit[] = [],
+  step?: QueueStep,
 ): Promise<void> {
   const encoding = r.headers['content-encoding'];
   if (!isSuccess(r.status) || (encoding !== undefined && encoding !== 'identity')) return relay(res, r);
@@ -170,14 +187,36 @@ async function answerUp(
     ctx.log.warn({ endpoint, limit }, "app answer larger than upstream.maxResponseBytes: passed on untouched, the app's changes skipped");
     return relayBounded(res, r, bounded);
   }
-  if (!changes.some((c) => bounded.body.includes(c.marker))) return relayBounded(res, r, bounded);
+  const marked = changes.some((c) => bounded.body.includes(c.marker)) || (step?.markers.some((m) => bounded.body.includes(m)) ?? false);
+  if (edits.length === 0 && !marked) {
+    await step?.idle();
+    return relayBounded(res, r, bounded);
+  }
   // A long list of messages is read and written a part at a time, letting other requests run between (V4's way).
   const list = answerListOf(endpoint);
   const answer = list ? await parseWithListInSteps(bounded.body, list, parseJsonObject) : parseJsonObject(bounded.body);
-  if (!translateAnswer(endpoint, answer, changes)) return relayBounded(res, r, bounded);
+  let changed = translateAnswer(endpoint, answer, changes);
+  for (const edit of edits) if (edit(answer)) changed = true;
+  if (step && (await step.run(answer))) changed = true;
+  if (!changed) return relayBounded(res, r, bounded);
   recordFacts(req).kind = 'app-translated';
   const raw = list ? await stringifyInSteps(answer, [list]) : Buffer.from(JSON.stringify(answer));
   await sendEncoded(req, res, r.status, { raw }, rewrittenHeaders(r.headers));
+}
+
+/**
+ * What the answer to an app request goes through (all empty: it is relayed as it comes): the
+ * answer changes between its levels, the lookups, the edits its parameters call for (a GET's
+ * query), and its event queue's step (GET /events).
+ */
+function answerPlan(ctx: ShimContext, realm: Realm, method: string, level: Levels, query: string) {
+  const { endpoint, real, shown } = level;
+  return {
+    changes: answerChangesFor(endpoint, real, shown),
+    lookups: lookupsFor(endpoint, real, shown),
+    edits: method === 'GET' ? parameterEdits(endpoint, new FormFields(query), real, shown) : [],
+    step: endpoint === 'GET /events' ? queueStep(ctx, realm, new URLSearchParams(query), real, shown) : undefined,
+  };
 }
 
 /**
@@ -187,16 +226,20 @@ async function answerUp(
  */
 export const appRequestHandler: EndpointHandler = async (req, res, ctx) => {
   const hostRealm = realmOf(ctx.upstreamId, req.headers);
-  const { featureLevel: real, realmUrl } = await timedUpstream(req, () => ctx.featureLevels.resolve(hostRealm));
+  const { realm, featureLevel: real, realmUrl } = await timedUpstream(req, () => ctx.featureLevels.resolve(hostRealm));
   const url = req.url ?? '/';
   const q = url.indexOf('?');
   const endpoint = endpointOf(req.method, q < 0 ? url : url.slice(0, q)) ?? '';
   const level: Levels = { endpoint, real, shown: levelShownTo(ctx.config.app, req.headers, real), site: { realmUrl } };
-  // Only a translated endpoint's request comes here (isTranslatedAppRequest): GET, POST or PATCH.
+  const staticData = STATIC_DATA_PATHS.get(q < 0 ? url : url.slice(0, q));
+  if (staticData && staticDataFor(real, level.shown).includes(staticData)) return serveStaticData(req, res, ctx, hostRealm, staticData);
+  const emulator = isEmulated(endpoint, real, level.shown) ? EMULATORS[endpoint] : undefined;
+  if (emulator) return emulator(req, res, ctx, hostRealm, level);
+  // Only a translated endpoint's request comes here (isTranslatedAppRequest): GET, POST or PATCH;
+  // a static data's path the upstream serves itself goes on untranslated.
   const method = req.method as 'GET' | 'POST' | 'PATCH';
-  const changes = answerChangesFor(endpoint, real, level.shown);
-  const lookups = lookupsFor(endpoint, real, level.shown);
-  const rewritten = changes.length > 0 || lookups.length > 0;
+  const { changes, lookups, edits, step } = answerPlan(ctx, realm, method, level, q < 0 ? '' : url.slice(q + 1));
+  const rewritten = changes.length > 0 || lookups.length > 0 || edits.length > 0 || step !== undefined;
   const headers: Record<string, string> = {
     ...forwardedHeaders(req),
     // An answer the shim may rewrite is asked for uncompressed; it is compressed again for the app.
@@ -223,5 +266,5 @@ export const appRequestHandler: EndpointHandler = async (req, res, ctx) => {
     const prefix = apiPathOf(url.split('?')[0]!)?.prefix ?? '/api/v1';
     return answerWithLookups(req, res, ctx, r, { realm: hostRealm, prefix, headers: lookupHeaders }, lookups);
   }
-  return changes.length > 0 ? answerUp(req, res, ctx, r, endpoint, changes) : relay(res, r);
+  return changes.length > 0 || edits.length > 0 || step ? answerUp(req, res, ctx, r, endpoint, changes, edits, step) : relay(res, r);
 };

@@ -9,13 +9,13 @@ import type { Config } from '../config.js';
  */
 
 /**
- * The lowest real level the translations serve from: Zulip 6.0. Below it the app's register and
- * events miss more than is translated yet (user_topics, the emoji data URL, the mark-as-read
- * endpoint: docs/mobile-app.md), so an older server is shown its real level, as without the shim.
+ * The lowest real level the translations serve from: Zulip 5.0. Below it the app's register and
+ * events miss more than is translated (docs/mobile-app.md §8), so an older server is shown its
+ * real level, as without the shim.
  */
-export const APP_SERVED_FROM = 156;
+export const APP_SERVED_FROM = 122;
 /** The Zulip release APP_SERVED_FROM is the feature level of, as the start-up error names it. */
-export const APP_SERVED_FROM_VERSION = '6.0';
+export const APP_SERVED_FROM_VERSION = '5.0';
 
 /** The level to show this request's client, if it is the app and the flag is on. */
 export function appLevelFor(app: Config['app'], headers: IncomingHttpHeaders): number | undefined {

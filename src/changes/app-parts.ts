@@ -1,6 +1,16 @@
 import { CHANGES } from './index.js';
 import { proseRanges } from './markdown-text.js';
-import type { AnswerChange, ApiChange, Content, EndpointChange, LookupChange, RequestParams, Site, TextEdit } from './types.js';
+import type {
+  AnswerChange,
+  ApiChange,
+  Content,
+  EndpointChange,
+  LookupChange,
+  RequestParams,
+  Site,
+  StaticDataChange,
+  TextEdit,
+} from './types.js';
 
 /**
  * M2, M6: the mobile app's parts of the API changes (changes/index.ts), applied between an
@@ -52,6 +62,8 @@ export const TRANSLATED_ENDPOINTS: ReadonlySet<string> = new Set(
     ...(c.answer ? Object.keys(ANSWER_ENDPOINTS) : []),
     ...(c.endpoint ? [c.endpoint.from] : []),
     ...(c.lookup ? [c.lookup.endpoint] : []),
+    ...(c.parameter ? [c.parameter.endpoint] : []),
+    ...(c.emulation ? [c.emulation.endpoint] : []),
   ]),
 );
 
@@ -179,4 +191,32 @@ export function translateAnswer(endpoint: string, answer: Json, changes: readonl
     }
   }
   return changed;
+}
+
+/** The paths where the shim serves static data for the app (StaticDataChange), whatever the levels. */
+export const STATIC_DATA_PATHS: ReadonlyMap<string, StaticDataChange> = new Map(
+  CHANGES.flatMap((c) => (c.staticData ? [[c.staticData.path, c.staticData] as const] : [])),
+);
+
+/** The static data an app shown `shown` is served in front of an upstream at `real` (StaticDataChange). */
+export function staticDataFor(real: number, shown: number): StaticDataChange[] {
+  return between(real, shown).flatMap((c) => (c.staticData ? [c.staticData] : []));
+}
+
+/** Whether the app's `endpoint` is emulated in front of an upstream at `real` (EmulationChange). */
+export function isEmulated(endpoint: string, real: number, shown: number): boolean {
+  return between(real, shown).some((c) => c.emulation?.endpoint === endpoint);
+}
+
+/** M2: the edits of `endpoint`'s answer that parameters an upstream at `real` ignores call for, given the request's parameters (ParameterChange). */
+export function parameterEdits(
+  endpoint: string,
+  params: RequestParams,
+  real: number,
+  shown: number,
+): Array<(answer: Record<string, unknown>) => boolean> {
+  return between(real, shown).flatMap((c) => {
+    const edit = c.parameter?.endpoint === endpoint ? c.parameter.editFor(params) : undefined;
+    return edit ? [edit] : [];
+  });
 }

@@ -11,6 +11,8 @@ import { userTopicsRegister } from './fl134-user-topics-register.js';
 import { readReceipts } from './fl137-read-receipts.js';
 import { editLimitNone } from './fl138-edit-limit-none.js';
 import { subscriptionIsMuted } from './fl139-subscription-is-muted.js';
+import { serverEmojiDataUrl } from './fl140-server-emoji-data-url.js';
+import { flagsNarrow } from './fl155-flags-narrow.js';
 import { deliveryEmail } from './fl163-delivery-email.js';
 import { presenceSettings } from './fl164-presence-settings.js';
 import { userTopics } from './fl170-user-topics.js';
@@ -48,9 +50,21 @@ export function checkedBundle(changes: readonly ApiChange[]): readonly ApiChange
     previous = c.featureLevel;
     if (features.has(c.feature)) throw new Error(`API changes: feature ${c.feature} named twice`);
     features.add(c.feature);
-    if (!c.user && !c.request && !c.content && !c.register && !c.answer && !c.notification && !c.endpoint && !c.lookup)
+    if (
+      !c.user &&
+      !c.request &&
+      !c.content &&
+      !c.register &&
+      !c.answer &&
+      !c.notification &&
+      !c.endpoint &&
+      !c.lookup &&
+      !c.staticData &&
+      !c.parameter &&
+      !c.emulation
+    )
       throw new Error(`API changes: ${c.feature} changes nothing`);
-    for (const f of [...(c.user?.fields ?? []), ...(c.register?.fields ?? [])]) {
+    for (const f of [...(c.user?.fields ?? []), ...(c.register?.fields ?? []), ...(c.staticData ? [c.staticData.field] : [])]) {
       if (fields.has(f)) throw new Error(`API changes: field ${f} introduced twice (again at ${c.featureLevel})`);
       fields.add(f);
     }
@@ -71,7 +85,10 @@ export function checkedBundle(changes: readonly ApiChange[]): readonly ApiChange
  * `request` and `content` put its requests into the form of an upstream below the level,
  * `register` and `answer` bring what it receives up to the level it is shown, `endpoint` sends a
  * request to the endpoint an older upstream has in its place, `lookup` adds to an answer what
- * another call of the upstream says.
+ * another call of the upstream says, `staticData` serves what a newer server serves at a URL its
+ * register answer names, built from an older upstream's static file, `parameter` makes an answer
+ * what a parameter the upstream ignores would have made it, `emulation` answers an endpoint the
+ * upstream lacks from calls to those it has.
  */
 export const CHANGES: readonly ApiChange[] = checkedBundle([
   botOwnerId,
@@ -87,6 +104,8 @@ export const CHANGES: readonly ApiChange[] = checkedBundle([
   readReceipts,
   editLimitNone,
   subscriptionIsMuted,
+  serverEmojiDataUrl,
+  flagsNarrow,
   deliveryEmail,
   presenceSettings,
   userTopics,

@@ -158,6 +158,30 @@ export interface AnswerChange {
    * by one and valued by another), rewrites it whole instead of field by field; true when it changed.
    */
   upEvent?(event: Record<string, unknown>): boolean;
+  /** For events that say a whole list where the level shown sends each change: see QueueEventChange. */
+  readonly perQueue?: QueueEventChange;
+}
+
+/** What a QueueEventChange keeps per event queue: a JSON object (kept in the shared store, app/queue-state.ts). */
+export type QueueState = Record<string, unknown>;
+
+/**
+ * A change's part in an event queue's events whose meaning depends on what the queue was sent
+ * before (M2, events up): an older server sends the whole list again (below 134 `muted_topics`),
+ * the level shown one event per change. The state (the list last sent) is kept per event queue.
+ */
+export interface QueueEventChange {
+  /** Names the state in the store (`app_queue:<name>:…`). */
+  readonly name: string;
+  /** Bytes of events that bear on the state besides the change's marker: an answer with any of them is read too. */
+  readonly markers: readonly string[];
+  /** Pure: the state a queue starts with, from its register answer as the app receives it; undefined: nothing to keep. */
+  start(answer: Record<string, unknown>): QueueState | undefined;
+  /**
+   * Pure but for `state`, which it brings up to after the event: the events `event` becomes (itself
+   * among them where it stays), or undefined when it stays as it came. `now`: seconds since the epoch.
+   */
+  up(event: Record<string, unknown>, state: QueueState, now: number): Record<string, unknown>[] | undefined;
 }
 
 /** An HTTP method of a request sent to the upstream in an endpoint's place. */
@@ -177,6 +201,46 @@ export interface EndpointChange {
    * says why the request cannot be honoured there (a Zulip-shaped 400's `msg`, nothing sent).
    */
   apply(params: RequestParams): string | undefined;
+}
+
+/**
+ * A change's part for data a newer server serves from a URL its register answer names, which an
+ * older upstream keeps only in a static file of its own (M2): the shim serves it, built from that
+ * file, at `path` on the realm's URL, and names it in register answers by `field`.
+ */
+export interface StaticDataChange {
+  /** The register key holding the data's URL (absolute: the realm's URL and `path`). */
+  readonly field: string;
+  /** Where the shim serves the data, realm-relative (GET, the app's requests only). */
+  readonly path: string;
+  /** The upstream's static file the data is built from, realm-relative. */
+  readonly source: string;
+  /** Pure: the data as the level shown serves it, from the source file's parsed JSON; undefined when the file lacks what it needs. */
+  build(source: unknown): unknown;
+}
+
+/**
+ * A change's part for a request parameter an older upstream ignores (M2): the request goes on as
+ * it came, and the answer is made what the parameter would have made it.
+ */
+export interface ParameterChange {
+  /** The endpoint whose answers it edits (`METHOD /path`). */
+  readonly endpoint: string;
+  /**
+   * Pure: for this request's parameters (as the app sent them), the edit of its parsed success
+   * answer (true when it changed it), or undefined when the answer is the upstream's as it is.
+   */
+  editFor(params: RequestParams): ((answer: Record<string, unknown>) => boolean) | undefined;
+}
+
+/**
+ * A change's part for an endpoint an older upstream has no one endpoint in place of (M2): the
+ * shim answers it from calls to the endpoints that upstream has (app/ names the module that
+ * does, as the change's own doc says).
+ */
+export interface EmulationChange {
+  /** The endpoint the app calls (`METHOD /path`). */
+  readonly endpoint: string;
 }
 
 /** What a lookup asks the upstream for: the caller's own user id, as the answer's credentials (`email`, `api_key`). */
@@ -236,6 +300,9 @@ export interface ApiChange {
   readonly notification?: NotificationChange;
   readonly endpoint?: EndpointChange;
   readonly lookup?: LookupChange;
+  readonly staticData?: StaticDataChange;
+  readonly parameter?: ParameterChange;
+  readonly emulation?: EmulationChange;
 }
 
 /** A change with a part in user objects. */

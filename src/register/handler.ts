@@ -29,6 +29,8 @@ import {
 import { addedHeaders } from '../profile/handler.js';
 import { noneAdded, type Added } from '../changes/index.js';
 import { editRegister, registerAdditions } from '../changes/app-parts.js';
+import { addStaticDataUrls } from '../app/static-data.js';
+import { startQueueStates } from '../app/queue-state.js';
 
 /**
  * POST /api/v1/register and /json/register (R1, R2): when the answer carries presence, its
@@ -174,6 +176,8 @@ export const registerHandler: EndpointHandler = async (req, res, ctx) => {
   if (presenting) {
     editRegister(answer, answered, answer.zulip_feature_level as number);
     addMissing(answer, registerAdditions(answered, answer.zulip_feature_level as number), added);
+    await addStaticDataUrls(ctx, req, realm, answer, answered, answer.zulip_feature_level as number, added);
+    await startQueueStates(ctx, realm, answer, answered, answer.zulip_feature_level as number);
   }
   if (!withPresence || spectator || !keepsPresence || !presences || typeof presences !== 'object' || Array.isArray(presences)) {
     // No presence of the realm in it (a logged-out visitor's, an upstream that left it out): as

@@ -109,6 +109,18 @@ export interface FakeOptions {
 
 const DAY = 86_400;
 
+/**
+ * A server's static emoji codes file (static/generated/emoji/emoji_codes.json, as build_emoji
+ * writes it), a few emoji of it: canonical names, aliases in the file's order, one code with none.
+ */
+export const EMOJI_CODES = {
+  names: ['+1', 'thumbs_up', 'like', 'grinning', 'happy', 'octopus'],
+  name_to_codepoint: { '+1': '1f44d', thumbs_up: '1f44d', like: '1f44d', grinning: '1f600', happy: '1f600', octopus: '1f419' },
+  codepoint_to_name: { '1f44d': '+1', '1f600': 'grinning', '1f419': 'octopus' },
+  emoji_catalog: { 'Smileys & Emotion': ['1f600'], 'People & Body': ['1f44d'], 'Animals & Nature': ['1f419'] },
+  emoticon_conversions: { ':)': ':smile:' },
+};
+
 export class FakeZulip {
   readonly era: Era;
   readonly featureLevel: number;
@@ -487,6 +499,8 @@ export class FakeZulip {
     if (this.override && (await this.override(req, res, body))) return;
 
     if (path.startsWith('/test/')) return this.testRoute(req, res, body, path);
+    // Every server since 2.x serves its emoji codes among its static files, unauthenticated.
+    if (req.method === 'GET' && path === '/static/generated/emoji/emoji_codes.json') return this.json(res, 200, EMOJI_CODES);
     const apiPath = path.replace(/^\/(api\/v1|json)\//, '/');
     switch (`${req.method} ${apiPath}`) {
       case 'GET /server_settings':
@@ -847,6 +861,9 @@ export class FakeZulip {
       last_event_id: -1,
     };
     if (this.featureLevel >= 3 || want('zulip_version')) out.zulip_version = this.era;
+    // The realm's URL, as server_settings names it (the description's example is a placeholder).
+    if ('realm_uri' in out)
+      out.realm_uri = this.oneRealm ? 'https://chat.example.com' : `https://${(req.headers.host ?? 'chat.example.com').toLowerCase()}`;
     if (this.featureLevel >= 3) out.zulip_feature_level = this.featureLevel;
     if (want('realm_user')) {
       out.realm_users = this.users.filter((x) => !x.is_bot).map((x) => this.userObject(x));

@@ -75,19 +75,26 @@ describe('fl140 server_emoji_data_url: the emoji names, from the upstream’s ow
     expect(fake.seen.filter((s) => s.url === EMOJI_DATA_PATH)).toHaveLength(1);
   });
 
-  it('on 5.0 without the upstream’s file: register goes without the key (and says why), the path answers 502', async () => {
+  it('on 5.0 without the upstream’s file: register still names the URL (M3), which answers 502 and says why until the file can be had', async () => {
     await setup('5.0', true);
+    let missing = true;
     fake.override = (req, res) => {
-      if (req.url !== '/static/generated/emoji/emoji_codes.json') return false;
+      if (req.url !== '/static/generated/emoji/emoji_codes.json' || !missing) return false;
       res.writeHead(404, { 'content-type': 'text/html' }).end('<h1>Not Found</h1>');
       return true;
     };
     const reg = await register();
     expect(reg.status).toBe(200);
-    expect(reg.body).not.toHaveProperty('server_emoji_data_url');
-    expect(shim.logs.some((l) => l.includes("the upstream's static file could not be had") && l.includes('answered 404'))).toBe(true);
+    expect(new URL(reg.body.server_emoji_data_url).pathname).toBe(EMOJI_DATA_PATH);
     const data = await request(shim.url).get(EMOJI_DATA_PATH).set('User-Agent', APP);
     expect(data.status).toBe(502);
+    expect(data.body.result).toBe('error');
+    expect(shim.logs.some((l) => l.includes("the upstream's static file could not be had") && l.includes('answered 404'))).toBe(true);
+    // The app asks again (with backoff): once the file is there, the names are served.
+    missing = false;
+    const later = await request(shim.url).get(EMOJI_DATA_PATH).set('User-Agent', APP);
+    expect(later.status).toBe(200);
+    expect(later.body).toEqual(emojiDataOf(EMOJI_CODES));
   });
 
   it('on 6.0 (feature level 140 and up): the upstream’s own URL, and the path goes to the upstream', async () => {

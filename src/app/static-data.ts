@@ -15,8 +15,9 @@ import { isSuccess } from '../upstream/relay.js';
  * M2, StaticDataChange (the emoji names, feature level 140): what a newer server serves at a URL
  * its register answer names, built by the shim from an older upstream's own static file, kept,
  * and served to the app on the realm's URL. Built from the upstream's file only: where the file
- * cannot be had, the register answer goes without the URL rather than name data that is not the
- * server's (docs/mobile-app.md §8).
+ * cannot be had, the URL answers the shim's 502 and serves nothing else (the app goes without the
+ * names and asks again with backoff); the register answer always names it, as the app's parsers
+ * require (M3; docs/mobile-app.md §8).
  */
 
 /**
@@ -97,26 +98,28 @@ function realmUrlOf(answer: Record<string, unknown>): string | undefined {
 
 /**
  * M2, register answers up: the URL of each static data an app shown `shown` needs in front of an
- * upstream at `real`, absolute on the realm's URL (the app fetches it as it is, unresolved). Left
- * out, with a warning, where the data cannot be had or the answer names no realm URL.
+ * upstream at `real`, absolute on the realm's URL (the app fetches it as it is, unresolved). Always
+ * named, whether or not the data can be had yet (M3: the app's parsers require the key; its fetch
+ * of the URL is apart from its register, retried with backoff, and the app goes without the names
+ * meanwhile); the data's loading starts here, without holding the answer. Left out, with a
+ * warning, only where the answer names no realm URL to put it on.
  */
-export async function addStaticDataUrls(
+export function addStaticDataUrls(
   ctx: ShimContext,
-  req: IncomingMessage,
   realm: Realm,
   answer: Record<string, unknown>,
   real: number,
   shown: number,
   added: Added,
-): Promise<void> {
+): void {
   for (const change of staticDataFor(real, shown)) {
     if (change.field in answer) continue;
     const url = realmUrlOf(answer);
-    const data = url === undefined ? undefined : await timedUpstream(req, () => cacheOf(ctx).get(ctx, realm, change));
-    if (url === undefined || data === undefined) {
-      ctx.log.warn({ field: change.field }, "app register: a key the app's level has is left out, its data could not be had");
+    if (url === undefined) {
+      ctx.log.warn({ field: change.field }, "app register: a key the app's level has is left out, the answer names no realm URL");
       continue;
     }
+    void cacheOf(ctx).get(ctx, realm, change);
     answer[change.field] = `${url}${change.path}`;
     added.added.push(change.field);
     added.sources[change.field] = 'lookup';

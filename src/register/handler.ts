@@ -176,7 +176,7 @@ export const registerHandler: EndpointHandler = async (req, res, ctx) => {
   if (presenting) {
     editRegister(answer, answered, answer.zulip_feature_level as number);
     addMissing(answer, registerAdditions(answered, answer.zulip_feature_level as number), added);
-    await addStaticDataUrls(ctx, req, realm, answer, answered, answer.zulip_feature_level as number, added);
+    addStaticDataUrls(ctx, realm, answer, answered, answer.zulip_feature_level as number, added);
     await startQueueStates(ctx, realm, answer, answered, answer.zulip_feature_level as number);
   }
   if (!withPresence || spectator || !keepsPresence || !presences || typeof presences !== 'object' || Array.isArray(presences)) {

@@ -38,6 +38,11 @@ const LAYERS = {
   push: ['changes', 'http', 'observability', 'upstream'],
   har: ['http', 'observability', 'proxy', 'upstream', 'version'],
   'server-settings': ['app', 'changes', 'context', 'http', 'observability', 'profile', 'register', 'upstream', 'version'],
+  // the composition root's parts (server.ts wires them): what SIGHUP may change, the services
+  // every handler is given, and the dispatch of a request to its route
+  'live-settings': ['config', 'http', 'observability', 'realm-hosts'],
+  services: ['config', 'context', 'live-settings', 'observability', 'parse', 'presence', 'store', 'upstream'],
+  dispatch: ['app', 'context', 'http', 'live-settings', 'observability', 'proxy', 'routes', 'upstream'],
   'realm-hosts': [],
   runtime: [],
   signals: [],

@@ -268,7 +268,7 @@ async function serveWith(argv: string[], signals: HeldSignals): Promise<number> 
       stopping = true;
       log.info({ signal }, 'shutting down');
       // After an uncaught exception, closing itself may hang: exit regardless in the end.
-      if (exitCode !== undefined) setTimeout(() => done(exitCode), config.server.shutdownGraceMs + 2_000);
+      if (exitCode !== undefined) setTimeout(() => done(exitCode), shim.settings.shutdownGraceMs + 2_000);
       void opened.close().then(
         () => {
           // H2 strict mode: every miss on stderr, one line each, and a failing exit code.

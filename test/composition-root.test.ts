@@ -9,7 +9,7 @@ import { badRequest } from '../src/http/errors.js';
 import { InFlightAnswers } from '../src/http/in-flight.js';
 import { ownPaths } from '../src/http/own-paths.js';
 import { changedKeys, LiveSettings } from '../src/live-settings.js';
-import { createLogger } from '../src/observability/logger.js';
+import { closeLogger, createLogger, exitFlushCount } from '../src/observability/logger.js';
 import { routeOf } from '../src/routes.js';
 import { send } from './support/http-client.js';
 
@@ -155,5 +155,19 @@ describe('the drain (X9)', () => {
     expect(got.headers['x-request-id']).toBe('id-2');
     await drained;
     expect(cut).toBe(1);
+  });
+});
+
+describe('a stdout logger closed', () => {
+  it('takes its flush at exit with it, once', () => {
+    const before = exitFlushCount();
+    const loggers = [createLogger('info'), createLogger('info')];
+    expect(exitFlushCount()).toBe(before + 2);
+    closeLogger(loggers[0]!);
+    closeLogger(loggers[0]!);
+    expect(exitFlushCount()).toBe(before + 1);
+    closeLogger(loggers[1]!);
+    closeLogger(createLogger('info', silent)); // not a stdout logger: nothing to take
+    expect(exitFlushCount()).toBe(before);
   });
 });

@@ -14,5 +14,8 @@ export interface ShimContext extends PresenceContext {
   deliveryEmails: DeliveryEmails;
 }
 
-/** Answers one intercepted endpoint (routes.ts binds each to its path). */
-export type EndpointHandler = (req: IncomingMessage, res: ServerResponse, ctx: ShimContext) => Promise<void>;
+/**
+ * Answers one intercepted endpoint (routes.ts binds each to its path). `C`: what of the shim's
+ * context it uses (each handler names its own, a part of ShimContext).
+ */
+export type EndpointHandler<C = ShimContext> = (req: IncomingMessage, res: ServerResponse, ctx: C) => Promise<void>;

@@ -13,7 +13,7 @@ import {
 import { emailIsPublic } from '../src/changes/fl163-delivery-email.js';
 import { backfillList, emailIndex, parseWithListInSteps, stringifyInSteps, USERS_PER_TURN } from '../src/profile/user-objects.js';
 import { userKeyOf } from '../src/profile/users-handler.js';
-import { addedHeaders, BACKFILLED_HEADER, FALLBACK_HEADER } from '../src/profile/handler.js';
+import { addedHeaders, BACKFILLED_HEADER, FALLBACK_HEADER } from '../src/changes/added-headers.js';
 import { eventTypesOf, registerNeedsUsers } from '../src/register/users.js';
 import { emulatedFeatures } from '../src/server-settings.js';
 import { ERA_FEATURE_LEVEL, ERAS, FakeZulip, type FakeUser } from './support/fake-zulip.js';

@@ -4,22 +4,9 @@ import { sendJson } from '../http/errors.js';
 import { isSuccess, relayBuffered, rewrittenHeaders } from '../upstream/relay.js';
 import { forwardedHeaders, parseJsonObject } from '../upstream/client.js';
 import { realmOf, type Realm } from '../upstream/realm.js';
-import { applyChanges, MODERN_USER_OBJECTS_LEVEL, needsOf, pendingChanges, type Added } from '../changes/index.js';
+import { applyChanges, MODERN_USER_OBJECTS_LEVEL, needsOf, pendingChanges } from '../changes/index.js';
+import { addedHeaders, FALLBACK_HEADER } from '../changes/added-headers.js';
 import { lookUp } from './lookups.js';
-
-/** U4: the fields the shim added, so an operator can see what came from where. */
-export const BACKFILLED_HEADER = 'x-zulip-compat-backfilled';
-/** Added fields whose lookup failed, so a documented rule stands in for the true value (U2). */
-export const FALLBACK_HEADER = 'x-zulip-compat-fallback';
-
-/** U4: the headers naming what was added to an answer and which of it is a fallback; none when nothing was. Pure. */
-export function addedHeaders(into: Added | undefined): Record<string, string> {
-  if (!into || into.added.length === 0) return {};
-  const out: Record<string, string> = { [BACKFILLED_HEADER]: into.added.join(',') };
-  const fallbacks = into.added.filter((k) => into.sources[k] === 'fallback');
-  if (fallbacks.length > 0) out[FALLBACK_HEADER] = fallbacks.join(',');
-  return out;
-}
 
 /** U5: GET /users/me takes no parameters, so every query parameter sent is listed, sorted. Pure. */
 export function ignoredParameters(url: string | undefined): string[] {

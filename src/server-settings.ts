@@ -1,4 +1,4 @@
-import type { EndpointHandler } from './context.js';
+import type { EndpointHandler, ShimContext } from './context.js';
 import { timedUpstream } from './observability/request-facts.js';
 import { sendJson } from './http/errors.js';
 import { isSuccess, relayBuffered, rewrittenHeaders } from './upstream/relay.js';
@@ -10,6 +10,9 @@ import { APP_SERVED_FROM, appLevelFor, presentedLevel, unservableReason } from '
 import { emulatedUserFeatures } from './changes/index.js';
 import { USER_BY_EMAIL_LEVEL, USER_BY_ID_LEVEL } from './profile/users-handler.js';
 import { USER_SETTINGS_LEVEL } from './register/users.js';
+
+/** What the server_settings handler uses of the shim. */
+export type ServerSettingsContext = Pick<ShimContext, 'config' | 'log' | 'upstreamId' | 'client' | 'featureLevels'>;
 
 /** What the shim adds for an upstream at this feature level (T2). */
 export function emulatedFeatures(featureLevel: number): string[] {
@@ -32,7 +35,7 @@ export function emulatedFeatures(featureLevel: number): string[] {
  * `app.featureLevel` on (M1). The answer also primes the
  * feature-level cache.
  */
-export const serverSettingsHandler: EndpointHandler = async (req, res, ctx) => {
+export const serverSettingsHandler: EndpointHandler<ServerSettingsContext> = async (req, res, ctx) => {
   const realm = realmOf(ctx.upstreamId, req.headers);
   const r = await timedUpstream(req, () =>
     ctx.client.fetch({ realm, method: 'GET', path: req.url ?? '/api/v1/server_settings', headers: forwardedHeaders(req) }),

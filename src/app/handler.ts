@@ -24,6 +24,9 @@ import { realmOf } from '../upstream/realm.js';
 import { isSuccess, relay, relayBounded, rewrittenHeaders } from '../upstream/relay.js';
 import { appLevelFor, levelShownTo } from './presented.js';
 
+/** What the app's translator uses of the shim (M2). */
+export type AppContext = Pick<ShimContext, 'config' | 'log' | 'upstreamId' | 'client' | 'featureLevels'>;
+
 /** The changes' name of an endpoint (changes/app-parts.ts endpointKey); undefined outside the API. */
 export function endpointOf(method: string | undefined, path: string): string | undefined {
   const at = apiPathOf(path);
@@ -58,7 +61,7 @@ interface Outgoing {
  * in place, every byte a change does not touch as it came. A body that is not a UTF-8 form (a
  * multipart upload, say) goes on as it came. A content the upstream cannot honour is refused (400).
  */
-async function requestDown(req: IncomingMessage, ctx: ShimContext, level: Levels, headers: Record<string, string>): Promise<Outgoing> {
+async function requestDown(req: IncomingMessage, ctx: AppContext, level: Levels, headers: Record<string, string>): Promise<Outgoing> {
   const url = req.url ?? '/';
   const q = url.indexOf('?');
   let path = q < 0 ? url : url.slice(0, q);
@@ -90,7 +93,7 @@ async function requestDown(req: IncomingMessage, ctx: ShimContext, level: Levels
  * GET /users/me with the credentials the answer itself holds (POST /fetch_api_key's `email` and
  * `api_key`, which are never logged). Undefined when the upstream does not say it.
  */
-async function lookUp(ctx: ShimContext, call: LookupCall, answer: Record<string, unknown>, lookup: LookupChange): Promise<unknown> {
+async function lookUp(ctx: AppContext, call: LookupCall, answer: Record<string, unknown>, lookup: LookupChange): Promise<unknown> {
   const { email, api_key: key } = answer;
   if (lookup.lookup !== 'own_user_id' || typeof email !== 'string' || typeof key !== 'string') return undefined;
   const headers = { ...call.headers, authorization: `Basic ${Buffer.from(`${email}:${key}`).toString('base64')}` };
@@ -111,7 +114,7 @@ interface LookupCall {
 async function answerWithLookups(
   req: IncomingMessage,
   res: ServerResponse,
-  ctx: ShimContext,
+  ctx: AppContext,
   r: UpstreamResponse,
   call: LookupCall,
   lookups: readonly LookupChange[],
@@ -155,7 +158,7 @@ interface Levels {
 async function answerUp(
   req: IncomingMessage,
   res: ServerResponse,
-  ctx: ShimContext,
+  ctx: AppContext,
   r: UpstreamResponse,
   endpoint: string,
   changes: readonly AnswerChange[],
@@ -185,7 +188,7 @@ async function answerUp(
  * upstream knows, then its answer brought up to the level shown where a change touches it,
  * else passed on as it comes.
  */
-export const appRequestHandler: EndpointHandler = async (req, res, ctx) => {
+export const appRequestHandler: EndpointHandler<AppContext> = async (req, res, ctx) => {
   const hostRealm = realmOf(ctx.upstreamId, req.headers);
   const { featureLevel: real, realmUrl } = await timedUpstream(req, () => ctx.featureLevels.resolve(hostRealm));
   const url = req.url ?? '/';

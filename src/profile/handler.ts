@@ -6,7 +6,10 @@ import { forwardedHeaders, parseJsonObject } from '../upstream/client.js';
 import { realmOf, type Realm } from '../upstream/realm.js';
 import { applyChanges, MODERN_USER_OBJECTS_LEVEL, needsOf, pendingChanges } from '../changes/index.js';
 import { addedHeaders, FALLBACK_HEADER } from '../changes/added-headers.js';
-import { lookUp } from './lookups.js';
+import { lookUp, type LookupContext } from './lookups.js';
+
+/** What the own-profile handler uses of the shim: the upstream, who callers are, and the lookups. */
+export type ProfileContext = Pick<ShimContext, 'log' | 'upstreamId' | 'client' | 'featureLevels' | 'admission' | 'callers'> & LookupContext;
 
 /** U5: GET /users/me takes no parameters, so every query parameter sent is listed, sorted. Pure. */
 export function ignoredParameters(url: string | undefined): string[] {
@@ -19,7 +22,7 @@ export function ignoredParameters(url: string | undefined): string[] {
  * The realm's feature level for a user-object answer, or 0 when unknown: every change then
  * runs, and each adds only what is missing (U1).
  */
-export function levelOrZero(ctx: ShimContext, hostRealm: Realm): Promise<{ realm: Realm; featureLevel: number }> {
+export function levelOrZero(ctx: ProfileContext, hostRealm: Realm): Promise<{ realm: Realm; featureLevel: number }> {
   // X12: the realm the upstream serves for this Host keys the lookups.
   return ctx.featureLevels.resolve(hostRealm).catch((e: unknown) => {
     ctx.log.warn({ realm: hostRealm.host, err: e }, 'user objects: feature level unknown, checking every field');
@@ -31,7 +34,7 @@ export function levelOrZero(ctx: ShimContext, hostRealm: Realm): Promise<{ realm
  * `GET /api/v1/users/me` answered like a modern server (U1–U5): the upstream's answer, plus
  * the fields its feature level lacks, each from the version change that introduced it.
  */
-export const ownProfileHandler: EndpointHandler = async (req, res, ctx) => {
+export const ownProfileHandler: EndpointHandler<ProfileContext> = async (req, res, ctx) => {
   const hostRealm = realmOf(ctx.upstreamId, req.headers);
   const headers = forwardedHeaders(req);
   const f = recordFacts(req);

@@ -37,7 +37,7 @@ const LAYERS = {
   // the push relay between an old server and its push bouncer (M7)
   push: ['changes', 'http', 'observability', 'upstream'],
   har: ['http', 'observability', 'proxy', 'upstream', 'version'],
-  'server-settings': ['app', 'changes', 'context', 'http', 'observability', 'profile', 'register', 'upstream', 'version'],
+  'server-settings': ['app', 'changes', 'context', 'http', 'observability', 'upstream', 'version'],
   // the composition root's parts (server.ts wires them): what SIGHUP may change, the services
   // every handler is given, and the dispatch of a request to its route
   'live-settings': ['config', 'http', 'observability', 'realm-hosts'],

@@ -40,12 +40,18 @@ describe('the bundle of user-object changes checks itself at load', () => {
   });
 
   it.each([
-    ['unsorted', [change(10, 'a', ['x']), change(8, 'b', ['y'])], /not above/],
-    ['two at one level', [change(8, 'a', ['x']), change(8, 'b', ['y'])], /not above/],
+    ['unsorted', [change(10, 'a', ['x']), change(8, 'b', ['y'])], /8 \(b\) is below 10/],
+    ['a change at level 0', [change(0, 'a', ['x'])], /is not a level/],
+    ['a change that changes nothing', [{ featureLevel: 8, feature: 'a' }], /a changes nothing/],
+    ['an emulation done nowhere', [{ featureLevel: 8, feature: 'a', emulation: { by: ' ' } }], /a is emulated nowhere/],
     ['a field twice', [change(8, 'a', ['x']), change(10, 'b', ['x'])], /x introduced twice/],
     ['a feature twice', [change(8, 'a', ['x']), change(10, 'a', ['y'])], /named twice/],
   ])('rejects a bundle with %s', (_name, bundle, error) => {
     expect(() => checkedBundle(bundle)).toThrow(error);
+  });
+
+  it('takes several changes at one level, as Zulip’s changelog lists several under one', () => {
+    expect(checkedBundle([change(8, 'a', ['x']), change(8, 'b', ['y'])]).map((c) => c.feature)).toEqual(['a', 'b']);
   });
 
   it('names what server_settings says it emulates (T2), from the bundle alone', () => {
@@ -57,6 +63,9 @@ describe('the bundle of user-object changes checks itself at load', () => {
     );
     expect(emulatedFeatures(65)).not.toContain('get_user_by_email');
     expect(emulatedFeatures(277)).toEqual([]);
+    // One filter over the registry: every change with a user-object part or an emulation, none else.
+    expect(emulatedFeatures(0)).toEqual(['own_user_fields', ...CHANGES.filter((c) => c.user || c.emulation).map((c) => c.feature)]);
+    expect(emulatedFeatures(0)).not.toContain('presence_settings'); // the app's part, and W2's fill: not named
   });
 });
 

@@ -219,6 +219,17 @@ export interface NotificationChange {
 }
 
 /**
+ * The declaration-only form of a change (T2): one the shim emulates by code of its own rather
+ * than by a part here (an endpoint an older server lacks, a register object built from others,
+ * the modern presence API). Declared so the registry lists every change the shim bridges and
+ * server_settings names it; the code that does it reads its level from the declaration.
+ */
+export interface Emulation {
+  /** Where it is done: a module of src/. */
+  readonly by: string;
+}
+
+/**
  * One entry of Zulip's API changelog the shim bridges (U2, V1, M2): the feature level that
  * brought it, and what it means for each direction the shim translates. The one registry is
  * changes/index.ts.
@@ -226,7 +237,10 @@ export interface NotificationChange {
 export interface ApiChange {
   /** The feature level that brought the change: it applies to upstreams below it. */
   readonly featureLevel: number;
-  /** What the change emulates, as named in server_settings' `zulip_compat_shim.emulated` (T2) for user objects. */
+  /**
+   * What the change emulates: named in server_settings' `zulip_compat_shim.emulated` (T2) when it
+   * applies to every client (a user-object part, or an emulation).
+   */
   readonly feature: string;
   readonly user?: UserChange;
   readonly request?: RequestChange;
@@ -236,6 +250,7 @@ export interface ApiChange {
   readonly notification?: NotificationChange;
   readonly endpoint?: EndpointChange;
   readonly lookup?: LookupChange;
+  readonly emulation?: Emulation;
 }
 
 /** A change with a part in user objects. */

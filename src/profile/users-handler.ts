@@ -9,6 +9,8 @@ import type { EndpointHandler } from '../context.js';
 import { forwardedHeaders, parseJsonObject, type BufferedResponse } from '../upstream/client.js';
 import { realmOf, type Realm } from '../upstream/realm.js';
 import { MODERN_USER_OBJECTS_LEVEL, changesAbove, noneAdded, type Added } from '../changes/index.js';
+import { getUserById } from '../changes/fl001-get-user-by-id.js';
+import { getUserByEmail } from '../changes/fl039-get-user-by-email.js';
 import { levelOrZero, type ProfileContext } from './handler.js';
 import { addedHeaders } from '../changes/added-headers.js';
 import { deliveryEmailHidden } from '../changes/fl163-delivery-email.js';
@@ -28,8 +30,8 @@ export type UsersContext = ProfileContext & Pick<ShimContext, 'users'>;
  */
 
 /** Feature levels of the single-user endpoints (zulip-server.md §5.2). */
-export const USER_BY_ID_LEVEL = 1;
-export const USER_BY_EMAIL_LEVEL = 39;
+export const USER_BY_ID_LEVEL = getUserById.featureLevel;
+export const USER_BY_EMAIL_LEVEL = getUserByEmail.featureLevel;
 
 /** What a modern server answers for a user it does not have (or the caller cannot access). */
 export const NO_SUCH_USER = errorBody('BAD_REQUEST', 'No such user');

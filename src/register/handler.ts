@@ -27,7 +27,7 @@ import {
   serializeRegister,
   type EventTypes,
 } from './users.js';
-import type { LegacySettingType } from './user-settings.js';
+import type { LegacySettingType } from '../changes/fl089-user-settings.js';
 import { addedHeaders } from '../changes/added-headers.js';
 import { noneAdded, type Added } from '../changes/index.js';
 import { editRegister, registerAdditions } from '../changes/app-parts.js';

@@ -2,7 +2,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Registry } from 'prom-client';
 import type { z } from 'zod';
-import { ConfigError, configFromObject, type Config, type configSchema } from './config.js';
+import { ConfigError, configFromObject, type Config, type configSchema } from './config/index.js';
 import { openShim } from './embed.js';
 import { closeLogger, createLogger } from './observability/logger.js';
 import { DEMO_HAR } from './open-upstream.js';

@@ -1,4 +1,4 @@
-import type { Config } from './config.js';
+import type { Config } from './config/index.js';
 import type { BodyLimits } from './http/body-deadline.js';
 import type { IncomingMessage } from 'node:http';
 import { clientAddressOf, TrustedProxies } from './http/forwarded.js';

@@ -2,7 +2,7 @@ import { accessSync, constants } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { createLogger, type Logger } from './observability/logger.js';
 import { appProbe, probeBouncer, probeStore, probeUpstream, riskySetups, warnAtStartup, type Probe } from './checks.js';
-import { ConfigError, envNearMisses, loadConfig, namedKey, oneLine, parseListenAddress, type Config } from './config.js';
+import { ConfigError, envNearMisses, loadConfig, namedKey, oneLine, parseListenAddress, type Config } from './config/index.js';
 import { loggableUrl, logStartup } from './observability/startup.js';
 import { openShim } from './embed.js';
 import { directUpstream, openUpstream, type UpstreamTarget } from './open-upstream.js';

@@ -1,5 +1,5 @@
 import http, { type IncomingMessage, type ServerResponse } from 'node:http';
-import { parseListenAddress, type Config } from './config.js';
+import { parseListenAddress, type Config } from './config/index.js';
 import type { ShimContext } from './context.js';
 import { Dispatcher } from './dispatch.js';
 import { autoConnectionCap, ConnectionCap, descriptorLimit } from './http/connection-cap.js';

@@ -1,4 +1,4 @@
-import type { Config } from './config.js';
+import type { Config } from './config/index.js';
 import type { ShimContext } from './context.js';
 import type { LiveSettings } from './live-settings.js';
 import type { Logger } from './observability/logger.js';

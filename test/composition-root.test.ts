@@ -2,7 +2,7 @@ import { once } from 'node:events';
 import http, { type IncomingMessage } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { describe, expect, it } from 'vitest';
-import { configFromObject } from '../src/config.js';
+import { configFromObject } from '../src/config/index.js';
 import { decide } from '../src/dispatch.js';
 import { drain } from '../src/http/drain.js';
 import { badRequest } from '../src/http/errors.js';

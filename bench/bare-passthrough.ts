@@ -54,7 +54,7 @@ export async function shimPassThroughAlone(
   upstream: string,
   o: { logLevel: string; observe?: boolean },
 ): Promise<{ handler: http.RequestListener; close(): Promise<void> }> {
-  const { loadConfig } = await import('../src/config.js');
+  const { loadConfig } = await import('../src/config/index.js');
   const { createLogger } = await import('../src/observability/logger.js');
   const { abortWithClient, createPassThrough } = await import('../src/proxy/passthrough.js');
   const { NOT_IN_TABLE } = await import('../src/http/api-routes.js');

@@ -1,6 +1,6 @@
 import { createLedger, merge, type ModernPresence, type LedgerState } from '../src/presence/ledger.js';
 import { MemoryStore } from '../src/store/memory.js';
-import { loadConfig } from '../src/config.js';
+import { loadConfig } from '../src/config/index.js';
 
 /** The default budgets, as the shim runs with them. */
 const defaults = loadConfig([], {}, { needsUpstream: false }).config;

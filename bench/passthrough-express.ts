@@ -42,7 +42,7 @@ async function serve(role: Role, upstream: string, logLevel: string): Promise<nu
     server.keepAliveTimeout = 65_000;
     return listen(server);
   }
-  const { loadConfig } = await import('../src/config.js');
+  const { loadConfig } = await import('../src/config/index.js');
   const { createLogger } = await import('../src/observability/logger.js');
   const config = loadConfig(['--upstream', upstream, '--port', '0', '--log-level', logLevel], {}).config;
   const log = createLogger(logLevel);

@@ -1,7 +1,7 @@
 import { existsSync, openSync, readSync, writeFileSync } from 'node:fs';
 import { Session } from 'node:inspector/promises';
 import { constants, monitorEventLoopDelay, PerformanceObserver, type IntervalHistogram } from 'node:perf_hooks';
-import { loadConfig } from '../src/config.js';
+import { loadConfig } from '../src/config/index.js';
 import { createLogger } from '../src/observability/logger.js';
 import { tuneRuntime } from '../src/runtime.js';
 import { createShim } from '../src/server.js';

@@ -6,7 +6,7 @@ import { encodeLedger } from '../src/store/codec.js';
 import { MemoryStore } from '../src/store/memory.js';
 import { RedisStore } from '../src/store/redis.js';
 import type { PresenceStore } from '../src/presence/ledger-store.js';
-import { loadConfig } from '../src/config.js';
+import { loadConfig } from '../src/config/index.js';
 
 /** The default budgets, as the shim runs with them. */
 const defaults = loadConfig([], {}, { needsUpstream: false }).config;

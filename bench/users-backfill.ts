@@ -1,7 +1,7 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { request } from 'undici';
-import { loadConfig } from '../src/config.js';
+import { loadConfig } from '../src/config/index.js';
 import { createLogger } from '../src/observability/logger.js';
 import { createShim } from '../src/server.js';
 import { legacyUserRow } from './legacy-user-row.js';

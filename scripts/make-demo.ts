@@ -16,7 +16,7 @@
  * later one the next recorded change.
  */
 import { resolve } from 'node:path';
-import { loadConfig } from '../src/config.js';
+import { loadConfig } from '../src/config/index.js';
 import { PROJECT_ROOT } from '../src/version.js';
 import { startRecorder } from '../src/har/recorder.js';
 import { HAR_FLUSH_MS } from '../src/har/writer.js';

@@ -3,7 +3,7 @@ import type { Logger } from './observability/logger.js';
 import { StoreUnavailableError } from './store/types.js';
 import { featureLevelOf, realmUrlOf } from './upstream/feature-level.js';
 import { APP_SERVED_FROM, unservableReason } from './app/presented.js';
-import { namedKey, oneLine, SETTINGS, type Config } from './config.js';
+import { namedKey, oneLine, SETTINGS, type Config } from './config/index.js';
 import { parseCidr } from './http/forwarded.js';
 
 /**

@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 import { readFileSync } from 'node:fs';
 import http from 'node:http';
-import { ConfigError, infoRequest, loadConfig, oneLine, parseListenAddress, usage, type Config } from './config.js';
+import { ConfigError, infoRequest, loadConfig, oneLine, parseListenAddress, usage, type Config } from './config/index.js';
 import { HeldSignals } from './signals.js';
 import { VERSION } from './version.js';
 

@@ -1,4 +1,4 @@
-import type { Config } from './config.js';
+import type { Config } from './config/index.js';
 import type { Logger } from './observability/logger.js';
 import { openUpstream, type UpstreamTarget } from './open-upstream.js';
 import { createShim, type Shim } from './server.js';

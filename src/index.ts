@@ -3,9 +3,9 @@ import type { AddressInfo } from 'node:net';
 import type { Logger as PinoLogger } from 'pino';
 import type { Registry } from 'prom-client';
 import type { z } from 'zod';
-import { ConfigError, configFromObject, type Config, type configSchema } from './config.js';
+import { ConfigError, configFromObject, type Config, type configSchema } from './config/index.js';
 import { openShim } from './embed.js';
-import { createLogger } from './observability/logger.js';
+import { closeLogger, createLogger } from './observability/logger.js';
 import { DEMO_HAR } from './open-upstream.js';
 
 /**
@@ -128,7 +128,8 @@ export async function createShim(options: ShimOptions = {}): Promise<Shim> {
       const shown = at.address.includes(':') ? `[${at.address}]` : at.address;
       return { port: at.port, host: at.address, url: `http://${shown}:${at.port}` };
     },
-    close: () => opened.close(),
+    // A logger to stdout made here ends with the shim (its timer, its flush at exit).
+    close: () => opened.close().then(() => closeLogger(log)),
     metrics: shim.context.metrics.registry,
     replayMisses: () => upstream.misses(),
   };

@@ -1,6 +1,6 @@
 import { existsSync, renameSync, statSync } from 'node:fs';
 import { basename, dirname, extname, join, resolve } from 'node:path';
-import { ConfigError, namedKey, type Config } from './config.js';
+import { ConfigError, namedKey, type Config } from './config/index.js';
 import { startRecorder } from './har/recorder.js';
 import { HAR_FLUSH_MS } from './har/writer.js';
 import { startReplay } from './har/replay.js';

@@ -1,5 +1,6 @@
 import type { EndpointHandler } from './context.js';
 import { API_PREFIXES, API_ROUTES, routeFactsOf, type InterceptName, type RouteLabel } from './http/api-routes.js';
+import { OWN_PATHS, type OwnPath } from './http/own-paths.js';
 import { routingPath } from './http/routing-path.js';
 import { presenceHandler } from './presence/handler.js';
 import { registerHandler } from './register/handler.js';
@@ -12,9 +13,8 @@ import { serverSettingsHandler } from './server-settings.js';
  * would see (X6): the shim's own paths, an intercepted endpoint, or the pass-through (T1).
  */
 
-/** The shim's own paths: answered here whatever the `Host`, never passed on. */
-export const OWN_PATHS = ['/healthz', '/readyz', '/metrics'] as const;
-export type OwnPath = (typeof OWN_PATHS)[number];
+/** The shim's own paths (http/own-paths.ts): answered here whatever the `Host`, never passed on. */
+export { OWN_PATHS, type OwnPath } from './http/own-paths.js';
 
 /** The handler of each endpoint the shim answers itself (http/api-routes.ts names them). */
 const HANDLERS: Readonly<Record<InterceptName, EndpointHandler>> = {

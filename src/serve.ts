@@ -2,9 +2,9 @@ import { accessSync, constants } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { createLogger, type Logger } from './observability/logger.js';
 import { appProbe, probeBouncer, probeStore, probeUpstream, riskySetups, warnAtStartup, type Probe } from './checks.js';
-import { ConfigError, envNearMisses, loadConfig, namedKey, oneLine, parseListenAddress, type Config } from './config.js';
+import { ConfigError, envNearMisses, loadConfig, namedKey, oneLine, parseListenAddress, type Config } from './config/index.js';
 import { loggableUrl, logStartup } from './observability/startup.js';
-import { openShim } from './embed.js';
+import { openShim, type OpenedShim } from './embed.js';
 import { directUpstream, openUpstream, type UpstreamTarget } from './open-upstream.js';
 import { tuneRuntime } from './runtime.js';
 import type { Shim } from './server.js';
@@ -208,48 +208,41 @@ export async function serve(argv: string[], signals: HeldSignals = new HeldSigna
   }
 }
 
-async function serveWith(argv: string[], signals: HeldSignals): Promise<number> {
-  const { config, sources } = loadConfig(argv);
-  const log = createLogger(config.log.level);
-  warnNearMisses(log);
-  for (const line of riskySetups(config, sources)) log.warn(line);
-  tuneRuntime();
-  // Until the shim is up there is nothing to close: exit at once.
-  let onUncaught: () => void = () => process.exit(EXIT_UNCAUGHT);
-  handleEscapedErrors(log, () => onUncaught());
-  // A ConfigError (an unreadable HAR file, say) goes to the caller, which says it in one line.
-  const opened = await openShim({ config, log, sources });
-  const { shim, upstream } = opened;
-  if (config.upstream.insecureTls) log.warn('upstream TLS certificates are NOT verified (--insecure-upstream-tls)');
-
-  let url: string;
-  let adminUrl: string | undefined;
-  let pushRelayUrl: string | undefined;
+/** Listens on the public address, then the admin and push relay listeners; a failure as the one line naming its key. */
+async function listenAll(opened: OpenedShim, config: Config, sources: ReadonlyMap<string, string>) {
+  const { shim } = opened;
   let listening: SideListener | undefined;
   try {
-    ({ url } = await shim.listen());
+    const { url } = await shim.listen();
     listening = 'server.adminListen';
-    adminUrl = (await shim.listenAdmin())?.url;
+    const adminUrl = (await shim.listenAdmin())?.url;
     listening = 'push.relayListen';
-    pushRelayUrl = (await shim.listenPushRelay())?.url;
+    const pushRelayUrl = (await shim.listenPushRelay())?.url;
+    return { url, adminUrl, pushRelayUrl };
   } catch (e) {
     const failure = listenFailure(e, config, sources, listening);
     if (!failure) throw e;
     await opened.close();
     throw failure;
   }
-  if (upstream.announce) process.stdout.write(upstream.announce(url));
-  // Not awaited: the line waits briefly for the upstream's feature level while serving goes on.
+}
+
+/**
+ * The start-up line (not awaited: it waits briefly for the upstream's feature level while
+ * serving goes on), and what --check would fail on, one warning each (not awaited either). A
+ * replay is not asked (it answers in recorded order). Resolves with the app's probe (M1).
+ */
+function announce(log: Logger, config: Config, opened: OpenedShim, urls: Awaited<ReturnType<typeof listenAll>>) {
+  const { shim, upstream } = opened;
+  const { url, adminUrl, pushRelayUrl } = urls;
   const facts = { version: VERSION, upstream: upstream.describe, store: shim.context.store.kind, listen: url };
   const sides = {
     ...(adminUrl ? { admin: adminUrl } : {}),
     ...(pushRelayUrl ? { pushRelay: pushRelayUrl, bouncer: config.push.bouncerUrl } : {}),
   };
   void logStartup(log, { ...facts, ...sides }, () => shim.context.featureLevels.featureLevel(realmOf(upstream.upstreamId, {})));
-  // What --check would fail on, one warning each; not awaited: serving goes on. A replay is not
-  // asked (it answers in recorded order).
   const upstreamUrl = config.upstream.url;
-  const appChecked: Promise<Probe | undefined> = warnAtStartup(
+  return warnAtStartup(
     log,
     {
       ...(upstreamUrl
@@ -260,7 +253,21 @@ async function serveWith(argv: string[], signals: HeldSignals): Promise<number> 
     },
     config.app.featureLevel,
   );
+}
 
+/**
+ * Serves until a signal (or an uncaught exception, or an app level the upstream cannot be served
+ * at) stops it; resolves to the exit code once closed.
+ */
+function untilStopped(
+  argv: string[],
+  signals: HeldSignals,
+  log: Logger,
+  opened: OpenedShim,
+  appChecked: Promise<Probe | undefined>,
+  setUncaught: (onUncaught: () => void) => void,
+): Promise<number> {
+  const { shim, upstream } = opened;
   return new Promise<number>((done) => {
     let stopping = false;
     const stop = (signal: string, exitCode?: number) => {
@@ -268,7 +275,7 @@ async function serveWith(argv: string[], signals: HeldSignals): Promise<number> 
       stopping = true;
       log.info({ signal }, 'shutting down');
       // After an uncaught exception, closing itself may hang: exit regardless in the end.
-      if (exitCode !== undefined) setTimeout(() => done(exitCode), config.server.shutdownGraceMs + 2_000);
+      if (exitCode !== undefined) setTimeout(() => done(exitCode), shim.settings.shutdownGraceMs + 2_000);
       void opened.close().then(
         () => {
           // H2 strict mode: every miss on stderr, one line each, and a failing exit code.
@@ -282,7 +289,7 @@ async function serveWith(argv: string[], signals: HeldSignals): Promise<number> 
         },
       );
     };
-    onUncaught = () => stop('uncaughtException', EXIT_UNCAUGHT);
+    setUncaught(() => stop('uncaughtException', EXIT_UNCAUGHT));
     // M1: an --app-feature-level the upstream's real level cannot be served at is a start-up
     // error (exit 2), once the upstream has said its level (an upstream that does not answer yet
     // is not judged).
@@ -295,5 +302,25 @@ async function serveWith(argv: string[], signals: HeldSignals): Promise<number> 
     // deadline); SIGHUP reloads the configuration without dropping a connection, as nginx does.
     // One that came while the shim was starting is acted on now.
     signals.handTo((signal) => (signal === 'SIGHUP' ? reload(argv, shim, log) : stop(signal)));
+  });
+}
+
+async function serveWith(argv: string[], signals: HeldSignals): Promise<number> {
+  const { config, sources } = loadConfig(argv);
+  const log = createLogger(config.log.level);
+  warnNearMisses(log);
+  for (const line of riskySetups(config, sources)) log.warn(line);
+  tuneRuntime();
+  // Until the shim is up there is nothing to close: exit at once.
+  let onUncaught: () => void = () => process.exit(EXIT_UNCAUGHT);
+  handleEscapedErrors(log, () => onUncaught());
+  // A ConfigError (an unreadable HAR file, say) goes to the caller, which says it in one line.
+  const opened = await openShim({ config, log, sources });
+  if (config.upstream.insecureTls) log.warn('upstream TLS certificates are NOT verified (--insecure-upstream-tls)');
+  const urls = await listenAll(opened, config, sources);
+  if (opened.upstream.announce) process.stdout.write(opened.upstream.announce(urls.url));
+  const appChecked = announce(log, config, opened, urls);
+  return untilStopped(argv, signals, log, opened, appChecked, (f) => {
+    onUncaught = f;
   });
 }

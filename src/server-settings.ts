@@ -1,30 +1,19 @@
-import type { EndpointHandler } from './context.js';
+import type { EndpointHandler, ShimContext } from './context.js';
 import { timedUpstream } from './observability/request-facts.js';
 import { sendJson } from './http/errors.js';
 import { isSuccess, relayBuffered, rewrittenHeaders } from './upstream/relay.js';
 import { forwardedHeaders, parseJsonObject } from './upstream/client.js';
-import { FL, featureLevelOf } from './upstream/feature-level.js';
+import { featureLevelOf } from './upstream/feature-level.js';
 import { realmOf } from './upstream/realm.js';
 import { VERSION } from './version.js';
 import { APP_SERVED_FROM, appLevelFor, presentedLevel, unservableReason } from './app/presented.js';
-import { emulatedUserFeatures } from './changes/index.js';
-import { USER_BY_EMAIL_LEVEL, USER_BY_ID_LEVEL } from './profile/users-handler.js';
-import { USER_SETTINGS_LEVEL } from './register/users.js';
+import { emulatedFeatures } from './changes/index.js';
 
-/** What the shim adds for an upstream at this feature level (T2). */
-export function emulatedFeatures(featureLevel: number): string[] {
-  const out: string[] = [];
-  if (featureLevel < FL.LAST_UPDATE_ID) {
-    out.push('presence_last_update_id', 'presence_modern_format', 'presence_history_limit_days', 'register_presence_last_update_id');
-  }
-  // The user-object changes name what they emulate (changes/index.ts is the one list).
-  const userFeatures = emulatedUserFeatures(featureLevel);
-  if (userFeatures.length > 0) out.push('own_user_fields', ...userFeatures);
-  if (featureLevel < USER_BY_ID_LEVEL) out.push('get_user_by_id');
-  if (featureLevel < USER_BY_EMAIL_LEVEL) out.push('get_user_by_email');
-  if (featureLevel < USER_SETTINGS_LEVEL) out.push('register_user_settings');
-  return out;
-}
+/** What the server_settings handler uses of the shim. */
+export type ServerSettingsContext = Pick<ShimContext, 'config' | 'log' | 'upstreamId' | 'client' | 'featureLevels'>;
+
+/** What the shim adds for an upstream at this feature level (T2): one filter over the registry of changes. */
+export { emulatedFeatures };
 
 /**
  * T2: `GET /api/v1/server_settings` passes through with one added top-level field,
@@ -32,7 +21,7 @@ export function emulatedFeatures(featureLevel: number): string[] {
  * `app.featureLevel` on (M1). The answer also primes the
  * feature-level cache.
  */
-export const serverSettingsHandler: EndpointHandler = async (req, res, ctx) => {
+export const serverSettingsHandler: EndpointHandler<ServerSettingsContext> = async (req, res, ctx) => {
   const realm = realmOf(ctx.upstreamId, req.headers);
   const r = await timedUpstream(req, () =>
     ctx.client.fetch({ realm, method: 'GET', path: req.url ?? '/api/v1/server_settings', headers: forwardedHeaders(req) }),

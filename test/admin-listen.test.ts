@@ -1,7 +1,7 @@
 import net from 'node:net';
 import request from 'supertest';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ConfigError, loadConfig, parseListenAddress } from '../src/config.js';
+import { ConfigError, loadConfig, parseListenAddress } from '../src/config/index.js';
 import { logLine, oneErrorLine, runCli, until } from './support/cli-run.js';
 import { startFake, type FakeZulip } from './support/fake-zulip.js';
 import { startShim } from './support/shim.js';

@@ -26,7 +26,7 @@ import { eraAnswer, eraEvents } from './support/era-answers.js';
  */
 
 describe('the one registry', () => {
-  it('holds the user-object, request, content, register, answer and notification changes in feature-level order', () => {
+  it('holds the user-object, request, content, register, answer and notification changes and the declared emulations in feature-level order', () => {
     const parts = (c: (typeof CHANGES)[number]) =>
       (
         [
@@ -40,6 +40,7 @@ describe('the one registry', () => {
           'lookup',
           'staticData',
           'parameter',
+          'appEmulation',
           'emulation',
         ] as const
       )
@@ -47,11 +48,14 @@ describe('the one registry', () => {
         .join('+');
     expect(CHANGES.map((c) => [c.featureLevel, parts(c)])).toEqual([
       [1, 'user'],
+      [1, 'emulation'],
       [8, 'user'],
       [10, 'user'],
+      [39, 'emulation'],
       [59, 'user'],
       [73, 'user'],
       [83, 'user'],
+      [89, 'emulation'],
       [125, 'register'],
       [131, 'register+answer'],
       [133, 'register'],
@@ -76,6 +80,10 @@ describe('the one registry', () => {
       [248, 'request'],
       [250, 'request+content'],
       [257, 'notification'],
+      [263, 'emulation'],
+      [263, 'emulation'],
+      [263, 'emulation'],
+      [263, 'emulation'],
       [271, 'request+content'],
       [273, 'register'],
     ]);

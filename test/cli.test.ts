@@ -4,7 +4,7 @@ import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { SETTINGS, usage } from '../src/config.js';
+import { SETTINGS, usage } from '../src/config/index.js';
 import { featureLevelOrUnknown, loggableUrl } from '../src/observability/startup.js';
 import { logLine, oneErrorLine, ROOT, runCli, until } from './support/cli-run.js';
 import { startFake, type FakeZulip } from './support/fake-zulip.js';

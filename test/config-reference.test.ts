@@ -4,7 +4,7 @@ import { configReference, README, withReference } from '../scripts/config-refere
 
 /** The README's configuration reference is the schema's, key for key (the contract: generated from the schema). */
 describe('README configuration reference', () => {
-  it('matches the schema (run `npm run docs:config` after changing src/config.ts)', () => {
+  it('matches the schema (run `npm run docs:config` after changing src/config/schema.ts)', () => {
     const readme = readFileSync(README, 'utf8');
     expect(readme).toBe(withReference(readme, configReference()));
   });

@@ -2,7 +2,7 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { loadConfig } from '../src/config.js';
+import { loadConfig } from '../src/config/index.js';
 import { ConfigError, createShim, resolveConfig, type Shim } from '../src/index.js';
 import { startFake, type FakeZulip } from './support/fake-zulip.js';
 

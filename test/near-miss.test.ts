@@ -2,7 +2,7 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { ConfigError, editDistance, envNearMiss, envNearMisses, knownEnvNames, loadConfig, REMOVED_SETTINGS } from '../src/config.js';
+import { ConfigError, editDistance, envNearMiss, envNearMisses, knownEnvNames, loadConfig, REMOVED_SETTINGS } from '../src/config/index.js';
 
 /** Start-up warnings for a setting the shim would silently not read: a misspelt variable or flag. */
 

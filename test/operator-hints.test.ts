@@ -1,7 +1,7 @@
 import http from 'node:http';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { riskySetups } from '../src/checks.js';
-import { envNearMiss, loadConfig } from '../src/config.js';
+import { envNearMiss, loadConfig } from '../src/config/index.js';
 import { logLine, runCli, until } from './support/cli-run.js';
 import { startFake, type FakeZulip } from './support/fake-zulip.js';
 import { startShim } from './support/shim.js';

@@ -3,7 +3,7 @@ import { join, relative } from 'node:path';
 import ts from 'typescript';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { configSchema, usage } from '../src/config.js';
+import { configSchema, usage } from '../src/config/index.js';
 import { ROOT } from './support/cli-run.js';
 
 /**

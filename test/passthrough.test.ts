@@ -4,7 +4,7 @@ import request from 'supertest';
 import { startFake, type FakeZulip } from './support/fake-zulip.js';
 import { rawUpgrade } from './support/http-client.js';
 import { startShim, type RunningShim } from './support/shim.js';
-import { loadConfig } from '../src/config.js';
+import { loadConfig } from '../src/config/index.js';
 import { TrustedProxies } from '../src/http/forwarded.js';
 
 /**

@@ -3,7 +3,7 @@ import { describe, expect, it } from 'vitest';
 import { USER_CHANGES, applyChanges, needsOf, pendingChanges, type OwnUser } from '../src/changes/index.js';
 import { UNKNOWN_DATE_JOINED, avatarVersionFromUrl } from '../src/changes/fl010-avatar-guest-active-timezone-joined.js';
 import { roleOf } from '../src/changes/fl059-role.js';
-import { deliveryEmailOf, queueIdOf } from '../src/profile/delivery-email.js';
+import { deliveryEmailOf, queueIdOf } from '../src/upstream/delivery-emails.js';
 import { ignoredParameters } from '../src/profile/handler.js';
 import { directoryOf, memberOf, type Member } from '../src/upstream/user-directory.js';
 

@@ -1,6 +1,6 @@
 import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ConfigError, loadConfig } from '../src/config.js';
+import { ConfigError, loadConfig } from '../src/config/index.js';
 import { oneErrorLine, runCli } from './support/cli-run.js';
 import { startFakeBouncer, type FakeBouncer } from './support/fake-bouncer.js';
 import { failing, startFake, type FakeZulip } from './support/fake-zulip.js';

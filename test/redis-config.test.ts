@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
-import { ConfigError, loadConfig } from '../src/config.js';
+import { ConfigError, loadConfig } from '../src/config/index.js';
 import { redisTargetOf } from '../src/store/create.js';
-import { parseRedisNodes } from '../src/config.js';
+import { parseRedisNodes } from '../src/config/index.js';
 import { describeRedisTarget } from '../src/store/redis-connection.js';
 
 /** The three ways to name the shared Redis: a URL, Sentinels, a Cluster. */

@@ -1,6 +1,6 @@
 import http from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { loadConfig } from '../src/config.js';
+import { loadConfig } from '../src/config/index.js';
 import type { LedgerState } from '../src/presence/ledger.js';
 import { logLine, runCli, until } from './support/cli-run.js';
 import { startFake, type FakeZulip } from './support/fake-zulip.js';

@@ -13,7 +13,7 @@ import {
 import { emailIsPublic } from '../src/changes/fl163-delivery-email.js';
 import { backfillList, emailIndex, parseWithListInSteps, stringifyInSteps, USERS_PER_TURN } from '../src/profile/user-objects.js';
 import { userKeyOf } from '../src/profile/users-handler.js';
-import { addedHeaders, BACKFILLED_HEADER, FALLBACK_HEADER } from '../src/profile/handler.js';
+import { addedHeaders, BACKFILLED_HEADER, FALLBACK_HEADER } from '../src/changes/added-headers.js';
 import { eventTypesOf, registerNeedsUsers } from '../src/register/users.js';
 import { emulatedFeatures } from '../src/server-settings.js';
 import { ERA_FEATURE_LEVEL, ERAS, FakeZulip, type FakeUser } from './support/fake-zulip.js';
@@ -40,12 +40,18 @@ describe('the bundle of user-object changes checks itself at load', () => {
   });
 
   it.each([
-    ['unsorted', [change(10, 'a', ['x']), change(8, 'b', ['y'])], /not above/],
-    ['two at one level', [change(8, 'a', ['x']), change(8, 'b', ['y'])], /not above/],
+    ['unsorted', [change(10, 'a', ['x']), change(8, 'b', ['y'])], /8 \(b\) is below 10/],
+    ['a change at level 0', [change(0, 'a', ['x'])], /is not a level/],
+    ['a change that changes nothing', [{ featureLevel: 8, feature: 'a' }], /a changes nothing/],
+    ['an emulation done nowhere', [{ featureLevel: 8, feature: 'a', emulation: { by: ' ' } }], /a is emulated nowhere/],
     ['a field twice', [change(8, 'a', ['x']), change(10, 'b', ['x'])], /x introduced twice/],
     ['a feature twice', [change(8, 'a', ['x']), change(10, 'a', ['y'])], /named twice/],
   ])('rejects a bundle with %s', (_name, bundle, error) => {
     expect(() => checkedBundle(bundle)).toThrow(error);
+  });
+
+  it('takes several changes at one level, as Zulip’s changelog lists several under one', () => {
+    expect(checkedBundle([change(8, 'a', ['x']), change(8, 'b', ['y'])]).map((c) => c.feature)).toEqual(['a', 'b']);
   });
 
   it('names what server_settings says it emulates (T2), from the bundle alone', () => {
@@ -57,6 +63,9 @@ describe('the bundle of user-object changes checks itself at load', () => {
     );
     expect(emulatedFeatures(65)).not.toContain('get_user_by_email');
     expect(emulatedFeatures(277)).toEqual([]);
+    // One filter over the registry: every change with a user-object part or an emulation, none else.
+    expect(emulatedFeatures(0)).toEqual(['own_user_fields', ...CHANGES.filter((c) => c.user || c.emulation).map((c) => c.feature)]);
+    expect(emulatedFeatures(0)).not.toContain('presence_settings'); // the app's part, and W2's fill: not named
   });
 });
 

@@ -1,6 +1,6 @@
 import request from 'supertest';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { legacySettingTypes, USER_SETTINGS_5_0, userSettingsOf } from '../src/register/user-settings.js';
+import { legacySettingTypes, USER_SETTINGS_5_0, userSettingsOf } from '../src/changes/fl089-user-settings.js';
 import { ERAS, startFake, type Era, type FakeZulip } from './support/fake-zulip.js';
 import { compileSchema, expectValid, matchesSchema } from './support/schema.js';
 import { startShim, type RunningShim } from './support/shim.js';

@@ -29,7 +29,7 @@ import { isSuccess, relayBuffered } from '../upstream/relay.js';
 
 /** What the calls need of the request they stand in for. */
 interface Call {
-  ctx: ShimContext;
+  ctx: Pick<ShimContext, 'config' | 'client'>;
   req: IncomingMessage;
   realm: Realm;
   prefix: string;
@@ -65,7 +65,7 @@ async function carryOut(c: Call, plan: FlagsNarrowPlan): Promise<{ answer: Flags
 export async function emulateFlagsNarrow(
   req: IncomingMessage,
   res: ServerResponse,
-  ctx: ShimContext,
+  ctx: Pick<ShimContext, 'config' | 'client'>,
   realm: Realm,
   levels: { real: number; shown: number; site: Site },
 ): Promise<void> {

@@ -31,6 +31,9 @@ import { emulateFlagsNarrow } from './flags-narrow.js';
 import { queueStep, type QueueStep } from './queue-state.js';
 import { serveStaticData } from './static-data.js';
 
+/** What the app's translator uses of the shim (M2). */
+export type AppContext = Pick<ShimContext, 'config' | 'log' | 'upstreamId' | 'client' | 'featureLevels' | 'store'>;
+
 /** The changes' name of an endpoint (changes/app-parts.ts endpointKey); undefined outside the API. */
 export function endpointOf(method: string | undefined, path: string): string | undefined {
   const at = apiPathOf(path);
@@ -66,7 +69,7 @@ interface Outgoing {
  * in place, every byte a change does not touch as it came. A body that is not a UTF-8 form (a
  * multipart upload, say) goes on as it came. A content the upstream cannot honour is refused (400).
  */
-async function requestDown(req: IncomingMessage, ctx: ShimContext, level: Levels, headers: Record<string, string>): Promise<Outgoing> {
+async function requestDown(req: IncomingMessage, ctx: AppContext, level: Levels, headers: Record<string, string>): Promise<Outgoing> {
   const url = req.url ?? '/';
   const q = url.indexOf('?');
   let path = q < 0 ? url : url.slice(0, q);
@@ -98,7 +101,7 @@ async function requestDown(req: IncomingMessage, ctx: ShimContext, level: Levels
  * GET /users/me with the credentials the answer itself holds (POST /fetch_api_key's `email` and
  * `api_key`, which are never logged). Undefined when the upstream does not say it.
  */
-async function lookUp(ctx: ShimContext, call: LookupCall, answer: Record<string, unknown>, lookup: LookupChange): Promise<unknown> {
+async function lookUp(ctx: AppContext, call: LookupCall, answer: Record<string, unknown>, lookup: LookupChange): Promise<unknown> {
   const { email, api_key: key } = answer;
   if (lookup.lookup !== 'own_user_id' || typeof email !== 'string' || typeof key !== 'string') return undefined;
   const headers = { ...call.headers, authorization: `Basic ${Buffer.from(`${email}:${key}`).toString('base64')}` };
@@ -119,7 +122,7 @@ interface LookupCall {
 async function answerWithLookups(
   req: IncomingMessage,
   res: ServerResponse,
-  ctx: ShimContext,
+  ctx: AppContext,
   r: UpstreamResponse,
   call: LookupCall,
   lookups: readonly LookupChange[],
@@ -158,7 +161,7 @@ interface Levels {
 /** An edit of a parsed answer a request's parameters call for (ParameterChange); true when it changed it. */
 type AnswerEdit = (answer: Record<string, unknown>) => boolean;
 
-/** The endpoints the shim answers itself in front of an upstream without them (EmulationChange). */
+/** The endpoints the shim answers itself in front of an upstream without them (AppEmulationChange). */
 const EMULATORS: Readonly<Record<string, typeof emulateFlagsNarrow>> = { 'POST /messages/flags/narrow': emulateFlagsNarrow };
 
 /**
@@ -170,7 +173,7 @@ const EMULATORS: Readonly<Record<string, typeof emulateFlagsNarrow>> = { 'POST /
 async function answerUp(
   req: IncomingMessage,
   res: ServerResponse,
-  ctx: ShimContext,
+  ctx: AppContext,
   r: UpstreamResponse,
   endpoint: string,
   changes: readonly AnswerChange[],
@@ -209,7 +212,7 @@ async function answerUp(
  * answer changes between its levels, the lookups, the edits its parameters call for (a GET's
  * query), and its event queue's step (GET /events).
  */
-function answerPlan(ctx: ShimContext, realm: Realm, method: string, level: Levels, query: string) {
+function answerPlan(ctx: AppContext, realm: Realm, method: string, level: Levels, query: string) {
   const { endpoint, real, shown } = level;
   return {
     changes: answerChangesFor(endpoint, real, shown),
@@ -224,7 +227,7 @@ function answerPlan(ctx: ShimContext, realm: Realm, method: string, level: Level
  * upstream knows, then its answer brought up to the level shown where a change touches it,
  * else passed on as it comes.
  */
-export const appRequestHandler: EndpointHandler = async (req, res, ctx) => {
+export const appRequestHandler: EndpointHandler<AppContext> = async (req, res, ctx) => {
   const hostRealm = realmOf(ctx.upstreamId, req.headers);
   const { realm, featureLevel: real, realmUrl } = await timedUpstream(req, () => ctx.featureLevels.resolve(hostRealm));
   const url = req.url ?? '/';

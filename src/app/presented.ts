@@ -1,5 +1,5 @@
 import type { IncomingHttpHeaders } from 'node:http';
-import type { Config } from '../config.js';
+import type { Config } from '../config/index.js';
 
 /**
  * M1: the Zulip mobile app (zulip-flutter) refuses servers below feature level 277. With

@@ -121,7 +121,7 @@ export class QueueStates {
 const statesOf = new WeakMap<object, QueueStates>();
 
 /** The shim's queue states: on its shared store's backend (Redis), else in this process. */
-function queueStates(ctx: ShimContext): QueueStates {
+function queueStates(ctx: Pick<ShimContext, 'log' | 'store'>): QueueStates {
   const held = statesOf.get(ctx.store);
   if (held) return held;
   const states = new QueueStates(ctx.store.cacheBackend ?? memoryBackend(), QUEUE_STATE_TTL_MS, (facts, msg) => ctx.log.warn(facts, msg));
@@ -139,7 +139,7 @@ function perQueueChanges(real: number, shown: number): Array<{ marker: string; c
  * it. The store away (S3) or failing: no state, and the queue's events go on as they came.
  */
 export async function startQueueStates(
-  ctx: ShimContext,
+  ctx: Pick<ShimContext, 'log' | 'store'>,
   realm: Realm,
   answer: Record<string, unknown>,
   real: number,
@@ -168,7 +168,13 @@ export interface QueueStep {
  * M2, GET /events of the app: the step of its answer for each per-queue change between `real`
  * and `shown`; undefined where there is none or the request names no queue.
  */
-export function queueStep(ctx: ShimContext, realm: Realm, query: URLSearchParams, real: number, shown: number): QueueStep | undefined {
+export function queueStep(
+  ctx: Pick<ShimContext, 'log' | 'store'>,
+  realm: Realm,
+  query: URLSearchParams,
+  real: number,
+  shown: number,
+): QueueStep | undefined {
   const changes = perQueueChanges(real, shown);
   const queueId = query.get('queue_id');
   const lastEventId = Number(query.get('last_event_id') ?? '-1');

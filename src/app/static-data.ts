@@ -47,7 +47,7 @@ class StaticDataCache {
    * The data, built at most featureLevel.ttlMs ago; past that it is built again, and a failed
    * rebuild keeps what was built before. Undefined when it was never had. Single flight.
    */
-  async get(ctx: ShimContext, realm: Realm, change: StaticDataChange): Promise<Built | undefined> {
+  async get(ctx: Pick<ShimContext, 'config' | 'log' | 'client'>, realm: Realm, change: StaticDataChange): Promise<Built | undefined> {
     const held = this.built.get(change.path);
     if (held && Date.now() - held.at < ctx.config.featureLevel.ttlMs) return held;
     let load = this.loading.get(change.path);
@@ -62,7 +62,11 @@ class StaticDataCache {
 }
 
 /** The upstream's source file, read through the one upstream client and built; undefined (logged) when it cannot be. */
-async function build(ctx: ShimContext, realm: Realm, change: StaticDataChange): Promise<Built | undefined> {
+async function build(
+  ctx: Pick<ShimContext, 'config' | 'log' | 'client'>,
+  realm: Realm,
+  change: StaticDataChange,
+): Promise<Built | undefined> {
   const why = await (async (): Promise<string | Built> => {
     try {
       const call = { realm, method: 'GET' as const, path: change.source, headers: { accept: 'application/json' } };
@@ -82,7 +86,7 @@ async function build(ctx: ShimContext, realm: Realm, change: StaticDataChange): 
 }
 
 const caches = new WeakMap<UpstreamClient, StaticDataCache>();
-function cacheOf(ctx: ShimContext): StaticDataCache {
+function cacheOf(ctx: Pick<ShimContext, 'config' | 'log' | 'client'>): StaticDataCache {
   const held = caches.get(ctx.client);
   if (held) return held;
   const cache = new StaticDataCache();
@@ -105,7 +109,7 @@ function realmUrlOf(answer: Record<string, unknown>): string | undefined {
  * warning, only where the answer names no realm URL to put it on.
  */
 export function addStaticDataUrls(
-  ctx: ShimContext,
+  ctx: Pick<ShimContext, 'config' | 'log' | 'client'>,
   realm: Realm,
   answer: Record<string, unknown>,
   real: number,
@@ -134,7 +138,7 @@ export function addStaticDataUrls(
 export async function serveStaticData(
   req: IncomingMessage,
   res: ServerResponse,
-  ctx: ShimContext,
+  ctx: Pick<ShimContext, 'config' | 'log' | 'client'>,
   realm: Realm,
   change: StaticDataChange,
 ): Promise<void> {

@@ -63,7 +63,7 @@ export const TRANSLATED_ENDPOINTS: ReadonlySet<string> = new Set(
     ...(c.endpoint ? [c.endpoint.from] : []),
     ...(c.lookup ? [c.lookup.endpoint] : []),
     ...(c.parameter ? [c.parameter.endpoint] : []),
-    ...(c.emulation ? [c.emulation.endpoint] : []),
+    ...(c.appEmulation ? [c.appEmulation.endpoint] : []),
   ]),
 );
 
@@ -203,9 +203,9 @@ export function staticDataFor(real: number, shown: number): StaticDataChange[] {
   return between(real, shown).flatMap((c) => (c.staticData ? [c.staticData] : []));
 }
 
-/** Whether the app's `endpoint` is emulated in front of an upstream at `real` (EmulationChange). */
+/** Whether the app's `endpoint` is emulated in front of an upstream at `real` (AppEmulationChange). */
 export function isEmulated(endpoint: string, real: number, shown: number): boolean {
-  return between(real, shown).some((c) => c.emulation?.endpoint === endpoint);
+  return between(real, shown).some((c) => c.appEmulation?.endpoint === endpoint);
 }
 
 /** M2: the edits of `endpoint`'s answer that parameters an upstream at `real` ignores call for, given the request's parameters (ParameterChange). */

@@ -163,7 +163,7 @@ export function withoutAnchor(anchor: number): (answer: Json) => boolean {
 export const flagsNarrow: ApiChange = {
   featureLevel: 155,
   feature: 'update_message_flags_for_narrow',
-  emulation: { endpoint: 'POST /messages/flags/narrow' },
+  appEmulation: { endpoint: 'POST /messages/flags/narrow' },
   parameter: {
     endpoint: 'GET /messages',
     editFor(params) {

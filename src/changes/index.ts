@@ -1,9 +1,12 @@
 import { botOwnerId } from './fl001-bot-owner-id.js';
+import { getUserById } from './fl001-get-user-by-id.js';
 import { isOwner } from './fl008-is-owner.js';
 import { avatarGuestActiveTimezoneJoined } from './fl010-avatar-guest-active-timezone-joined.js';
+import { getUserByEmail } from './fl039-get-user-by-email.js';
 import { role } from './fl059-role.js';
 import { isBillingAdmin } from './fl073-is-billing-admin.js';
 import { isSystemBot } from './fl083-is-system-bot.js';
+import { userSettings } from './fl089-user-settings.js';
 import { emojiReactionUsers } from './fl125-emoji-reaction-users.js';
 import { directSubgroups } from './fl131-direct-subgroups.js';
 import { wildcardMentionPolicy } from './fl133-wildcard-mention-policy.js';
@@ -28,6 +31,12 @@ import { channelWildcard } from './fl247-channel-wildcard.js';
 import { typeChannel } from './fl248-type-channel.js';
 import { channelOperator } from './fl250-channel-operator.js';
 import { notificationRealmUrl } from './fl257-notification-realm-url.js';
+import {
+  presenceHistoryLimitDays,
+  presenceLastUpdateId,
+  presenceModernFormat,
+  registerPresenceLastUpdateId,
+} from './fl263-presence-last-update-id.js';
 import { withOperatorChange } from './fl271-with-operator.js';
 import { thumbnailFormats } from './fl273-thumbnail-formats.js';
 import type { ApiChange, Lookups, Need, NotificationChange, Source, UserObject, UserObjectChange } from './types.js';
@@ -35,35 +44,45 @@ import type { ApiChange, Lookups, Need, NotificationChange, Source, UserObject, 
 export type { ApiChange, Lookups, Need, OwnUser, Source, UserObject, UserObjectChange } from './types.js';
 export type { NotificationPayload, NotificationRealm } from './types.js';
 
+/** Why a change cannot be in the bundle after `previous`, or undefined. */
+function faultOf(c: ApiChange, previous: number): string | undefined {
+  if (!Number.isInteger(c.featureLevel) || c.featureLevel < 1) return `feature level ${c.featureLevel} (${c.feature}) is not a level`;
+  if (c.featureLevel < previous) return `feature level ${c.featureLevel} (${c.feature}) is below ${previous}`;
+  const parts = [
+    c.user,
+    c.request,
+    c.content,
+    c.register,
+    c.answer,
+    c.notification,
+    c.endpoint,
+    c.lookup,
+    c.staticData,
+    c.parameter,
+    c.appEmulation,
+    c.emulation,
+  ];
+  if (parts.every((part) => part === undefined)) return `${c.feature} changes nothing`;
+  if (c.emulation && c.emulation.by.trim() === '') return `${c.feature} is emulated nowhere`;
+  return undefined;
+}
+
 /**
- * Checks a bundle of changes when it is built (like Cadwyn's VersionBundle): feature levels
- * strictly ascending, each field and each feature name introduced once. Throws on the first fault.
+ * Checks a bundle of changes when it is built (like Cadwyn's VersionBundle): feature levels in
+ * ascending order (several changes may share one, as in Zulip's changelog), each field and each
+ * feature name introduced once, each change doing something (a part, or an emulation that names
+ * where it is done). Throws on the first fault.
  */
 export function checkedBundle(changes: readonly ApiChange[]): readonly ApiChange[] {
   const fields = new Set<string>();
   const features = new Set<string>();
   let previous = 0;
   for (const c of changes) {
-    if (!Number.isInteger(c.featureLevel) || c.featureLevel <= previous) {
-      throw new Error(`API changes: feature level ${c.featureLevel} (${c.feature}) is not above ${previous}`);
-    }
+    const fault = faultOf(c, previous);
+    if (fault) throw new Error(`API changes: ${fault}`);
     previous = c.featureLevel;
     if (features.has(c.feature)) throw new Error(`API changes: feature ${c.feature} named twice`);
     features.add(c.feature);
-    if (
-      !c.user &&
-      !c.request &&
-      !c.content &&
-      !c.register &&
-      !c.answer &&
-      !c.notification &&
-      !c.endpoint &&
-      !c.lookup &&
-      !c.staticData &&
-      !c.parameter &&
-      !c.emulation
-    )
-      throw new Error(`API changes: ${c.feature} changes nothing`);
     for (const f of [...(c.user?.fields ?? []), ...(c.register?.fields ?? []), ...(c.staticData ? [c.staticData.field] : [])]) {
       if (fields.has(f)) throw new Error(`API changes: field ${f} introduced twice (again at ${c.featureLevel})`);
       fields.add(f);
@@ -87,16 +106,21 @@ export function checkedBundle(changes: readonly ApiChange[]): readonly ApiChange
  * request to the endpoint an older upstream has in its place, `lookup` adds to an answer what
  * another call of the upstream says, `staticData` serves what a newer server serves at a URL its
  * register answer names, built from an older upstream's static file, `parameter` makes an answer
- * what a parameter the upstream ignores would have made it, `emulation` answers an endpoint the
- * upstream lacks from calls to those it has.
+ * what a parameter the upstream ignores would have made it, `appEmulation` answers the app an
+ * endpoint the upstream lacks from calls to those it has. A change with an `emulation` only is
+ * declared here and done by a handler of its own, for every client (an endpoint an older server
+ * lacks, the modern presence API).
  */
 export const CHANGES: readonly ApiChange[] = checkedBundle([
   botOwnerId,
+  getUserById,
   isOwner,
   avatarGuestActiveTimezoneJoined,
+  getUserByEmail,
   role,
   isBillingAdmin,
   isSystemBot,
+  userSettings,
   emojiReactionUsers,
   directSubgroups,
   wildcardMentionPolicy,
@@ -121,6 +145,10 @@ export const CHANGES: readonly ApiChange[] = checkedBundle([
   typeChannel,
   channelOperator,
   notificationRealmUrl,
+  presenceLastUpdateId,
+  presenceModernFormat,
+  presenceHistoryLimitDays,
+  registerPresenceLastUpdateId,
   withOperatorChange,
   thumbnailFormats,
 ]);
@@ -139,6 +167,16 @@ export function changesAbove(featureLevel: number): UserObjectChange[] {
 /** What the shim emulates in user objects for an upstream at `featureLevel` (T2). */
 export function emulatedUserFeatures(featureLevel: number): string[] {
   return changesAbove(featureLevel).map((c) => c.feature);
+}
+
+/**
+ * T2: what the shim emulates for every client of an upstream at `featureLevel`: the changes above
+ * it with a user-object part or an emulation, in feature-level order, and `own_user_fields` first
+ * when a user-object change is among them. (The app's parts are the app's alone, M1.)
+ */
+export function emulatedFeatures(featureLevel: number): string[] {
+  const above = CHANGES.filter((c) => c.featureLevel > featureLevel && (c.user || c.emulation));
+  return [...(above.some((c) => c.user) ? ['own_user_fields'] : []), ...above.map((c) => c.feature)];
 }
 
 /** The changes an upstream at `featureLevel` needs for this answer: newer than it, with a field missing. */

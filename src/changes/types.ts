@@ -238,7 +238,7 @@ export interface ParameterChange {
  * shim answers it from calls to the endpoints that upstream has (app/ names the module that
  * does, as the change's own doc says).
  */
-export interface EmulationChange {
+export interface AppEmulationChange {
   /** The endpoint the app calls (`METHOD /path`). */
   readonly endpoint: string;
 }
@@ -283,6 +283,17 @@ export interface NotificationChange {
 }
 
 /**
+ * The declaration-only form of a change (T2): one the shim emulates by code of its own rather
+ * than by a part here (an endpoint an older server lacks, a register object built from others,
+ * the modern presence API). Declared so the registry lists every change the shim bridges and
+ * server_settings names it; the code that does it reads its level from the declaration.
+ */
+export interface Emulation {
+  /** Where it is done: a module of src/. */
+  readonly by: string;
+}
+
+/**
  * One entry of Zulip's API changelog the shim bridges (U2, V1, M2): the feature level that
  * brought it, and what it means for each direction the shim translates. The one registry is
  * changes/index.ts.
@@ -290,7 +301,10 @@ export interface NotificationChange {
 export interface ApiChange {
   /** The feature level that brought the change: it applies to upstreams below it. */
   readonly featureLevel: number;
-  /** What the change emulates, as named in server_settings' `zulip_compat_shim.emulated` (T2) for user objects. */
+  /**
+   * What the change emulates: named in server_settings' `zulip_compat_shim.emulated` (T2) when it
+   * applies to every client (a user-object part, or an emulation).
+   */
   readonly feature: string;
   readonly user?: UserChange;
   readonly request?: RequestChange;
@@ -302,7 +316,10 @@ export interface ApiChange {
   readonly lookup?: LookupChange;
   readonly staticData?: StaticDataChange;
   readonly parameter?: ParameterChange;
-  readonly emulation?: EmulationChange;
+  /** For the app only: an endpoint the upstream lacks, answered from calls to those it has. */
+  readonly appEmulation?: AppEmulationChange;
+  /** For every client: declared here, done by a handler of its own (named in T2). */
+  readonly emulation?: Emulation;
 }
 
 /** A change with a part in user objects. */

@@ -198,29 +198,17 @@ interface RecorderContext {
 /** The recorder's passes: the request as the shim sent it, streamed on. */
 const RECORDER_INCOMING = [dropHopByHop, pipeBody, abortWithClient] as const;
 
-export async function startRecorder(o: RecorderOptions): Promise<Recorder> {
-  const upstream = o.upstream.replace(/\/+$/, '');
-  const redactor = new Redactor();
-  // The HAR names the upstream without any user:password given in --upstream (H1).
+/** H1: the upstream as the HAR names it, without any user:password given in --upstream (the password a placeholder from now on). */
+function harUpstreamOf(upstream: string, redactor: Redactor): string {
   const named = new URL(upstream);
   if (named.password) redactor.placeholder(decodeURIComponent(named.password));
   named.username = '';
   named.password = '';
-  const harUpstream = named.toString().replace(/\/+$/, '');
-  const writer = new HarWriter({ file: o.file, redactor, log: o.log, comment: o.comment, flushMs: o.flushMs });
-  // The file exists and is valid from the start; an unwritable path fails here, at start-up.
-  await writer.flush();
+  return named.toString().replace(/\/+$/, '');
+}
 
-  // The shim in front keeps the deadlines (timeout 0: none here); X5 retries happen here too.
-  const transport = createTransport({ target: upstream, timeoutMs: 0, maxSockets: 256, insecureTls: o.insecureTls ?? false });
-  const upgrades = webSocketForwarder({
-    target: upstream,
-    insecureTls: o.insecureTls ?? false,
-    log: o.log,
-    failure: 'recorder: upstream error on a WebSocket upgrade',
-  });
-  const writes = new Set<Promise<void>>();
-
+/** What every recorded exchange shares: where it is written, and the writes still under way (awaited at close). */
+function recorderContext(o: RecorderOptions, harUpstream: string, redactor: Redactor, writer: HarWriter, writes: Set<Promise<void>>) {
   const context: RecorderContext = {
     harUpstream,
     limit: RECORDED_BODY_MAX_BYTES,
@@ -234,7 +222,40 @@ export async function startRecorder(o: RecorderOptions): Promise<Recorder> {
       void w.finally(() => writes.delete(w));
     },
   };
+  return context;
+}
 
+/** The listener closed (its connections cut after 5 s at most). */
+function closeServer(server: http.Server): Promise<void> {
+  return new Promise<void>((resolve) => {
+    const force = setTimeout(() => server.closeAllConnections(), 5000);
+    force.unref();
+    server.close(() => {
+      clearTimeout(force);
+      resolve();
+    });
+    server.closeIdleConnections();
+  });
+}
+
+export async function startRecorder(o: RecorderOptions): Promise<Recorder> {
+  const upstream = o.upstream.replace(/\/+$/, '');
+  const redactor = new Redactor();
+  const harUpstream = harUpstreamOf(upstream, redactor);
+  const writer = new HarWriter({ file: o.file, redactor, log: o.log, comment: o.comment, flushMs: o.flushMs });
+  // The file exists and is valid from the start; an unwritable path fails here, at start-up.
+  await writer.flush();
+
+  // The shim in front keeps the deadlines (timeout 0: none here); X5 retries happen here too.
+  const transport = createTransport({ target: upstream, timeoutMs: 0, maxSockets: 256, insecureTls: o.insecureTls ?? false });
+  const upgrades = webSocketForwarder({
+    target: upstream,
+    insecureTls: o.insecureTls ?? false,
+    log: o.log,
+    failure: 'recorder: upstream error on a WebSocket upgrade',
+  });
+  const writes = new Set<Promise<void>>();
+  const context = recorderContext(o, harUpstream, redactor, writer, writes);
   const server = http.createServer((req: IncomingMessage, res: ServerResponse) => {
     const exchange = new RecordingExchange(req, res, context);
     for (const pass of RECORDER_INCOMING) pass(exchange);
@@ -256,15 +277,7 @@ export async function startRecorder(o: RecorderOptions): Promise<Recorder> {
     entries: () => writer.count,
     close() {
       closing ??= (async () => {
-        await new Promise<void>((resolve) => {
-          const force = setTimeout(() => server.closeAllConnections(), 5000);
-          force.unref();
-          server.close(() => {
-            clearTimeout(force);
-            resolve();
-          });
-          server.closeIdleConnections();
-        });
+        await closeServer(server);
         await Promise.all([...writes]);
         await upgrades.close();
         await transport.close();

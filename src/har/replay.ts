@@ -87,80 +87,113 @@ function groupHeaders(headers: Array<[string, string]>): Map<string, string[]> {
   return out;
 }
 
-export async function startReplay(o: ReplayOptions): Promise<Replay> {
-  const loaded = await loadHar(o.file);
+/** The recorded answers by match key, each key's in recorded order. */
+function queuesOf(entries: readonly Recorded[]): Map<string, Queue> {
   const queues = new Map<string, Queue>();
-  for (const r of loaded.entries) {
+  for (const r of entries) {
     const q = queues.get(r.match.key) ?? { entries: [], next: 0 };
     q.entries.push(r);
     queues.set(r.match.key, q);
   }
-  const misses: string[] = [];
-  let unlisted = 0;
-  const timers = new Set<NodeJS.Timeout>();
+  return queues;
+}
 
-  const miss = (res: ServerResponse | undefined, what: string) => {
-    if (misses.length < LISTED_MISSES) misses.push(what);
-    else unlisted++;
-    o.log.warn({ request: what }, 'replay miss: no recorded answer');
-    o.onMiss?.(what);
+/** The recorded answers handed out in order, the misses, and the long polls waiting to be answered. */
+class Replayer {
+  private readonly misses: string[] = [];
+  private unlisted = 0;
+  private readonly timers = new Set<NodeJS.Timeout>();
+
+  constructor(
+    private readonly o: ReplayOptions,
+    private readonly queues: Map<string, Queue>,
+  ) {}
+
+  listed(): string[] {
+    return this.unlisted ? [...this.misses, `… and ${this.unlisted} more`] : [...this.misses];
+  }
+
+  miss(res: ServerResponse | undefined, what: string): void {
+    if (this.misses.length < LISTED_MISSES) this.misses.push(what);
+    else this.unlisted++;
+    this.o.log.warn({ request: what }, 'replay miss: no recorded answer');
+    this.o.onMiss?.(what);
     if (res) sendShimError(res, new ReplayMissError(what));
-  };
+  }
 
-  const handle = async (req: IncomingMessage, res: ServerResponse) => {
+  async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const method = req.method ?? 'GET';
     const body = await readBody(req, REPLAY_BODY_MAX_BYTES);
     const url = req.url ?? '/';
     const match = await matchOf({ method, url, contentType: req.headers['content-type'], body: body ?? Buffer.alloc(0) });
-    const q = body ? queues.get(match.key) : undefined;
-    if (!q) return miss(res, body ? match.describe : `${match.describe} (body over ${REPLAY_BODY_MAX_BYTES} bytes)`);
+    const q = body ? this.queues.get(match.key) : undefined;
+    if (!q) return this.miss(res, body ? match.describe : `${match.describe} (body over ${REPLAY_BODY_MAX_BYTES} bytes)`);
     const repeat = q.next >= q.entries.length;
     const r = q.entries[Math.min(q.next, q.entries.length - 1)]!;
     q.next++;
-    o.log.debug({ entry: r.index, repeat }, 'replayed');
+    this.o.log.debug({ entry: r.index, repeat }, 'replayed');
     const wait = repeat && isLongPoll(method, url) ? Math.min(r.time, LONG_POLL_CAP_MS) : 0;
     if (wait < 1) return send(res, method, r);
+    this.answerLater(res, method, r, wait);
+  }
+
+  /** A long poll answered again: after as long as the recorded one took. */
+  private answerLater(res: ServerResponse, method: string, r: Recorded, wait: number): void {
     const t = setTimeout(() => {
-      timers.delete(t);
+      this.timers.delete(t);
       if (!res.destroyed) send(res, method, r);
     }, wait);
-    timers.add(t);
+    this.timers.add(t);
     res.on('close', () => {
       clearTimeout(t);
-      timers.delete(t);
+      this.timers.delete(t);
     });
-  };
+  }
 
+  /** The long polls waiting are not answered. */
+  stop(): void {
+    for (const t of this.timers) clearTimeout(t);
+    this.timers.clear();
+  }
+}
+
+/** The replay's listener: every request answered by the replayer, a WebSocket upgrade a miss. */
+function replayServer(o: ReplayOptions, replayer: Replayer): http.Server {
   const server = http.createServer((req, res) => {
-    handle(req, res).catch((e: unknown) => {
+    replayer.handle(req, res).catch((e: unknown) => {
       o.log.error({ err: e }, 'replay failed to answer');
-      if (!res.headersSent) miss(res, `${req.method} ${new URL(req.url ?? '/', 'http://x').pathname} (unreadable request)`);
+      if (!res.headersSent) replayer.miss(res, `${req.method} ${new URL(req.url ?? '/', 'http://x').pathname} (unreadable request)`);
       else res.destroy();
     });
   });
   server.on('upgrade', (req: IncomingMessage, socket: Duplex) => {
     const what = `${req.method} ${new URL(req.url ?? '/', 'http://x').pathname} (WebSocket upgrade)`;
-    miss(undefined, what);
+    replayer.miss(undefined, what);
     socket.on('error', () => socket.destroy());
     endSocketWithShimError(socket, new ReplayMissError(what));
   });
   // Like the shim, never cut a long poll.
   allowLongPolls(server);
+  return server;
+}
+
+export async function startReplay(o: ReplayOptions): Promise<Replay> {
+  const loaded = await loadHar(o.file);
+  const replayer = new Replayer(o, queuesOf(loaded.entries));
+  const server = replayServer(o, replayer);
   const { url } = await listen(server, 0, '127.0.0.1');
   o.log.info(
     { file: o.file, entries: loaded.entries.length, skipped: loaded.skipped, strict: o.strict },
     'replaying a HAR file as the upstream',
   );
-
   let closing: Promise<void> | undefined;
   return {
     url,
     entries: loaded.entries.length,
-    misses: () => (unlisted ? [...misses, `… and ${unlisted} more`] : [...misses]),
+    misses: () => replayer.listed(),
     close() {
       closing ??= new Promise<void>((resolve) => {
-        for (const t of timers) clearTimeout(t);
-        timers.clear();
+        replayer.stop();
         server.close(() => resolve());
         server.closeAllConnections();
       });

@@ -63,6 +63,31 @@ export class LineChunks {
 }
 
 /**
+ * Each stdout logger's writes at exit, run by one `exit` listener for all of them, added with the
+ * first stdout logger: importing this module adds none (an application embedding the shim may
+ * never make one). A logger closed (closeLogger) takes its own out.
+ */
+const exitFlushes: Array<() => void> = [];
+let exitListener = false;
+function flushAtExit(flush: () => void): void {
+  exitFlushes.push(flush);
+  if (exitListener) return; // the listener is there since the first
+  exitListener = true;
+  process.on('exit', () => {
+    for (const f of exitFlushes) {
+      try {
+        f();
+      } catch {
+        // stdout closed or broken at exit: nothing more can be written.
+      }
+    }
+  });
+}
+
+/** How a stdout logger's destination is closed (closeLogger). */
+const closers = new WeakMap<object, () => void>();
+
+/**
  * stdout through a buffer, written out every FLUSH_EVERY_MS (and at exit): a request log line
  * written synchronously cost the pass-through ~40% of its throughput (bench B4).
  *
@@ -81,18 +106,24 @@ function bufferedStdout(): DestinationStream {
   const boom = pino.destination({ dest: 1, sync: false, minLength: CHUNK_BYTES + 1, maxWrite: 4 * CHUNK_BYTES, contentMode: 'buffer' });
   const toBoom = { write: (bytes: Buffer) => boom.write(bytes as unknown as string) };
   const lines = new LineChunks(toBoom);
-  flushAtExit(() => {
+  let closed = false;
+  const flushNow = () => {
     // Whatever waits first, then the lines still in the chunk, each written before the process goes.
     boom.flushSync();
     lines.handOver();
     boom.flushSync();
-  });
-  setInterval(() => {
+  };
+  flushAtExit(flushNow);
+  const timer = setInterval(() => {
     lines.handOver();
     boom.flush();
   }, FLUSH_EVERY_MS).unref();
-  return {
-    write: (line: string) => lines.write(line),
+  const stream = {
+    write: (line: string) => {
+      lines.write(line);
+      // Closed: no timer and no exit flush left to write it out later.
+      if (closed) flushNow();
+    },
     flush: (cb?: (err?: Error) => void) => {
       lines.handOver();
       boom.flush(cb);
@@ -102,25 +133,30 @@ function bufferedStdout(): DestinationStream {
       boom.flushSync();
     },
   } as DestinationStream;
+  closers.set(stream, () => {
+    if (closed) return;
+    closed = true;
+    clearInterval(timer);
+    flushNow();
+    const at = exitFlushes.indexOf(flushNow);
+    if (at >= 0) exitFlushes.splice(at, 1);
+  });
+  return stream;
 }
 
 /**
- * Each stdout logger's writes at exit, run by one `exit` listener for all of them, added with the
- * first stdout logger: importing this module adds none (an application embedding the shim may
- * never make one).
+ * A logger done with (an embedded shim closed): what waits is written now, and a stdout logger's
+ * timer and exit flush go with it, so making and closing many loggers leaves nothing behind. A
+ * line logged later is written at once. Harmless on any other logger, and when called again.
  */
-const exitFlushes: Array<() => void> = [];
-function flushAtExit(flush: () => void): void {
-  if (exitFlushes.push(flush) > 1) return; // the listener is there since the first
-  process.on('exit', () => {
-    for (const f of exitFlushes) {
-      try {
-        f();
-      } catch {
-        // stdout closed or broken at exit: nothing more can be written.
-      }
-    }
-  });
+export function closeLogger(log: Logger): void {
+  const dest = (log as unknown as Record<symbol, object | undefined>)[pino.symbols.streamSym];
+  if (dest) closers.get(dest)?.();
+}
+
+/** How many stdout loggers have their writes waiting for the process's exit (for tests). */
+export function exitFlushCount(): number {
+  return exitFlushes.length;
 }
 
 export function createLogger(level: string, destination?: DestinationStream): Logger {

@@ -4,22 +4,12 @@ import { sendJson } from '../http/errors.js';
 import { isSuccess, relayBuffered, rewrittenHeaders } from '../upstream/relay.js';
 import { forwardedHeaders, parseJsonObject } from '../upstream/client.js';
 import { realmOf, type Realm } from '../upstream/realm.js';
-import { applyChanges, MODERN_USER_OBJECTS_LEVEL, needsOf, pendingChanges, type Added } from '../changes/index.js';
-import { lookUp } from './lookups.js';
+import { applyChanges, MODERN_USER_OBJECTS_LEVEL, needsOf, pendingChanges } from '../changes/index.js';
+import { addedHeaders, FALLBACK_HEADER } from '../changes/added-headers.js';
+import { lookUp, type LookupContext } from './lookups.js';
 
-/** U4: the fields the shim added, so an operator can see what came from where. */
-export const BACKFILLED_HEADER = 'x-zulip-compat-backfilled';
-/** Added fields whose lookup failed, so a documented rule stands in for the true value (U2). */
-export const FALLBACK_HEADER = 'x-zulip-compat-fallback';
-
-/** U4: the headers naming what was added to an answer and which of it is a fallback; none when nothing was. Pure. */
-export function addedHeaders(into: Added | undefined): Record<string, string> {
-  if (!into || into.added.length === 0) return {};
-  const out: Record<string, string> = { [BACKFILLED_HEADER]: into.added.join(',') };
-  const fallbacks = into.added.filter((k) => into.sources[k] === 'fallback');
-  if (fallbacks.length > 0) out[FALLBACK_HEADER] = fallbacks.join(',');
-  return out;
-}
+/** What the own-profile handler uses of the shim: the upstream, who callers are, and the lookups. */
+export type ProfileContext = Pick<ShimContext, 'log' | 'upstreamId' | 'client' | 'featureLevels' | 'admission' | 'callers'> & LookupContext;
 
 /** U5: GET /users/me takes no parameters, so every query parameter sent is listed, sorted. Pure. */
 export function ignoredParameters(url: string | undefined): string[] {
@@ -32,7 +22,7 @@ export function ignoredParameters(url: string | undefined): string[] {
  * The realm's feature level for a user-object answer, or 0 when unknown: every change then
  * runs, and each adds only what is missing (U1).
  */
-export function levelOrZero(ctx: ShimContext, hostRealm: Realm): Promise<{ realm: Realm; featureLevel: number }> {
+export function levelOrZero(ctx: ProfileContext, hostRealm: Realm): Promise<{ realm: Realm; featureLevel: number }> {
   // X12: the realm the upstream serves for this Host keys the lookups.
   return ctx.featureLevels.resolve(hostRealm).catch((e: unknown) => {
     ctx.log.warn({ realm: hostRealm.host, err: e }, 'user objects: feature level unknown, checking every field');
@@ -44,7 +34,7 @@ export function levelOrZero(ctx: ShimContext, hostRealm: Realm): Promise<{ realm
  * `GET /api/v1/users/me` answered like a modern server (U1–U5): the upstream's answer, plus
  * the fields its feature level lacks, each from the version change that introduced it.
  */
-export const ownProfileHandler: EndpointHandler = async (req, res, ctx) => {
+export const ownProfileHandler: EndpointHandler<ProfileContext> = async (req, res, ctx) => {
   const hostRealm = realmOf(ctx.upstreamId, req.headers);
   const headers = forwardedHeaders(req);
   const f = recordFacts(req);

@@ -1,7 +1,6 @@
 import type { ShimContext } from '../context.js';
 import type { Realm } from '../upstream/realm.js';
 import type { Lookups, Need } from '../changes/index.js';
-import { DeliveryEmails } from './delivery-email.js';
 
 /**
  * Gathers what the pending changes need, in parallel. E4: a lookup that fails is logged and
@@ -9,31 +8,11 @@ import { DeliveryEmails } from './delivery-email.js';
  * GET /users/me succeeded, with the user id it answered.
  */
 
-/** What `make` builds for a shim, made on its first use and kept as long as the shim. */
-function perShim<T>(make: (ctx: ShimContext) => T): (ctx: ShimContext) => T {
-  const made = new WeakMap<ShimContext, T>();
-  return (ctx) => {
-    let v = made.get(ctx);
-    if (v === undefined) {
-      v = make(ctx);
-      made.set(ctx, v);
-    }
-    return v;
-  };
-}
-
-/** The shim's delivery-email cache. */
-const deliveryEmails = perShim(
-  (ctx) =>
-    new DeliveryEmails(ctx.client, ctx.log, ctx.metrics, {
-      ...ctx.config.lookups,
-      maxBytes: ctx.config.memory.lookupsBytes,
-      backend: ctx.store.cacheBackend,
-    }),
-);
+/** What the lookups use of the shim. */
+export type LookupContext = Pick<ShimContext, 'log' | 'users' | 'deliveryEmails'>;
 
 /** The user's row in the realm's user list, and that list's email → id map (a bot's owner, V5). */
-async function member(ctx: ShimContext, realm: Realm, userId: number, headers: Record<string, string>) {
+async function member(ctx: LookupContext, realm: Realm, userId: number, headers: Record<string, string>) {
   try {
     let directory = await ctx.users.get(realm, headers);
     // A user who joined after the list was read: read it again (rate-limited by the directory).
@@ -46,9 +25,9 @@ async function member(ctx: ShimContext, realm: Realm, userId: number, headers: R
   }
 }
 
-async function deliveryEmail(ctx: ShimContext, realm: Realm, userId: number, headers: Record<string, string>) {
+async function deliveryEmail(ctx: LookupContext, realm: Realm, userId: number, headers: Record<string, string>) {
   try {
-    return await deliveryEmails(ctx).get(realm, userId, headers);
+    return await ctx.deliveryEmails.get(realm, userId, headers);
   } catch (e) {
     ctx.log.warn({ realm: realm.host, err: { message: (e as Error).message } }, 'own profile: delivery_email lookup failed');
     return undefined;
@@ -56,7 +35,7 @@ async function deliveryEmail(ctx: ShimContext, realm: Realm, userId: number, hea
 }
 
 export async function lookUp(
-  ctx: ShimContext,
+  ctx: LookupContext,
   needs: ReadonlySet<Need>,
   realm: Realm,
   userId: number,

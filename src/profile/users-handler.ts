@@ -9,11 +9,17 @@ import type { EndpointHandler } from '../context.js';
 import { forwardedHeaders, parseJsonObject, type BufferedResponse } from '../upstream/client.js';
 import { realmOf, type Realm } from '../upstream/realm.js';
 import { MODERN_USER_OBJECTS_LEVEL, changesAbove, noneAdded, type Added } from '../changes/index.js';
-import { addedHeaders, levelOrZero } from './handler.js';
+import { getUserById } from '../changes/fl001-get-user-by-id.js';
+import { getUserByEmail } from '../changes/fl039-get-user-by-email.js';
+import { levelOrZero, type ProfileContext } from './handler.js';
+import { addedHeaders } from '../changes/added-headers.js';
 import { deliveryEmailHidden } from '../changes/fl163-delivery-email.js';
 import { lookUp } from './lookups.js';
 import { backfillList, emailIndex, isRow, parseWithListInSteps, stringifyInSteps, type OwnRow } from './user-objects.js';
 import { apiPrefixOf } from '../http/api-prefix.js';
+
+/** What the user-list handlers use of the shim: the own profile's parts and the realm's user list. */
+export type UsersContext = ProfileContext & Pick<ShimContext, 'users'>;
 
 /**
  * V1–V4: `GET /users`, `GET /users/{user_id}` and `GET /users/{email}` (under /api/v1 and
@@ -24,8 +30,8 @@ import { apiPrefixOf } from '../http/api-prefix.js';
  */
 
 /** Feature levels of the single-user endpoints (zulip-server.md §5.2). */
-export const USER_BY_ID_LEVEL = 1;
-export const USER_BY_EMAIL_LEVEL = 39;
+export const USER_BY_ID_LEVEL = getUserById.featureLevel;
+export const USER_BY_EMAIL_LEVEL = getUserByEmail.featureLevel;
 
 /** What a modern server answers for a user it does not have (or the caller cannot access). */
 export const NO_SUCH_USER = errorBody('BAD_REQUEST', 'No such user');
@@ -36,7 +42,7 @@ function backfilledHeaders(r: BufferedResponse, into: Added): Record<string, str
 }
 
 /** An upstream at a level with nothing to add: its answer streamed as it came, compressed if the client takes it (V4). */
-async function passOn(req: IncomingMessage, res: ServerResponse, ctx: ShimContext, realm: Realm, path: string): Promise<void> {
+async function passOn(req: IncomingMessage, res: ServerResponse, ctx: UsersContext, realm: Realm, path: string): Promise<void> {
   const headers = forwardedHeaders(req);
   headers['accept-encoding'] = req.headers['accept-encoding'] ?? 'identity';
   recordFacts(req).kind = 'passthrough';
@@ -52,7 +58,7 @@ async function passOn(req: IncomingMessage, res: ServerResponse, ctx: ShimContex
 async function readList(
   req: IncomingMessage,
   res: ServerResponse,
-  ctx: ShimContext,
+  ctx: UsersContext,
   realm: Realm,
   path: string,
 ): Promise<BufferedResponse | undefined> {
@@ -88,7 +94,7 @@ const hidden = (row: unknown) => isRow(row) && deliveryEmailHidden(row);
  * lookup does. Undefined when the id is unknown; either failure leaves the row at the rule's
  * `null` (E4; backfillList fills a row as the caller's own only with its address).
  */
-async function ownRowOf(req: IncomingMessage, ctx: ShimContext, realm: Realm, url: string): Promise<OwnRow | undefined> {
+async function ownRowOf(req: IncomingMessage, ctx: UsersContext, realm: Realm, url: string): Promise<OwnRow | undefined> {
   try {
     const me = `${apiPrefixOf(url)}/users/me`;
     const { userId, deliveryEmail } = await timedUpstream(req, () => ctx.callers.get(realm, req, me));
@@ -102,7 +108,7 @@ async function ownRowOf(req: IncomingMessage, ctx: ShimContext, realm: Realm, ur
 }
 
 /** GET /users: every member filled (V1, V2); the list's own rows resolve 2.1 bot owners. */
-export const usersHandler: EndpointHandler = async (req, res, ctx) => {
+export const usersHandler: EndpointHandler<UsersContext> = async (req, res, ctx) => {
   const url = req.url ?? '/api/v1/users';
   const f = recordFacts(req);
   f.realm = (req.headers.host ?? '').toLowerCase();
@@ -143,7 +149,7 @@ export function userKeyOf(url: string): { userId: number } | { email: string } |
 }
 
 /** GET /users/{user_id} and GET /users/{email}. */
-export const userHandler: EndpointHandler = async (req, res, ctx) => {
+export const userHandler: EndpointHandler<UsersContext> = async (req, res, ctx) => {
   const url = req.url ?? '';
   const key = userKeyOf(url);
   const f = recordFacts(req);

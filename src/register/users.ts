@@ -3,9 +3,15 @@ import { encodeForm, isFormEncoded, parseParams, type Params } from '../http/bod
 import { MODERN_USER_OBJECTS_LEVEL, changesAbove, noneAdded, type Added } from '../changes/index.js';
 import { parseJsonObject } from '../upstream/client.js';
 import { backfillList, emailIndex, parseWithListInSteps, stringifyInSteps } from '../profile/user-objects.js';
-import { keysOfLegacyType, legacySettingTypes, USER_SETTINGS_LEVEL, userSettingsOf, type LegacySettingType } from './user-settings.js';
+import {
+  keysOfLegacyType,
+  legacySettingTypes,
+  USER_SETTINGS_LEVEL,
+  userSettingsOf,
+  type LegacySettingType,
+} from '../changes/fl089-user-settings.js';
 
-export { USER_SETTINGS_LEVEL } from './user-settings.js';
+export { USER_SETTINGS_LEVEL } from '../changes/fl089-user-settings.js';
 
 /**
  * The user parts of a register answer (V1–V3): `realm_users`, `realm_non_active_users` and

@@ -1,4 +1,4 @@
-import { parseRedisNodes, type Config } from '../config.js';
+import { parseRedisNodes, type Config } from '../config/index.js';
 import type { Logger } from '../observability/logger.js';
 import type { Metrics } from '../observability/metrics.js';
 import type { ReplicaSnapshots } from '../presence/snapshots.js';

@@ -2,7 +2,7 @@ import { Cluster, Redis } from 'ioredis';
 import type { Logger } from '../observability/logger.js';
 import { StoreHealth } from './redis-health.js';
 import { StoreUnavailableError } from './types.js';
-import type { RedisNode } from '../config.js';
+import type { RedisNode } from '../config/index.js';
 
 /**
  * Where the shared store is: one Redis by URL; a primary found through Sentinels (failover

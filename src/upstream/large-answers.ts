@@ -44,6 +44,24 @@ const str = (v: unknown): v is string => typeof v === 'string';
 const bool = (v: unknown): v is boolean => typeof v === 'boolean';
 const int = (v: unknown): v is number => typeof v === 'number' && Number.isInteger(v);
 
+/** The fields only some rows carry (by era, by what the caller may see), copied where the row has them. */
+function withOptionalFields(m: Member, r: Record<string, unknown>): Member {
+  if (str(r.full_name)) m.full_name = r.full_name;
+  if (bool(r.is_owner)) m.is_owner = r.is_owner;
+  if (int(r.role)) m.role = r.role;
+  if (int(r.avatar_version)) m.avatar_version = r.avatar_version;
+  if (str(r.delivery_email)) m.delivery_email = r.delivery_email;
+  return m;
+}
+
+/** A bot's own fields (V5), null where the upstream says none. */
+function withBotFields(m: Member, r: Record<string, unknown>): Member {
+  if (int(r.bot_type) || r.bot_type === null) m.bot_type = r.bot_type;
+  if (int(r.bot_owner_id) || r.bot_owner_id === null) m.bot_owner_id = r.bot_owner_id;
+  if (str(r.bot_owner) || r.bot_owner === null) m.bot_owner = r.bot_owner;
+  return m;
+}
+
 /** Reads one member; undefined when the row lacks what every era sends. Pure. */
 export function memberOf(row: unknown): Member | undefined {
   if (!row || typeof row !== 'object') return undefined;
@@ -59,17 +77,8 @@ export function memberOf(row: unknown): Member | undefined {
     timezone: str(r.timezone) ? r.timezone : '',
     date_joined: str(r.date_joined) ? r.date_joined : '',
   };
-  if (str(r.full_name)) m.full_name = r.full_name;
-  if (bool(r.is_owner)) m.is_owner = r.is_owner;
-  if (int(r.role)) m.role = r.role;
-  if (int(r.avatar_version)) m.avatar_version = r.avatar_version;
-  if (str(r.delivery_email)) m.delivery_email = r.delivery_email;
-  if (m.is_bot) {
-    if (int(r.bot_type) || r.bot_type === null) m.bot_type = r.bot_type;
-    if (int(r.bot_owner_id) || r.bot_owner_id === null) m.bot_owner_id = r.bot_owner_id;
-    if (str(r.bot_owner) || r.bot_owner === null) m.bot_owner = r.bot_owner;
-  }
-  return m;
+  withOptionalFields(m, r);
+  return m.is_bot ? withBotFields(m, r) : m;
 }
 
 type Packed = [number, string, string | null, boolean, boolean, boolean, boolean, string, string, ...Array<unknown>];

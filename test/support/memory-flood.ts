@@ -1,6 +1,6 @@
 import { Writable } from 'node:stream';
 import { Pool } from 'undici';
-import { configSchema, loadConfig } from '../../src/config.js';
+import { configSchema, loadConfig } from '../../src/config/index.js';
 import { createLogger } from '../../src/observability/logger.js';
 import { createShim } from '../../src/server.js';
 import { SyntheticZulip } from './synthetic-zulip.js';

@@ -1,6 +1,6 @@
 import request from 'supertest';
 import { afterEach, expect, it } from 'vitest';
-import type { Config } from '../../src/config.js';
+import type { Config } from '../../src/config/index.js';
 import { startFake, type Era, type FakeZulip } from './fake-zulip.js';
 import { testKeyPrefix } from './redis.js';
 import { startShim, type RunningShim } from './shim.js';

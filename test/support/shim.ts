@@ -1,5 +1,5 @@
 import { Writable } from 'node:stream';
-import { configSchema, loadConfig, type Config } from '../../src/config.js';
+import { configSchema, loadConfig, type Config } from '../../src/config/index.js';
 import { createLogger } from '../../src/observability/logger.js';
 import { createShim, type Shim, type ShimOptions } from '../../src/server.js';
 

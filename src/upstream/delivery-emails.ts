@@ -1,11 +1,11 @@
 import { upstreamBadResponse } from '../http/errors.js';
 import { encodeForm } from '../http/body.js';
-import { isSuccess } from '../upstream/relay.js';
+import { isSuccess } from './relay.js';
 import type { Logger } from '../observability/logger.js';
 import type { Metrics } from '../observability/metrics.js';
 import { SharedCache, type CacheBackend } from '../cache/shared-cache.js';
-import type { UpstreamClient } from '../upstream/client.js';
-import type { Realm } from '../upstream/realm.js';
+import type { UpstreamClient } from './client.js';
+import type { Realm } from './realm.js';
 import { apiPrefixFor } from '../http/api-prefix.js';
 
 /**

@@ -1,3 +1,5 @@
+import type { ApiChange } from './types.js';
+
 /**
  * V3, W1: register's `user_settings` object (feature level 89) for an upstream that lacks it,
  * whole or not at all. Clients branch on the object: zulip-terminal reads every key once it is
@@ -10,8 +12,18 @@
  * event types to fetch (`legacySettingTypes`) and builds the object from the answer.
  */
 
+/**
+ * Feature level 89 (Zulip 5.0): register's `user_settings` object, for every client. Built in
+ * register/users.ts from this module's table.
+ */
+export const userSettings = {
+  featureLevel: 89,
+  feature: 'register_user_settings',
+  emulation: { by: 'register/users.ts' },
+} as const satisfies ApiChange;
+
 /** Feature level 89 (Zulip 5.0): register's `user_settings` object. */
-export const USER_SETTINGS_LEVEL = 89;
+export const USER_SETTINGS_LEVEL = userSettings.featureLevel;
 
 /** The register event types under which servers before 5.0 send a user's settings at the top level. */
 export type LegacySettingType = 'update_display_settings' | 'update_global_notifications' | 'realm_user';

@@ -64,7 +64,7 @@ describe('the one registry', () => {
       [138, 'register'],
       [139, 'answer'],
       [140, 'staticData'],
-      [155, 'parameter+emulation'],
+      [155, 'parameter+appEmulation'],
       [163, 'user'],
       [164, 'register'],
       [170, 'endpoint'],

@@ -1,7 +1,7 @@
 import http, { type IncomingMessage, type ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { readUpTo } from '../http/body.js';
-import { endSocketWithShimError, ReplayMissError, sendShimError } from '../http/errors.js';
+import { endSocketWithShimError, NoRecordedAnswerError, sendShimError } from '../http/errors.js';
 import { isLongPoll } from '../http/api-routes.js';
 import type { Logger } from '../observability/logger.js';
 import { loadHar, type Recorded } from './load.js';
@@ -104,7 +104,7 @@ export async function startReplay(o: ReplayOptions): Promise<Replay> {
     else unlisted++;
     o.log.warn({ request: what }, 'replay miss: no recorded answer');
     o.onMiss?.(what);
-    if (res) sendShimError(res, new ReplayMissError(what));
+    if (res) sendShimError(res, new NoRecordedAnswerError(what));
   };
 
   const handle = async (req: IncomingMessage, res: ServerResponse) => {
@@ -142,7 +142,7 @@ export async function startReplay(o: ReplayOptions): Promise<Replay> {
     const what = `${req.method} ${new URL(req.url ?? '/', 'http://x').pathname} (WebSocket upgrade)`;
     miss(undefined, what);
     socket.on('error', () => socket.destroy());
-    endSocketWithShimError(socket, new ReplayMissError(what));
+    endSocketWithShimError(socket, new NoRecordedAnswerError(what));
   });
   // Like the shim, never cut a long poll.
   allowLongPolls(server);

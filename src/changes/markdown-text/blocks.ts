@@ -120,33 +120,14 @@ function parseBlock(sc: Scan, parent: Element, level: Level, a: number, b: numbe
     }
     // CodeBlockProcessor: the lines indented 4 or more, or blank, from the block's start.
     if (indent >= 4) {
-      let k = a;
-      for (; k < b && (level.indent[k]! >= 4 || level.flags[k]! & WHITESPACE); k++) {
-        if (level.e[k]! > level.s[k]!) {
-          sc.blockMarks.push(level.s[k]!);
-          sc.blockMarks.push(level.e[k]!);
-        }
-      }
-      sc.steps += k - a;
-      if (parent.last?.tag !== PRE) append(parent, PRE);
-      a = k;
+      a = codeBlock(sc, parent, level, a, b);
       continue;
     }
     // HashHeaderProcessor: the block's first heading line, anywhere in it.
     const h = findHeading(sc, level, a, b);
     if (h < b) {
       if (h > a) parseBlock(sc, parent, level, a, h, state);
-      const heading = append(parent, HEADING_TAG);
-      if (level.flags[h]! & HEADING) {
-        let p = level.s[h]!;
-        while (sc.t.charCodeAt(p) === HASH) p++;
-        heading.text = unitOf(sc, level, h, h, -1);
-        addPiece(sc, heading.text, p + 1, level.e[h]!);
-        a = h + 1;
-      } else {
-        heading.text = unitOf(sc, level, h + 1, h + 2, -1);
-        a = h + 2;
-      }
+      a = heading(sc, parent, level, h);
       continue;
     }
     // HRProcessor: the block's first rule.
@@ -157,22 +138,53 @@ function parseBlock(sc: Scan, parent: Element, level: Level, a: number, b: numbe
       a = r + 1;
       continue;
     }
-    // OListProcessor, UListProcessor (sane lists, Zulip's 2-space indent): a block that starts with an item.
-    const kind = nest && indent <= 1 ? listItemKind(sc, level, a) : 0;
-    if (kind) {
-      list(sc, parent, level, a, b, kind === 1 ? BULLETS : NUMBERS);
-      return;
-    }
-    // BlockQuoteProcessor (Zulip's RE): the first `>` line, unless only empty `>` lines follow.
-    const quote = nest ? findQuote(sc, level, a, b) : b;
-    if (quote < b) {
-      if (quote > a) parseBlock(sc, parent, level, a, quote, state);
-      blockquote(sc, parent, level, quote, b);
-      return;
-    }
-    paragraph(sc, parent, level, a, b, state);
+    restOfBlock(sc, parent, level, a, b, state, nest && indent <= 1, nest);
     return;
   }
+}
+
+/** CodeBlockProcessor: lines from a indented 4 or more, or blank, are code; returns the line after them. */
+function codeBlock(sc: Scan, parent: Element, level: Level, a: number, b: number): number {
+  let k = a;
+  for (; k < b && (level.indent[k]! >= 4 || level.flags[k]! & WHITESPACE); k++) {
+    if (level.e[k]! > level.s[k]!) {
+      sc.blockMarks.push(level.s[k]!);
+      sc.blockMarks.push(level.e[k]!);
+    }
+  }
+  sc.steps += k - a;
+  if (parent.last?.tag !== PRE) append(parent, PRE);
+  return k;
+}
+
+/** HashHeaderProcessor's heading at line h (`# text`, or `#` alone with the next line its text); returns the line after it. */
+function heading(sc: Scan, parent: Element, level: Level, h: number): number {
+  const element = append(parent, HEADING_TAG);
+  if (!(level.flags[h]! & HEADING)) {
+    element.text = unitOf(sc, level, h + 1, h + 2, -1);
+    return h + 2;
+  }
+  let p = level.s[h]!;
+  while (sc.t.charCodeAt(p) === HASH) p++;
+  element.text = unitOf(sc, level, h, h, -1);
+  addPiece(sc, element.text, p + 1, level.e[h]!);
+  return h + 1;
+}
+
+/**
+ * The processors that take the rest of the block: OListProcessor and UListProcessor (sane lists,
+ * Zulip's 2-space indent) when it starts with an item (`mayList`); BlockQuoteProcessor (Zulip's
+ * RE) from its first `>` line, unless only empty `>` lines follow; else ParagraphProcessor.
+ */
+function restOfBlock(sc: Scan, parent: Element, level: Level, a: number, b: number, state: number, mayList: boolean, nest: boolean): void {
+  const kind = mayList ? listItemKind(sc, level, a) : 0;
+  if (kind) return list(sc, parent, level, a, b, kind === 1 ? BULLETS : NUMBERS);
+  const quote = nest ? findQuote(sc, level, a, b) : b;
+  if (quote < b) {
+    if (quote > a) parseBlock(sc, parent, level, a, quote, state);
+    return blockquote(sc, parent, level, quote, b);
+  }
+  paragraph(sc, parent, level, a, b, state);
 }
 
 /** The end of the last list marker listItemKind found, where its item's text starts. */

@@ -140,85 +140,108 @@ interface Handler {
  * items (`-4 - 2g`), so nesting copies nothing. Returns the block parser's top level.
  */
 export function fencedBlocks(sc: Scan, lines: Int32Array, breaks: Uint8Array): Level {
-  const { t, fenceMarks } = sc;
   const lineCount = lines.length - 1;
-  if (!/^(?:```|~~~)/m.test(t)) return plainLines(sc, lines, breaks);
-  const headers: number[] = [];
-  const groups: Array<{ quoted: boolean; items: number[] }> = [];
-  const stack: Handler[] = [{ kind: OUTER, fenceChar: 0, fenceLength: 0, open: -1, items: [], codeLines: 0, mark: -1, header: -1 }];
-  const lineEnd = (k: number) => lines[k + 1]! - 1;
-
-  const done = (h: Handler, closeLine: number, closed: boolean) => {
-    stack.pop();
-    const parent = stack.at(-1)!.items;
-    if (h.kind === CODE) {
-      fenceMarks.a[h.mark + 1] = lineEnd(closeLine);
-      if (h.codeLines > 0) parent.push(EMPTY_ITEM, PLACEHOLDER_ITEM, EMPTY_ITEM);
-      return;
-    }
-    if (closed) {
-      fenceMarks.push(lines[closeLine]!);
-      fenceMarks.push(lineEnd(closeLine));
-    }
-    const shown = h.items.length > 0;
-    if (!shown) return;
-    groups.push({ quoted: h.kind === QUOTE, items: h.items });
-    const group = -4 - 2 * (groups.length - 1);
-    if (h.kind === QUOTE) {
-      parent.push(EMPTY_ITEM, group, EMPTY_ITEM);
-      return;
-    }
-    // format_spoiler: "\n\n".join([placeholder, header, placeholder, text, placeholder]).
-    parent.push(EMPTY_ITEM, PLACEHOLDER_ITEM, EMPTY_ITEM);
-    if (h.header >= 0) {
-      // The header is text after all: its mark shrinks to the fence before it.
-      fenceMarks.a[h.mark + 1] = h.header;
-      headers.push(h.header, lineEnd(h.open));
-      parent.push(-3 - 2 * (headers.length / 2 - 1), EMPTY_ITEM);
-    }
-    parent.push(PLACEHOLDER_ITEM, EMPTY_ITEM, group, EMPTY_ITEM, PLACEHOLDER_ITEM, EMPTY_ITEM);
+  if (!/^(?:```|~~~)/m.test(sc.t)) return plainLines(sc, lines, breaks);
+  const pass: FencePass = {
+    sc,
+    lines,
+    headers: [],
+    groups: [],
+    stack: [{ kind: OUTER, fenceChar: 0, fenceLength: 0, open: -1, items: [], codeLines: 0, mark: -1, header: -1 }],
   };
-
   // NormalizeWhitespace appends "\n\n": two empty lines after the last, inside any block left open.
   for (let k = 0; k < lineCount + 2; k++) {
     // A blank line pass 1 put in goes through as a line of its own (never a fence).
-    for (let pass = breaks[k] ? 0 : 1; pass < 2; pass++) {
-      const real = pass === 1 && k < lineCount;
-      const from = real ? lines[k]! : 0;
-      const end = real ? lineEnd(k) : 0;
-      const h = stack.at(-1)!;
-      sc.steps++;
-      if (h.kind !== OUTER && real && closesFence(t, from, end, h.fenceChar, h.fenceLength)) {
-        done(h, k, true);
-      } else if (h.kind === CODE) {
-        h.codeLines++;
-      } else {
-        const fence = real ? matchFence(sc, t, from, end) : 0;
-        if (!fence) {
-          h.items.push(real ? k : EMPTY_ITEM);
-          continue;
-        }
-        const quote = isWord(t, fenceLangStart, fenceLangEnd, 'quote', true) || isWord(t, fenceLangStart, fenceLangEnd, 'quoted', true);
-        const kind = quote ? QUOTE : isWord(t, fenceLangStart, fenceLangEnd, 'spoiler', true) ? SPOILER : CODE;
-        // The fence line is code (for a code block, to its close); a spoiler's header may turn out text.
-        const mark = fenceMarks.n;
-        fenceMarks.push(from);
-        fenceMarks.push(end);
-        stack.push({
-          kind,
-          fenceChar: t.charCodeAt(from),
-          fenceLength: fence,
-          open: k,
-          items: [],
-          codeLines: 0,
-          mark,
-          header: fenceHeader,
-        });
-      }
-    }
+    if (breaks[k]) fenceLine(pass, k, false);
+    fenceLine(pass, k, k < lineCount);
   }
-  while (stack.length > 1) done(stack.at(-1)!, lineCount - 1, false);
-  return flatten(sc, stack[0]!.items, headers, groups, lines);
+  while (pass.stack.length > 1) closeBlock(pass, pass.stack.at(-1)!, lineCount - 1, false);
+  return flatten(sc, pass.stack[0]!.items, pass.headers, pass.groups, lines);
+}
+
+/** The fence pass's state: the handler stack, and the spoiler headers and blocks closed blocks left for flatten. */
+interface FencePass {
+  readonly sc: Scan;
+  readonly lines: Int32Array;
+  readonly headers: number[];
+  readonly groups: Array<{ quoted: boolean; items: number[] }>;
+  readonly stack: Handler[];
+}
+
+/** Where line k of `t` ends (before its LF). */
+const lineEndOf = (lines: Int32Array, k: number) => lines[k + 1]! - 1;
+
+/** One line, given to the innermost open block: it closes that block, is a code line, opens a block, or is an item. `real`: false for a blank line pass 1 put in, or one NormalizeWhitespace appended. */
+function fenceLine(pass: FencePass, k: number, real: boolean): void {
+  const { sc, lines } = pass;
+  const from = real ? lines[k]! : 0;
+  const end = real ? lineEndOf(lines, k) : 0;
+  const h = pass.stack.at(-1)!;
+  sc.steps++;
+  if (h.kind !== OUTER && real && closesFence(sc.t, from, end, h.fenceChar, h.fenceLength)) {
+    closeBlock(pass, h, k, true);
+  } else if (h.kind === CODE) {
+    h.codeLines++;
+  } else {
+    const fence = real ? matchFence(sc, sc.t, from, end) : 0;
+    if (fence) openBlock(pass, k, from, end, fence);
+    else h.items.push(real ? k : EMPTY_ITEM);
+  }
+}
+
+/** A fence line [from, end) at line k opens a block of the kind its lang says. */
+function openBlock(pass: FencePass, k: number, from: number, end: number, fence: number): void {
+  const { t, fenceMarks } = pass.sc;
+  const quote = isWord(t, fenceLangStart, fenceLangEnd, 'quote', true) || isWord(t, fenceLangStart, fenceLangEnd, 'quoted', true);
+  const kind = quote ? QUOTE : isWord(t, fenceLangStart, fenceLangEnd, 'spoiler', true) ? SPOILER : CODE;
+  // The fence line is code (for a code block, to its close); a spoiler's header may turn out text.
+  const mark = fenceMarks.n;
+  fenceMarks.push(from);
+  fenceMarks.push(end);
+  pass.stack.push({
+    kind,
+    fenceChar: t.charCodeAt(from),
+    fenceLength: fence,
+    open: k,
+    items: [],
+    codeLines: 0,
+    mark,
+    header: fenceHeader,
+  });
+}
+
+/** Closes the innermost block `h` at closeLine (`closed`: by its fence, else at the end): what it leaves goes to its parent's items. */
+function closeBlock(pass: FencePass, h: Handler, closeLine: number, closed: boolean): void {
+  const { sc, lines, stack, groups, headers } = pass;
+  const { fenceMarks } = sc;
+  stack.pop();
+  const parent = stack.at(-1)!.items;
+  if (h.kind === CODE) {
+    fenceMarks.a[h.mark + 1] = lineEndOf(lines, closeLine);
+    if (h.codeLines > 0) parent.push(EMPTY_ITEM, PLACEHOLDER_ITEM, EMPTY_ITEM);
+    return;
+  }
+  if (closed) {
+    fenceMarks.push(lines[closeLine]!);
+    fenceMarks.push(lineEndOf(lines, closeLine));
+  }
+  const shown = h.items.length > 0;
+  if (!shown) return;
+  groups.push({ quoted: h.kind === QUOTE, items: h.items });
+  const group = -4 - 2 * (groups.length - 1);
+  if (h.kind === QUOTE) {
+    parent.push(EMPTY_ITEM, group, EMPTY_ITEM);
+    return;
+  }
+  // format_spoiler: "\n\n".join([placeholder, header, placeholder, text, placeholder]).
+  parent.push(EMPTY_ITEM, PLACEHOLDER_ITEM, EMPTY_ITEM);
+  if (h.header >= 0) {
+    // The header is text after all: its mark shrinks to the fence before it.
+    fenceMarks.a[h.mark + 1] = h.header;
+    headers.push(h.header, lineEndOf(lines, h.open));
+    parent.push(-3 - 2 * (headers.length / 2 - 1), EMPTY_ITEM);
+  }
+  parent.push(PLACEHOLDER_ITEM, EMPTY_ITEM, group, EMPTY_ITEM, PLACEHOLDER_ITEM, EMPTY_ITEM);
 }
 
 /** The top level when no line is a fence: the lines, and the blank lines pass 1 put in. */

@@ -5,7 +5,6 @@ import { ERAS, startFake, type Era, type FakeZulip } from './support/fake-zulip.
 import { startShim, type RunningShim } from './support/shim.js';
 import type { PresenceStore } from '../src/presence/ledger-store.js';
 import { StoreUnavailableError } from '../src/store/types.js';
-import { memoryStore } from './support/budgets.js';
 
 const OLD_ERAS = ERAS.filter((e) => e !== '9.0');
 
@@ -192,17 +191,6 @@ describe('presence details', () => {
     const resync = await poll(10, { status: 'active', last_update_id: '3', history_limit_days: '0' });
     expect(Object.keys(resync.body.presences).sort()).toEqual(Object.keys(all.body.presences).sort());
     expect(Object.keys(all.body.presences).length).toBeGreaterThan(1);
-  });
-
-  it('reads the store once for a 7.0 legacy answer it passes on unmerged (P4)', async () => {
-    const memory = memoryStore(10);
-    const load = vi.spyOn(memory, 'load');
-    fake = await startFake({ era: '7.0' });
-    shim = await startShim(fake.url, { presence: { coalesceMs: 0 } }, { store: memory });
-    const r = await poll(11, { status: 'active' });
-    expect(Number.isInteger(r.body.presence_last_update_id)).toBe(true);
-    // The id comes from the newest ledger (X1): one read, no second one nobody uses.
-    expect(load).toHaveBeenCalledTimes(1);
   });
 
   it('applies history_limit_days to the full answer made without a ledger while the store is down (P5, P12)', async () => {

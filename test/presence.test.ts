@@ -400,6 +400,21 @@ describe('shared snapshots (P9)', () => {
     expect(bad.body).not.toHaveProperty('presences');
   });
 
+  it.each([
+    [227, 1],
+    [228, 3],
+  ])(
+    'at feature level %i, three callers polling at once cost %i full fetches (P9: shared below 228, per caller from it)',
+    async (featureLevel, fetches) => {
+      fake = await startFake({ era: '8.0', featureLevel });
+      for (const u of fake.humans()) fake.report(u.user_id, 'active');
+      shim = await startShim(fake.url, { presence: { coalesceMs: 5000 } });
+      const answers = await Promise.all([10, 11, 12].map((u) => poll(u, { status: 'active', last_update_id: '-1' })));
+      expect(answers.map((a) => a.status)).toEqual([200, 200, 200]);
+      expect(fake.stats.presenceFull).toBe(fetches);
+    },
+  );
+
   it('keeps snapshots per caller where callers may see different users (feature level >= 228)', async () => {
     await setup('8.0', { presence: { coalesceMs: 5000 } });
     await Promise.all([10, 11, 12].map((u) => poll(u, { status: 'active', last_update_id: '-1' })));

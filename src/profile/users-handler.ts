@@ -23,7 +23,7 @@ import { apiPrefixOf } from '../http/api-prefix.js';
  * caller's own credentials, so the upstream checks them first (E1 for its refusal).
  */
 
-/** Feature levels of the single-user endpoints (zulip-server.md §5.2). */
+/** Feature levels of the single-user endpoints (Zulip's API changelog: `GET /users/{user_id}` at 1, `GET /users/{email}` at 39). */
 export const USER_BY_ID_LEVEL = 1;
 export const USER_BY_EMAIL_LEVEL = 39;
 

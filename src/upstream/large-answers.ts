@@ -11,7 +11,7 @@ export class BadAnswer extends Error {
   override name = 'BadAnswer';
 }
 
-/** The fields of a `GET /users` member the shim reads (zulip-server.md §5.2, every era). */
+/** The fields of a `GET /users` member the shim reads (every era's `GET /users` rows; docs/behaviour.md, U1–U3). */
 export interface Member {
   user_id: number;
   email: string;

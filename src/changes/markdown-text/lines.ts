@@ -46,17 +46,23 @@ export function classify(sc: Scan, level: Level, i: number): void {
     indent = Math.min(p - s, 255);
     // A line of spaces is blank, but for the message's first (NormalizeWhitespace's `(?<=\n) +\n` needs a line before).
     if (p === e) flags = s === 0 && e > 0 ? WHITESPACE : BLANK | WHITESPACE;
-    else {
-      const c = t.charCodeAt(p);
-      if (c === HASH && indent === 0) flags |= headingFlags(sc, s, e);
-      if (indent <= 3 && (c === DASH || c === STAR || c === UNDERSCORE) && isRule(sc, p, e)) flags |= RULE;
-      if (indent <= 3 && c === GT) flags |= QUOTE_LINE | (onlyPySpace(sc, p + 1, e) ? EMPTY_QUOTE : 0);
-      if (isPySpace(c) && onlyPySpace(sc, p, e)) flags |= WHITESPACE;
-      if (t.charCodeAt(e - 1) === BACKSLASH && oddTrailingBackslashes(sc, s, e)) flags |= ODD_BACKSLASHES;
-    }
+    else flags = textFlags(sc, s, e, p, indent);
   }
   level.flags[i] = flags;
   level.indent[i] = indent;
+}
+
+/** A text line [s, e) whose first non-space is at p: heading, rule, quote line, whitespace, an unpaired trailing backslash. */
+function textFlags(sc: Scan, s: number, e: number, p: number, indent: number): number {
+  const { t } = sc;
+  const c = t.charCodeAt(p);
+  let flags = 0;
+  if (c === HASH && indent === 0) flags |= headingFlags(sc, s, e);
+  if (indent <= 3 && (c === DASH || c === STAR || c === UNDERSCORE) && isRule(sc, p, e)) flags |= RULE;
+  if (indent <= 3 && c === GT) flags |= QUOTE_LINE | (onlyPySpace(sc, p + 1, e) ? EMPTY_QUOTE : 0);
+  if (isPySpace(c) && onlyPySpace(sc, p, e)) flags |= WHITESPACE;
+  if (t.charCodeAt(e - 1) === BACKSLASH && oddTrailingBackslashes(sc, s, e)) flags |= ODD_BACKSLASHES;
+  return flags;
 }
 
 export function onlyPySpace(sc: Scan, from: number, end: number): boolean {

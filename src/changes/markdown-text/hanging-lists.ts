@@ -40,22 +40,7 @@ export function hangingListBreaks(
     if (nextEnd === -1) nextEnd = raw.length;
     const nextKind = hangingItemKind(raw, nextStart, nextEnd);
     sc.steps++;
-    const fence = matchFence(sc, raw, start, end);
-    if (fence) {
-      const char = raw.charCodeAt(start);
-      const top = open.n - 3;
-      if (fenceLangStart === fenceLangEnd && top >= 0 && open.a[top] === char && open.a[top + 1] === fence) {
-        codeOpen -= open.a[top + 2]!;
-        open.n -= 3;
-      } else {
-        const code =
-          isWord(raw, fenceLangStart, fenceLangEnd, 'quote', false) || isWord(raw, fenceLangStart, fenceLangEnd, 'quoted', false) ? 0 : 1;
-        open.push(char);
-        open.push(fence);
-        open.push(code);
-        codeOpen += code;
-      }
-    }
+    codeOpen += fenceLine(sc, raw, start, end, open);
     if (codeOpen === 0 && end > start && nextKind && (!kind || kind !== nextKind)) {
       breaks[rawLineToLine ? rawLineToLine[m + 1]! : m + 1] = 1;
     }
@@ -64,4 +49,26 @@ export function hangingListBreaks(
     end = nextEnd;
     kind = nextKind;
   }
+}
+
+/**
+ * The line [start, end) as pass 1's fence tracking sees it: a fence without a lang closing the
+ * innermost one open like it, or any other fence opening one. Returns the change in how many
+ * open fences are code (a `quote` or `quoted` fence is not).
+ */
+function fenceLine(sc: Scan, raw: string, start: number, end: number, open: Ints): number {
+  const fence = matchFence(sc, raw, start, end);
+  if (!fence) return 0;
+  const char = raw.charCodeAt(start);
+  const top = open.n - 3;
+  if (fenceLangStart === fenceLangEnd && top >= 0 && open.a[top] === char && open.a[top + 1] === fence) {
+    open.n -= 3;
+    return -open.a[top + 2]!;
+  }
+  const code =
+    isWord(raw, fenceLangStart, fenceLangEnd, 'quote', false) || isWord(raw, fenceLangStart, fenceLangEnd, 'quoted', false) ? 0 : 1;
+  open.push(char);
+  open.push(fence);
+  open.push(code);
+  return code;
 }

@@ -11,8 +11,7 @@ import { CR, ETX, LF, SPACE, STX, TAB } from './scan.js';
  * starts (pass 1 splits the content at LF only); null when they are the same.
  */
 export function normalize(raw: string): { t: string; origin: Int32Array | null; rawLineToLine: Int32Array | null } {
-  if (!(raw.includes('\t') || raw.includes('\r') || raw.includes(STX) || raw.includes(ETX)))
-    return { t: raw, origin: null, rawLineToLine: null };
+  if (!needsNormalizing(raw)) return { t: raw, origin: null, rawLineToLine: null };
   const n = raw.length;
   // At most 4 code units for each of the content's.
   const codes = new Uint16Array(4 * n);
@@ -47,7 +46,7 @@ export function normalize(raw: string): { t: string; origin: Int32Array | null; 
       line++;
       column = 0;
       if (c === LF) firstLines.push(line);
-    } else if (!(c >= 0xdc00 && c <= 0xdfff && i > 0 && (raw.charCodeAt(i - 1) & 0xfc00) === 0xd800)) {
+    } else if (!isLowSurrogateOfPair(raw, i, c)) {
       // Python counts code points: the low half of a surrogate pair takes no column.
       column++;
     }
@@ -56,6 +55,16 @@ export function normalize(raw: string): { t: string; origin: Int32Array | null; 
   // Lone surrogates come out as U+FFFD: the same length, and nothing Markdown reads.
   const t = new TextDecoder('utf-16le').decode(codes.subarray(0, o));
   return { t, origin: origin.subarray(0, o + 1), rawLineToLine: raw.includes('\r') ? Int32Array.from(firstLines) : null };
+}
+
+/** Tabs, CRs and placeholder delimiters: what pass 2 changes; without them the text is the content. */
+function needsNormalizing(raw: string): boolean {
+  return raw.includes('\t') || raw.includes('\r') || raw.includes(STX) || raw.includes(ETX);
+}
+
+/** Is c, at i, the low half of a surrogate pair? */
+function isLowSurrogateOfPair(raw: string, i: number, c: number): boolean {
+  return c >= 0xdc00 && c <= 0xdfff && i > 0 && (raw.charCodeAt(i - 1) & 0xfc00) === 0xd800;
 }
 
 /** Where each line of `t` starts, and one past the end (a line ends one before the next starts). */

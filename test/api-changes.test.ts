@@ -1,4 +1,5 @@
 import fc from 'fast-check';
+import { readdirSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import {
   answerChangesFor,
@@ -13,6 +14,7 @@ import {
 import { TOPIC_WILDCARD_REFUSAL } from '../src/changes/fl224-topic-wildcard.js';
 import { FormFields } from '../src/http/form-fields.js';
 import { CHANGES, checkedBundle, USER_CHANGES } from '../src/changes/index.js';
+import type { ApiChange } from '../src/changes/types.js';
 import { editOutsideCode } from '../src/changes/markdown-text.js';
 import { sentAs } from './support/app-content.js';
 import { MARKDOWN_SHAPES, outsideProse } from './support/markdown-shapes.js';
@@ -26,68 +28,27 @@ import { eraAnswer, eraEvents } from './support/era-answers.js';
  */
 
 describe('the one registry', () => {
-  it('holds the user-object, request, content, register, answer and notification changes and the declared emulations in feature-level order', () => {
-    const parts = (c: (typeof CHANGES)[number]) =>
-      (
-        [
-          'user',
-          'request',
-          'content',
-          'register',
-          'answer',
-          'notification',
-          'endpoint',
-          'lookup',
-          'staticData',
-          'parameter',
-          'appEmulation',
-          'emulation',
-        ] as const
-      )
-        .filter((part) => c[part] !== undefined)
-        .join('+');
-    expect(CHANGES.map((c) => [c.featureLevel, parts(c)])).toEqual([
-      [1, 'user'],
-      [1, 'emulation'],
-      [8, 'user'],
-      [10, 'user'],
-      [39, 'emulation'],
-      [59, 'user'],
-      [73, 'user'],
-      [83, 'user'],
-      [89, 'emulation'],
-      [125, 'register'],
-      [131, 'register+answer'],
-      [133, 'register'],
-      [134, 'register+answer'],
-      [137, 'register'],
-      [138, 'register'],
-      [139, 'answer'],
-      [140, 'staticData'],
-      [155, 'parameter+appEmulation'],
-      [163, 'user'],
-      [164, 'register'],
-      [170, 'endpoint'],
-      [171, 'lookup'],
-      [174, 'request'],
-      [177, 'request+content'],
-      [204, 'register'],
-      [215, 'request'],
-      [224, 'content+answer'],
-      [234, 'notification'],
-      [236, 'request'],
-      [247, 'content'],
-      [248, 'request'],
-      [250, 'request+content'],
-      [257, 'notification'],
-      [263, 'emulation'],
-      [263, 'emulation'],
-      [263, 'emulation'],
-      [263, 'emulation'],
-      [271, 'request+content'],
-      [273, 'register'],
-    ]);
-    expect(USER_CHANGES).toHaveLength(7);
+  it('holds every change module of src/changes/ (flNNN-…), at the feature level its name gives, in that order', async () => {
+    const dir = new URL('../src/changes/', import.meta.url);
+    const modules = readdirSync(dir).filter((f) => /^fl\d{3}-.*\.ts$/.test(f));
+    expect(modules.length).toBeGreaterThan(0);
+    for (const file of modules) {
+      const exported = Object.values(await import(new URL(file, dir).href)) as unknown[];
+      const changes = exported.filter((v): v is ApiChange => typeof v === 'object' && v !== null && 'featureLevel' in v && 'feature' in v);
+      expect(changes.length, file).toBeGreaterThan(0);
+      for (const change of changes) {
+        expect([file, change.featureLevel]).toEqual([file, Number(file.slice(2, 5))]);
+        expect(CHANGES.includes(change), `${file}: ${change.feature} is not in CHANGES`).toBe(true);
+      }
+    }
+    expect(CHANGES.map((c) => c.featureLevel)).toEqual(CHANGES.map((c) => c.featureLevel).sort((x, y) => x - y));
+    expect(USER_CHANGES).toEqual(CHANGES.filter((c) => c.user !== undefined));
+  });
+
+  it('refuses changes out of feature-level order, and takes several at one level (as Zulip’s changelog has them)', () => {
+    const adds = (featureLevel: number, feature: string) => ({ featureLevel, feature, register: { fields: [feature], fill: () => ({}) } });
+    expect(() => checkedBundle([adds(4, 'a'), adds(3, 'b')])).toThrow('feature level 3 (b) is below 4');
+    expect(checkedBundle([adds(4, 'a'), adds(4, 'b')])).toHaveLength(2);
   });
 
   it('refuses a change that changes nothing, and a register key added twice', () => {

@@ -5,7 +5,6 @@ import { ERAS, startFake, type Era, type FakeZulip } from './support/fake-zulip.
 import { startShim, type RunningShim } from './support/shim.js';
 import type { PresenceStore } from '../src/presence/ledger-store.js';
 import { StoreUnavailableError } from '../src/store/types.js';
-import { memoryStore } from './support/budgets.js';
 
 const OLD_ERAS = ERAS.filter((e) => e !== '9.0');
 
@@ -192,17 +191,6 @@ describe('presence details', () => {
     const resync = await poll(10, { status: 'active', last_update_id: '3', history_limit_days: '0' });
     expect(Object.keys(resync.body.presences).sort()).toEqual(Object.keys(all.body.presences).sort());
     expect(Object.keys(all.body.presences).length).toBeGreaterThan(1);
-  });
-
-  it('reads the store once for a 7.0 legacy answer it passes on unmerged (P4)', async () => {
-    const memory = memoryStore(10);
-    const load = vi.spyOn(memory, 'load');
-    fake = await startFake({ era: '7.0' });
-    shim = await startShim(fake.url, { presence: { coalesceMs: 0 } }, { store: memory });
-    const r = await poll(11, { status: 'active' });
-    expect(Number.isInteger(r.body.presence_last_update_id)).toBe(true);
-    // The id comes from the newest ledger (X1): one read, no second one nobody uses.
-    expect(load).toHaveBeenCalledTimes(1);
   });
 
   it('applies history_limit_days to the full answer made without a ledger while the store is down (P5, P12)', async () => {
@@ -411,6 +399,21 @@ describe('shared snapshots (P9)', () => {
     expect(bad.status).toBe(401);
     expect(bad.body).not.toHaveProperty('presences');
   });
+
+  it.each([
+    [227, 1],
+    [228, 3],
+  ])(
+    'at feature level %i, three callers polling at once cost %i full fetches (P9: shared below 228, per caller from it)',
+    async (featureLevel, fetches) => {
+      fake = await startFake({ era: '8.0', featureLevel });
+      for (const u of fake.humans()) fake.report(u.user_id, 'active');
+      shim = await startShim(fake.url, { presence: { coalesceMs: 5000 } });
+      const answers = await Promise.all([10, 11, 12].map((u) => poll(u, { status: 'active', last_update_id: '-1' })));
+      expect(answers.map((a) => a.status)).toEqual([200, 200, 200]);
+      expect(fake.stats.presenceFull).toBe(fetches);
+    },
+  );
 
   it('keeps snapshots per caller where callers may see different users (feature level >= 228)', async () => {
     await setup('8.0', { presence: { coalesceMs: 5000 } });

@@ -109,47 +109,62 @@ describeRedis('a client whose polls alternate between replicas, during a refresh
   });
 
   it('is answered at once from the store when its id is newer than the replica copy, not held up by the refresh', async () => {
-    const fake = await startFake({ era: '4.0', users: 6 });
-    running.push({ close: () => fake.stop() });
-    for (const u of fake.humans()) fake.report(u.user_id, 'active');
-    const r0 = await startShim(fake.url, { store: { redisUrl: REDIS_URL, keyPrefix: prefix }, presence: { coalesceMs: 1 } });
-    running.push(r0);
-    const other = await startShim(fake.url, { store: { redisUrl: REDIS_URL, keyPrefix: prefix }, presence: { coalesceMs: 1 } });
-    running.push(other);
-    const users = fake.humans().map((u) => u.user_id);
-    const first = await pollThrough(r0, fake, users[0]!, -1);
-    expect((await pollThrough(other, fake, users[1]!, -1)).status).toBe(200); // the second replica's copy: this ledger
-    // A change only the first replica fetches: the client's id is then above the second's copy.
-    fake.advance(30);
-    fake.report(users[2]!, 'idle');
-    // A full poll: a delta poll leading the refresh would be answered before it (B7).
-    const newer = await pollThrough(r0, fake, users[0]!, -1);
-    const id = newer.body.presence_last_update_id as number;
-    expect(id).toBeGreaterThan(first.body.presence_last_update_id as number);
-    // The first replica lets go of the realm's fetch lock just after its answer (a 1 ms window:
-    // nothing to publish). Until then the second one would follow that fetch, not make its own
-    // (P9 across replicas), as it once did here on a busy machine.
-    await vi.waitFor(async () => expect((await keysUnder(admin, prefix)).filter((k) => k.includes('snap'))).toEqual([]), EVENT_WAIT);
-    // The second replica's next refresh is slow.
-    let release!: () => void;
-    fake.fullPresenceHeld = new Promise<void>((r) => {
-      release = r;
-    });
-    const fullBefore = fake.stats.presenceFull;
-    let refreshed = false;
-    const refresh = pollThrough(other, fake, users[3]!, -1).then((r) => {
-      refreshed = true;
-      return r;
-    });
-    await vi.waitFor(() => expect(fake.stats.presenceFull).toBe(fullBefore + 1), EVENT_WAIT);
-    const bounced = await pollThrough(other, fake, users[0]!, id);
-    expect(bounced.status).toBe(200);
-    expect(refreshed).toBe(false); // answered before the refresh completed
-    expect(bounced.body.presence_last_update_id).toBeGreaterThanOrEqual(id); // X1
-    expect(bounced.body.presences).toEqual({}); // nothing changed after its id
-    release();
-    fake.fullPresenceHeld = undefined;
-    expect((await refresh).status).toBe(200);
+    // The test drives the shims' clock (Date only; timers stay real): a snapshot's 1 ms window
+    // ends when the test moves the clock on, never while a poll is on its way. A replica lets go
+    // of the realm's fetch lock just after its answer (nothing to publish: the window is over);
+    // until then another replica would follow that fetch, not make its own (P9 across replicas).
+    vi.useFakeTimers({ toFake: ['Date'], now: Date.now() });
+    try {
+      const fake = await startFake({ era: '4.0', users: 6 });
+      running.push({ close: () => fake.stop() });
+      for (const u of fake.humans()) fake.report(u.user_id, 'active');
+      const settings = { store: { redisUrl: REDIS_URL, keyPrefix: prefix }, presence: { coalesceMs: 1 } };
+      const r0 = await startShim(fake.url, settings);
+      running.push(r0);
+      const other = await startShim(fake.url, settings);
+      running.push(other);
+      const snapshotKeys = async () => (await keysUnder(admin, prefix)).filter((k) => k.includes('snap'));
+      /** Every fetch lock let go of and nothing published; then the window of every snapshot held ends. */
+      const windowOver = async () => {
+        await vi.waitFor(async () => expect(await snapshotKeys()).toEqual([]), EVENT_WAIT);
+        vi.setSystemTime(Date.now() + 1_000);
+      };
+      const users = fake.humans().map((u) => u.user_id);
+      const first = await pollThrough(r0, fake, users[0]!, -1);
+      await windowOver();
+      expect((await pollThrough(other, fake, users[1]!, -1)).status).toBe(200); // the second replica's copy: this ledger
+      await windowOver();
+      // A change only the first replica fetches: the client's id is then above the second's copy.
+      fake.advance(30);
+      fake.report(users[2]!, 'idle');
+      // A full poll: a delta poll leading the refresh would be answered before it (B7).
+      const newer = await pollThrough(r0, fake, users[0]!, -1);
+      const id = newer.body.presence_last_update_id as number;
+      expect(id).toBeGreaterThan(first.body.presence_last_update_id as number);
+      await windowOver();
+      // The second replica's next refresh is slow.
+      let release!: () => void;
+      fake.fullPresenceHeld = new Promise<void>((r) => {
+        release = r;
+      });
+      const fullBefore = fake.stats.presenceFull;
+      let refreshed = false;
+      const refresh = pollThrough(other, fake, users[3]!, -1).then((r) => {
+        refreshed = true;
+        return r;
+      });
+      await vi.waitFor(() => expect(fake.stats.presenceFull).toBe(fullBefore + 1), EVENT_WAIT);
+      const bounced = await pollThrough(other, fake, users[0]!, id);
+      expect(bounced.status).toBe(200);
+      expect(refreshed).toBe(false); // answered before the refresh completed
+      expect(bounced.body.presence_last_update_id).toBeGreaterThanOrEqual(id); // X1
+      expect(bounced.body.presences).toEqual({}); // nothing changed after its id
+      release();
+      fake.fullPresenceHeld = undefined;
+      expect((await refresh).status).toBe(200);
+    } finally {
+      vi.useRealTimers();
+    }
   });
 
   /**

@@ -191,6 +191,26 @@ describe('X5: an idempotent request cut on a reused kept-alive connection is ret
     expect(arrivals.get('POST /api/v1/messages')).toBe(1);
   });
 
+  it("the shim's own POST (a body it holds whole, which could be sent again) is sent once, never again", async () => {
+    arrivals = new Map();
+    const t = createTransport({ target: url, timeoutMs: 5_000, maxSockets: 1, insecureTls: false });
+    try {
+      const warm = await t.dispatcher.request({ method: 'GET', path: '/warm' });
+      await warm.body.text();
+      // As UpstreamClient sends a status report: a Buffer body, on the kept-alive connection the upstream then breaks.
+      const report = t.dispatcher.request({
+        method: 'POST',
+        path: '/api/v1/users/me/presence',
+        headers: { 'content-type': FORM },
+        body: Buffer.from('status=active&ping_only=true'),
+      });
+      await expect(report).rejects.toBeInstanceOf(UpstreamUnavailableError);
+      expect(arrivals.get('POST /api/v1/users/me/presence')).toBe(1);
+    } finally {
+      await t.close();
+    }
+  });
+
   it('not at all where the target stands in for the upstream (a recorder, which retries itself)', async () => {
     arrivals = new Map();
     const { server: broken, url: brokenUrl } = await upstream((req) => {

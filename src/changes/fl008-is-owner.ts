@@ -2,7 +2,7 @@ import type { ApiChange } from './types.js';
 
 /**
  * Feature level 8 (Zulip 3.0): `is_owner`. Older servers have no owner role, so nobody is one
- * (zulip-server.md §5.1).
+ * (Zulip's API changelog, feature level 8).
  */
 export const isOwner: ApiChange = {
   featureLevel: 8,

@@ -3,7 +3,7 @@ import type { Fill, ApiChange } from './types.js';
 /**
  * Feature level 10 (Zulip 3.0): `avatar_version`, `is_guest`, `is_active`, `timezone`,
  * `date_joined`. A 2.1 server already has them in its user list (GET /users), so the caller's
- * own row gives the true values (zulip-server.md §5.1).
+ * own row gives the true values (docs/behaviour.md, U1).
  *
  * Rules where the row is missing (the lookup failed): `is_active` is true (the upstream just
  * authenticated the caller, which it refuses for a deactivated account); `is_guest` false;

@@ -4,7 +4,7 @@ import type { ApiChange } from './types.js';
 export const ROLE = { OWNER: 100, ADMIN: 200, MODERATOR: 300, MEMBER: 400, GUEST: 600 } as const;
 
 /**
- * The role a server without `role` gave the user, from its flags (zulip-server.md §5.1):
+ * The role a server without `role` gave the user, from its flags (`is_owner`, `is_admin`, `is_guest`):
  * owner 100, else administrator 200, else guest 600, else member 400. Moderators (300) exist
  * only from feature level 60, where the upstream sends `role` itself.
  */

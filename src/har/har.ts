@@ -1,5 +1,5 @@
 /**
- * The parts of HAR 1.2 (Odvarko's spec, ../shared/reference/anchors.md §4) the shim writes
+ * The parts of HAR 1.2 (Jan Odvarko's spec, http://www.softwareishard.com/blog/har-12-spec/) the shim writes
  * and reads. Files from other producers may carry more; replay ignores what it does not use.
  */
 

@@ -66,6 +66,17 @@ function decompress(raw: Buffer): Buffer {
 }
 
 export async function loadHar(file: string): Promise<LoadedHar> {
+  const entries = await harEntries(file);
+  const out: Recorded[] = [];
+  for (const [index, e] of entries.entries()) {
+    const recorded = await recordedOf(e, index);
+    if (recorded) out.push(recorded);
+  }
+  return { entries: out, skipped: entries.length - out.length };
+}
+
+/** The file's `log.entries`, read, decompressed and parsed; a HarFormatError if it has none. */
+async function harEntries(file: string): Promise<unknown[]> {
   let raw: Buffer;
   try {
     raw = await readFile(file);
@@ -84,50 +95,57 @@ export async function loadHar(file: string): Promise<LoadedHar> {
   }
   const entries = isObj(har) && isObj(har.log) ? har.log.entries : undefined;
   if (!Array.isArray(entries)) throw new HarFormatError(`${file} is not a HAR file (no log.entries)`);
+  return entries;
+}
 
-  const out: Recorded[] = [];
-  let skipped = 0;
-  for (const [index, e] of entries.entries()) {
-    const req = isObj(e) ? e.request : undefined;
-    const res = isObj(e) ? e.response : undefined;
-    const status = isObj(res) ? Number(res.status) : NaN;
-    if (!isObj(req) || !isObj(res) || typeof req.method !== 'string' || typeof req.url !== 'string' || !(status >= 100 && status <= 999)) {
-      skipped++;
-      continue;
-    }
-    const post = isObj(req.postData) ? req.postData : undefined;
-    const reqHeaders = nameValues(req.headers);
-    const contentType = str(post?.mimeType) || reqHeaders.find(([k]) => k.toLowerCase() === 'content-type')?.[1] || undefined;
-    let match: Match;
-    try {
-      match = await matchOf({
-        method: req.method,
-        url: req.url,
-        contentType,
-        body: bodyBytes(str(post?.text), str(post?._encoding) ?? str(post?.encoding)),
-        params: Array.isArray(post?.params)
-          ? (post.params as Obj[])
-              .filter((p) => typeof p.name === 'string')
-              .map((p) => ({ name: p.name as string, value: str(p.value), fileName: str(p.fileName) }))
-          : undefined,
-      });
-    } catch {
-      skipped++;
-      continue;
-    }
-    const content = isObj(res.content) ? res.content : {};
-    const headers = nameValues(res.headers).filter(([k]) => !k.startsWith(':') && !NOT_REPLAYED.has(k.toLowerCase()));
-    const mimeType = str(content.mimeType);
-    if (mimeType && !headers.some(([k]) => k.toLowerCase() === 'content-type')) headers.push(['content-type', mimeType]);
-    out.push({
-      index,
-      match,
-      status,
-      statusText: str(res.statusText) ?? '',
-      headers,
-      body: bodyBytes(str(content.text), str(content.encoding)),
-      time: Number(isObj(e) ? e.time : 0) || 0,
-    });
+/** One entry as replay answers it; undefined for one without a usable request or answer (skipped). */
+async function recordedOf(e: unknown, index: number): Promise<Recorded | undefined> {
+  const req = isObj(e) ? e.request : undefined;
+  const res = isObj(e) ? e.response : undefined;
+  const status = isObj(res) ? Number(res.status) : NaN;
+  if (!isObj(req) || !isObj(res) || typeof req.method !== 'string' || typeof req.url !== 'string' || !(status >= 100 && status <= 999)) {
+    return undefined;
   }
-  return { entries: out, skipped };
+  let match: Match;
+  try {
+    match = await requestMatch(req, req.method, req.url);
+  } catch {
+    return undefined;
+  }
+  const content = isObj(res.content) ? res.content : {};
+  return {
+    index,
+    match,
+    status,
+    statusText: str(res.statusText) ?? '',
+    headers: replayedHeaders(res, content),
+    body: bodyBytes(str(content.text), str(content.encoding)),
+    time: Number(isObj(e) ? e.time : 0) || 0,
+  };
+}
+
+/** What a request to replay must match: its method, URL and body (postData's text or params). */
+function requestMatch(req: Obj, method: string, url: string): Promise<Match> {
+  const post = isObj(req.postData) ? req.postData : undefined;
+  const reqHeaders = nameValues(req.headers);
+  const contentType = str(post?.mimeType) || reqHeaders.find(([k]) => k.toLowerCase() === 'content-type')?.[1] || undefined;
+  return matchOf({
+    method,
+    url,
+    contentType,
+    body: bodyBytes(str(post?.text), str(post?._encoding) ?? str(post?.encoding)),
+    params: Array.isArray(post?.params)
+      ? (post.params as Obj[])
+          .filter((p) => typeof p.name === 'string')
+          .map((p) => ({ name: p.name as string, value: str(p.value), fileName: str(p.fileName) }))
+      : undefined,
+  });
+}
+
+/** The answer's headers as replayed: without those of the recorded transfer, with its content type. */
+function replayedHeaders(res: Obj, content: Obj): Array<[string, string]> {
+  const headers = nameValues(res.headers).filter(([k]) => !k.startsWith(':') && !NOT_REPLAYED.has(k.toLowerCase()));
+  const mimeType = str(content.mimeType);
+  if (mimeType && !headers.some(([k]) => k.toLowerCase() === 'content-type')) headers.push(['content-type', mimeType]);
+  return headers;
 }

@@ -1,7 +1,7 @@
 import http, { type IncomingMessage, type ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { readUpTo } from '../http/body.js';
-import { endSocketWithShimError, ReplayMissError, sendShimError } from '../http/errors.js';
+import { endSocketWithShimError, NoRecordedAnswerError, sendShimError } from '../http/errors.js';
 import { isLongPoll } from '../http/api-routes.js';
 import type { Logger } from '../observability/logger.js';
 import { loadHar, type Recorded } from './load.js';
@@ -118,7 +118,7 @@ class Replayer {
     else this.unlisted++;
     this.o.log.warn({ request: what }, 'replay miss: no recorded answer');
     this.o.onMiss?.(what);
-    if (res) sendShimError(res, new ReplayMissError(what));
+    if (res) sendShimError(res, new NoRecordedAnswerError(what));
   }
 
   async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
@@ -170,7 +170,7 @@ function replayServer(o: ReplayOptions, replayer: Replayer): http.Server {
     const what = `${req.method} ${new URL(req.url ?? '/', 'http://x').pathname} (WebSocket upgrade)`;
     replayer.miss(undefined, what);
     socket.on('error', () => socket.destroy());
-    endSocketWithShimError(socket, new ReplayMissError(what));
+    endSocketWithShimError(socket, new NoRecordedAnswerError(what));
   });
   // Like the shim, never cut a long poll.
   allowLongPolls(server);

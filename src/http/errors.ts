@@ -62,15 +62,57 @@ export class UpstreamAnswerTooLargeError extends UpstreamBadResponseError {
   }
 }
 
-/** The client's request is wrong (E3), or its body too large (413). */
+/**
+ * The client's request is wrong (E3): 400. Each other refusal of a client's request has a class
+ * of its own below (all with the code BAD_REQUEST, which the answer's body carries).
+ */
 export class BadRequestError extends ShimError {
+  /**
+   * @param status Only for src/server.ts's three refusals until its split lands (404, 405 and a
+   *   parser error's status): use NotFoundError, MethodNotAllowedError, malformedRequest().
+   */
   constructor(msg: string, status = 400) {
     super(status, 'BAD_REQUEST', msg);
   }
 }
 
-/** Replay has no recorded answer for a request (H2). */
-export class ReplayMissError extends ShimError {
+/** No route for the request (404). */
+export class NotFoundError extends ShimError {
+  constructor(msg = 'Not Found') {
+    super(404, 'BAD_REQUEST', msg);
+  }
+}
+
+/** A method the shim does not serve there (405), e.g. CONNECT (E4). */
+export class MethodNotAllowedError extends ShimError {
+  constructor(msg: string) {
+    super(405, 'BAD_REQUEST', msg);
+  }
+}
+
+/** X11: a request body that did not arrive in time, or stopped arriving (408). */
+export class BodyTimeoutError extends ShimError {
+  constructor(msg: string) {
+    super(408, 'BAD_REQUEST', msg);
+  }
+}
+
+/** A request body larger than the shim reads (413). */
+export class BodyTooLargeError extends ShimError {
+  constructor(readonly limit: number) {
+    super(413, 'BAD_REQUEST', `Request body too large (limit ${limit} bytes)`);
+  }
+}
+
+/** A request Node's parser refused (its status: 400, 408, 413 or 431), answered on the socket. */
+export class MalformedRequestError extends ShimError {
+  constructor(status: number, reason: string) {
+    super(status, 'BAD_REQUEST', `Malformed HTTP request: ${reason}`);
+  }
+}
+
+/** Replay has no recorded answer for a request (H2). Not the testing API's ReplayMissError, which close() rejects with. */
+export class NoRecordedAnswerError extends ShimError {
   constructor(what: string) {
     super(502, 'REPLAY_MISS', `No recorded answer for ${what}`);
   }
@@ -79,12 +121,14 @@ export class ReplayMissError extends ShimError {
 export const upstreamUnavailable = (detail: string) => new UpstreamUnavailableError(detail);
 export const upstreamBadResponse = (detail: string) => new UpstreamBadResponseError(detail);
 export const badRequest = (msg: string) => new BadRequestError(msg);
-export const bodyTooLarge = (limit: number) => new BadRequestError(`Request body too large (limit ${limit} bytes)`, 413);
+export const bodyTooLarge = (limit: number) => new BodyTooLargeError(limit);
 /** X11: a request body that did not arrive within server.bodyTimeoutMs. */
-export const bodyTimedOut = (ms: number) => new BadRequestError(`Request body not received within ${ms} ms`, 408);
+export const bodyTimedOut = (ms: number) => new BodyTimeoutError(`Request body not received within ${ms} ms`);
 /** X11: a request body that stopped arriving (less than `bytes` in `ms`, server.bodyReadTimeoutMs). */
 export const bodyStalled = (bytes: number, ms: number) =>
-  new BadRequestError(`Request body stalled: less than ${bytes} bytes of it arrived in ${ms} ms`, 408);
+  new BodyTimeoutError(`Request body stalled: less than ${bytes} bytes of it arrived in ${ms} ms`);
+/** A parser error's answer: its status, and its reason phrase as the message. */
+export const malformedRequest = (status: number) => new MalformedRequestError(status, STATUS_CODES[status] ?? 'Bad Request');
 
 export function errorBody(code: string, msg: string): string {
   return JSON.stringify({ result: 'error', msg, code });

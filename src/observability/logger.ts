@@ -159,16 +159,33 @@ export function exitFlushCount(): number {
   return exitFlushes.length;
 }
 
+/** The destination of each logger createLogger made (see destinationOf). */
+const destinations = new WeakMap<Logger, DestinationStream>();
+
 export function createLogger(level: string, destination?: DestinationStream): Logger {
-  return pino(
+  const dest = destination ?? bufferedStdout();
+  const log = pino(
     {
       level,
       base: { name: 'zulip-compat-shim' },
       redact: { paths: REDACT_PATHS, censor: '[redacted]' },
       timestamp: pino.stdTimeFunctions.isoTime,
     },
-    destination ?? bufferedStdout(),
+    dest,
   );
+  destinations.set(log, dest);
+  return log;
+}
+
+/**
+ * The destination a logger made by createLogger writes to: the request log writes its lines,
+ * already in pino's format, there (request-log.ts), beside the logger's own lines and in order
+ * with them.
+ */
+export function destinationOf(log: Logger): DestinationStream {
+  const dest = destinations.get(log);
+  if (!dest) throw new Error('destinationOf: not a logger made by createLogger');
+  return dest;
 }
 
 /** `scheme://user:password@` or `//user:password@` at the start of an absolute-form target. */

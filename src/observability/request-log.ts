@@ -1,9 +1,8 @@
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
-import { pino } from 'pino';
-import { recordedFacts } from './request-facts.js';
-import { loggablePath, type Logger } from './logger.js';
+import { recordedFacts, type RequestFacts } from './request-facts.js';
+import { destinationOf, loggablePath, type Logger } from './logger.js';
 import type { Metrics } from './metrics.js';
 import type { RouteLabel } from '../http/api-routes.js';
 import { METHOD_LABELS, statusLabel } from './route-label.js';
@@ -80,7 +79,7 @@ export function requestLogger(
    */
   trusted?: () => TrustedProxies,
 ) {
-  const dest = (log as unknown as Record<symbol, { write(line: string): unknown }>)[pino.symbols.streamSym]!;
+  const dest = destinationOf(log);
   const name = JSON.stringify((log.bindings() as { name?: string }).name ?? 'zulip-compat-shim');
   const count = metrics ? (route: string, method: string, status: string) => metrics.requestCounts.of(route, method, status) : undefined;
   const durations = metrics ? new LabelChildren((route, method) => metrics.requestDuration.labels(route, method)) : undefined;
@@ -101,52 +100,64 @@ export function requestLogger(
     return new Logged(id, route, req, res, client, peer, quiet ? undefined : written);
   };
 
+  /** The answer closed: the metrics, and the line unless access lines are off. */
   function written(r: Logged, elapsed: number): void {
-    const { req, res, socket } = r;
-    // Bytes on the connection since the previous answer on it ended: one request at a time on
-    // a connection, so that is this one's (head and body).
-    let bytesIn = 0;
-    let bytesOut = 0;
-    if (socket) {
-      const read = socket.bytesRead;
-      const sent = socket.bytesWritten;
-      const before = countedOf.get(socket);
-      if (before) {
-        bytesIn = read - before.read;
-        bytesOut = sent - before.written;
-        before.read = read;
-        before.written = sent;
-      } else {
-        bytesIn = read;
-        bytesOut = sent;
-        countedOf.set(socket, { read, written: sent });
-      }
-    }
-    const aborted = !res.writableFinished;
-    const status = res.statusCode;
-    const route = r.route;
+    const bytes = bytesSincePrevious(r.socket);
+    const aborted = !r.res.writableFinished;
     if (count && durations) {
-      const method = METHOD_LABELS.has(req.method ?? '') ? req.method! : 'other';
-      count(route, method, aborted ? 'aborted' : statusLabel(status)).n++;
-      if (!aborted) durations.get(route, method).observe(elapsed / 1000);
+      const method = METHOD_LABELS.has(r.req.method ?? '') ? r.req.method! : 'other';
+      count(r.route, method, aborted ? 'aborted' : statusLabel(r.res.statusCode)).n++;
+      if (!aborted) durations.get(r.route, method).observe(elapsed / 1000);
     }
-    const level = aborted || status >= 500 ? WARN : INFO;
     // pino's `silent` is Infinity: nothing at all is written.
     if (!access() || log.levelVal === Number.POSITIVE_INFINITY) return;
-    const f = recordedFacts(req);
-    let line = `{"level":${level},"time":"${isoNow()}","name":${name},"reqId":"${r.requestId}","req":{"method":${JSON.stringify(req.method)},"path":${JSON.stringify(loggablePath(req.url))}},"res":{"status":${status}},"responseTime":${Math.round(elapsed)}`;
-    line += `,"remote":${JSON.stringify(r.client)}`;
-    if (r.client !== r.peer) line += `,"peer":${JSON.stringify(r.peer)}`;
-    line += `,"bytesIn":${bytesIn},"bytesOut":${bytesOut}`;
-    const agent = req.headers['user-agent'];
-    if (agent) line += `,"userAgent":${JSON.stringify(agent.length > USER_AGENT_CHARS ? agent.slice(0, USER_AGENT_CHARS) : agent)}`;
-    if (aborted) line += ',"aborted":true';
-    if (f.upstreamMs !== undefined) line += `,"upstreamMs":${f.upstreamMs}`;
-    if (f.realm !== undefined) line += `,"realm":${JSON.stringify(f.realm)}`;
-    if (f.featureLevel !== undefined) line += `,"featureLevel":${f.featureLevel}`;
-    if (f.kind !== undefined) line += `,"kind":${JSON.stringify(f.kind)}`;
-    dest.write(`${line},"msg":"${aborted ? 'request aborted' : 'request completed'}"}\n`);
+    dest.write(accessLine(name, r, elapsed, bytes, aborted));
   }
+}
+
+/**
+ * Bytes on the connection since the previous answer on it ended: one request at a time on a
+ * connection, so that is this one's (head and body).
+ */
+function bytesSincePrevious(socket: Socket | null): { bytesIn: number; bytesOut: number } {
+  if (!socket) return { bytesIn: 0, bytesOut: 0 };
+  const read = socket.bytesRead;
+  const sent = socket.bytesWritten;
+  const before = countedOf.get(socket);
+  if (!before) {
+    countedOf.set(socket, { read, written: sent });
+    return { bytesIn: read, bytesOut: sent };
+  }
+  const counted = { bytesIn: read - before.read, bytesOut: sent - before.written };
+  before.read = read;
+  before.written = sent;
+  return counted;
+}
+
+/** The access line, in pino's own format (`name`: the logger's, as JSON). */
+function accessLine(name: string, r: Logged, elapsed: number, bytes: { bytesIn: number; bytesOut: number }, aborted: boolean): string {
+  const { req } = r;
+  const status = r.res.statusCode;
+  const level = aborted || status >= 500 ? WARN : INFO;
+  let line = `{"level":${level},"time":"${isoNow()}","name":${name},"reqId":"${r.requestId}","req":{"method":${JSON.stringify(req.method)},"path":${JSON.stringify(loggablePath(req.url))}},"res":{"status":${status}},"responseTime":${Math.round(elapsed)}`;
+  line += `,"remote":${JSON.stringify(r.client)}`;
+  if (r.client !== r.peer) line += `,"peer":${JSON.stringify(r.peer)}`;
+  line += `,"bytesIn":${bytes.bytesIn},"bytesOut":${bytes.bytesOut}`;
+  const agent = req.headers['user-agent'];
+  if (agent) line += `,"userAgent":${JSON.stringify(agent.length > USER_AGENT_CHARS ? agent.slice(0, USER_AGENT_CHARS) : agent)}`;
+  if (aborted) line += ',"aborted":true';
+  line += factFields(recordedFacts(req));
+  return `${line},"msg":"${aborted ? 'request aborted' : 'request completed'}"}\n`;
+}
+
+/** What the shim did, as the line's last fields: those the request recorded. */
+function factFields(f: RequestFacts): string {
+  let fields = '';
+  if (f.upstreamMs !== undefined) fields += `,"upstreamMs":${f.upstreamMs}`;
+  if (f.realm !== undefined) fields += `,"realm":${JSON.stringify(f.realm)}`;
+  if (f.featureLevel !== undefined) fields += `,"featureLevel":${f.featureLevel}`;
+  if (f.kind !== undefined) fields += `,"kind":${JSON.stringify(f.kind)}`;
+  return fields;
 }
 
 /** One request's record, from its start to its answer's close: one object a request, no closures. */

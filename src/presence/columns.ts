@@ -44,7 +44,7 @@ function tableMap(t: EmailTable): Map<string, number> {
 }
 
 /**
- * Presence answer bytes → columns. `era` is the format's conversion (zulip-server.md §3.5):
+ * Presence answer bytes → columns. `era` is the format's conversion (convert.ts's table):
  * `legacy` for email-keyed answers of any era, the upstream's era for slim ones; undefined when
  * the answer is not converted (7.0–8.x legacy answers: only its top-level fields are read).
  */

@@ -3,7 +3,7 @@ import { withinHistory, type ModernPresence } from './ledger.js';
 
 /**
  * Pure conversions of upstream presence answers to the modern format (P1, P2), one per era
- * (../shared/reference/zulip-server.md §3):
+ * (the formats of docs/behaviour.md, P1 and P2):
  *
  * | era                 | upstream format                                   | conversion            |
  * |---------------------|---------------------------------------------------|-----------------------|

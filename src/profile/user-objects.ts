@@ -162,60 +162,88 @@ function unescaped(raw: string): string | undefined {
   }
 }
 
+/** Where a list is: its brackets and the commas between its items. */
+interface LocatedList {
+  open: number;
+  close: number;
+  commas: number[];
+}
+
+/** locateList's state as it reads the text. */
+interface ListScan {
+  readonly text: string;
+  readonly key: string;
+  depth: number;
+  /** The top-level key just read, and where its closing quote is. */
+  lastKey: { name: string | undefined; end: number } | undefined;
+  /** The list's `[` while inside it, else -1. */
+  open: number;
+  found: LocatedList | undefined;
+  readonly commas: number[];
+}
+
+/** A step's answer when the text is not what it seems: the whole parse says so as JSON.parse would. */
+const NOT_AS_IT_SEEMS = -1;
+
 /**
  * Where the top-level array `key` of a JSON object text is: its brackets and the commas
  * between its items. Undefined when the text has no such array, when `key` comes again later
  * at the top level (JSON.parse keeps the last one), or when the text is not what it seems.
  */
-async function locateList(text: string, key: string): Promise<{ open: number; close: number; commas: number[] } | undefined> {
-  let depth = 0;
-  /** The top-level key just read, and where its closing quote is. */
-  let lastKey: { name: string | undefined; end: number } | undefined;
-  let open = -1;
-  let found: { open: number; close: number; commas: number[] } | undefined;
-  const commas: number[] = [];
+async function locateList(text: string, key: string): Promise<LocatedList | undefined> {
+  const scan: ListScan = { text, key, depth: 0, lastKey: undefined, open: -1, found: undefined, commas: [] };
   let nextTurnAt = CHARS_PER_TURN;
   for (let i = 0; i < text.length; i++) {
     if (i >= nextTurnAt) {
       nextTurnAt += CHARS_PER_TURN;
       await nextTurn();
     }
-    const c = text.charCodeAt(i);
-    if (c === QUOTE) {
-      let end = text.indexOf('"', i + 1);
-      while (end > 0 && escaped(text, end)) end = text.indexOf('"', end + 1);
-      if (end < 0) return undefined;
-      if (depth === 1 && open < 0) {
-        lastKey = { name: unescaped(text.slice(i + 1, end)), end };
-        // The same key again after the list: JSON.parse keeps that one.
-        if (found && lastKey.name === key && isKey(text, end)) return undefined;
-      }
-      i = end;
-    } else if (c === OPEN_BRACE || c === OPEN_BRACKET) {
-      // The array right after `"key":` at the top level.
-      if (
-        c === OPEN_BRACKET &&
-        depth === 1 &&
-        open < 0 &&
-        !found &&
-        lastKey?.name === key &&
-        /^\s*:\s*$/.test(text.slice(lastKey.end + 1, i))
-      ) {
-        open = i;
-      }
-      depth++;
-    } else if (c === CLOSE_BRACE || c === CLOSE_BRACKET) {
-      depth--;
-      if (open >= 0 && depth === 1) {
-        // The list closed by a `}`: not JSON (every other bracket is checked by the parses of
-        // the rest and of the items); the whole parse says so as JSON.parse would.
-        if (c !== CLOSE_BRACKET) return undefined;
-        found = { open, close: i, commas };
-        open = -1;
-      }
-    } else if (c === COMMA && open >= 0 && depth === 2) commas.push(i);
+    i = scanStep(scan, i);
+    if (i === NOT_AS_IT_SEEMS) return undefined;
   }
-  return found;
+  return scan.found;
+}
+
+/** Reads the character at i: where the scan goes on after (a string's closing quote), or NOT_AS_IT_SEEMS. */
+function scanStep(scan: ListScan, i: number): number {
+  const c = scan.text.charCodeAt(i);
+  if (c === QUOTE) return stringEnd(scan, i);
+  if (c === OPEN_BRACE || c === OPEN_BRACKET) {
+    if (c === OPEN_BRACKET && isTheList(scan, i)) scan.open = i;
+    scan.depth++;
+  } else if (c === CLOSE_BRACE || c === CLOSE_BRACKET) {
+    scan.depth--;
+    if (scan.open >= 0 && scan.depth === 1) {
+      // The list closed by a `}`: not JSON (every other bracket is checked by the parses of
+      // the rest and of the items).
+      if (c !== CLOSE_BRACKET) return NOT_AS_IT_SEEMS;
+      scan.found = { open: scan.open, close: i, commas: scan.commas };
+      scan.open = -1;
+    }
+  } else if (c === COMMA && scan.open >= 0 && scan.depth === 2) scan.commas.push(i);
+  return i;
+}
+
+/** The closing quote of the string opening at i; a top-level key is remembered. */
+function stringEnd(scan: ListScan, i: number): number {
+  const { text } = scan;
+  let end = text.indexOf('"', i + 1);
+  while (end > 0 && escaped(text, end)) end = text.indexOf('"', end + 1);
+  if (end < 0) return NOT_AS_IT_SEEMS;
+  if (scan.depth === 1 && scan.open < 0) {
+    scan.lastKey = { name: unescaped(text.slice(i + 1, end)), end };
+    // The same key again after the list: JSON.parse keeps that one.
+    if (scan.found && scan.lastKey.name === scan.key && isKey(text, end)) return NOT_AS_IT_SEEMS;
+  }
+  return end;
+}
+
+/** Is the `[` at i the array right after `"key":` at the top level (the first one)? */
+function isTheList(scan: ListScan, i: number): boolean {
+  const { lastKey } = scan;
+  return (
+    scan.depth === 1 && scan.open < 0 && !scan.found && lastKey?.name === scan.key && /^\s*:\s*$/.test(scan.text.slice(lastKey.end + 1, i))
+  );
 }
 
 /**

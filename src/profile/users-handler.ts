@@ -29,7 +29,7 @@ export type UsersContext = ProfileContext & Pick<ShimContext, 'users'>;
  * caller's own credentials, so the upstream checks them first (E1 for its refusal).
  */
 
-/** Feature levels of the single-user endpoints (zulip-server.md §5.2). */
+/** Feature levels of the single-user endpoints (Zulip's API changelog: `GET /users/{user_id}` at 1, `GET /users/{email}` at 39). */
 export const USER_BY_ID_LEVEL = getUserById.featureLevel;
 export const USER_BY_EMAIL_LEVEL = getUserByEmail.featureLevel;
 

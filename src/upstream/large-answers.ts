@@ -11,7 +11,7 @@ export class BadAnswer extends Error {
   override name = 'BadAnswer';
 }
 
-/** The fields of a `GET /users` member the shim reads (zulip-server.md §5.2, every era). */
+/** The fields of a `GET /users` member the shim reads (every era's `GET /users` rows; docs/behaviour.md, U1–U3). */
 export interface Member {
   user_id: number;
   email: string;
@@ -44,23 +44,8 @@ const str = (v: unknown): v is string => typeof v === 'string';
 const bool = (v: unknown): v is boolean => typeof v === 'boolean';
 const int = (v: unknown): v is number => typeof v === 'number' && Number.isInteger(v);
 
-/** The fields only some rows carry (by era, by what the caller may see), copied where the row has them. */
-function withOptionalFields(m: Member, r: Record<string, unknown>): Member {
-  if (str(r.full_name)) m.full_name = r.full_name;
-  if (bool(r.is_owner)) m.is_owner = r.is_owner;
-  if (int(r.role)) m.role = r.role;
-  if (int(r.avatar_version)) m.avatar_version = r.avatar_version;
-  if (str(r.delivery_email)) m.delivery_email = r.delivery_email;
-  return m;
-}
-
-/** A bot's own fields (V5), null where the upstream says none. */
-function withBotFields(m: Member, r: Record<string, unknown>): Member {
-  if (int(r.bot_type) || r.bot_type === null) m.bot_type = r.bot_type;
-  if (int(r.bot_owner_id) || r.bot_owner_id === null) m.bot_owner_id = r.bot_owner_id;
-  if (str(r.bot_owner) || r.bot_owner === null) m.bot_owner = r.bot_owner;
-  return m;
-}
+const boolOr = (v: unknown, otherwise: boolean): boolean => (bool(v) ? v : otherwise);
+const strOr = (v: unknown, otherwise: string): string => (str(v) ? v : otherwise);
 
 /** Reads one member; undefined when the row lacks what every era sends. Pure. */
 export function memberOf(row: unknown): Member | undefined {
@@ -70,15 +55,32 @@ export function memberOf(row: unknown): Member | undefined {
   const m: Member = {
     user_id: r.user_id,
     email: r.email,
-    is_bot: bool(r.is_bot) ? r.is_bot : false,
-    is_active: bool(r.is_active) ? r.is_active : true,
-    is_admin: bool(r.is_admin) ? r.is_admin : false,
-    is_guest: bool(r.is_guest) ? r.is_guest : false,
-    timezone: str(r.timezone) ? r.timezone : '',
-    date_joined: str(r.date_joined) ? r.date_joined : '',
+    is_bot: boolOr(r.is_bot, false),
+    is_active: boolOr(r.is_active, true),
+    is_admin: boolOr(r.is_admin, false),
+    is_guest: boolOr(r.is_guest, false),
+    timezone: strOr(r.timezone, ''),
+    date_joined: strOr(r.date_joined, ''),
   };
-  withOptionalFields(m, r);
-  return m.is_bot ? withBotFields(m, r) : m;
+  withLaterFields(m, r);
+  if (m.is_bot) withBotFields(m, r);
+  return m;
+}
+
+/** The fields not every era or caller gets, where the row has them. */
+function withLaterFields(m: Member, r: Record<string, unknown>): void {
+  if (str(r.full_name)) m.full_name = r.full_name;
+  if (bool(r.is_owner)) m.is_owner = r.is_owner;
+  if (int(r.role)) m.role = r.role;
+  if (int(r.avatar_version)) m.avatar_version = r.avatar_version;
+  if (str(r.delivery_email)) m.delivery_email = r.delivery_email;
+}
+
+/** A bot's fields (V5), null being a value of theirs. */
+function withBotFields(m: Member, r: Record<string, unknown>): void {
+  if (int(r.bot_type) || r.bot_type === null) m.bot_type = r.bot_type;
+  if (int(r.bot_owner_id) || r.bot_owner_id === null) m.bot_owner_id = r.bot_owner_id;
+  if (str(r.bot_owner) || r.bot_owner === null) m.bot_owner = r.bot_owner;
 }
 
 type Packed = [number, string, string | null, boolean, boolean, boolean, boolean, string, string, ...Array<unknown>];

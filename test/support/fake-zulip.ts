@@ -74,6 +74,8 @@ export interface FakeStats {
 
 export interface FakeOptions {
   era: Era;
+  /** The feature level the server reports, if not its era's (P9's boundary at 228 lies between eras). */
+  featureLevel?: number;
   /** Number of human users created (plus one bot). Default 6. */
   users?: number;
   /** The upstream clock, float seconds; tests move it with advance(). */
@@ -157,7 +159,7 @@ export class FakeZulip {
   constructor(o: FakeOptions) {
     this.era = o.era;
     this.oneRealm = o.oneRealm ?? false;
-    this.featureLevel = ERA_FEATURE_LEVEL[o.era];
+    this.featureLevel = o.featureLevel ?? ERA_FEATURE_LEVEL[o.era];
     this.emailAddressVisibility = o.emailAddressVisibility ?? 'nobody';
     this.whole = o.whole ?? false;
     this.spectators = o.spectators ?? false;

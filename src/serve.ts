@@ -213,7 +213,14 @@ async function serveWith(argv: string[], signals: HeldSignals): Promise<number> 
   const log = createLogger(config.log.level);
   warnNearMisses(log);
   for (const line of riskySetups(config, sources)) log.warn(line);
-  tuneRuntime();
+  const tuning = tuneRuntime();
+  const budgets = Object.entries(config.memory).reduce((sum, [key, bytes]) => (key === 'largeAnswerBytes' ? sum : sum + bytes), 0);
+  log.info(
+    { memoryBudgetsMiB: Math.round(budgets / 2 ** 20), heapGrowingPercent: tuning.heapGrowingPercent },
+    tuning.heapGrowingPercent === 'operator'
+      ? 'memory: the byte budgets bound what the shim keeps (X2); V8 heap growth as NODE_OPTIONS or the command line set it'
+      : `memory: the byte budgets bound what the shim keeps (X2); V8 heap growth held to ${tuning.heapGrowingPercent}% above live data between collections (--heap-growing-percent overrides)`,
+  );
   // Until the shim is up there is nothing to close: exit at once.
   let onUncaught: () => void = () => process.exit(EXIT_UNCAUGHT);
   handleEscapedErrors(log, () => onUncaught());

@@ -17,7 +17,8 @@ import { setFlagsFromString } from 'node:v8';
  * collects again. With the budgets full that is hundreds of megabytes of garbage on top of them
  * (a flood of 5,000-user realms: 521 MiB peak RSS at V8's own factor, 433 MiB at 1.15 in the same
  * conditions; bench/RESULTS.md). The factor applies to the parse worker's isolates too. An
- * operator's own `--heap-growing-percent` (NODE_OPTIONS or the command line) is left as given.
+ * operator's own `--heap-growing-percent` on node's command line is left as given (0: V8's own
+ * factor; NODE_OPTIONS does not take the flag).
  */
 export const HEAP_GROWING_PERCENT = 15;
 
@@ -27,12 +28,9 @@ export interface RuntimeTuning {
   heapGrowingPercent: number | 'operator';
 }
 
-export function tuneRuntime(
-  execArgv: readonly string[] = process.execArgv,
-  nodeOptions: string = process.env.NODE_OPTIONS ?? '',
-): RuntimeTuning {
+export function tuneRuntime(execArgv: readonly string[] = process.execArgv): RuntimeTuning {
   setFlagsFromString('--no-memory-reducer');
-  const given = [...execArgv, ...nodeOptions.split(/\s+/)].some((a) => /^--heap[-_]growing[-_]percent\b/.test(a));
+  const given = execArgv.some((a) => /^--heap[-_]growing[-_]percent\b/.test(a));
   if (given) return { heapGrowingPercent: 'operator' };
   setFlagsFromString(`--heap-growing-percent=${HEAP_GROWING_PERCENT}`);
   return { heapGrowingPercent: HEAP_GROWING_PERCENT };

@@ -95,12 +95,17 @@ function* escapedPieces(text: string): Generator<string> {
   }
 }
 
-/** What JSON.stringify writes for each ASCII byte it escapes (`"`, `\\`, controls), by byte: at most 6 bytes (`\\u001f`). */
-const ESCAPED_BYTES = Array.from({ length: 0x80 }, (_, b) => {
-  const escaped = JSON.stringify(String.fromCharCode(b)).slice(1, -1);
-  return escaped.length > 1 ? Buffer.from(escaped) : undefined;
-});
+/** Bytes JSON.stringify writes for each byte it escapes (`"`, `\\`, controls): at most 6 (`\\u001f`). */
 const LONGEST_ESCAPE = 6;
+/** By byte: how many bytes its escape takes (0: written as it is), and those bytes, LONGEST_ESCAPE per byte. */
+const ESCAPE_LENGTH = new Uint8Array(256);
+const ESCAPE_BYTES = new Uint8Array(256 * LONGEST_ESCAPE);
+for (let b = 0; b < 0x80; b++) {
+  const escaped = JSON.stringify(String.fromCharCode(b)).slice(1, -1);
+  if (escaped.length === 1) continue;
+  ESCAPE_LENGTH[b] = escaped.length;
+  ESCAPE_BYTES.set(Buffer.from(escaped), b * LONGEST_ESCAPE);
+}
 
 /**
  * An entry as the file holds it (indented JSON, one line per value), in pieces: strings, and
@@ -165,11 +170,12 @@ class FileOut {
     while (j < bytes.length) {
       if (this.size > last) await this.drain();
       let n = this.size;
-      for (; j < bytes.length && n <= last; j++) {
+      const end = bytes.length;
+      for (; j < end && n <= last; j++) {
         const b = bytes[j]!;
-        const escaped = b < 0x80 ? ESCAPED_BYTES[b] : undefined;
-        if (escaped) n += escaped.copy(out, n);
-        else out[n++] = b;
+        const length = ESCAPE_LENGTH[b]!;
+        if (length === 0) out[n++] = b;
+        else for (let k = b * LONGEST_ESCAPE, e = k + length; k < e; k++) out[n++] = ESCAPE_BYTES[k]!;
       }
       this.size = n;
     }

@@ -218,8 +218,8 @@ async function serveWith(argv: string[], signals: HeldSignals): Promise<number> 
   log.info(
     { memoryBudgetsMiB: Math.round(budgets / 2 ** 20), heapGrowingPercent: tuning.heapGrowingPercent },
     tuning.heapGrowingPercent === 'operator'
-      ? "memory: the byte budgets bound what the shim keeps (X2); V8 heap growth as node's --heap-growing-percent set it"
-      : `memory: the byte budgets bound what the shim keeps (X2); V8 heap growth held to ${tuning.heapGrowingPercent}% above live data between collections (node's --heap-growing-percent overrides)`,
+      ? "memory: the byte budgets bound what the shim keeps (X2); the JavaScript heap grows as node's --heap-growing-percent says"
+      : `memory: the byte budgets bound what the shim keeps (X2); the JavaScript heap may grow ${tuning.heapGrowingPercent}% above live data between collections (node's --heap-growing-percent sets another)`,
   );
   // Until the shim is up there is nothing to close: exit at once.
   let onUncaught: () => void = () => process.exit(EXIT_UNCAUGHT);

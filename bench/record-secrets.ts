@@ -25,6 +25,7 @@ const { values } = parseArgs({
     keep: { type: 'boolean' },
     'full-answers': { type: 'boolean' },
     'no-record': { type: 'boolean' },
+    'node-arg': { type: 'string', multiple: true },
   },
   strict: true,
 });
@@ -38,6 +39,7 @@ const upstream = await spawnChild('upstream-process.ts', ['2.1', String(users), 
 // The shipped CLI: recording is set up there (a recorder standing in for the upstream).
 const shim = await startCli(shippedCli(), upstream.url, {
   dir,
+  nodeArgs: values['node-arg'] ?? [],
   args: [
     // --no-record: the same traffic unrecorded, the reference for what recording costs.
     ...(values['no-record'] ? [] : ['--record', har]),

@@ -25,6 +25,7 @@ import { basicAuth, PRESENCE_PATH, SMALL_BODY, SMALL_PATH, type Flavour, type Up
 // `npm run bench -- b7`: the large-realm cost curve (bench/b7.ts);
 // `npm run bench -- replicas`: one replica against two on one Redis (bench/replicas.ts);
 // `npm run bench -- flood`: memory under a flood of hosts with the default budgets (X2);
+// `npm run bench -- flood-realms`: peak RSS under a flood of realms, a realm per Host (X2, X12);
 // `npm run bench -- slow`: presence and profile latency beside slow uploads and idle connections (X11);
 // `npm run bench -- long-polls`: more held long polls than descriptors allow (X11);
 // `npm run bench -- drips`: pass-through beside uploads that drip their bodies and re-open (X11);
@@ -38,6 +39,7 @@ const OWN_RUNS: Record<string, string> = {
   b7: './b7.js',
   replicas: './replicas.js',
   flood: './flood.js',
+  'flood-realms': './flood-realms.js',
   slow: './slow-clients.js',
   'long-polls': './long-polls.js',
   drips: './drips.js',

@@ -28,6 +28,8 @@ export interface SyntheticOptions {
   /** Churn is applied in this many steps per simulated minute; each step regenerates bodies. */
   stepsPerMinute: number;
   seed: number;
+  /** Each `Host` a realm of its own (a Zulip server with a realm per subdomain): `server_settings` names it as its realm URL. */
+  realmPerHost?: boolean;
 }
 
 export const DEFAULT_SYNTHETIC: SyntheticOptions = {
@@ -308,7 +310,7 @@ export class SyntheticZulip {
     );
   }
 
-  private buildSettings(): Buffer {
+  private buildSettings(host?: string): Buffer {
     const body: Record<string, unknown> = {
       result: 'success',
       msg: '',
@@ -317,7 +319,7 @@ export class SyntheticZulip {
       push_notifications_enabled: false,
       email_auth_enabled: true,
       require_email_format_usernames: true,
-      realm_uri: 'http://127.0.0.1',
+      realm_uri: host === undefined ? 'http://127.0.0.1' : `http://${host}`,
       realm_name: 'Bench',
       realm_description: '<p>A synthetic realm</p>',
       external_authentication_methods: [],
@@ -337,7 +339,7 @@ export class SyntheticZulip {
       switch (route) {
         case 'GET /api/v1/server_settings':
           this.stats.serverSettings++;
-          return send(res, [this.settingsBody]);
+          return send(res, [this.o.realmPerHost ? this.buildSettings(req.headers.host) : this.settingsBody]);
         case 'GET /api/v1/users':
           this.stats.usersList++;
           return send(res, [this.usersBody]);

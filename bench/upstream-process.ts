@@ -3,15 +3,16 @@ import { SyntheticZulip, type Flavour } from './synthetic-upstream.js';
 
 /**
  * The synthetic upstream in a process of its own.
- * argv: flavour users churnPerMinute minuteMs
+ * argv: flavour users churnPerMinute minuteMs [realm-per-host]
  */
 
-const [flavour = '2.1', users = '10000', churn = '0.02', minuteMs = '60000'] = process.argv.slice(2);
+const [flavour = '2.1', users = '10000', churn = '0.02', minuteMs = '60000', realms] = process.argv.slice(2);
 const upstream = new SyntheticZulip({
   flavour: flavour as Flavour,
   users: Number(users),
   churnPerMinute: Number(churn),
   minuteMs: Number(minuteMs),
+  realmPerHost: realms === 'realm-per-host',
 });
 const url = await upstream.start();
 let cpuMark = process.cpuUsage();

@@ -305,12 +305,23 @@ function untilStopped(
   });
 }
 
+/** X2 at start-up: what the byte budgets bound, and how far the JavaScript heap may grow above live data. */
+function sayMemory(log: Logger, config: Config, tuning: ReturnType<typeof tuneRuntime>): void {
+  const budgets = Object.entries(config.memory).reduce((sum, [key, bytes]) => (key === 'largeAnswerBytes' ? sum : sum + bytes), 0);
+  log.info(
+    { memoryBudgetsMiB: Math.round(budgets / 2 ** 20), heapGrowingPercent: tuning.heapGrowingPercent },
+    tuning.heapGrowingPercent === 'operator'
+      ? "memory: the byte budgets bound what the shim keeps (X2); the JavaScript heap grows as node's --heap-growing-percent says"
+      : `memory: the byte budgets bound what the shim keeps (X2); the JavaScript heap may grow ${tuning.heapGrowingPercent}% above live data between collections (node's --heap-growing-percent sets another)`,
+  );
+}
+
 async function serveWith(argv: string[], signals: HeldSignals): Promise<number> {
   const { config, sources } = loadConfig(argv);
   const log = createLogger(config.log.level);
   warnNearMisses(log);
   for (const line of riskySetups(config, sources)) log.warn(line);
-  tuneRuntime();
+  sayMemory(log, config, tuneRuntime());
   // Until the shim is up there is nothing to close: exit at once.
   let onUncaught: () => void = () => process.exit(EXIT_UNCAUGHT);
   handleEscapedErrors(log, () => onUncaught());

@@ -17,6 +17,7 @@ describe('bytesOf', () => {
     ['a whole number, rounded up', { fixed: 64, later: 0.5 }, 65],
     ['strings at two bytes a character, absent ones at none', { fixed: 200, strings: ['ab', undefined, 'é'] }, 206],
     ['a character outside the BMP is two UTF-16 units', { fixed: 0, strings: ['😀'] }, 4],
+    ['one-byte strings (no character past U+00FF) at one byte a character', { fixed: 0, oneByteStrings: ['ab', undefined, 'é'] }, 3],
     ['buffers and typed arrays at their byteLength', { fixed: 0, bytes: [Buffer.alloc(10), new Int32Array(10), undefined] }, 50],
     ['items at their measured cost (a ledger of 100 users)', { fixed: 1024, items: 100, bytesPerItem: 160 }, 17_024],
     ['no items', { fixed: 1024, items: undefined, bytesPerItem: 120 }, 1024],

@@ -117,6 +117,22 @@ describe('HarWriter (H1)', () => {
     expect(har.log.entries).toEqual([{ ...withText, response: { ...withText.response, content: scrubbed } }]);
   });
 
+  it('escapes a large UTF-8 body straight into the file, byte for byte as JSON.stringify, across the edges of its output buffer (X8)', async () => {
+    const file = join(dir, 'large-bytes.har');
+    const w = new HarWriter({ file, redactor: new Redactor(), log, flushMs: 10_000 });
+    // Escapes of every length (2 and 6 bytes) and multi-byte characters at every offset of a 256 KiB buffer.
+    const unit = '"\\\u0001é😀€x\n';
+    const text = unit.repeat(Math.ceil(900_000 / unit.length));
+    const withText = entry('/large', text, 1000);
+    const { text: _left, ...content } = withText.response.content;
+    w.add({ ...withText, response: { ...withText.response, content } }, 1000, Buffer.from(text));
+    await w.close();
+    const written = readFileSync(file, 'utf8');
+    expect(written.includes(JSON.stringify(text))).toBe(true);
+    const har = JSON.parse(written) as { log: { entries: HarEntry[] } };
+    expect(har.log.entries).toEqual([withText]);
+  });
+
   it('replaces a secret learnt after an entry was kept in that entry too', async () => {
     const file = join(dir, 'b.har');
     const redactor = new Redactor();

@@ -337,6 +337,27 @@ describe('shared snapshots (P9)', () => {
     expect(fake.stats.presencePing).toBe(30);
   });
 
+  it('on 2.1, keeps the legacy answer for the window only in a realm with legacy polls (X2); a first legacy poll fetches its own', async () => {
+    await setup('2.1', { presence: { coalesceMs: 5000 } });
+    await poll(10, { status: 'active', last_update_id: '-1' });
+    const { snapshots, presence } = shim.shim.context;
+    const held = snapshots.fresh([...presence.fetchTimes.keys()][0]!);
+    expect(held?.modern?.size).toBe(fake.humans().length);
+    expect(held?.legacyBytes).toBeUndefined(); // only modern polls so far: dropped once taken in
+    fake.resetStats();
+    const legacy = await poll(11, { status: 'active' });
+    expect(legacy.status).toBe(200);
+    expect(legacy.body.presences).toEqual(fake.legacyPresence());
+    expect(Object.keys(legacy.body.presences)[0]).toMatch(/@/);
+    expect(fake.stats.presenceFull).toBe(1); // the window's snapshot had no legacy answer to give
+    // From now on the realm's snapshots keep it: the next legacy poll in the window shares it.
+    fake.resetStats();
+    const again = await poll(12, { status: 'active' });
+    expect(again.body.presences).toEqual(fake.legacyPresence());
+    expect(fake.stats.presenceFull).toBe(0);
+    expect(fake.stats.presencePing).toBe(1);
+  });
+
   it('a burst with no snapshot yet fetches once; the rest wait and ping', async () => {
     await setup('4.0', { presence: { coalesceMs: 5000 } });
     const users = fake.humans().map((u) => u.user_id);

@@ -14,6 +14,8 @@ export interface Footprint {
    * joined user list makes the whole list two-byte).
    */
   strings?: ReadonlyArray<string | undefined>;
+  /** Strings known to hold no character past U+00FF, which V8 keeps at one byte a character. */
+  oneByteStrings?: ReadonlyArray<string | undefined>;
   /** Buffers and typed-array columns it holds, at their byteLength. */
   bytes?: ReadonlyArray<{ readonly byteLength: number } | undefined>;
   /** Entries of a map or table it holds (`items`), each at a measured `bytesPerItem`. */
@@ -33,6 +35,7 @@ export function bytesOf(f: Footprint): number {
 function sum(f: Footprint): number {
   let n = f.fixed + (f.items ?? 0) * (f.bytesPerItem ?? 0) + (f.later ?? 0);
   for (const s of f.strings ?? []) if (s !== undefined) n += 2 * s.length;
+  for (const s of f.oneByteStrings ?? []) if (s !== undefined) n += s.length;
   for (const b of f.bytes ?? []) if (b !== undefined) n += b.byteLength;
   for (const i of f.inner ?? []) if (i !== undefined) n += sum(i);
   return n;

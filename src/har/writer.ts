@@ -95,36 +95,25 @@ function* escapedPieces(text: string): Generator<string> {
   }
 }
 
-/** What JSON.stringify writes for each ASCII byte it escapes (`"`, `\\`, controls), by byte. */
-const ESCAPED_BYTES = Array.from({ length: 0x80 }, (_, b) => {
+/** Bytes JSON.stringify writes for each byte it escapes (`"`, `\\`, controls): at most 6 (`\\u001f`). */
+const LONGEST_ESCAPE = 6;
+/** By byte: how many bytes its escape takes (0: written as it is), and those bytes, LONGEST_ESCAPE per byte. */
+const ESCAPE_LENGTH = new Uint8Array(256);
+const ESCAPE_BYTES = new Uint8Array(256 * LONGEST_ESCAPE);
+for (let b = 0; b < 0x80; b++) {
   const escaped = JSON.stringify(String.fromCharCode(b)).slice(1, -1);
-  return escaped.length > 1 ? Buffer.from(escaped) : undefined;
-});
-
-/**
- * Valid UTF-8 as the inside of a JSON string, byte for byte what JSON.stringify writes for its
- * text (it escapes only `"`, `\`, controls and lone surrogates, which UTF-8 cannot hold), in pieces.
- */
-function* escapedBytePieces(bytes: Buffer): Generator<Buffer> {
-  for (let i = 0; i < bytes.length; i += PIECE_CHARS) {
-    const end = Math.min(i + PIECE_CHARS, bytes.length);
-    // Sized exactly: a buffer for the worst case (6×) would be held whole by its slice.
-    let size = end - i;
-    for (let j = i; j < end; j++) if (bytes[j]! < 0x80) size += (ESCAPED_BYTES[bytes[j]!]?.length ?? 1) - 1;
-    const out = Buffer.allocUnsafe(size);
-    let n = 0;
-    for (let j = i; j < end; j++) {
-      const b = bytes[j]!;
-      const escaped = b < 0x80 ? ESCAPED_BYTES[b] : undefined;
-      if (escaped) n += escaped.copy(out, n);
-      else out[n++] = b;
-    }
-    yield out;
-  }
+  if (escaped.length === 1) continue;
+  ESCAPE_LENGTH[b] = escaped.length;
+  ESCAPE_BYTES.set(Buffer.from(escaped), b * LONGEST_ESCAPE);
 }
 
-/** An entry as the file holds it (indented JSON, one line per value), in pieces. */
-function* entryPieces(entry: HarEntry, responseText: Buffer | undefined): Generator<string | Buffer> {
+/**
+ * An entry as the file holds it (indented JSON, one line per value), in pieces: strings, and
+ * bodies as bytes, which FileOut escapes as it copies them (valid UTF-8: byte for byte what
+ * JSON.stringify writes for their text, which escapes only `"`, `\\`, controls and lone
+ * surrogates, which UTF-8 cannot hold).
+ */
+function* entryPieces(entry: HarEntry, responseText: Buffer | undefined): Generator<string | { escape: Buffer }> {
   const { marked, bodies } = markBodies(entry, responseText);
   const parts = indent(JSON.stringify(marked, null, 2), ENTRY_INDENT).split(BODY_MARK_JSON);
   if (parts.length !== bodies.length + 1) {
@@ -138,7 +127,7 @@ function* entryPieces(entry: HarEntry, responseText: Buffer | undefined): Genera
     yield part;
     const body = bodies[i];
     if (typeof body === 'string') yield* escapedPieces(body);
-    else if (body) yield* escapedBytePieces(body);
+    else if (body) yield { escape: body };
   }
 }
 
@@ -146,27 +135,57 @@ function* entryPieces(entry: HarEntry, responseText: Buffer | undefined): Genera
 const bodyChars = (p: Pick<Pending, 'entry' | 'responseText'>) =>
   (p.entry.request.postData?.text?.length ?? 0) + (p.entry.response.content.text?.length ?? 0) + (p.responseText?.length ?? 0);
 
-/** Positional writes of text from `at` on, gathered into pieces of about PIECE_CHARS. */
+/** Bytes of the writer's one output buffer (X8: a flush allocates nothing per piece). */
+const OUT_BYTES = 4 * PIECE_CHARS;
+
+/**
+ * Positional writes from `at` on, through one buffer the writer keeps: text and bodies are
+ * copied (bodies escaped) into it and written when it fills, so recording a body makes no
+ * garbage of its size (X8: escaped pieces and their concatenation were about twice each body,
+ * Buffers that stay resident until a collection).
+ */
 class FileOut {
-  private buffered: Buffer[] = [];
   private size = 0;
   constructor(
     private readonly fh: FileHandle,
     public at: number,
+    private readonly buf: Buffer,
   ) {}
   async put(text: string | Buffer): Promise<void> {
-    const bytes = typeof text === 'string' ? Buffer.from(text) : text;
-    this.buffered.push(bytes);
-    this.size += bytes.length;
-    if (this.size >= PIECE_CHARS) await this.drain();
+    const length = typeof text === 'string' ? Buffer.byteLength(text) : text.length;
+    if (length > this.buf.length - this.size) await this.drain();
+    if (length > this.buf.length) {
+      const bytes = typeof text === 'string' ? Buffer.from(text) : text;
+      await this.fh.write(bytes, 0, bytes.length, this.at);
+      this.at += bytes.length;
+      return;
+    }
+    this.size += typeof text === 'string' ? this.buf.write(text, this.size) : text.copy(this.buf, this.size);
+  }
+  /** Valid UTF-8 as the inside of a JSON string (see entryPieces), escaped into the buffer. */
+  async putEscaped(bytes: Buffer): Promise<void> {
+    const out = this.buf;
+    const last = out.length - LONGEST_ESCAPE;
+    let j = 0;
+    while (j < bytes.length) {
+      if (this.size > last) await this.drain();
+      let n = this.size;
+      const end = bytes.length;
+      for (; j < end && n <= last; j++) {
+        const b = bytes[j]!;
+        const length = ESCAPE_LENGTH[b]!;
+        if (length === 0) out[n++] = b;
+        else for (let k = b * LONGEST_ESCAPE, e = k + length; k < e; k++) out[n++] = ESCAPE_BYTES[k]!;
+      }
+      this.size = n;
+    }
   }
   async drain(): Promise<void> {
     if (this.size === 0) return;
-    const bytes = Buffer.concat(this.buffered, this.size);
-    this.buffered = [];
+    const size = this.size;
     this.size = 0;
-    await this.fh.write(bytes, 0, bytes.length, this.at);
-    this.at += bytes.length;
+    await this.fh.write(this.buf, 0, size, this.at);
+    this.at += size;
   }
 }
 
@@ -191,6 +210,8 @@ export class HarWriter {
   private writing: Promise<void> = Promise.resolve();
   private queued: Promise<void> | undefined;
   private closed = false;
+  /** FileOut's buffer, one per writer (writes never overlap: one runs at a time). */
+  private out: Buffer | undefined;
 
   constructor(private readonly o: HarWriterOptions) {}
 
@@ -268,7 +289,8 @@ export class HarWriter {
     // Every entry of the batch is scrubbed at this generation or a later one.
     const generation = this.o.redactor.generation;
     try {
-      const out = new FileOut(this.fh, this.tailAt);
+      this.out ??= Buffer.allocUnsafe(OUT_BYTES);
+      const out = new FileOut(this.fh, this.tailAt, this.out);
       await this.writeEntries(batch, out);
       await out.drain();
       const end = out.at;
@@ -290,7 +312,8 @@ export class HarWriter {
     for (const [i, p] of batch.entries()) {
       const { entry, responseText } = p.generation === redactor.generation ? p : this.rescrubbed(p);
       await out.put(this.written === 0 && i === 0 ? '\n' : ',\n');
-      for (const piece of entryPieces(entry, responseText)) await out.put(piece);
+      for (const piece of entryPieces(entry, responseText))
+        await (typeof piece === 'string' ? out.put(piece) : out.putEscaped(piece.escape));
     }
   }
 

@@ -8,7 +8,7 @@ import { forwardedHeaders, type ArrivingResponse, type BufferedResponse, type Up
 import { fetchLargeHeadFirst } from '../upstream/large-fetch.js';
 import type { Realm } from '../upstream/realm.js';
 import type { Directory } from '../upstream/user-directory.js';
-import { modernFromColumns, type PresenceColumns } from './columns.js';
+import { CompactPresences, modernFromColumns, type PresenceColumns } from './columns.js';
 import { planLedger, viewOf } from './plan.js';
 import { toModern, type Converted, type PresenceEra, type UserLookup } from './convert.js';
 import { mergeInSteps, timeOfDateHeader, type LedgerState, type ModernPresence, type Observation } from './ledger.js';
@@ -300,5 +300,7 @@ export async function takeInAnswer(
   const ledger = modern
     ? await recordInLedger(asker, { serverTimestamp, presences: modern, complete, dateTimed, invisibleMode })
     : undefined;
-  return { serverTimestamp, modern, modernError, ledger, storeAway: modern !== undefined && ledger === undefined };
+  // X2: what is kept of the answer for its window (a snapshot), compact.
+  const kept = modern && (await CompactPresences.of(modern));
+  return { serverTimestamp, modern: kept, modernError, ledger, storeAway: modern !== undefined && ledger === undefined };
 }

@@ -91,8 +91,11 @@ function policyOf(poll: Poll, format: Format): PollPolicy {
 /** Throws UpstreamRefused when the upstream did not accept the caller's report (E1). */
 export async function obtainSnapshot(poll: Poll, format: Format): Promise<Obtained> {
   const policy = policyOf(poll, format);
+  const modern = wantsModern(poll.request);
+  // X2: from now on this realm's snapshots keep the legacy answer for its window.
+  if (!modern) poll.ctx.presence.legacyPolled.set(poll.realm.key, true);
   const obtained = await sharedOrFetched(poll, format, policy);
-  return wantsModern(poll.request) ? obtained : withLegacyBytes(poll, format, policy, obtained);
+  return modern ? obtained : withLegacyBytes(poll, format, policy, obtained);
 }
 
 /** The interpreter of plan.ts's steps for one full poll. */
@@ -210,12 +213,14 @@ export async function answerableDuringRefresh(poll: Poll): Promise<Snapshot | un
 /**
  * A legacy poll answered from a snapshot another replica published: its upstream bytes, read
  * once per snapshot (a replica whose callers all poll in the modern format never reads them).
- * When they are gone (the store failed, or the poll came after they expired) the caller
- * fetches for itself, as every caller does while the store is down.
+ * When they are gone (the store failed, or the poll came after they expired), or were not kept
+ * (the realm had no legacy poll before, X2), the caller fetches for itself, as every caller does
+ * while the store is down.
  */
 async function withLegacyBytes(poll: Poll, format: Format, policy: PollPolicy, obtained: Obtained): Promise<Obtained> {
   const { snapshot } = obtained;
-  if (snapshot.legacyBytes || !snapshot.readLegacyBytes) return obtained;
+  if (snapshot.legacyBytes) return obtained;
+  if (!snapshot.readLegacyBytes) return fetchedForItself(poll, format, policy);
   let reading = snapshot.legacyRead;
   if (!reading) {
     reading = snapshot
@@ -232,8 +237,17 @@ async function withLegacyBytes(poll: Poll, format: Format, policy: PollPolicy, o
   }
   if (await reading) return obtained;
   snapshot.legacyRead = undefined; // the next legacy poll tries again
+  return fetchedForItself(poll, format, policy);
+}
+
+/**
+ * A legacy poll's own full fetch, where the snapshot it shares has no legacy answer to give; the
+ * scope's snapshot from then on (it holds one), so the next legacy polls of the window share it.
+ */
+async function fetchedForItself(poll: Poll, format: Format, policy: PollPolicy): Promise<Obtained> {
   const fetched = await fetchFromUpstream(poll, format, true);
-  return { snapshot: await fetched.snapshot, own: fetched.own };
+  const snapshot = await poll.ctx.snapshots.lead(policy.scope, () => fetched.snapshot, policy.shared);
+  return { snapshot, own: fetched.own };
 }
 
 /** P9: the caller's own report as a ping; throws UpstreamRefused unless the upstream accepted it. */
@@ -346,6 +360,15 @@ async function takenIn(poll: Poll, format: Format, complete: boolean, answer: Ar
   if ('presence_last_update_id' in presences.top) ctx.featureLevels.raised(poll.realm, undefined);
   const serverTimestamp = upstreamTime(presences.top, answer.headers);
   const intake = await takeInAnswer(poll, format, presences, serverTimestamp, complete);
+  // X2: the upstream's legacy answer is kept for the window only where legacy polls come, where
+  // it could not be converted (a legacy answer is all it is good for), or where replicas share
+  // snapshots (S1: published for the others' legacy polls); modern answers are made from the ledger.
+  const keepLegacy =
+    format === 'legacy' &&
+    (!wantsModern(poll.request) ||
+      intake.modernError !== undefined ||
+      ctx.replicaSnapshots !== undefined ||
+      ctx.presence.legacyPolled.has(poll.realm.key));
   return {
     serverTimestamp,
     // The window starts once the snapshot can be answered from: a slow parse or merge must not eat it.
@@ -353,7 +376,7 @@ async function takenIn(poll: Poll, format: Format, complete: boolean, answer: Ar
     complete,
     modern: intake.modern,
     modernError: intake.modernError,
-    legacyBytes: format === 'legacy' ? bytes : undefined,
+    legacyBytes: keepLegacy ? bytes : undefined,
     legacyUsers: format === 'legacy' ? presences.keys : undefined,
     ledger: intake.ledger,
     storeAway: intake.storeAway,

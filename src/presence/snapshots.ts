@@ -5,6 +5,7 @@ import { ShimError } from '../http/errors.js';
 import { ByteBudget } from '../cache/byte-budget.js';
 import { FL } from '../upstream/feature-level.js';
 import type { LedgerState, ModernPresence } from './ledger.js';
+import { presencesBytes } from './columns.js';
 
 /**
  * P9, shared snapshots: one full upstream presence fetch per scope (a realm and an answer
@@ -137,12 +138,12 @@ interface Slot {
 }
 
 /**
- * X2: what a slot holds: the upstream bytes of its snapshot and its modern map's users. The
- * answers built from it count against their own budget.
+ * X2: what a slot holds: the upstream bytes of its snapshot (where kept) and its modern entries
+ * (compact: columns.ts). The answers built from it count against their own budget.
  */
 function slotFootprint(slot: Slot): Footprint {
   const s = slot.snapshot;
-  return { fixed: 1024, bytes: [s?.legacyBytes], items: s?.modern?.size, bytesPerItem: 120 };
+  return { fixed: 1024 + presencesBytes(s?.modern), bytes: [s?.legacyBytes] };
 }
 
 /**

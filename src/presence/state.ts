@@ -4,6 +4,9 @@ import type { LedgerState } from './ledger.js';
 import type { Snapshot } from './snapshots.js';
 import { StoreAwayState } from './store-away.js';
 
+/** A realm with no legacy poll for this long stops keeping its snapshots' legacy answers (X2). */
+const LEGACY_POLLED_TTL_MS = 3_600_000;
+
 /**
  * What is derived from one ledger state and reused by every answer built from it. A ledger
  * state is a value (ledger.ts): what is derived from it never goes stale, and goes when the
@@ -39,6 +42,12 @@ export class PresenceState {
   readonly usersBytesByShard = new WeakMap<object, number>();
   /** P15: each user's last accepted report (X2: a few dozen bytes a user, bounded like the other per-user lookups). */
   readonly ownReports: LRUCache<string, Reported>;
+  /**
+   * X2: realms whose clients poll in the legacy format (P1), recently: only their snapshots keep
+   * the upstream's legacy answer for the rest of the window (a megabyte at 5,000 users on 2.1).
+   * Elsewhere it is dropped once converted; a realm's first legacy poll then fetches it.
+   */
+  readonly legacyPolled = new LRUCache<string, true>({ max: 10_000, ttl: LEGACY_POLLED_TTL_MS });
   /** B7: how long each scope's last refresh took, from its leader's fetch to the snapshot taken in (ms). */
   readonly fetchTimes = new LRUCache<string, number>({ max: 10_000 });
   /** memory.largeAnswerBytes was exceeded and logged (once per shim). */

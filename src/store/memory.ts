@@ -12,11 +12,11 @@ import type { PresenceStore } from '../presence/ledger-store.js';
 
 /**
  * X2: what a ledger holds in this process: a fixed part, its raised ranges (I6, 64 B each
- * counted) and its users (B5 measures about 144 B a user: the entry, its map slot and the id;
- * 160 are counted).
+ * counted) and its users (B5 measures 176 B a user: the entry, its four numbers, its map slot;
+ * 180 are counted).
  */
 export function ledgerFootprint(state: LedgerState): Footprint {
-  return { fixed: 1024 + state.raised.length * 64, items: state.users.size, bytesPerItem: 160 };
+  return { fixed: 1024 + state.raised.length * 64, items: state.users.size, bytesPerItem: 180 };
 }
 
 export interface MemoryStoreOptions {

@@ -153,7 +153,12 @@ export interface UserColumns {
   rows: string;
   /** Where each row starts in `rows`, and one past the end (length + 1) last. */
   rowStarts: Int32Array;
+  /** No character of `rows` (nor so of `emails`) is past U+00FF: V8 keeps both at one byte a character (X2). */
+  oneByte: boolean;
 }
+
+/** A character V8 cannot keep in a one-byte string. */
+const TWO_BYTE = /[\u0100-\uffff]/;
 
 function columnsOf(members: Member[]): UserColumns {
   members.sort((a, b) => a.user_id - b.user_id);
@@ -163,6 +168,7 @@ function columnsOf(members: Member[]): UserColumns {
   const active = new Uint8Array(n);
   const emails: string[] = new Array<string>(n);
   const rows: string[] = new Array<string>(n);
+  let oneByte = true;
   for (let i = 0; i < n; i++) {
     const m = members[i]!;
     ids[i] = m.user_id;
@@ -171,6 +177,7 @@ function columnsOf(members: Member[]): UserColumns {
     active[i] = m.is_active ? 1 : 0;
     emails[i] = m.email;
     rows[i] = packMember(m);
+    if (oneByte && TWO_BYTE.test(rows[i]!)) oneByte = false;
   }
   const rowStarts = new Int32Array(n + 1);
   let at = 0;
@@ -179,7 +186,7 @@ function columnsOf(members: Member[]): UserColumns {
     at += rows[i]!.length + 1;
   }
   rowStarts[n] = at;
-  return { ids, joined, active, emails: emails.join('\n'), rows: rows.join('\n'), rowStarts };
+  return { ids, joined, active, emails: emails.join('\n'), rows: rows.join('\n'), rowStarts, oneByte };
 }
 
 /** Members of a parsed `GET /users` answer (`{"members": [...]}`); rows that cannot be read are left out. */

@@ -7,7 +7,7 @@ import { SharedCache, type CacheBackend } from '../cache/shared-cache.js';
 import { bytesOf, type Footprint } from '../cache/budgeted.js';
 import type { UpstreamClient } from './client.js';
 import { fetchLarge } from './large-fetch.js';
-import { BadAnswer, lines, STEP, unpackMember, userColumnsOf, type EmailTable, type Member, type UserColumns } from './large-answers.js';
+import { BadAnswer, STEP, unpackMember, userColumnsOf, type EmailTable, type Member, type UserColumns } from './large-answers.js';
 import type { Realm } from './realm.js';
 import { apiPrefixFor } from '../http/api-prefix.js';
 
@@ -37,7 +37,8 @@ export function emailPicks(columns: Pick<UserColumns, 'active'>, positions: read
 
 /**
  * A realm's user list, compact (B7): members by user id in columns, their fields as packed JSON
- * rows read back only for the one user asked about, and an email → position map.
+ * rows read back only for the one user asked about, and an email index into the joined emails
+ * (X2: typed arrays, about 12 bytes a user, where a Map of email strings took about 65).
  */
 export class Directory {
   /** X2: what this directory holds, from its columns. */
@@ -47,7 +48,10 @@ export class Directory {
 
   private constructor(
     private readonly columns: UserColumns,
-    private readonly positions: ReadonlyMap<string, number>,
+    /** Where each email starts in `columns.emails`, and one past the end (length + 1) last. */
+    private readonly emailStarts: Int32Array,
+    /** Slots of email positions + 1 (0: empty), by the email's hash: one slot per distinct email. */
+    private readonly emailIndex: Int32Array,
     /** The id each email (by position) stands for, after emailPicks; -1 for none. */
     private readonly picked: Int32Array,
     /** X10: emails more than one member of the list has (unmapped unless one is active). */
@@ -56,46 +60,54 @@ export class Directory {
     readonly fetchedAt: number,
   ) {
     const { ids, joined, active, rowStarts, emails, rows } = columns;
-    // The email map's entries (key string, slot) are the largest part after the text.
+    // X2: the text at the bytes V8 keeps it in (one a character unless a character is past U+00FF).
     this.footprint = {
       fixed: 1024,
-      strings: [rows, emails],
-      bytes: [ids, joined, active, rowStarts, picked],
-      items: ids.length,
-      bytesPerItem: 72,
+      ...(columns.oneByte ? { oneByteStrings: [rows, emails] } : { strings: [rows, emails] }),
+      bytes: [ids, joined, active, rowStarts, picked, emailStarts, emailIndex],
     };
     this.bytes = bytesOf(this.footprint);
   }
 
-  /** Builds the email map in steps, yielding to other requests between them. */
+  /** Builds the email index in steps, yielding to other requests between them. */
   static async of(columns: UserColumns, fetchedAt: number): Promise<Directory> {
-    const byEmail = new Map<string, number>();
+    const { emails } = columns;
+    const n = columns.ids.length;
+    const emailStarts = new Int32Array(n + 1);
+    let slots = 2;
+    while (slots < n + (n >> 1) + 1) slots *= 2;
+    const emailIndex = new Int32Array(slots);
+    /** X10: positions of each email more than one member has. */
     const shared = new Map<string, number[]>();
-    let i = 0;
-    for (const email of lines(columns.emails)) {
+    /** The position each email's index slot names (its first), by position. */
+    const first = new Int32Array(n);
+    let at = 0;
+    for (let i = 0; i < n; i++) {
       if (i > 0 && i % STEP === 0) await nextTurn();
-      const first = byEmail.get(email);
-      if (first === undefined) byEmail.set(email, i);
-      else {
+      let end = emails.indexOf('\n', at);
+      if (end < 0) end = emails.length;
+      emailStarts[i] = at;
+      const found = findEmail(emails, emailStarts, emailIndex, at, end);
+      if (found.position < 0) {
+        emailIndex[found.slot] = i + 1;
+        first[i] = i;
+      } else {
+        first[i] = found.position;
+        const email = emails.slice(at, end);
         const group = shared.get(email);
         if (group) group.push(i);
-        else shared.set(email, [first, i]);
+        else shared.set(email, [found.position, i]);
       }
-      i++;
+      at = end + 1;
     }
-    for (const [email, group] of shared) {
+    emailStarts[n] = at;
+    const picked = new Int32Array(n);
+    for (let i = 0; i < n; i++) picked[i] = columns.ids[first[i]!]!;
+    for (const group of shared.values()) {
       const chosen = emailPicks(columns, group);
-      if (chosen >= 0) byEmail.set(email, chosen);
-      else byEmail.delete(email);
+      for (const i of group) picked[i] = chosen < 0 ? -1 : columns.ids[chosen]!;
     }
-    const picked = new Int32Array(i);
-    i = 0;
-    for (const email of lines(columns.emails)) {
-      if (i > 0 && i % STEP === 0) await nextTurn();
-      const at = byEmail.get(email);
-      picked[i++] = at === undefined ? -1 : columns.ids[at]!;
-    }
-    return new Directory(columns, byEmail, picked, new Set(shared.keys()), fetchedAt);
+    return new Directory(columns, emailStarts, emailIndex, picked, new Set(shared.keys()), fetchedAt);
   }
 
   /** The email → id map as a table, for reading a legacy answer's keys off the main thread (B7). */
@@ -110,8 +122,9 @@ export class Directory {
 
   /** The user id an email stands for (X10: see emailPicks). */
   idOf(email: string): number | undefined {
-    const i = this.positions.get(email);
-    return i === undefined ? undefined : this.columns.ids[i];
+    const i = findEmail(this.columns.emails, this.emailStarts, this.emailIndex, email).position;
+    const id = i < 0 ? -1 : this.picked[i]!;
+    return id < 0 ? undefined : id;
   }
 
   /** The member with this id, read from its row. */
@@ -151,6 +164,42 @@ export class Directory {
     }
     return -1;
   }
+}
+
+/** FNV-1a over a string's UTF-16 code units, from `start` to `end`. */
+function emailHash(s: string, start: number, end: number): number {
+  let h = 0x811c9dc5;
+  for (let i = start; i < end; i++) h = Math.imul(h ^ s.charCodeAt(i), 0x01000193);
+  return h >>> 0;
+}
+
+/**
+ * Where an email is in a directory's index: the position of its first member (-1: none) and the
+ * slot that names it, or the free slot it would take. `email` is a string, or its span in `emails`.
+ */
+function findEmail(
+  emails: string,
+  starts: Int32Array,
+  index: Int32Array,
+  email: string | number,
+  spanEnd = 0,
+): { position: number; slot: number } {
+  const [text, from, to] = typeof email === 'string' ? [email, 0, email.length] : [emails, email, spanEnd];
+  const length = to - from;
+  const mask = index.length - 1;
+  for (let slot = emailHash(text, from, to) & mask; ; slot = (slot + 1) & mask) {
+    const at = index[slot]!;
+    if (at === 0) return { position: -1, slot };
+    const start = starts[at - 1]!;
+    // The entry's end is where the next email starts, less its "\n" (filled in order while building).
+    const end = starts[at]! - 1;
+    if (end - start === length && sameText(emails, start, text, from, length)) return { position: at - 1, slot };
+  }
+}
+
+function sameText(a: string, aFrom: number, b: string, bFrom: number, length: number): boolean {
+  for (let k = 0; k < length; k++) if (a.charCodeAt(aFrom + k) !== b.charCodeAt(bFrom + k)) return false;
+  return true;
 }
 
 /**

@@ -1,0 +1,110 @@
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { parseArgs } from 'node:util';
+import { Pool } from 'undici';
+import { shippedCli, spawnChild, startCli } from './children.js';
+import { basicAuth, PRESENCE_PATH } from './synthetic-upstream.js';
+
+/**
+ * X2/X12's big flood: `npm run bench -- flood-realms [--hosts 2000] [--users 5000] [--concurrency 8]`.
+ * The shipped CLI with the default memory budgets in front of a synthetic 2.1 server with a
+ * realm per `Host` (a realm per subdomain): each of `hosts` distinct Host values is a realm of
+ * `users` users, and gets one modern presence poll (full data) and one `GET /users/me` from one
+ * of its users. New realms are taken on as fast as they come (`presence.newRealmsPerMinute`
+ * raised: the memory is the figure here, not the admission rate). Prints the shim's resident
+ * memory along the way and its high-water mark (VmHWM, the kernel's true peak).
+ */
+
+const { values } = parseArgs({
+  args: process.argv.slice(2).filter((a) => a !== 'flood-realms'),
+  options: {
+    hosts: { type: 'string' },
+    users: { type: 'string' },
+    concurrency: { type: 'string' },
+    'node-arg': { type: 'string', multiple: true },
+    'memory-limit-mib': { type: 'string' },
+  },
+  strict: true,
+});
+const hosts = Number(values.hosts ?? 2000);
+const users = Number(values.users ?? 5000);
+const concurrency = Number(values.concurrency ?? 8);
+
+const dir = mkdtempSync(join(tmpdir(), 'flood-realms-'));
+const configFile = join(dir, 'config.json');
+writeFileSync(configFile, JSON.stringify({ presence: { newRealmsPerMinute: 1_000_000, newRealmsPerAddressPerMinute: 1_000_000 } }));
+const upstream = await spawnChild('upstream-process.ts', ['2.1', String(users), '0', '60000', 'realm-per-host']);
+const shim = await startCli(shippedCli(), upstream.url, {
+  dir,
+  nodeArgs: values['node-arg'] ?? [],
+  args: ['--config', configFile, '--access-log', 'off'],
+});
+const status = (field: 'VmRSS' | 'VmHWM') =>
+  Number(new RegExp(`${field}:\\s+(\\d+)`).exec(readFileSync(`/proc/${shim.pid}/status`, 'utf8'))?.[1] ?? 0) / 1024;
+
+const pool = new Pool(shim.url, { connections: concurrency });
+const idleRss = status('VmRSS');
+let next = 0;
+let done = 0;
+let errors = 0;
+const statuses = new Map<string, number>();
+const samples: Array<{ realms: number; rss: number }> = [];
+let peakAt = { realms: 0, rss: 0 };
+const sampler = setInterval(() => {
+  const rss = status('VmRSS');
+  if (rss > peakAt.rss) peakAt = { realms: done, rss };
+}, 100);
+const started = performance.now();
+async function visit(i: number): Promise<void> {
+  const u = i % users;
+  const headers = { host: `realm-${i}.flood.test`, authorization: basicAuth(u) };
+  const requests = [
+    {
+      method: 'POST' as const,
+      path: PRESENCE_PATH,
+      headers: { ...headers, 'content-type': 'application/x-www-form-urlencoded' },
+      body: 'status=active&last_update_id=-1',
+    },
+    { method: 'GET' as const, path: '/api/v1/users/me', headers },
+  ];
+  for (const r of requests) {
+    try {
+      const res = await pool.request(r);
+      await res.body.dump();
+      if (res.statusCode !== 200) {
+        errors++;
+        const key = `${r.method} ${r.path} → ${res.statusCode}`;
+        statuses.set(key, (statuses.get(key) ?? 0) + 1);
+      }
+    } catch {
+      errors++;
+    }
+  }
+}
+await Promise.all(
+  Array.from({ length: concurrency }, async () => {
+    while (next < hosts) {
+      await visit(next++);
+      if (++done % Math.max(1, Math.floor(hosts / 10)) === 0) samples.push({ realms: done, rss: Math.round(status('VmRSS')) });
+    }
+  }),
+);
+clearInterval(sampler);
+const seconds = (performance.now() - started) / 1000;
+// The shim's own view at the end (its /metrics): V8's heap, and memory outside it (Buffers, typed arrays).
+const metrics = await (await pool.request({ method: 'GET', path: '/metrics', headers: { host: 'bench.test' } })).body.text();
+const gauge = (name: string) => Number(new RegExp(`^\\w*${name}(?:\\{[^}]*\\})? (\\S+)$`, 'm').exec(metrics)?.[1] ?? Number.NaN) / 2 ** 20;
+const heapLine = `heap used ${gauge('nodejs_heap_size_used_bytes').toFixed(0)} of ${gauge('nodejs_heap_size_total_bytes').toFixed(0)} MiB, external ${gauge('nodejs_external_memory_bytes').toFixed(0)} MiB`;
+const hwm = status('VmHWM');
+const end = status('VmRSS');
+await pool.close();
+await shim.stop();
+await upstream.stop();
+rmSync(dir, { recursive: true, force: true });
+process.stdout.write(
+  `flood-realms: ${hosts} realms (a realm per Host) of ${users} users, default budgets, ${concurrency} at a time (${seconds.toFixed(0)} s, ${errors} errors)\n` +
+    `RSS MiB before ${idleRss.toFixed(0)}; by tenth: ${samples.map((s) => s.rss).join(', ')}; at the end ${end.toFixed(0)}\n` +
+    `peak RSS (VmHWM) ${hwm.toFixed(0)} MiB; highest sampled ${peakAt.rss.toFixed(0)} MiB after ${peakAt.realms} realms; at the end ${heapLine}\n` +
+    (statuses.size ? `not 200: ${[...statuses].map(([k, n]) => `${k} ×${n}`).join(', ')}\n` : ''),
+);

@@ -1,0 +1,75 @@
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Pool } from 'undici';
+import { afterEach, describe, expect, it } from 'vitest';
+import { basicAuth, PRESENCE_PATH, SyntheticZulip } from '../bench/synthetic-upstream.js';
+import { logLine, runCli, until, type CliRun } from './support/cli-run.js';
+
+/**
+ * X2, X12 in bytes: a server with a realm per `Host`, each a 2.1 realm of 5,000 users, flooded
+ * with new realms (one full presence poll and one `GET /users/me` each, 8 at a time) through the
+ * shipped CLI with the default memory budgets, in a process of its own. Its peak RSS (the
+ * kernel's high-water mark, VmHWM) stays under a fixed figure: per-realm state is compact and
+ * held to the budgets, and the heap's garbage to a margin over what is live.
+ */
+
+const MiB = 1024 * 1024;
+/**
+ * Peak RSS allowed (2026-11-28, load average 10–25: 701 MiB on the build before issue 44's memory
+ * work, 436 MiB after; the bench's 2,000 realms: bench/RESULTS.md).
+ */
+const PEAK_RSS_LIMIT = 520 * MiB;
+const REALMS = 200;
+
+const highWaterMark = (pid: number) => Number(/VmHWM:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1] ?? 0) * 1024;
+
+describe('memory under a flood of realms (X2, X12)', () => {
+  let run: CliRun | undefined;
+  let upstream: SyntheticZulip | undefined;
+  let dir: string | undefined;
+  afterEach(async () => {
+    run?.child.kill('SIGKILL');
+    await run?.exited;
+    await upstream?.stop();
+    if (dir) rmSync(dir, { recursive: true, force: true });
+  });
+
+  it(`takes on ${REALMS} realms of 5,000 users with a bounded peak RSS`, { timeout: 300_000 }, async () => {
+    upstream = new SyntheticZulip({ users: 5000, churnPerMinute: 0, realmPerHost: true });
+    const url = await upstream.start();
+    dir = mkdtempSync(join(tmpdir(), 'flood-realms-'));
+    const config = join(dir, 'config.json');
+    // Realms taken on as fast as they come: the memory is what is measured, not the admission rate.
+    writeFileSync(config, JSON.stringify({ presence: { newRealmsPerMinute: 1_000_000, newRealmsPerAddressPerMinute: 1_000_000 } }));
+    run = runCli(['--upstream', url, '--port', '0', '--config', config, '--access-log', 'off']);
+    const start = await until('the start-up line', () => logLine(run!, 'zulip-compat-shim listening'));
+    const pool = new Pool(String(start.listen), { connections: 8 });
+    let next = 0;
+    let failed = 0;
+    await Promise.all(
+      Array.from({ length: 8 }, async () => {
+        while (next < REALMS) {
+          const i = next++;
+          const headers = { host: `realm-${i}.flood.test`, authorization: basicAuth(i) };
+          const poll = await pool.request({
+            method: 'POST',
+            path: PRESENCE_PATH,
+            headers: { ...headers, 'content-type': 'application/x-www-form-urlencoded' },
+            body: 'status=active&last_update_id=-1',
+          });
+          await poll.body.dump();
+          const me = await pool.request({ method: 'GET', path: '/api/v1/users/me', headers });
+          await me.body.dump();
+          if (poll.statusCode !== 200 || me.statusCode !== 200) failed++;
+        }
+      }),
+    );
+    await pool.close();
+    const peak = highWaterMark(run.child.pid!);
+    expect(failed).toBe(0);
+    expect(upstream.stats.presenceFull).toBe(REALMS); // each Host a realm of its own, each fetched once
+    console.log(`${REALMS} realms of 5,000 users: peak RSS ${(peak / MiB).toFixed(0)} MiB`);
+    expect(peak).toBeLessThan(PEAK_RSS_LIMIT);
+  });
+});

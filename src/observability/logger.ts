@@ -180,12 +180,10 @@ export function createLogger(level: string, destination?: DestinationStream): Lo
 /**
  * The destination a logger made by createLogger writes to: the request log writes its lines,
  * already in pino's format, there (request-log.ts), beside the logger's own lines and in order
- * with them.
+ * with them. Undefined for any other logger (an embedding application's own pino instance).
  */
-export function destinationOf(log: Logger): DestinationStream {
-  const dest = destinations.get(log);
-  if (!dest) throw new Error('destinationOf: not a logger made by createLogger');
-  return dest;
+export function destinationOf(log: Logger): DestinationStream | undefined {
+  return destinations.get(log);
 }
 
 /** `scheme://user:password@` or `//user:password@` at the start of an absolute-form target. */

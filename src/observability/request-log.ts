@@ -111,8 +111,21 @@ export function requestLogger(
     }
     // pino's `silent` is Infinity: nothing at all is written.
     if (!access() || log.levelVal === Number.POSITIVE_INFINITY) return;
-    dest.write(accessLine(name, r, elapsed, bytes, aborted));
+    const line = accessLine(name, r, elapsed, bytes, aborted);
+    if (dest) dest.write(line);
+    else viaLogger(log, line);
   }
+}
+
+/**
+ * An access line through a logger the shim did not make (an embedding application's pino, whose
+ * destination is its own): its fields given to the logger, which adds its own level, time and
+ * bindings and writes it where and whether its level says.
+ */
+function viaLogger(log: Logger, line: string): void {
+  const { level, time: _time, name: _name, msg, ...fields } = JSON.parse(line) as Record<string, unknown>;
+  if (level === WARN) log.warn(fields, String(msg));
+  else log.info(fields, String(msg));
 }
 
 /**

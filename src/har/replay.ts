@@ -87,14 +87,33 @@ function groupHeaders(headers: Array<[string, string]>): Map<string, string[]> {
   return out;
 }
 
-export async function startReplay(o: ReplayOptions): Promise<Replay> {
-  const loaded = await loadHar(o.file);
+/** The recorded answers by what they match, each list in the file's order. */
+function queuesOf(entries: readonly Recorded[]): Map<string, Queue> {
   const queues = new Map<string, Queue>();
-  for (const r of loaded.entries) {
+  for (const r of entries) {
     const q = queues.get(r.match.key) ?? { entries: [], next: 0 };
     q.entries.push(r);
     queues.set(r.match.key, q);
   }
+  return queues;
+}
+
+/** A repeated long poll's answer, sent after `wait` ms as recorded (cancelled when the client goes, or at close: `timers`). */
+function answerLater(res: ServerResponse, method: string, r: Recorded, wait: number, timers: Set<NodeJS.Timeout>): void {
+  const t = setTimeout(() => {
+    timers.delete(t);
+    if (!res.destroyed) send(res, method, r);
+  }, wait);
+  timers.add(t);
+  res.on('close', () => {
+    clearTimeout(t);
+    timers.delete(t);
+  });
+}
+
+export async function startReplay(o: ReplayOptions): Promise<Replay> {
+  const loaded = await loadHar(o.file);
+  const queues = queuesOf(loaded.entries);
   const misses: string[] = [];
   let unlisted = 0;
   const timers = new Set<NodeJS.Timeout>();
@@ -120,15 +139,7 @@ export async function startReplay(o: ReplayOptions): Promise<Replay> {
     o.log.debug({ entry: r.index, repeat }, 'replayed');
     const wait = repeat && isLongPoll(method, url) ? Math.min(r.time, LONG_POLL_CAP_MS) : 0;
     if (wait < 1) return send(res, method, r);
-    const t = setTimeout(() => {
-      timers.delete(t);
-      if (!res.destroyed) send(res, method, r);
-    }, wait);
-    timers.add(t);
-    res.on('close', () => {
-      clearTimeout(t);
-      timers.delete(t);
-    });
+    answerLater(res, method, r, wait, timers);
   };
 
   const server = http.createServer((req, res) => {

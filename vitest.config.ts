@@ -50,7 +50,9 @@ export default defineConfig({
     // A worker keeps the modules it loaded for the next file: loading the shim and its packages
     // again for every file cost about two seconds of CPU per file. No file relies on a fresh
     // module: each starts its own fakes, shims and stores, and the setup file below resets what
-    // it checks (support modules register hooks per call, never at their top level).
+    // it checks (support modules register hooks per call, never at their top level). Measured with
+    // `--isolate` (2026-11-28, two cores under a load average of 15-20): 888 s against 692 s, setup
+    // 559 s against 55 s, and more files past their timeouts: it stays off.
     isolate: false,
     // Longest files first (LONGEST_FIRST), then vitest's own order.
     sequence: { sequencer: LongestFirst },

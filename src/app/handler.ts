@@ -23,7 +23,7 @@ import { FormFields } from '../http/form-fields.js';
 import { apiPathOf } from '../http/api-routes.js';
 import { contentLengthOf } from '../http/headers.js';
 import { recordFacts, timedUpstream } from '../observability/request-facts.js';
-import { forwardedHeaders, parseJsonObject, translate, type UpstreamResponse } from '../upstream/client.js';
+import { forwardedHeaders, parseJsonObject, translate, type UpstreamCall, type UpstreamResponse } from '../upstream/client.js';
 import { realmOf, type Realm } from '../upstream/realm.js';
 import { isSuccess, relay, relayBounded, rewrittenHeaders } from '../upstream/relay.js';
 import { appLevelFor, levelShownTo } from './presented.js';
@@ -232,16 +232,31 @@ export const appRequestHandler: EndpointHandler<AppContext> = async (req, res, c
   const { realm, featureLevel: real, realmUrl } = await timedUpstream(req, () => ctx.featureLevels.resolve(hostRealm));
   const url = req.url ?? '/';
   const q = url.indexOf('?');
-  const endpoint = endpointOf(req.method, q < 0 ? url : url.slice(0, q)) ?? '';
+  const path = q < 0 ? url : url.slice(0, q);
+  const endpoint = endpointOf(req.method, path) ?? '';
   const level: Levels = { endpoint, real, shown: levelShownTo(ctx.config.app, req.headers, real), site: { realmUrl } };
-  const staticData = STATIC_DATA_PATHS.get(q < 0 ? url : url.slice(0, q));
+  const staticData = STATIC_DATA_PATHS.get(path);
   if (staticData && staticDataFor(real, level.shown).includes(staticData)) return serveStaticData(req, res, ctx, hostRealm, staticData);
   const emulator = isEmulated(endpoint, real, level.shown) ? EMULATORS[endpoint] : undefined;
   if (emulator) return emulator(req, res, ctx, hostRealm, level);
+  return translated(req, res, ctx, { hostRealm, realm, level, query: q < 0 ? '' : url.slice(q + 1) });
+};
+
+/** Where an app request is translated: the realm of its Host, the realm it resolved to, its levels and its query. */
+interface Translation {
+  hostRealm: Realm;
+  realm: Realm;
+  level: Levels;
+  query: string;
+}
+
+/** M2 for an endpoint the upstream has: the request sent down, its answer brought up where a change touches it. */
+async function translated(req: IncomingMessage, res: ServerResponse, ctx: AppContext, t: Translation): Promise<void> {
+  const { hostRealm, level } = t;
   // Only a translated endpoint's request comes here (isTranslatedAppRequest): GET, POST or PATCH;
   // a static data's path the upstream serves itself goes on untranslated.
   const method = req.method as 'GET' | 'POST' | 'PATCH';
-  const { changes, lookups, edits, step } = answerPlan(ctx, realm, method, level, q < 0 ? '' : url.slice(q + 1));
+  const { changes, lookups, edits, step } = answerPlan(ctx, t.realm, method, level, t.query);
   const rewritten = changes.length > 0 || lookups.length > 0 || edits.length > 0 || step !== undefined;
   const headers: Record<string, string> = {
     ...forwardedHeaders(req),
@@ -252,22 +267,34 @@ export const appRequestHandler: EndpointHandler<AppContext> = async (req, res, c
   delete lookupHeaders.authorization;
   const out = await requestDown(req, ctx, level, headers);
   recordFacts(req).kind = out.translated ? 'app-translated' : 'passthrough';
-  // A long poll the app gives up on (it does, on every reconnect) is not left held upstream.
+  const call = { realm: hostRealm, method: out.method ?? method, path: out.target, headers };
+  const r = await streamedWhileWanted(req, res, ctx, out.body === undefined ? call : { ...call, body: out.body });
+  if (!r) return; // nobody is left to answer
+  if (lookups.length > 0) {
+    const prefix = apiPathOf((req.url ?? '/').split('?')[0]!)?.prefix ?? '/api/v1';
+    return answerWithLookups(req, res, ctx, r, { realm: hostRealm, prefix, headers: lookupHeaders }, lookups);
+  }
+  return changes.length > 0 || edits.length > 0 || step ? answerUp(req, res, ctx, r, level.endpoint, changes, edits, step) : relay(res, r);
+}
+
+/**
+ * The upstream's answer, streamed; undefined when the app went away before it came. A long poll
+ * the app gives up on (it does, on every reconnect) is not left held upstream.
+ */
+async function streamedWhileWanted(
+  req: IncomingMessage,
+  res: ServerResponse,
+  ctx: AppContext,
+  call: Omit<UpstreamCall, 'signal'>,
+): Promise<UpstreamResponse | undefined> {
   const gone = new AbortController();
   res.once('close', () => {
     if (!res.writableFinished) gone.abort();
   });
-  const call = { realm: hostRealm, method: out.method ?? method, path: out.target, headers, signal: gone.signal };
-  let r: UpstreamResponse;
   try {
-    r = await timedUpstream(req, () => ctx.client.stream(out.body === undefined ? call : { ...call, body: out.body }));
+    return await timedUpstream(req, () => ctx.client.stream({ ...call, signal: gone.signal }));
   } catch (e) {
-    if (gone.signal.aborted) return; // nobody is left to answer
+    if (gone.signal.aborted) return undefined;
     throw e;
   }
-  if (lookups.length > 0) {
-    const prefix = apiPathOf(url.split('?')[0]!)?.prefix ?? '/api/v1';
-    return answerWithLookups(req, res, ctx, r, { realm: hostRealm, prefix, headers: lookupHeaders }, lookups);
-  }
-  return changes.length > 0 || edits.length > 0 || step ? answerUp(req, res, ctx, r, endpoint, changes, edits, step) : relay(res, r);
-};
+}

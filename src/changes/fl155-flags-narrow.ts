@@ -58,20 +58,8 @@ export function planFlagsNarrow(params: RequestParams): FlagsNarrowPlan {
   const anchor = params.get('anchor') ?? '';
   const op = params.get('op') ?? '';
   const flag = params.get('flag') ?? '';
-  const terms = termsOf(params.get('narrow'));
-  const fromOldest = anchor.trim() === 'oldest' && (params.get('num_before') ?? '0').trim() === '0';
-  if (terms && fromOldest && op === 'add' && flag === 'read' && terms.every((t) => !t.negated)) {
-    const rest = terms.filter((t) => !(t.operator === 'is' && t.operand === 'unread'));
-    const stream = rest.find((t) => t.operator === 'stream');
-    const topic = rest.find((t) => t.operator === 'topic');
-    const streamId = typeof stream?.operand === 'number' ? stream.operand : undefined;
-    if (rest.length === 0) return { kind: 'legacy', path: '/mark_all_as_read', form: {} };
-    if (rest.length === 1 && streamId !== undefined)
-      return { kind: 'legacy', path: '/mark_stream_as_read', form: { stream_id: String(streamId) } };
-    if (rest.length === 2 && streamId !== undefined && typeof topic?.operand === 'string') {
-      return { kind: 'legacy', path: '/mark_topic_as_read', form: { stream_id: String(streamId), topic_name: topic.operand } };
-    }
-  }
+  const legacy = legacyPlan(params, anchor, op, flag);
+  if (legacy) return legacy;
   const query: Record<string, string> = { apply_markdown: 'false', client_gravatar: 'true' };
   for (const name of ['anchor', 'num_before', 'num_after', 'narrow']) {
     const value = params.get(name);
@@ -79,6 +67,27 @@ export function planFlagsNarrow(params: RequestParams): FlagsNarrowPlan {
   }
   const leaveOut = includeAnchor(params) ? undefined : anchorId(anchor);
   return { kind: 'batch', query, op, flag, ...(leaveOut === undefined ? {} : { leaveOut }) };
+}
+
+/**
+ * A whole narrow marked as read from its oldest message, where an old endpoint does it in one
+ * call: the whole feed, a channel, a topic (unread or not, nothing negated); undefined otherwise.
+ */
+function legacyPlan(params: RequestParams, anchor: string, op: string, flag: string): FlagsNarrowPlan | undefined {
+  const terms = termsOf(params.get('narrow'));
+  const fromOldest = anchor.trim() === 'oldest' && (params.get('num_before') ?? '0').trim() === '0';
+  if (!terms || !fromOldest || op !== 'add' || flag !== 'read' || terms.some((t) => t.negated)) return undefined;
+  const rest = terms.filter((t) => !(t.operator === 'is' && t.operand === 'unread'));
+  const stream = rest.find((t) => t.operator === 'stream');
+  const topic = rest.find((t) => t.operator === 'topic');
+  const streamId = typeof stream?.operand === 'number' ? stream.operand : undefined;
+  if (rest.length === 0) return { kind: 'legacy', path: '/mark_all_as_read', form: {} };
+  if (streamId === undefined) return undefined;
+  if (rest.length === 1) return { kind: 'legacy', path: '/mark_stream_as_read', form: { stream_id: String(streamId) } };
+  if (rest.length === 2 && typeof topic?.operand === 'string') {
+    return { kind: 'legacy', path: '/mark_topic_as_read', form: { stream_id: String(streamId), topic_name: topic.operand } };
+  }
+  return undefined;
 }
 
 /** `include_anchor` as Zulip reads it: true unless the JSON false. */

@@ -49,12 +49,7 @@ function tableMap(t: EmailTable): Map<string, number> {
  * the answer is not converted (7.0–8.x legacy answers: only its top-level fields are read).
  */
 export function readPresenceAnswer(bytes: Uint8Array, era: PresenceEra | undefined, table?: EmailTable): PresenceColumns {
-  const body = parseObject(bytes);
-  const { presences, ...top } = body;
-  if (!presences || typeof presences !== 'object' || Array.isArray(presences)) {
-    throw new BadAnswer('presence answer without a presences object');
-  }
-  const entries = Object.entries(presences as Record<string, unknown>);
+  const { top, entries } = presencesOf(parseObject(bytes));
   if (!era) return { top, active: new Float64Array(0), idle: new Float64Array(0), count: 0, keys: entries.length };
   const active = new Float64Array(entries.length);
   const idle = new Float64Array(entries.length);
@@ -65,24 +60,17 @@ export function readPresenceAnswer(bytes: Uint8Array, era: PresenceEra | undefin
   let n = 0;
   const convert = era === 'legacy' ? legacyUserToModern : oldSlimToModern;
   for (const [key, entry] of entries) {
-    if (slim) {
-      if (!/^\d+$/.test(key)) continue;
-      ids![n] = Number(key);
-    } else if (key.includes('\n')) continue;
-    // A never-active user's active time is the one thing this thread cannot know: marked NaN.
-    let joinedAsked = false;
-    const p = convert(entry, () => {
-      joinedAsked = true;
-      return undefined;
-    });
-    if (!p) continue;
-    active[n] = joinedAsked ? Number.NaN : p.active_timestamp;
-    idle[n] = p.idle_timestamp;
-    if (byEmail) {
+    if (slim ? !/^\d+$/.test(key) : key.includes('\n')) continue;
+    const times = timesOf(convert, entry);
+    if (!times) continue;
+    active[n] = times.active;
+    idle[n] = times.idle;
+    if (slim) ids![n] = Number(key);
+    else if (byEmail) {
       const id = byEmail.get(key);
       ids![n] = id ?? -1;
       if (id === undefined) emails.push(key);
-    } else if (!slim) emails.push(key);
+    } else emails.push(key);
     n++;
   }
   return {
@@ -95,6 +83,31 @@ export function readPresenceAnswer(bytes: Uint8Array, era: PresenceEra | undefin
     count: n,
     keys: entries.length,
   };
+}
+
+/** The answer's presences as entries, and its other top-level fields; throws BadAnswer without a presences object. */
+function presencesOf(body: Record<string, unknown>): { top: Record<string, unknown>; entries: Array<[string, unknown]> } {
+  const { presences, ...top } = body;
+  if (!presences || typeof presences !== 'object' || Array.isArray(presences)) {
+    throw new BadAnswer('presence answer without a presences object');
+  }
+  return { top, entries: Object.entries(presences as Record<string, unknown>) };
+}
+
+/**
+ * One entry's modern times, undefined where it has none. A never-active user's active time is
+ * the one thing this thread cannot know: marked NaN.
+ */
+function timesOf(
+  convert: typeof legacyUserToModern | typeof oldSlimToModern,
+  entry: unknown,
+): { active: number; idle: number } | undefined {
+  let joinedAsked = false;
+  const p = convert(entry, () => {
+    joinedAsked = true;
+    return undefined;
+  });
+  return p && { active: joinedAsked ? Number.NaN : p.active_timestamp, idle: p.idle_timestamp };
 }
 
 /**

@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { judge, LIMITS, measure, type FunctionShape } from '../scripts/code-shape.js';
 
-/** scripts/code-shape.ts (issue 46): what it measures, and what it holds against the limits. */
+/** scripts/code-shape.ts: what it measures, and what it holds against the limits. */
 describe('the code-shape measurement', () => {
   const dir = mkdtempSync(join(tmpdir(), 'code-shape-'));
   afterAll(() => rmSync(dir, { recursive: true, force: true }));

@@ -11,7 +11,7 @@ import {
   type ConnectionCap,
 } from './http/connection-cap.js';
 import { shuttingDown } from './http/drain.js';
-import { badRequest, BadRequestError, endSocketWithShimError, sendShimError, ShimError, toShimError } from './http/errors.js';
+import { badRequest, endSocketWithShimError, NotFoundError, sendShimError, ShimError, toShimError } from './http/errors.js';
 import { distrustForwarded, ReplacedProtoWarnings } from './http/forwarded.js';
 import type { InFlightAnswers } from './http/in-flight.js';
 import type { ServeOwn } from './http/own-paths.js';
@@ -71,7 +71,7 @@ export function decide(route: Route, ownPathsHere: boolean, gate: () => ShimErro
 
 const missingHost = () => badRequest('Missing Host header: the Zulip organization is chosen by it');
 const unknownRealm = () => badRequest('This server hosts no Zulip organization by that Host name');
-const notFound = () => new BadRequestError('Not Found', 404);
+const notFound = () => new NotFoundError();
 
 export class Dispatcher {
   /** X9: the drain has begun: no new request is taken, and every answer closes its connection. */

@@ -67,12 +67,8 @@ export class UpstreamAnswerTooLargeError extends UpstreamBadResponseError {
  * of its own below (all with the code BAD_REQUEST, which the answer's body carries).
  */
 export class BadRequestError extends ShimError {
-  /**
-   * @param status Only for src/server.ts's three refusals until its split lands (404, 405 and a
-   *   parser error's status): use NotFoundError, MethodNotAllowedError, malformedRequest().
-   */
-  constructor(msg: string, status = 400) {
-    super(status, 'BAD_REQUEST', msg);
+  constructor(msg: string) {
+    super(400, 'BAD_REQUEST', msg);
   }
 }
 

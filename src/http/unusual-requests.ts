@@ -1,7 +1,7 @@
-import http, { STATUS_CODES, type IncomingMessage, type ServerResponse } from 'node:http';
+import http, { type IncomingMessage, type ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
-import { badRequest, BadRequestError, endSocketWithShimError } from './errors.js';
+import { badRequest, endSocketWithShimError, malformedRequest, MethodNotAllowedError } from './errors.js';
 import { declaresBody } from './headers.js';
 import { withoutUpgradeOffer } from './request-target.js';
 
@@ -55,7 +55,7 @@ export function answerClientError(err: Error, socket: Duplex, debug: (facts: obj
   const inFlight = (socket as Duplex & { _httpMessage?: { headersSent?: boolean } })._httpMessage;
   if (code !== 'ECONNRESET' && socket.writable && !inFlight?.headersSent) {
     const status = CLIENT_ERROR_STATUS[code ?? ''] ?? 400;
-    endSocketWithShimError(socket, new BadRequestError(`Malformed HTTP request: ${STATUS_CODES[status]}`, status));
+    endSocketWithShimError(socket, malformedRequest(status));
   } else socket.destroy();
   debug({ err: { code } }, 'client error');
 }
@@ -63,5 +63,5 @@ export function answerClientError(err: Error, socket: Duplex, debug: (facts: obj
 /** No tunnels through the shim (E4: an answer all the same, not a dropped connection). */
 export function refuseConnect(_req: IncomingMessage, socket: Duplex): void {
   socket.on('error', () => socket.destroy());
-  endSocketWithShimError(socket, new BadRequestError('CONNECT is not supported', 405));
+  endSocketWithShimError(socket, new MethodNotAllowedError('CONNECT is not supported'));
 }

@@ -1,6 +1,7 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import {
+  Leader,
   LEADER_WAIT_CAP_MS,
   leaderWait,
   planAnswer,
@@ -179,5 +180,21 @@ describe('leaderWait: a large realm’s refresh still reaches the poll that star
         },
       ),
     );
+  });
+});
+
+describe('Leader: a refresh leader is answered early or reports again, never both (B7, P9)', () => {
+  const cases: Array<{ steps: Array<'answer' | 'reportAgain'>; results: boolean[] }> = [
+    { steps: ['answer'], results: [true] },
+    { steps: ['reportAgain'], results: [true] },
+    { steps: ['answer', 'reportAgain'], results: [true, false] },
+    { steps: ['reportAgain', 'answer'], results: [true, false] },
+    { steps: ['answer', 'answer'], results: [true, true] },
+    { steps: ['reportAgain', 'reportAgain'], results: [true, true] },
+    { steps: ['answer', 'reportAgain', 'answer'], results: [true, false, true] },
+  ];
+  it.each(cases)('$steps → $results', ({ steps, results }) => {
+    const leader = new Leader();
+    expect(steps.map((step) => leader[step]())).toEqual(results);
   });
 });

@@ -3,7 +3,8 @@
  * whether a poll is answered from a snapshot in its window, joins a refresh under way or leads
  * one; where a refresh comes from (the upstream, or another replica's fetch); how long a leader
  * waits for its own refresh; whether a delta poll is answered from the ledger during a refresh;
- * and which ledger an answer is built from, delta or full, counter raised or not. The
+ * which ledger an answer is built from, delta or full, counter raised or not; and a refresh
+ * leader's three states (Leader: answered early or reporting again, never both). The
  * interpreter (sharing.ts, answers.ts) runs these steps against the store, the upstream and the
  * replicas' snapshots; nothing here waits, reads or writes.
  */
@@ -219,4 +220,26 @@ export function planAnswer(ledger: LedgerView, lastUpdateId: number | undefined)
   if (ledger.vouches) return { kind: 'delta', delta: true, raiseTo: undefined };
   const raiseTo = lastUpdateId !== undefined && lastUpdateId > ledger.lastId ? lastUpdateId : undefined;
   return { kind: lastUpdateId !== undefined && lastUpdateId > 0 ? 'resync' : 'modern_full', delta: false, raiseTo };
+}
+
+/**
+ * A refresh's leader as the refresh sees it (B7). Its client may get its answer before the
+ * refresh ends, or its report may be sent again in full (the replica it followed gave up, and
+ * every waiter then fetches for itself), never both: a report sent for a client that already
+ * has its answer would be one the shim made up (P9).
+ */
+export class Leader {
+  private state: 'waiting' | 'answered' | 'reporting' = 'waiting';
+  /** Its client gets its answer now, unless its report is being sent again. */
+  answer(): boolean {
+    if (this.state === 'reporting') return false;
+    this.state = 'answered';
+    return true;
+  }
+  /** Its report may be sent again, unless its client has its answer. */
+  reportAgain(): boolean {
+    if (this.state === 'answered') return false;
+    this.state = 'reporting';
+    return true;
+  }
 }

@@ -5,7 +5,7 @@ import { callerKey } from '../upstream/realm.js';
 import { loadLedger, readPresenceAnswer, takeInAnswer, upstreamTime, type Format } from './intake.js';
 import type { LedgerState } from './ledger.js';
 import { wantsModern } from './params.js';
-import { planDuringRefresh, planLeader, planReplicaSource, planStart, pollPolicy, viewOf, type PollPolicy } from './plan.js';
+import { Leader, planDuringRefresh, planLeader, planReplicaSource, planStart, pollPolicy, viewOf, type PollPolicy } from './plan.js';
 import { fullReport, report, type Poll } from './report.js';
 import {
   everyCallerSeesTheSameUsers,
@@ -48,28 +48,6 @@ interface Refresh {
    * the leader's own report was a ping, which that fetch may not hold either.
    */
   followsFetch?: boolean;
-}
-
-/**
- * A refresh's leader as the refresh sees it (B7). Its client may get its answer before the
- * refresh ends, or its report may be sent again in full (the replica it followed gave up, and
- * every waiter then fetches for itself), never both: a report sent for a client that already
- * has its answer would be one the shim made up (P9).
- */
-class Leader {
-  private state: 'waiting' | 'answered' | 'reporting' = 'waiting';
-  /** Its client gets its answer now, unless its report is being sent again. */
-  answer(): boolean {
-    if (this.state === 'reporting') return false;
-    this.state = 'answered';
-    return true;
-  }
-  /** Its report may be sent again, unless its client has its answer. */
-  reportAgain(): boolean {
-    if (this.state === 'answered') return false;
-    this.state = 'reporting';
-    return true;
-  }
 }
 
 /** P9, S1, B7: the poll's sharing rule, computed once (plan.ts). */

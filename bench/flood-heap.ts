@@ -7,7 +7,7 @@ import { Pool } from 'undici';
 import { configSchema, loadConfig } from '../src/config/index.js';
 import { createLogger } from '../src/observability/logger.js';
 import { createShim } from '../src/server.js';
-import { basicAuth, PRESENCE_PATH, SyntheticZulip } from './synthetic-upstream.js';
+import { SyntheticZulip, visitRealm } from './synthetic-upstream.js';
 
 /**
  * Where a flood of realms' memory goes: `node --expose-gc --import tsx bench/flood-heap.ts
@@ -52,16 +52,7 @@ await Promise.all(
   Array.from({ length: 8 }, async () => {
     while (next < hosts) {
       const i = next++;
-      const headers = { host: `realm-${i}.flood.test`, authorization: basicAuth(i % users) };
-      const poll = await pool.request({
-        method: 'POST',
-        path: PRESENCE_PATH,
-        headers: { ...headers, 'content-type': 'application/x-www-form-urlencoded' },
-        body: 'status=active&last_update_id=-1',
-      });
-      await poll.body.dump();
-      const me = await pool.request({ method: 'GET', path: '/api/v1/users/me', headers });
-      await me.body.dump();
+      await visitRealm(pool, i, i % users);
     }
   }),
 );

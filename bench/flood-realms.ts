@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { Pool } from 'undici';
 import { shippedCli, spawnChild, startCli } from './children.js';
-import { basicAuth, PRESENCE_PATH } from './synthetic-upstream.js';
+import { visitRealm } from './synthetic-upstream.js';
 
 /**
  * X2/X12's big flood: `npm run bench -- flood-realms [--hosts 2000] [--users 5000] [--concurrency 8]`.
@@ -57,29 +57,12 @@ const sampler = setInterval(() => {
 }, 100);
 const started = performance.now();
 async function visit(i: number): Promise<void> {
-  const u = i % users;
-  const headers = { host: `realm-${i}.flood.test`, authorization: basicAuth(u) };
-  const requests = [
-    {
-      method: 'POST' as const,
-      path: PRESENCE_PATH,
-      headers: { ...headers, 'content-type': 'application/x-www-form-urlencoded' },
-      body: 'status=active&last_update_id=-1',
-    },
-    { method: 'GET' as const, path: '/api/v1/users/me', headers },
-  ];
-  for (const r of requests) {
-    try {
-      const res = await pool.request(r);
-      await res.body.dump();
-      if (res.statusCode !== 200) {
-        errors++;
-        const key = `${r.method} ${r.path} → ${res.statusCode}`;
-        statuses.set(key, (statuses.get(key) ?? 0) + 1);
-      }
-    } catch {
-      errors++;
-    }
+  for (const r of await visitRealm(pool, i, i % users)) {
+    if (r.status === 200) continue;
+    errors++;
+    if (r.status === undefined) continue;
+    const key = `${r.method} ${r.path} → ${r.status}`;
+    statuses.set(key, (statuses.get(key) ?? 0) + 1);
   }
 }
 await Promise.all(

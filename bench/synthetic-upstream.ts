@@ -392,3 +392,50 @@ function send(res: ServerResponse, parts: Buffer[]): void {
   res.end();
   res.uncork();
 }
+
+/** What a realm-per-Host flood asks of one realm: its own Host, a user's credentials. */
+export interface RealmVisit {
+  method: 'POST' | 'GET';
+  path: string;
+  status: number;
+}
+
+/**
+ * X2, X12's flood of realms: a new client of the realm at Host `realm-<i>.flood.test` polls its
+ * presence and reads its own profile, as user `user` of it; each answer's status, undefined where
+ * the request failed. The benches and the flood test drive the shim with it.
+ */
+export async function visitRealm(
+  pool: {
+    request(o: {
+      method: 'POST' | 'GET';
+      path: string;
+      headers: Record<string, string>;
+      body?: string;
+    }): Promise<{ statusCode: number; body: { dump(): Promise<void> } }>;
+  },
+  i: number,
+  user: number,
+): Promise<Array<RealmVisit | { method: string; path: string; status: undefined }>> {
+  const headers = { host: `realm-${i}.flood.test`, authorization: basicAuth(user) };
+  const requests = [
+    {
+      method: 'POST' as const,
+      path: PRESENCE_PATH,
+      headers: { ...headers, 'content-type': 'application/x-www-form-urlencoded' },
+      body: 'status=active&last_update_id=-1',
+    },
+    { method: 'GET' as const, path: '/api/v1/users/me', headers },
+  ];
+  const out: Array<RealmVisit | { method: string; path: string; status: undefined }> = [];
+  for (const r of requests) {
+    try {
+      const res = await pool.request(r);
+      await res.body.dump();
+      out.push({ method: r.method, path: r.path, status: res.statusCode });
+    } catch {
+      out.push({ method: r.method, path: r.path, status: undefined });
+    }
+  }
+  return out;
+}

@@ -28,9 +28,12 @@ afterEach(async () => {
   await fake?.stop();
 });
 
-async function setup(era: Era, whole = false) {
+async function setup(era: Era, whole = false, failureTtlMs?: number) {
   fake = await startFake({ era, whole });
-  shim = await startShim(fake.url, { app: { featureLevel: 277 } });
+  shim = await startShim(fake.url, {
+    app: { featureLevel: 277 },
+    ...(failureTtlMs === undefined ? {} : { featureLevel: { failureTtlMs } }),
+  });
 }
 
 const asApp = (r: request.Test, agent = APP) => r.set('User-Agent', agent).set('Authorization', fake.auth(10));
@@ -76,7 +79,7 @@ describe('fl140 server_emoji_data_url: the emoji names, from the upstream’s ow
   });
 
   it('on 5.0 without the upstream’s file: register still names the URL (M3), which answers 502 and says why until the file can be had', async () => {
-    await setup('5.0', true);
+    await setup('5.0', true, 300);
     let missing = true;
     fake.override = (req, res) => {
       if (req.url !== '/static/generated/emoji/emoji_codes.json' || !missing) return false;
@@ -89,6 +92,11 @@ describe('fl140 server_emoji_data_url: the emoji names, from the upstream’s ow
     const data = await request(shim.url).get(EMOJI_DATA_PATH).set('User-Agent', APP);
     expect(data.status).toBe(502);
     expect(data.body.result).toBe('error');
+    // X2: asked again at once (anyone may, without credentials), the missing file is not fetched again.
+    const asked = fetchesOfEmojiCodes();
+    expect((await request(shim.url).get(EMOJI_DATA_PATH).set('User-Agent', APP)).status).toBe(502);
+    expect(fetchesOfEmojiCodes()).toBe(asked);
+    await new Promise((r) => setTimeout(r, 350)); // featureLevel.failureTtlMs
     expect(shim.logs.some((l) => l.includes("the upstream's static file could not be had") && l.includes('answered 404'))).toBe(true);
     // The app asks again (with backoff): once the file is there, the names are served.
     missing = false;

@@ -42,21 +42,30 @@ interface Built {
 class StaticDataCache {
   private readonly built = new Map<string, Built>();
   private readonly loading = new Map<string, Promise<Built | undefined>>();
+  /** When the source last could not be had (Date.now()), by path: not asked again for featureLevel.failureTtlMs. */
+  private readonly failed = new Map<string, number>();
 
   /**
    * The data, built at most featureLevel.ttlMs ago; past that it is built again, and a failed
-   * rebuild keeps what was built before. Undefined when it was never had. Single flight.
+   * rebuild keeps what was built before, and the source is not asked again for
+   * featureLevel.failureTtlMs. Undefined when it was never had. Single flight.
    */
   async get(ctx: Pick<ShimContext, 'config' | 'log' | 'client'>, realm: Realm, change: StaticDataChange): Promise<Built | undefined> {
     const held = this.built.get(change.path);
     if (held && Date.now() - held.at < ctx.config.featureLevel.ttlMs) return held;
+    // X2: the path is fetched without credentials; a missing file is not asked for on every request.
+    const failedAt = this.failed.get(change.path);
+    if (failedAt !== undefined && Date.now() - failedAt < ctx.config.featureLevel.failureTtlMs) return held;
     let load = this.loading.get(change.path);
     if (!load) {
       load = build(ctx, realm, change).finally(() => this.loading.delete(change.path));
       this.loading.set(change.path, load);
     }
     const fresh = await load;
-    if (fresh) this.built.set(change.path, fresh);
+    if (fresh) {
+      this.built.set(change.path, fresh);
+      this.failed.delete(change.path);
+    } else this.failed.set(change.path, Date.now());
     return fresh ?? held;
   }
 }

@@ -86,6 +86,14 @@ export function renderTable(r: Results): string {
       '–',
       '–',
     ],
+    ((a) => [
+      'B1 same, every client reporting active (P15)',
+      `delta ${bytes(a.deltaBytes)}, ${fmt(a.entriesPerDelta, 0)} users`,
+      `full modern ${bytes(b1.fullModernBytes as number)}`,
+      `${fmt(a.ratioFullModern)}×`,
+      '– (churn above 2 %)',
+      '–',
+    ])(b1.activeClients as unknown as { deltaBytes: number; entriesPerDelta: number; ratioFullModern: number }),
     [
       `B2 full presence fetches upstream per minute, ${b2.clients} clients`,
       r.upstream_full_fetches_per_min_shim_real_time === null

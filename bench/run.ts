@@ -125,8 +125,13 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 const form = { 'content-type': 'application/x-www-form-urlencoded' };
 
-function presenceReq(caller: number, lastUpdateId: number | undefined, extra: Record<string, string> = {}): Req {
-  const body = lastUpdateId === undefined ? 'status=active' : `status=active&last_update_id=${lastUpdateId}`;
+function presenceReq(
+  caller: number,
+  lastUpdateId: number | undefined,
+  extra: Record<string, string> = {},
+  status: 'active' | 'idle' = 'active',
+): Req {
+  const body = lastUpdateId === undefined ? `status=${status}` : `status=${status}&last_update_id=${lastUpdateId}`;
   return { method: 'POST', path: PRESENCE_PATH, headers: { ...form, authorization: basicAuth(caller), ...extra }, body };
 }
 
@@ -137,6 +142,34 @@ async function once(url: string, r: Req) {
   } finally {
     await pool.close();
   }
+}
+
+/**
+ * B1 beside its target's condition: the same clients each reporting `active`, so the churn is
+ * the upstream's and the clients' own activity (P15). Mean delta bytes, and users a delta.
+ */
+async function activeClientsDeltas(url: string, initialId: number) {
+  const minutes = 3;
+  const polls = await pacedClients({
+    url,
+    clients: opts.clients,
+    minuteMs: opts.minuteMs,
+    minutes,
+    connections: Math.min(opts.clients, 128),
+    initialId,
+    request: (c, id) => presenceReq(c, id),
+    keepBody: (c, minute) => minute >= 1 && c % 20 === 0,
+  });
+  const steady = polls.filter((p) => p.minute >= 1 && p.status === 200 && p.sent > 0);
+  const users = steady
+    .filter((p) => p.body)
+    .map((p) => Object.keys((JSON.parse(p.body!.toString()) as { presences?: object }).presences ?? {}).length);
+  return {
+    minutes,
+    polls: steady.length,
+    deltaBytes: round(mean(steady.map((p) => p.rawBytes)), 0),
+    entriesPerDelta: round(mean(users), 0),
+  };
 }
 
 /**
@@ -257,8 +290,10 @@ try {
       minutes: opts.minutes,
       connections: Math.min(opts.clients, 128),
       initialId: id1,
-      // Real clients (browsers, the mobile app) send Accept-Encoding: gzip.
-      request: (c, id) => presenceReq(c, id, { 'accept-encoding': 'gzip' }),
+      // Real clients (browsers, the mobile app) send Accept-Encoding: gzip. They report `idle`:
+      // B1's target is at 2 % churn, and a client reporting `active` changes its own user (P15),
+      // which every other client's delta then carries (measured apart below).
+      request: (c, id) => presenceReq(c, id, { 'accept-encoding': 'gzip' }, 'idle'),
       keepBody: (c, minute) => minute >= 1 && c % stride === 0,
       onMinute: async (minute) => {
         if (minute !== 1) return;
@@ -286,6 +321,7 @@ try {
   const fullModernGz = await once(s1.url, presenceReq(0, -1, gzipHeader));
   const fullLegacy = await once(up.url, presenceReq(0, undefined, gzipHeader));
   const shimLegacy = await once(s1.url, presenceReq(0, undefined));
+  const active = await activeClientsDeltas(s1.url, lastUpdateIdOf(fullModern.tail) ?? id1);
   await s1.stop();
   const wireGzip = (x: Sample) => (x.encoding === 'gzip' ? x.bytes : gz(x.body!));
   const steadyLatency = Float64Array.from(steady.map((p) => p.ms)).sort();
@@ -304,6 +340,7 @@ try {
     fullLegacyGzipFrom: fullLegacy.encoding === 'gzip' ? 'upstream answer' : 'zlib level 6 (the synthetic upstream does not compress)',
     shimLegacyBytes: shimLegacy.bytes,
     shimCompressesAnswers: shimCompresses,
+    activeClients: { ...active, ratioFullModern: round(fullModern.bytes / active.deltaBytes) },
   };
   details.b2 = {
     clients: opts.clients,
@@ -331,6 +368,7 @@ try {
         ? "the shim gzips its own answers above 1 KiB, so the gzip column is the bytes it sent (decoded for the identity column); the legacy reference is zlib level 6 over the upstream body, as Zulip's nginx would send it."
         : `the shim did not compress its presence answers, so the gzip column is what a compressing front proxy would send: zlib level 6 over the bodies (${samples.length} delta samples).`
     }`,
+    `B1 with every client reporting active: the same ${opts.clients} clients for ${active.minutes} more simulated minutes (the first not measured), each reporting \`active\`: each report is its user's activity, which the shim records for every client (P15) as a modern server does, so every delta also carries the users of the other clients that reported since it last polled: ${active.entriesPerDelta} users a delta against ${round((opts.churn * opts.users) / 1, 0)} changed by the churn a minute; no target (the churn is no longer 2 %).`,
     `B2: full presence fetches counted by the upstream during the measured minutes; without the shim every poll is a full fetch (${opts.clients}/min). Each poll's own status report still reaches the upstream (ping_only, P9), shown as pings/min.`,
   );
 

@@ -334,6 +334,10 @@ export class SyntheticZulip {
     const chunks: Buffer[] = [];
     req.on('data', (c: Buffer) => chunks.push(c));
     req.on('end', () => {
+      // The upstream's clock, as its server_timestamp: a real server's Date header and
+      // server_timestamp come from one clock, and the shim times an accepted report by the
+      // first (P15).
+      res.setHeader('date', new Date(this.simNow() * 1000).toUTCString());
       const path = (req.url ?? '/').split('?')[0]!;
       const route = `${req.method} ${path.replace(/^\/json\//, '/api/v1/')}`;
       switch (route) {

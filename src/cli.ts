@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 import { readFileSync } from 'node:fs';
 import http from 'node:http';
-import { ConfigError, infoRequest, loadConfig, oneLine, parseListenAddress, usage, type Config } from './config/index.js';
+import { ConfigError, infoRequest, loadConfig, oneLine, parseListenAddress, reachableHost, usage, type Config } from './config/index.js';
 import { HeldSignals } from './signals.js';
 import { VERSION } from './version.js';
 
@@ -48,7 +48,7 @@ async function healthcheck(argv: string[]): Promise<number> {
   // With --admin-listen, /healthz is answered there only.
   const at = config.server.adminListen ? parseListenAddress(config.server.adminListen) : config.server;
   const { port } = at;
-  const host = at.host === '0.0.0.0' ? '127.0.0.1' : at.host === '::' ? '::1' : at.host;
+  const host = reachableHost(at.host);
   return new Promise<number>((done) => {
     const req = http.get({ host, port, path: '/healthz', timeout: 4_000 }, (res) => {
       res.resume();

@@ -1,6 +1,6 @@
 import { existsSync, renameSync, statSync } from 'node:fs';
 import { basename, dirname, extname, join, resolve } from 'node:path';
-import { ConfigError, namedKey, type Config } from './config/index.js';
+import { ConfigError, namedKey, reachableHost, type Config } from './config/index.js';
 import { startRecorder } from './har/recorder.js';
 import { HAR_FLUSH_MS } from './har/writer.js';
 import { startReplay } from './har/replay.js';
@@ -132,12 +132,17 @@ function setAsideRecording(file: string, key: string): string | undefined {
   }
 }
 
-function demoAnnouncement(url: string): string {
+function demoAnnouncement(listening: string): string {
+  // A shim bound to every interface (a container's HOST=0.0.0.0) is tried on the loopback.
+  const at = new URL(listening);
+  at.hostname = reachableHost(at.hostname.replace(/^\[(.*)\]$/, '$1'));
+  if (at.hostname.includes(':') && !at.hostname.startsWith('[')) at.hostname = `[${at.hostname}]`;
+  const url = at.origin;
   const poll = (id: string) =>
     `curl -s -u demo@example.com:any-key -d status=active -d last_update_id=${id} ${url}/api/v1/users/me/presence`;
   return [
     '',
-    `zulip-compat-shim is listening on ${url}, in front of a recorded Zulip 2.1 server (the bundled demo).`,
+    `zulip-compat-shim is listening on ${listening}, in front of a recorded Zulip 2.1 server (the bundled demo).`,
     'A Zulip 2.1 server has no incremental presence; through the shim it has. Try a full modern poll:',
     '',
     `  ${poll('-1')}`,

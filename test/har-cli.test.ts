@@ -147,6 +147,20 @@ describe('the bundled demo and --record', () => {
     }
   });
 
+  it('--demo bound to every interface (a container) shows the curl command on the loopback', async () => {
+    const run = cli(['--demo', '--host', '0.0.0.0', '--port', '0', '--log-level', 'info']);
+    try {
+      const url = await listening(run);
+      const port = new URL(url).port;
+      expect(run.stdout()).toContain(`listening on http://0.0.0.0:${port}`);
+      expect(run.stdout()).toContain(`last_update_id=-1 http://127.0.0.1:${port}/api/v1/users/me/presence`);
+      expect(run.stdout()).not.toContain(`0.0.0.0:${port}/api`);
+      expect(await stop(run)).toBe(0);
+    } finally {
+      run.child.kill('SIGKILL');
+    }
+  });
+
   it('--upstream with --record writes the exchanges to the file, redacted, by the time the process exits', async () => {
     const file = join(dir, 'cli.har');
     const run = cli(['--upstream', fake.url, '--record', file, '--port', '0', '--log-level', 'info']);

@@ -53,6 +53,11 @@ const hostPattern = z
  * `HOST:PORT` of a listener (IPv6 in brackets: `[::1]:9993`); port 0 picks a free one. Throws
  * an Error saying what is wrong.
  */
+/** A host to reach a listener bound to `host` from this machine: the loopback for a wildcard. */
+export function reachableHost(host: string): string {
+  return host === '0.0.0.0' ? '127.0.0.1' : host === '::' ? '::1' : host;
+}
+
 export function parseListenAddress(text: string): { host: string; port: number } {
   const m = /^(?:\[([0-9a-fA-F:.]+)\]|([^:[\]\s]+)):(\d{1,5})$/.exec(text.trim());
   if (!m) throw new Error(`must be HOST:PORT, e.g. 127.0.0.1:9993 or [::1]:9993 (got ${JSON.stringify(text)})`);

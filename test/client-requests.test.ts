@@ -139,6 +139,12 @@ describe('on /metrics, from a shim over a 2.1 upstream', () => {
     }
     expect(delta('ZulipMobile', '2.1', 'none')).toBe(0);
     expect(delta('browser', '2.1', 'none')).toBe(2);
+    // GET /users/{id}, which 2.1 lacks: the shim answers it from the user list (get_user_by_id).
+    const user = await request(shim.url).get('/api/v1/users/11').set('User-Agent', mobile).set('Authorization', fake.auth(10));
+    expect(user.status).toBe(200);
+    const later = await scrape();
+    expect(served(later, 'ZulipMobile', '2.1', 'get_user_by_id') - served(after, 'ZulipMobile', '2.1', 'get_user_by_id')).toBe(1);
+    expect(served(later, 'ZulipMobile', '2.1', 'user_role') - served(after, 'ZulipMobile', '2.1', 'user_role')).toBe(1);
     const changesOf = (e: Exposition) =>
       e.samples
         .filter((s) => s.name === `${P}client_requests_total` && s.labels.change !== 'none' && s.value > 0)
@@ -216,6 +222,32 @@ describe('on /metrics, from a shim over a 7.0 upstream that shows the mobile app
     // A direct typing notification: 7.0 already takes it as the app sends it.
     const plain = await counted(() => form('/api/v1/typing', APP_AGENT, { type: 'direct', to: '[11]', op: 'start' }));
     expect(plain).toEqual({ 'ZulipFlutter none': 1 });
+  });
+});
+
+describe('the app on 5.0: what the shim serves in the upstream’s place counts its change', () => {
+  it('the emoji data URL in register, and the data at it', async () => {
+    const fake = await startFake({ era: '5.0', whole: true });
+    const shim = await startShim(fake.url, { app: { featureLevel: 277 } });
+    try {
+      const reg = await request(shim.url)
+        .post('/api/v1/register')
+        .set('User-Agent', APP_AGENT)
+        .set('Authorization', fake.auth(10))
+        .type('form')
+        .send(APP_REGISTER);
+      const data = await request(shim.url).get(new URL(reg.body.server_emoji_data_url).pathname).set('User-Agent', APP_AGENT);
+      expect(data.status).toBe(200);
+      const e = parsePrometheusText((await request(shim.url).get('/metrics')).text);
+      const n = (change: string) => sampleValue(e, `${P}client_requests_total`, { client: 'ZulipFlutter', upstream_level: '5', change });
+      // The register answer: the URL, and 5.0's muted topics by channel id (134); the data: its path.
+      expect(n('server_emoji_data_url')).toBe(2);
+      expect(n('user_topics_register')).toBe(1);
+      expect(n('none')).toBe(0);
+    } finally {
+      await shim.close();
+      await fake.stop();
+    }
   });
 });
 

@@ -201,10 +201,15 @@ async function answerUp(
   const answer = list ? await parseWithListInSteps(bounded.body, list, parseJsonObject) : parseJsonObject(bounded.body);
   const applied: string[] = [];
   let changed = translateAnswer(endpoint, answer, changes, applied);
-  for (const { id, edit } of edits) if (edit(answer)) applied.push(id);
-  // The queue's step runs the per-queue parts of `changes` (QueueEventChange).
-  if (step && (await step.run(answer))) applied.push(...changeIdsOf(changes.filter((c) => c.perQueue)));
-  changed ||= applied.length > 0;
+  for (const { id, edit } of edits) {
+    if (!edit(answer)) continue;
+    changed = true;
+    applied.push(id);
+  }
+  if (step && (await step.run(answer))) {
+    changed = true;
+    applied.push(...changeIdsOf(changes.filter((c) => c.perQueue))); // the changes whose per-queue parts the step ran
+  }
   recordChanges(req, applied);
   if (!changed) return relayBounded(res, r, bounded);
   recordFacts(req).kind = 'app-translated';

@@ -33,7 +33,8 @@ import { basicAuth, PRESENCE_PATH, SMALL_BODY, SMALL_PATH, type Flavour, type Up
 // `npm run bench -- record-secrets`: recording requests that each carry a new secret (X2, X8);
 // `npm run bench -- markdown-scan`: the prose scan of messages, 1 MB adversarial ones among them (M6);
 // `npm run bench -- lockout`: real new realms during a flood of made-up ones (X12);
-// `npm run bench -- forced-deltas`: other clients' deltas beside a caller sending made-up ids (X1).
+// `npm run bench -- forced-deltas`: other clients' deltas beside a caller sending made-up ids (X1);
+// `npm run bench -- client-requests`: the client_requests_total hook alone, a pass-through's and a changed request's.
 const OWN_RUNS: Record<string, string> = {
   b4: './passthrough.js',
   b7: './b7.js',
@@ -48,6 +49,7 @@ const OWN_RUNS: Record<string, string> = {
   'markdown-scan': './markdown-scan.js',
   lockout: './realm-lockout.js',
   'forced-deltas': './forced-deltas.js',
+  'client-requests': './client-requests.js',
 };
 // Every child (the shim, the upstream) runs as plain JavaScript, as the shim ships.
 await useBuiltChildren();

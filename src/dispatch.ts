@@ -46,6 +46,8 @@ export interface DispatchOptions {
   serveOwn: ServeOwn;
   /** With `server.adminListen`, the shim's own paths are answered on that listener only. */
   ownPathsElsewhere: boolean;
+  /** The registry's change ids (changes/index.ts CHANGE_IDS): the values client_requests_total's `change` may take. */
+  changeIds: ReadonlySet<string>;
 }
 
 /** How a request is dealt with, decided once from its route and its gate. */
@@ -90,7 +92,7 @@ export class Dispatcher {
       () => o.live.accessLog,
       () => o.live.trustedProxies,
     );
-    this.countClientRequest = clientRequestCounter(metrics.clientRequestCounts);
+    this.countClientRequest = clientRequestCounter(metrics.clientRequestCounts, o.changeIds);
     this.replacedProto = new ReplacedProtoWarnings(({ realm, peer, sent, sentOn }) =>
       log.warn(
         { realm, peer, sent, sentOn },

@@ -1,6 +1,7 @@
 import http, { type IncomingMessage, type ServerResponse } from 'node:http';
 import { parseListenAddress, type Config } from './config/index.js';
 import type { ShimContext } from './context.js';
+import { CHANGE_IDS } from './changes/index.js';
 import { Dispatcher } from './dispatch.js';
 import { autoConnectionCap, ConnectionCap, descriptorLimit } from './http/connection-cap.js';
 import { drain, shuttingDown } from './http/drain.js';
@@ -169,6 +170,7 @@ export function createShim(o: ShimOptions): Shim {
     inFlight: new InFlightAnswers(),
     serveOwn: ownPathsFor(context, settings, o.readinessChecks),
     ownPathsElsewhere: Boolean(config.server.adminListen),
+    changeIds: CHANGE_IDS,
   });
   const { server, admin } = listenersFor(config, dispatcher, cap, log);
   const pushRelay = pushRelayFor(config, context, settings);

@@ -13,7 +13,7 @@ import {
 } from '../src/changes/app-parts.js';
 import { TOPIC_WILDCARD_REFUSAL } from '../src/changes/fl224-topic-wildcard.js';
 import { FormFields } from '../src/http/form-fields.js';
-import { CHANGES, checkedBundle, USER_CHANGES } from '../src/changes/index.js';
+import { CHANGE_IDS, CHANGES, changeIdsOf, changeIdsOfFields, checkedBundle, USER_CHANGES } from '../src/changes/index.js';
 import type { ApiChange } from '../src/changes/types.js';
 import { editOutsideCode } from '../src/changes/markdown-text.js';
 import { sentAs } from './support/app-content.js';
@@ -392,5 +392,44 @@ describe('the app’s mentions in every Markdown shape, on 7.0 and 8.0 (M6)', ()
     const topic = content.replace('@**channel**', '@**topic**');
     expect(sentAs(topic, SEVEN)).toBe(reading === 'prose' ? TOPIC_WILDCARD_REFUSAL : topic);
     expect(sentAs(topic, EIGHT)).toBe(topic);
+  });
+});
+
+describe('which changes applied: the names client_requests_total counts them by', () => {
+  it('a request names the changes that changed it, a refusal the change that refused it, an untouched one none', () => {
+    const narrow = new FormFields(`narrow=${encodeURIComponent('[{"operator":"channel","operand":7},{"operator":"dm","operand":[11]}]')}`);
+    expect(translateRequest('GET /messages', narrow, 156, 277).applied).toEqual(['narrow_dm_operator', 'narrow_channel_operator']);
+    const message = new FormFields('type=channel&to=7&topic=lunch&content=hi+%40**channel**');
+    expect(translateRequest('POST /messages', message, 185, 277).applied).toEqual([
+      'read_by_sender',
+      'type_channel',
+      'channel_wildcard_mention',
+    ]);
+    const refused = translateRequest('POST /messages', new FormFields('type=stream&to=7&topic=t&content=%40**topic**'), 185, 277);
+    expect(refused.refusal).toBe(TOPIC_WILDCARD_REFUSAL);
+    expect(refused.applied).toEqual(['read_by_sender', 'topic_wildcard_mention']);
+    expect(translateRequest('POST /typing', new FormFields('type=direct&to=%5B11%5D&op=start'), 185, 277).applied).toEqual([]);
+  });
+
+  it('register edits name the changes that edited, and only those', () => {
+    const answer: Record<string, unknown> = { realm_wildcard_mention_policy: 4, realm_message_content_edit_limit_seconds: 600 };
+    expect(editRegister(answer, 122, 277)).toEqual(['wildcard_mention_policy_without_stream_admins']);
+    expect(editRegister(answer, 122, 277)).toEqual([]); // already in the level's form
+  });
+
+  it('answers name the changes that changed them', () => {
+    const events = { events: [{ type: 'message', flags: ['wildcard_mentioned'], message: {} }] };
+    const applied: string[] = [];
+    expect(translateAnswer('GET /events', events, answerChangesFor('GET /events', 185, 277), applied)).toBe(true);
+    expect(applied).toEqual(['topic_wildcard_mention']);
+  });
+
+  it('added fields name the changes that introduce them; a field of none is left out', () => {
+    expect(
+      changeIdsOfFields(['role', 'is_owner', 'delivery_email', 'server_presence_ping_interval_seconds', 'ignored_parameters_unsupported']),
+    ).toEqual(['user_role', 'user_is_owner', 'user_delivery_email', 'presence_settings']);
+    expect(changeIdsOf(CHANGES.flatMap((c) => (c.staticData ? [c.staticData] : [])))).toEqual(['server_emoji_data_url']);
+    expect(changeIdsOf([{}])).toEqual([]);
+    expect([...CHANGE_IDS]).toEqual(CHANGES.map((c) => c.feature));
   });
 });

@@ -15,7 +15,7 @@ import { isFormEncoded, readBody } from '../http/body.js';
 import { sendEncoded } from '../http/compress.js';
 import { apiPathOf } from '../http/api-routes.js';
 import { FormFields } from '../http/form-fields.js';
-import { recordFacts, timedUpstream } from '../observability/request-facts.js';
+import { recordChanges, recordFacts, timedUpstream } from '../observability/request-facts.js';
 import { forwardedHeaders, parseJsonObject, type BufferedResponse } from '../upstream/client.js';
 import type { Realm } from '../upstream/realm.js';
 import { isSuccess, relayBuffered } from '../upstream/relay.js';
@@ -73,7 +73,7 @@ export async function emulateFlagsNarrow(
   const type = req.headers['content-type'];
   const form = new FormFields(isFormEncoded(type) && isUtf8(raw) ? raw.toString('utf8') : '');
   // The narrow's operators as the upstream knows them (dm, channel, with), as for GET /messages.
-  translateRequest('POST /messages/flags/narrow', form, levels.real, levels.shown, {}, levels.site);
+  recordChanges(req, translateRequest('POST /messages/flags/narrow', form, levels.real, levels.shown, {}, levels.site).applied);
   const prefix = apiPathOf((req.url ?? '').split('?')[0]!)?.prefix ?? '/api/v1';
   const plan = planFlagsNarrow(form);
   const out = await carryOut({ ctx, req, realm, prefix, headers: forwardedHeaders(req) }, plan);

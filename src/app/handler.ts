@@ -3,8 +3,9 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import {
   answerChangesFor,
   answerListOf,
+  type AnswerEdit,
+  emulationOf,
   endpointKey,
-  isEmulated,
   lookupsFor,
   parameterEdits,
   STATIC_DATA_PATHS,
@@ -14,6 +15,7 @@ import {
   translateRequest,
 } from '../changes/app-parts.js';
 import { parseWithListInSteps, stringifyInSteps } from '../profile/user-objects.js';
+import { changeIdsOf } from '../changes/index.js';
 import type { AnswerChange, EndpointChange, LookupChange, Site } from '../changes/types.js';
 import type { EndpointHandler, ShimContext } from '../context.js';
 import { isFormEncoded, readBody, readUpTo } from '../http/body.js';
@@ -22,7 +24,7 @@ import { badRequest } from '../http/errors.js';
 import { FormFields } from '../http/form-fields.js';
 import { apiPathOf } from '../http/api-routes.js';
 import { contentLengthOf } from '../http/headers.js';
-import { recordFacts, timedUpstream } from '../observability/request-facts.js';
+import { recordChange, recordChanges, recordFacts, timedUpstream } from '../observability/request-facts.js';
 import { forwardedHeaders, parseJsonObject, translate, type UpstreamCall, type UpstreamResponse } from '../upstream/client.js';
 import { realmOf, type Realm } from '../upstream/realm.js';
 import { isSuccess, relay, relayBounded, rewrittenHeaders } from '../upstream/relay.js';
@@ -77,6 +79,7 @@ async function requestDown(req: IncomingMessage, ctx: AppContext, level: Levels,
   const translateForm = (raw: string): string | undefined => {
     const form = new FormFields(raw);
     const done = translateRequest(level.endpoint, form, level.real, level.shown, headers, level.site);
+    recordChanges(req, done.applied);
     if (done.refusal !== undefined) throw badRequest(done.refusal);
     to = done.to;
     return form.edited ? form.toString() : undefined;
@@ -144,6 +147,7 @@ async function answerWithLookups(
     }
     answer[lookup.field] = value;
     changed = true;
+    recordChanges(req, changeIdsOf([lookup]));
   }
   if (!changed) return relayBounded(res, r, bounded);
   recordFacts(req).kind = 'app-translated';
@@ -157,9 +161,6 @@ interface Levels {
   shown: number;
   site: Site;
 }
-
-/** An edit of a parsed answer a request's parameters call for (ParameterChange); true when it changed it. */
-type AnswerEdit = (answer: Record<string, unknown>) => boolean;
 
 /** The endpoints the shim answers itself in front of an upstream without them (AppEmulationChange). */
 const EMULATORS: Readonly<Record<string, typeof emulateFlagsNarrow>> = { 'POST /messages/flags/narrow': emulateFlagsNarrow };
@@ -198,9 +199,18 @@ async function answerUp(
   // A long list of messages is read and written a part at a time, letting other requests run between (V4's way).
   const list = answerListOf(endpoint);
   const answer = list ? await parseWithListInSteps(bounded.body, list, parseJsonObject) : parseJsonObject(bounded.body);
-  let changed = translateAnswer(endpoint, answer, changes);
-  for (const edit of edits) if (edit(answer)) changed = true;
-  if (step && (await step.run(answer))) changed = true;
+  const applied: string[] = [];
+  let changed = translateAnswer(endpoint, answer, changes, applied);
+  for (const { id, edit } of edits) {
+    if (!edit(answer)) continue;
+    changed = true;
+    applied.push(id);
+  }
+  if (step && (await step.run(answer))) {
+    changed = true;
+    applied.push(...changeIdsOf(changes.filter((c) => c.perQueue))); // the changes whose per-queue parts the step ran
+  }
+  recordChanges(req, applied);
   if (!changed) return relayBounded(res, r, bounded);
   recordFacts(req).kind = 'app-translated';
   const raw = list ? await stringifyInSteps(answer, [list]) : Buffer.from(JSON.stringify(answer));
@@ -230,15 +240,25 @@ function answerPlan(ctx: AppContext, realm: Realm, method: string, level: Levels
 export const appRequestHandler: EndpointHandler<AppContext> = async (req, res, ctx) => {
   const hostRealm = realmOf(ctx.upstreamId, req.headers);
   const { realm, featureLevel: real, realmUrl } = await timedUpstream(req, () => ctx.featureLevels.resolve(hostRealm));
+  const facts = recordFacts(req);
+  facts.realm = realm.host;
+  facts.featureLevel = real;
   const url = req.url ?? '/';
   const q = url.indexOf('?');
   const path = q < 0 ? url : url.slice(0, q);
   const endpoint = endpointOf(req.method, path) ?? '';
   const level: Levels = { endpoint, real, shown: levelShownTo(ctx.config.app, req.headers, real), site: { realmUrl } };
   const staticData = STATIC_DATA_PATHS.get(path);
-  if (staticData && staticDataFor(real, level.shown).includes(staticData)) return serveStaticData(req, res, ctx, hostRealm, staticData);
-  const emulator = isEmulated(endpoint, real, level.shown) ? EMULATORS[endpoint] : undefined;
-  if (emulator) return emulator(req, res, ctx, hostRealm, level);
+  if (staticData && staticDataFor(real, level.shown).includes(staticData)) {
+    recordChanges(req, changeIdsOf([staticData]));
+    return serveStaticData(req, res, ctx, hostRealm, staticData);
+  }
+  const emulation = emulationOf(endpoint, real, level.shown);
+  const emulator = emulation === undefined ? undefined : EMULATORS[endpoint];
+  if (emulation !== undefined && emulator) {
+    recordChange(req, emulation);
+    return emulator(req, res, ctx, hostRealm, level);
+  }
   return translated(req, res, ctx, { hostRealm, realm, level, query: q < 0 ? '' : url.slice(q + 1) });
 };
 

@@ -1,4 +1,4 @@
-import { CHANGES } from './index.js';
+import { CHANGES, changeIdsOf } from './index.js';
 import { proseRanges } from './markdown-text.js';
 import type {
   AnswerChange,
@@ -74,6 +74,8 @@ export interface Translated {
   refusal?: string;
   /** The endpoint the upstream takes the request at instead (EndpointChange), when not the one called. */
   to?: EndpointChange['to'];
+  /** The ids of the changes that changed the request or refused it, in order. */
+  applied: string[];
 }
 
 /** Whether `text` is longer than MAX_MESSAGE_LENGTH characters (code points, as Zulip counts). */
@@ -85,10 +87,17 @@ function tooLong(text: string): boolean {
   return false;
 }
 
-/** The content changes' edits of one message, in order; an edit overlapping an earlier one is left out. */
-function contentEdits(changes: readonly ApiChange[], content: Content, site: Site): TextEdit[] {
-  const edits = changes.flatMap((c) => c.content?.edits?.(content, site) ?? []).sort((a, b) => a.start - b.start);
-  return edits.filter((e, i) => i === 0 || e.start >= edits[i - 1]!.end);
+/**
+ * The content changes' edits of one message, in order; an edit overlapping an earlier one is left
+ * out. The ids of the changes whose edits are kept go into `applied`.
+ */
+function contentEdits(changes: readonly ApiChange[], content: Content, site: Site, applied: string[]): TextEdit[] {
+  const edits = changes
+    .flatMap((c) => (c.content?.edits?.(content, site) ?? []).map((edit) => ({ edit, id: c.feature })))
+    .sort((a, b) => a.edit.start - b.edit.start);
+  const kept = edits.filter((e, i) => i === 0 || e.edit.start >= edits[i - 1]!.edit.end);
+  for (const { id } of kept) if (!applied.includes(id)) applied.push(id);
+  return kept.map((e) => e.edit);
 }
 
 /**
@@ -107,24 +116,27 @@ export function translateRequest(
   site: Site = {},
 ): Translated {
   const changes = between(real, shown);
-  let changed = false;
-  for (const { request } of changes) {
-    if (request?.endpoints.includes(endpoint) && request.apply(params, headers)) changed = true;
+  const applied: string[] = [];
+  for (const { request, feature } of changes) {
+    if (request?.endpoints.includes(endpoint) && request.apply(params, headers)) applied.push(feature);
   }
-  const moved = changes.find((c) => c.endpoint?.from === endpoint)?.endpoint;
-  if (moved) {
-    const refusal = moved.apply(params);
-    return refusal === undefined ? { changed: true, to: moved.to } : { changed, refusal };
+  const changed = applied.length > 0;
+  const moved = changes.find((c) => c.endpoint?.from === endpoint);
+  if (moved?.endpoint) {
+    applied.push(moved.feature);
+    const refusal = moved.endpoint.apply(params);
+    return refusal === undefined ? { changed: true, to: moved.endpoint.to, applied } : { changed, refusal, applied };
   }
   const content = CONTENT_ENDPOINTS.includes(endpoint) ? params.get('content') : null;
-  if (content === null || tooLong(content) || !changes.some((c) => c.content)) return { changed };
+  if (content === null || tooLong(content) || !changes.some((c) => c.content)) return { changed, applied };
   const read: Content = { text: content, prose: proseRanges(content) };
   for (const c of changes) {
     const refusal = c.content?.refusal?.(read);
-    if (refusal !== undefined) return { changed, refusal };
+    if (refusal !== undefined) return { changed, refusal, applied: [...applied, c.feature] };
   }
-  const edited = params.editText('content', () => contentEdits(changes, read, site));
-  return { changed: changed || edited };
+  const kept: string[] = [];
+  const edited = params.editText('content', () => contentEdits(changes, read, site, kept));
+  return { changed: changed || edited, applied: edited ? [...applied, ...kept] : applied };
 }
 
 /** M2, register answers up: the keys the app's level has and an upstream at `real` does not send, with their values. */
@@ -132,9 +144,12 @@ export function registerAdditions(real: number, shown: number): Record<string, u
   return Object.assign({}, ...between(real, shown).map((c) => c.register?.fill?.() ?? {}));
 }
 
-/** M2, register answers up: what an upstream at `real` sends in an older form, rewritten in place for the level `shown`. */
-export function editRegister(answer: Record<string, unknown>, real: number, shown: number): void {
-  for (const c of between(real, shown)) c.register?.edit?.(answer);
+/**
+ * M2, register answers up: what an upstream at `real` sends in an older form, rewritten in place
+ * for the level `shown`; the ids of the changes that changed it.
+ */
+export function editRegister(answer: Record<string, unknown>, real: number, shown: number): string[] {
+  return between(real, shown).flatMap((c) => (c.register?.edit?.(answer) ? [c.feature] : []));
 }
 
 /** The lookups between `real` and `shown` that add to `endpoint`'s success answers. */
@@ -174,21 +189,26 @@ function eventFieldsOf(change: AnswerChange, event: unknown): readonly string[] 
 /**
  * M2, answers and events up: the messages (GET /messages, GET /messages/{id}) and events
  * (GET /events, by each event's type) of a parsed success `answer` to `endpoint`, rewritten in
- * place by `changes` (answerChangesFor), each only in the fields it declares; true when one changed.
+ * place by `changes` (answerChangesFor), each only in the fields it declares; true when one
+ * changed. The ids of the changes that changed it go into `applied`.
  */
-export function translateAnswer(endpoint: string, answer: Json, changes: readonly AnswerChange[]): boolean {
+export function translateAnswer(endpoint: string, answer: Json, changes: readonly AnswerChange[], applied: string[] = []): boolean {
   if (!isAnswerEndpoint(endpoint)) return false;
   const key = ANSWER_ENDPOINTS[endpoint];
   const held = answer[key];
   const items = key === 'message' ? [held] : Array.isArray(held) ? held : [];
   let changed = false;
   for (const change of changes) {
+    let changedHere = false;
     for (const item of items) {
       const fields = key === 'events' ? eventFieldsOf(change, item) : change.messageFields;
       if (key === 'events' && fields && change.upEvent && isObject(item)) {
-        if (change.upEvent(item)) changed = true;
-      } else if (upFields(item, fields, change)) changed = true;
+        if (change.upEvent(item)) changedHere = true;
+      } else if (upFields(item, fields, change)) changedHere = true;
     }
+    if (!changedHere) continue;
+    changed = true;
+    applied.push(...changeIdsOf([change]));
   }
   return changed;
 }
@@ -203,20 +223,21 @@ export function staticDataFor(real: number, shown: number): StaticDataChange[] {
   return between(real, shown).flatMap((c) => (c.staticData ? [c.staticData] : []));
 }
 
-/** Whether the app's `endpoint` is emulated in front of an upstream at `real` (AppEmulationChange). */
-export function isEmulated(endpoint: string, real: number, shown: number): boolean {
-  return between(real, shown).some((c) => c.appEmulation?.endpoint === endpoint);
+/** The id of the change by which the app's `endpoint` is emulated in front of an upstream at `real` (AppEmulationChange), or undefined. */
+export function emulationOf(endpoint: string, real: number, shown: number): string | undefined {
+  return between(real, shown).find((c) => c.appEmulation?.endpoint === endpoint)?.feature;
+}
+
+/** An edit of a parsed answer a request's parameters call for (ParameterChange), with its change's id; true when it changed it. */
+export interface AnswerEdit {
+  readonly id: string;
+  edit(answer: Record<string, unknown>): boolean;
 }
 
 /** M2: the edits of `endpoint`'s answer that parameters an upstream at `real` ignores call for, given the request's parameters (ParameterChange). */
-export function parameterEdits(
-  endpoint: string,
-  params: RequestParams,
-  real: number,
-  shown: number,
-): Array<(answer: Record<string, unknown>) => boolean> {
+export function parameterEdits(endpoint: string, params: RequestParams, real: number, shown: number): AnswerEdit[] {
   return between(real, shown).flatMap((c) => {
     const edit = c.parameter?.endpoint === endpoint ? c.parameter.editFor(params) : undefined;
-    return edit ? [edit] : [];
+    return edit ? [{ id: c.feature, edit }] : [];
   });
 }

@@ -12,8 +12,10 @@ export const emojiReactionUsers: ApiChange = {
     fields: [],
     edit(answer) {
       const settings = answer.user_settings;
-      if (typeof settings !== 'object' || settings === null || Array.isArray(settings)) return;
-      if (!('display_emoji_reaction_users' in settings)) (settings as Record<string, unknown>).display_emoji_reaction_users = false;
+      if (typeof settings !== 'object' || settings === null || Array.isArray(settings)) return false;
+      if ('display_emoji_reaction_users' in settings) return false;
+      (settings as Record<string, unknown>).display_emoji_reaction_users = false;
+      return true;
     },
   },
 };

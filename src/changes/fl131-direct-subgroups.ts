@@ -19,7 +19,10 @@ export const directSubgroups: ApiChange = {
     fields: [],
     edit(answer) {
       const groups = answer.realm_user_groups;
-      if (Array.isArray(groups)) answer.realm_user_groups = groups.map(withDirectSubgroups);
+      if (!Array.isArray(groups)) return false;
+      const edited = groups.map(withDirectSubgroups);
+      answer.realm_user_groups = edited;
+      return edited.some((g, i) => g !== groups[i]);
     },
   },
   answer: {

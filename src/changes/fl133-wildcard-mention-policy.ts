@@ -15,7 +15,9 @@ export const wildcardMentionPolicy: ApiChange = {
   register: {
     fields: [],
     edit(answer) {
-      if (answer.realm_wildcard_mention_policy === REMOVED) answer.realm_wildcard_mention_policy = MIGRATED_TO;
+      if (answer.realm_wildcard_mention_policy !== REMOVED) return false;
+      answer.realm_wildcard_mention_policy = MIGRATED_TO;
+      return true;
     },
   },
 };

@@ -112,7 +112,7 @@ export const userTopicsRegister: ApiChange = {
     fields: [],
     edit(answer) {
       const muted = answer.muted_topics;
-      if ('user_topics' in answer || !Array.isArray(muted)) return;
+      if ('user_topics' in answer || !Array.isArray(muted)) return false;
       const ids = Object.fromEntries(channelIds(answer));
       answer.user_topics = mutedByIds(muted, ids).map(([streamId, topic, when]) => ({
         stream_id: streamId,
@@ -120,6 +120,7 @@ export const userTopicsRegister: ApiChange = {
         last_updated: when,
         visibility_policy: MUTED,
       }));
+      return true;
     },
   },
   answer: {

@@ -11,7 +11,9 @@ export const editLimitNone: ApiChange = {
   register: {
     fields: [],
     edit(answer) {
-      if (answer.realm_message_content_edit_limit_seconds === 0) answer.realm_message_content_edit_limit_seconds = null;
+      if (answer.realm_message_content_edit_limit_seconds !== 0) return false;
+      answer.realm_message_content_edit_limit_seconds = null;
+      return true;
     },
   },
 };

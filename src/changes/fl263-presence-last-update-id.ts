@@ -1,4 +1,4 @@
-import { FL } from '../upstream/feature-level.js';
+import { FL, PRESENCE_CHANGES } from '../upstream/feature-level.js';
 import type { ApiChange } from './types.js';
 
 /**
@@ -11,7 +11,7 @@ import type { ApiChange } from './types.js';
 const presence = (feature: string, by: string) =>
   ({ featureLevel: FL.LAST_UPDATE_ID, feature, emulation: { by } }) as const satisfies ApiChange;
 
-export const presenceLastUpdateId = presence('presence_last_update_id', 'presence/handler.ts');
-export const presenceModernFormat = presence('presence_modern_format', 'presence/handler.ts');
-export const presenceHistoryLimitDays = presence('presence_history_limit_days', 'presence/handler.ts');
+export const presenceLastUpdateId = presence(PRESENCE_CHANGES.lastUpdateId, 'presence/handler.ts');
+export const presenceModernFormat = presence(PRESENCE_CHANGES.modernFormat, 'presence/handler.ts');
+export const presenceHistoryLimitDays = presence(PRESENCE_CHANGES.historyLimitDays, 'presence/handler.ts');
 export const registerPresenceLastUpdateId = presence('register_presence_last_update_id', 'register/handler.ts');

@@ -153,6 +153,45 @@ export const CHANGES: readonly ApiChange[] = checkedBundle([
   thumbnailFormats,
 ]);
 
+/**
+ * The name each change is counted by when applied to a request (client_requests_total's
+ * `change`): its feature name, unique in the registry (checkedBundle), so the label's values are
+ * the registry's and no more.
+ */
+export const CHANGE_IDS: ReadonlySet<string> = new Set(CHANGES.map((c) => c.feature));
+
+/** The change each part belongs to, and each field a change introduces (they are introduced once: checkedBundle). */
+const OWNER_OF_PART = new Map<object, string>();
+const OWNER_OF_FIELD = new Map<string, string>();
+for (const c of CHANGES) {
+  const parts = [c.user, c.request, c.content, c.register, c.answer, c.endpoint, c.lookup, c.staticData, c.parameter, c.appEmulation];
+  for (const part of parts) if (part) OWNER_OF_PART.set(part, c.feature);
+  for (const f of [...(c.user?.fields ?? []), ...(c.register?.fields ?? []), ...(c.staticData ? [c.staticData.field] : [])])
+    OWNER_OF_FIELD.set(f, c.feature);
+}
+
+/** The ids (feature names) of the changes `parts` (`change.answer`, `change.staticData`, …) belong to, in order; a part of none is left out. */
+export function changeIdsOf(parts: readonly object[]): string[] {
+  return parts.flatMap((part) => {
+    const id = OWNER_OF_PART.get(part);
+    return id === undefined ? [] : [id];
+  });
+}
+
+/**
+ * The ids of the changes that introduce `fields` (an answer's added fields, as
+ * X-Zulip-Compat-Backfilled names them), each once, in order; a field no change part introduces
+ * (one an emulation builds, `ignored_parameters_unsupported`) is left out.
+ */
+export function changeIdsOfFields(fields: readonly string[]): string[] {
+  const ids: string[] = [];
+  for (const field of fields) {
+    const id = OWNER_OF_FIELD.get(field);
+    if (id !== undefined && !ids.includes(id)) ids.push(id);
+  }
+  return ids;
+}
+
 /** The changes with a part in user objects, in order. */
 export const USER_CHANGES: readonly UserObjectChange[] = CHANGES.filter((c): c is UserObjectChange => c.user !== undefined);
 

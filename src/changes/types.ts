@@ -134,9 +134,10 @@ export interface RegisterChange {
   fill?(): Readonly<Record<string, unknown>>;
   /**
    * Pure but for `answer`: rewrites in place what the answer holds in the older form (a value
-   * that changed meaning, a key inside a nested object, a key built from others the answer holds).
+   * that changed meaning, a key inside a nested object, a key built from others the answer
+   * holds); true when it changed the answer.
    */
-  edit?(answer: Record<string, unknown>): void;
+  edit?(answer: Record<string, unknown>): boolean;
 }
 
 /**

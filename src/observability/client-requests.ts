@@ -4,10 +4,11 @@ import type { PendingCounts } from './label-children.js';
 
 /**
  * `zulip_compat_shim_client_requests_total{client, upstream_level, change}`: who is served what,
- * so an operator sees which clients still need which translation on which server, and when the
- * shim can go (every count `change="none"`, or only clients that need nothing). Counted once per
- * client request when its answer closes, from what the handler recorded (request-facts.ts); every
- * label value from a fixed list below, whatever a client sends.
+ * so an operator sees which clients still need which registry change on which server, and when
+ * the shim can go (every count `change="none"`, or only clients that need nothing). Counted when
+ * a client request's answer closes, once per change its handlers recorded (request-facts.ts), or
+ * once as `none`; every label value from a fixed list below or the registry's, whatever a client
+ * sends.
  */
 
 /**
@@ -67,45 +68,32 @@ export function upstreamLevel(featureLevel: number | undefined): string {
 }
 
 /**
- * What the shim did to a request, from the kind its handler recorded: `none` (passed through
- * untouched, or answered as the upstream answered), `presence` (the modern presence API:
- * `last_update_id`, the modern format), `user_objects` (the own profile, the user list or a
- * user, filled in by the user-object changes above the realm's level), `register` (a register
- * answer made continuable, its user lists filled in), `app` (the mobile app's requests and
- * answers translated between its level and the server's, M2), `other`.
+ * The `change` label: each change of the shim's registry (src/changes/) applied to the request,
+ * by its feature name (the word server_settings' `zulip_compat_shim.emulated` uses), one count
+ * per change applied; `none` when none was (passed through, or answered as the upstream
+ * answered); `other` for a name the registry does not hold, which no handler records, so the
+ * values stay the registry's whatever a request holds.
  */
-export const CHANGES = ['none', 'presence', 'user_objects', 'register', 'app', 'other'] as const;
-const CHANGE_OF_KIND: Readonly<Record<string, (typeof CHANGES)[number]>> = {
-  passthrough: 'none',
-  'passthrough-large': 'none',
-  legacy_full: 'presence',
-  modern_full: 'presence',
-  delta: 'presence',
-  resync: 'presence',
-  store_away: 'presence',
-  ping: 'presence',
-  own_profile: 'user_objects',
-  users: 'user_objects',
-  user: 'user_objects',
-  register: 'register',
-  'app-translated': 'app',
-};
+export const CHANGE_NONE = 'none';
+export const CHANGE_OTHER = 'other';
 
-export function changeOf(kind: string | undefined): (typeof CHANGES)[number] {
-  return kind === undefined ? 'none' : (CHANGE_OF_KIND[kind] ?? 'other');
+/** The most series client_requests_total can have, given the registry's number of changes. */
+export function clientRequestSeriesBound(registryChanges: number): number {
+  return CLIENT_FAMILIES.length * UPSTREAM_LEVELS.length * (registryChanges + 2);
 }
 
 /** Hosts whose upstream level is remembered for the requests passed through (cleared when full: X2). */
 const MAX_HOSTS = 1_000;
 
 /**
- * The counting hook, called when a client request's answer closes. A request the shim answered
+ * The counting hook, called when a client request's answer closes: one count per registry change
+ * the request recorded (`changeIds`: the registry's feature names), or one `none`. A request the shim answered
  * itself carries its realm's feature level (its handler recorded it); one passed through does
  * not, and takes the level last recorded for its Host (`unknown` before any). On the
  * pass-through's hot path (B4): a Map read and a few prefix tests, no upstream call, no cache
  * of the upstream's (FeatureLevels would cost a realm key and an LRU read per request).
  */
-export function clientRequestCounter(counts: PendingCounts): (req: IncomingMessage) => void {
+export function clientRequestCounter(counts: PendingCounts, changeIds: ReadonlySet<string>): (req: IncomingMessage) => void {
   const levelOfHost = new Map<string, string>();
   return (req) => {
     const facts = recordedFacts(req);
@@ -119,6 +107,9 @@ export function clientRequestCounter(counts: PendingCounts): (req: IncomingMessa
         levelOfHost.set(host, level);
       }
     }
-    counts.of(clientFamily(req.headers['user-agent']), level, changeOf(facts.kind)).n++;
+    const client = clientFamily(req.headers['user-agent']);
+    const applied = facts.changes;
+    if (applied === undefined) counts.of(client, level, CHANGE_NONE).n++;
+    else for (const id of applied) counts.of(client, level, changeIds.has(id) ? id : CHANGE_OTHER).n++;
   };
 }

@@ -4,7 +4,7 @@ import { VERSION } from '../version.js';
 import { FastHistogram } from './fast-histogram.js';
 import { PendingCounts } from './label-children.js';
 import { STORE_AWAY_PRESENCE } from './store-away.js';
-import { CHANGES, CLIENT_FAMILIES, UPSTREAM_LEVELS } from './client-requests.js';
+import { CHANGE_NONE, CHANGE_OTHER, CLIENT_FAMILIES, UPSTREAM_LEVELS } from './client-requests.js';
 
 /**
  * How often the event loop's delay is sampled for `nodejs_eventloop_lag_*` (ms), which every
@@ -212,11 +212,12 @@ export function createMetrics() {
     }),
     /**
      * Who is served what (client-requests.ts): client: a client family from the User-Agent;
-     * upstream_level: the realm's Zulip major version; change: what the shim did to the request.
+     * upstream_level: the realm's Zulip major version; change: each registry change applied to
+     * the request (its feature name), or none.
      */
     clientRequests: new Counter({
       name: `${p}client_requests_total`,
-      help: `Client requests by client family (${CLIENT_FAMILIES.join(', ')}), the realm's Zulip major version (${UPSTREAM_LEVELS.join(', ')}) and what the shim did (change: ${CHANGES.join(', ')}; none: passed through or answered as the upstream answered). When every client's requests count change none, the shim can go`,
+      help: `Client requests by client family (${CLIENT_FAMILIES.join(', ')}), the realm's Zulip major version (${UPSTREAM_LEVELS.join(', ')}) and the change the shim applied: one count per change of its registry applied to the request (change: the change's feature name in the registry, the vocabulary of server_settings' zulip_compat_shim.emulated), or one count ${CHANGE_NONE} (passed through, or answered as the upstream answered; ${CHANGE_OTHER}: a name outside the registry, not expected). Bounded: at most ${CLIENT_FAMILIES.length} × ${UPSTREAM_LEVELS.length} × (the registry's changes + 2) series. When every client's requests count change ${CHANGE_NONE}, the shim can go`,
       labelNames: ['client', 'upstream_level', 'change'] as const,
       registers: [registry],
       collect() {

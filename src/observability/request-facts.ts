@@ -6,6 +6,11 @@ export interface RequestFacts {
   realm?: string;
   featureLevel?: number;
   kind?: string;
+  /**
+   * The registry changes applied to this request (changes/index.ts: each change's feature name),
+   * each once, in the order applied; counted by client_requests_total (client-requests.ts).
+   */
+  changes?: string[];
 }
 
 const FACTS = Symbol('zulip-compat-shim request facts');
@@ -20,6 +25,18 @@ export function recordFacts(req: IncomingMessage): RequestFacts {
 /** The request's facts so far, without adding any (the log line reads them). */
 export function recordedFacts(req: IncomingMessage): RequestFacts {
   return (req as IncomingMessage & { [FACTS]?: RequestFacts })[FACTS] ?? NO_FACTS;
+}
+
+/** Records that the change named `id` (a feature of the registry) was applied to this request. */
+export function recordChange(req: IncomingMessage, id: string): void {
+  const f = recordFacts(req);
+  if (f.changes === undefined) f.changes = [id];
+  else if (!f.changes.includes(id)) f.changes.push(id);
+}
+
+/** Records each of `ids` as applied to this request (recordChange). */
+export function recordChanges(req: IncomingMessage, ids: Iterable<string>): void {
+  for (const id of ids) recordChange(req, id);
 }
 
 const NO_FACTS: RequestFacts = Object.freeze({});

@@ -17,6 +17,7 @@ import { report, type Poll } from './report.js';
 import { obtainSnapshot } from './sharing.js';
 import { recordOwnReport } from './own-report.js';
 import { handedOver } from './handover.js';
+import { recordPresenceChanges } from './applied-changes.js';
 
 /**
  * POST /api/v1/users/me/presence and /json/users/me/presence. On an upstream at feature level
@@ -91,6 +92,7 @@ async function send(poll: Poll, res: ServerResponse, built: Built, headers: Reco
   const { ctx, req } = poll;
   ctx.metrics.presenceAnswers.inc({ kind: built.kind });
   recordFacts(req).kind = built.kind;
+  recordPresenceChanges(req, built.kind, poll.request);
   const sent = await sendEncoded(req, res, 200, built.body, headers);
   setImmediate(async () => {
     ctx.metrics.presenceBytesSent.inc({ kind: built.kind }, sent);

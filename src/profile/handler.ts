@@ -1,10 +1,10 @@
 import type { EndpointHandler, ShimContext } from '../context.js';
-import { recordFacts, timedUpstream } from '../observability/request-facts.js';
+import { recordChanges, recordFacts, timedUpstream } from '../observability/request-facts.js';
 import { sendJson } from '../http/errors.js';
 import { isSuccess, relayBuffered, rewrittenHeaders } from '../upstream/relay.js';
 import { forwardedHeaders, parseJsonObject } from '../upstream/client.js';
 import { realmOf, type Realm } from '../upstream/realm.js';
-import { applyChanges, MODERN_USER_OBJECTS_LEVEL, needsOf, pendingChanges } from '../changes/index.js';
+import { applyChanges, changeIdsOfFields, MODERN_USER_OBJECTS_LEVEL, needsOf, pendingChanges } from '../changes/index.js';
 import { addedHeaders, FALLBACK_HEADER } from '../changes/added-headers.js';
 import { lookUp, type LookupContext } from './lookups.js';
 
@@ -62,6 +62,7 @@ export const ownProfileHandler: EndpointHandler<ProfileContext> = async (req, re
       ? await timedUpstream(req, () => lookUp(ctx, needsOf(changes), realm, userId, headers))
       : {};
   const { user, added, sources } = applyChanges(upstream, changes, found);
+  recordChanges(req, changeIdsOfFields(added));
 
   const ignored = ignoredParameters(req.url);
   if (ignored.length > 0 && !('ignored_parameters_unsupported' in user)) {

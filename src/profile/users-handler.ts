@@ -1,6 +1,6 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { ShimContext } from '../context.js';
-import { recordFacts, timedUpstream } from '../observability/request-facts.js';
+import { recordChange, recordChanges, recordFacts, timedUpstream } from '../observability/request-facts.js';
 import { sendEncoded } from '../http/compress.js';
 import { errorBody, sendJson } from '../http/errors.js';
 import { contentLengthOf } from '../http/headers.js';
@@ -8,7 +8,7 @@ import { isSuccess, relay, relayBuffered, rewrittenHeaders } from '../upstream/r
 import type { EndpointHandler } from '../context.js';
 import { forwardedHeaders, parseJsonObject, type BufferedResponse } from '../upstream/client.js';
 import { realmOf, type Realm } from '../upstream/realm.js';
-import { MODERN_USER_OBJECTS_LEVEL, changesAbove, noneAdded, type Added } from '../changes/index.js';
+import { MODERN_USER_OBJECTS_LEVEL, changeIdsOfFields, changesAbove, noneAdded, type Added } from '../changes/index.js';
 import { getUserById } from '../changes/fl001-get-user-by-id.js';
 import { getUserByEmail } from '../changes/fl039-get-user-by-email.js';
 import { levelOrZero, type ProfileContext } from './handler.js';
@@ -36,8 +36,9 @@ export const USER_BY_EMAIL_LEVEL = getUserByEmail.featureLevel;
 /** What a modern server answers for a user it does not have (or the caller cannot access). */
 export const NO_SUCH_USER = errorBody('BAD_REQUEST', 'No such user');
 
-/** U4, V4: the headers of an answer the shim filled. */
-function backfilledHeaders(r: BufferedResponse, into: Added): Record<string, string | string[]> {
+/** U4, V4: the headers of an answer the shim filled; the changes that filled it recorded on its request. */
+function backfilledHeaders(req: IncomingMessage, r: BufferedResponse, into: Added): Record<string, string | string[]> {
+  recordChanges(req, changeIdsOfFields(into.added));
   return { ...rewrittenHeaders(r.headers), ...addedHeaders(into) };
 }
 
@@ -131,7 +132,7 @@ export const usersHandler: EndpointHandler<UsersContext> = async (req, res, ctx)
   ctx.users.logAmbiguousBotOwners(realm, sharedOwners); // X10
   if (into.added.length === 0) return relayBuffered(res, r); // V4: the upstream's bytes
   const out = await stringifyInSteps(body, ['members']);
-  await sendEncoded(req, res, r.status, { raw: out }, backfilledHeaders(r, into));
+  await sendEncoded(req, res, r.status, { raw: out }, backfilledHeaders(req, r, into));
 };
 
 /** The `{user_id}` or `{email}` of a single-user path. Pure. */
@@ -147,6 +148,9 @@ export function userKeyOf(url: string): { userId: number } | { email: string } |
     return { email: segment };
   }
 }
+
+/** The change that brought the single-user endpoint of `key` (an upstream below it lacks it). */
+const emulatedEndpointOf = (key: { userId: number } | { email: string }) => ('userId' in key ? getUserById : getUserByEmail);
 
 /** GET /users/{user_id} and GET /users/{email}. */
 export const userHandler: EndpointHandler<UsersContext> = async (req, res, ctx) => {
@@ -172,7 +176,7 @@ export const userHandler: EndpointHandler<UsersContext> = async (req, res, ctx) 
     const into = noneAdded();
     await backfillList([user], changes, into, { idOfEmail: () => undefined, own });
     if (into.added.length === 0) return relayBuffered(res, r); // V4
-    return sendJson(res, r.status, body, backfilledHeaders(r, into));
+    return sendJson(res, r.status, body, backfilledHeaders(req, r, into));
   }
 
   // The upstream lacks the endpoint: the realm's user list as the caller sees it, read with the
@@ -183,6 +187,7 @@ export const userHandler: EndpointHandler<UsersContext> = async (req, res, ctx) 
   await ctx.admission.accepted(req, realm, featureLevel); // X12
   const members = (await parseWithListInSteps(r.body, 'members', parseJsonObject)).members; // V4
   if (!Array.isArray(members)) return relayBuffered(res, r);
+  recordChange(req, emulatedEndpointOf(key).feature); // the endpoint the upstream lacks
   const wanted = 'userId' in key ? key.userId : key.email.toLowerCase();
   const user = members.find(
     (m): m is Record<string, unknown> =>
@@ -194,5 +199,5 @@ export const userHandler: EndpointHandler<UsersContext> = async (req, res, ctx) 
   const sharedOwners = new Map<string, number | undefined>();
   await backfillList([user], changes, into, { idOfEmail: emailIndex([members], sharedOwners), own });
   ctx.users.logAmbiguousBotOwners(realm, sharedOwners); // X10
-  sendJson(res, 200, { result: 'success', msg: '', user }, backfilledHeaders(r, into));
+  sendJson(res, 200, { result: 'success', msg: '', user }, backfilledHeaders(req, r, into));
 };

@@ -2,7 +2,7 @@ import { setImmediate } from 'node:timers/promises';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { EndpointHandler } from '../context.js';
 import type { PresenceContext } from '../presence/context.js';
-import { recordFacts, timedUpstream } from '../observability/request-facts.js';
+import { recordChange, recordChanges, recordFacts, timedUpstream } from '../observability/request-facts.js';
 import { parseParams, readBody, type Bounded, type Params } from '../http/body.js';
 import { sendEncoded } from '../http/compress.js';
 import { isSuccess, relay, relayBounded, rewrittenHeaders } from '../upstream/relay.js';
@@ -27,11 +27,12 @@ import {
   serializeRegister,
   type EventTypes,
 } from './users.js';
-import type { LegacySettingType } from '../changes/fl089-user-settings.js';
+import { userSettings, type LegacySettingType } from '../changes/fl089-user-settings.js';
 import { addedHeaders } from '../changes/added-headers.js';
-import { noneAdded, type Added } from '../changes/index.js';
+import { changeIdsOfFields, noneAdded, type Added } from '../changes/index.js';
 import { editRegister, registerAdditions } from '../changes/app-parts.js';
 import { presenceSettings } from '../changes/fl164-presence-settings.js';
+import { registerPresenceLastUpdateId } from '../changes/fl263-presence-last-update-id.js';
 import { addStaticDataUrls } from '../app/static-data.js';
 import { startQueueStates } from '../app/queue-state.js';
 
@@ -180,7 +181,7 @@ async function readAnswer(req: IncomingMessage, ctx: RegisterContext, plan: Regi
 }
 
 /** V1, V3: the answer's user objects filled and user_settings built; what was added (U4). */
-async function fillUsers(ctx: RegisterContext, plan: RegisterPlan, answer: Record<string, unknown>): Promise<Added> {
+async function fillUsers(req: IncomingMessage, ctx: RegisterContext, plan: RegisterPlan, answer: Record<string, unknown>): Promise<Added> {
   if (!plan.withUsers) return noneAdded();
   const sharedOwners = new Map<string, number | undefined>();
   const users = await backfillRegisterUsers(answer, plan.featureLevel, plan.types, sharedOwners, plan.settingTypes);
@@ -191,7 +192,7 @@ async function fillUsers(ctx: RegisterContext, plan: RegisterPlan, answer: Recor
       { realm: plan.realm.host, missing: users.notBuilt },
       'register: user_settings left out, the upstream did not send a setting it has',
     );
-  }
+  } else if (users.added.includes('user_settings')) recordChange(req, userSettings.feature);
   return users;
 }
 
@@ -200,10 +201,17 @@ async function fillUsers(ctx: RegisterContext, plan: RegisterPlan, answer: Recor
  * does not send: the answer's own keys, the URLs of data the shim serves, and the state kept per
  * event queue for the events to come.
  */
-async function presentLevel(ctx: RegisterContext, plan: RegisterPlan, answer: Record<string, unknown>, answered: number, added: Added) {
+async function presentLevel(
+  req: IncomingMessage,
+  ctx: RegisterContext,
+  plan: RegisterPlan,
+  answer: Record<string, unknown>,
+  answered: number,
+  added: Added,
+) {
   if (!plan.presenting) return;
   const shown = answer.zulip_feature_level as number;
-  editRegister(answer, answered, shown);
+  recordChanges(req, editRegister(answer, answered, shown));
   addMissing(answer, registerAdditions(answered, shown), added);
   addStaticDataUrls(ctx, plan.realm, answer, answered, shown, added);
   await startQueueStates(ctx, plan.realm, answer, answered, shown);
@@ -261,6 +269,7 @@ async function rewritePresence(
     answer.presence_last_update_id = await idForLegacyPresences(asker, intake, serverTimestamp, historyLimitDays, empty);
   }
   if (answer.server_timestamp === undefined) answer.server_timestamp = serverTimestamp;
+  recordChange(req, registerPresenceLastUpdateId.feature);
 }
 
 export const registerHandler: EndpointHandler<RegisterContext> = async (req, res, ctx) => {
@@ -286,12 +295,13 @@ export const registerHandler: EndpointHandler<RegisterContext> = async (req, res
   const started = performance.now();
   const { answer, answered } = await readAnswer(req, ctx, plan, bounded.body);
   // What the answer gains, named in its headers (V4, W2).
-  const added = await fillUsers(ctx, plan, answer);
-  await presentLevel(ctx, plan, answer, answered, added);
+  const added = await fillUsers(req, ctx, plan, answer);
+  await presentLevel(req, ctx, plan, answer, answered, added);
   const presences = presencesToTakeIn(plan, answer);
   if (!presences) {
     if (!withoutPresence(ctx, plan, answer, added)) return relayBounded(res, upstream, bounded);
     facts.kind = 'register';
+    recordChanges(req, changeIdsOfFields(added.added)); // the changes' fields and keys (V1, W2, M2)
     const serialized = await serializeRegister(answer);
     await sendEncoded(req, res, upstream.status, { raw: serialized }, { ...rewrittenHeaders(upstream.headers), ...addedHeaders(added) });
     return;
@@ -300,6 +310,7 @@ export const registerHandler: EndpointHandler<RegisterContext> = async (req, res
   addMissing(answer, presenceSettings.register.fill(), added); // W2
   const serialized = Buffer.from(JSON.stringify(answer));
   facts.kind = 'register';
+  recordChanges(req, changeIdsOfFields(added.added));
   ctx.log.debug({ bytes: serialized.length, ms: Math.round(performance.now() - started) }, 'register presence rewritten');
   await sendEncoded(req, res, upstream.status, { raw: serialized }, { ...rewrittenHeaders(upstream.headers), ...addedHeaders(added) });
 };

@@ -22,6 +22,17 @@ export const FL = {
   LAST_UPDATE_ID: 263,
 } as const;
 
+/**
+ * The modern presence API's changes (feature level 263) by their names in the registry, which
+ * declares them (changes/fl263-presence-last-update-id.ts): presence/, below the registry,
+ * records them applied by these names.
+ */
+export const PRESENCE_CHANGES = {
+  lastUpdateId: 'presence_last_update_id',
+  modernFormat: 'presence_modern_format',
+  historyLimitDays: 'presence_history_limit_days',
+} as const;
+
 /** `zulip_feature_level` of a server_settings answer; absent = 0 = Zulip 2.1. */
 export function featureLevelOf(settings: Record<string, unknown>): number {
   const fl = settings.zulip_feature_level;

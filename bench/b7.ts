@@ -23,7 +23,7 @@ import { basicAuth, PRESENCE_PATH } from './synthetic-upstream.js';
  * - RSS and heap (after full collections) at the end; bytes per user = heap and buffers held
  *   above the shim's empty baseline, over the users.
  *
- * `npm run bench -- b7 [--sizes 1000,10000,50000,100000] [--phase 10] [--coalesce-ms 2000]`
+ * `npm run bench -- b7 [--sizes 1000,10000,50000,100000] [--phase 10] [--coalesce-ms 2000] [--callers 4]`
  */
 
 const { values: flags } = parseArgs({
@@ -35,6 +35,13 @@ const { values: flags } = parseArgs({
     era: { type: 'string' },
     /** A CPU profile of the shim's delta phase per size goes here. */
     profile: { type: 'string' },
+    /**
+     * Callers the delta polls take turns as (default 4: one a connection). A caller's own report
+     * enters the ledger when it was not active in the last minute (P15), so with tens of
+     * thousands of them, as in a large realm where everyone polls once a minute, nearly every
+     * poll's report changes the ledger while a refresh is merged.
+     */
+    callers: { type: 'string' },
     /** Every delta poll of each size (sent at, times, bytes, leader) and the full fetches, as JSON lines, to this file. */
     samples: { type: 'string' },
   },
@@ -46,6 +53,7 @@ const phaseMs = Number(flags.phase ?? 10) * 1000;
 const coalesceMs = Number(flags['coalesce-ms'] ?? 2000);
 const era = flags.era ?? '2.1';
 const profileDir = flags.profile;
+const callers = Number(flags.callers ?? 4);
 const log = (s: string) => process.stdout.write(`${s}\n`);
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const form = { 'content-type': 'application/x-www-form-urlencoded' };
@@ -169,11 +177,13 @@ async function measure(users: number): Promise<B7Row> {
       const polls: DeltaPoll[] = [];
       const start = performance.now();
       const end = start + phaseMs;
+      let turn = 0;
       const worker = async (w: number) => {
         let mine = id;
         while (performance.now() < end) {
+          const caller = 2 + (callers === 4 ? w : turn++ % callers);
           const at = performance.now();
-          const [r, d] = await Promise.all([send(pool, poll(2 + w, mine)), send(direct, ping(2 + w))]);
+          const [r, d] = await Promise.all([send(pool, poll(caller, mine)), send(direct, ping(caller))]);
           if (r.status !== 200) throw new Error(`delta poll: HTTP ${r.status}`);
           if (d.status !== 200) throw new Error(`direct ping: HTTP ${d.status}`);
           polls.push({ at, ms: r.ms, directMs: d.ms, bytes: r.bytes, leader: false });
@@ -226,7 +236,9 @@ async function measure(users: number): Promise<B7Row> {
 
 const fmt = (v: number, d = 0) => v.toLocaleString('en-US', { maximumFractionDigits: d, minimumFractionDigits: d });
 
-log(`B7 cost curve: synthetic ${era} upstream, coalesceMs ${coalesceMs}, delta phase ${phaseMs / 1000} s, sizes ${sizes.join(', ')}`);
+log(
+  `B7 cost curve: synthetic ${era} upstream, coalesceMs ${coalesceMs}, delta phase ${phaseMs / 1000} s, ${callers} callers, sizes ${sizes.join(', ')}`,
+);
 log(
   `load average at start: ${os
     .loadavg()

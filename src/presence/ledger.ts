@@ -479,7 +479,10 @@ function usersChangedSince(state: LedgerState, base: LedgerState, limit: number)
   return users;
 }
 
-/** B7: changes in between past which a prepared merge is not rebased (a full merge is as cheap). */
+/**
+ * B7: users changed in between past which a prepared merge is merged again rather than rebased
+ * (a copy read whole differs in every user): the users of one merge step.
+ */
 const REBASE_LIMIT = MERGE_STEP;
 
 /**
@@ -492,8 +495,8 @@ const REBASE_LIMIT = MERGE_STEP;
  * user the changes in between touched is merged again on what `state` holds of them (I3, I8),
  * taking the next id where it changes. Undefined where the prepared merge cannot stand for the
  * merge on `state`: another epoch, or a new one the merge started (X14, I9); another complete
- * snapshot merged since (who is out of view moved); more than REBASE_LIMIT users changed in
- * between, or a copy read whole (no shared table): the caller merges again.
+ * snapshot merged since (who is out of view moved); more than REBASE_LIMIT users differing from
+ * the base (a large realm's copy read whole differs in every user): the caller merges again.
  */
 export function rebasedMerge(state: LedgerState, obs: Observation, prepared: PreparedMerge): LedgerState | undefined {
   const { base, next, written } = prepared;

@@ -23,6 +23,7 @@ import { basicAuth, PRESENCE_PATH, SMALL_BODY, SMALL_PATH, type Flavour, type Up
 // Runs of their own, each printing its figures against its targets:
 // `npm run bench -- b4`: the pass-through against nginx with every variant (bench/passthrough.ts);
 // `npm run bench -- b7`: the large-realm cost curve (bench/b7.ts);
+// `npm run bench -- rebase`: a refresh's prepared merge rebased over reports against merged again (B7, issue 44);
 // `npm run bench -- replicas`: one replica against two on one Redis (bench/replicas.ts);
 // `npm run bench -- flood`: memory under a flood of hosts with the default budgets (X2);
 // `npm run bench -- flood-realms`: peak RSS under a flood of realms, a realm per Host (X2, X12);
@@ -38,6 +39,7 @@ import { basicAuth, PRESENCE_PATH, SMALL_BODY, SMALL_PATH, type Flavour, type Up
 const OWN_RUNS: Record<string, string> = {
   b4: './passthrough.js',
   b7: './b7.js',
+  rebase: './rebase.js',
   replicas: './replicas.js',
   flood: './flood.js',
   'flood-realms': './flood-realms.js',

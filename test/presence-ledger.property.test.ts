@@ -10,7 +10,7 @@ import {
   idAsOf,
   legacyAnswerId,
   merge,
-  mergeInSteps,
+  prepareMerge,
   RAISES_PER_MINUTE,
   raiseCounter,
   upstreamOrder,
@@ -646,16 +646,17 @@ describe('merges in steps (B7)', () => {
     ),
   });
 
-  it('gives exactly the merge, pausing on a large realm; a store takes it only on the state it was made on (I7)', async () => {
+  it('gives exactly the merge, pausing on a large realm; a store takes it as it is only on the state it was made on (I7)', async () => {
     const base = merge(createLedger(1_000_000), snapshot(10, 25_000, 1));
     const obs = snapshot(11, 24_000, 2); // changes some users, leaves 1,000 out
     let pauses = 0;
-    const next = await mergeInSteps(base, obs, async () => pauses++);
+    const prepared = await prepareMerge(base, obs, async () => pauses++);
+    const { next } = prepared;
     expect(pauses).toBeGreaterThanOrEqual(4);
     expect(plainLedger(next)).toEqual(plainLedger(merge(base, obs)));
-    const prepared = { base, next };
     expect(applyChange(base, { kind: 'observation', observation: obs, prepared }, 0)).toBe(next);
-    // Another change came in between: merged again on that state, never the stale result.
+    // Another complete snapshot came in between: merged again on that state, never the stale
+    // result (test/ledger-rebase.property.test.ts: the changes a prepared merge is rebased over).
     const other = merge(base, snapshot(10.5, 10, 3));
     const again = applyChange(other, { kind: 'observation', observation: obs, prepared }, 0);
     expect(again).not.toBe(next);

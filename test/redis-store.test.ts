@@ -3,7 +3,7 @@ import { Writable } from 'node:stream';
 import type { Redis } from 'ioredis';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { createLogger } from '../src/observability/logger.js';
-import { answer, vouchesFor, type Observation } from '../src/presence/ledger.js';
+import { answer, merge, prepareMerge, vouchesFor, type LedgerState, type Observation } from '../src/presence/ledger.js';
 import { encodeLedger } from '../src/store/codec.js';
 import { ADMITTED_TTL_MS, LEDGER_IDLE_TTL_MS, RedisStore, type RedisStoreOptions } from '../src/store/redis.js';
 import { StoreUnavailableError } from '../src/store/types.js';
@@ -195,6 +195,28 @@ describeRedis('RedisStore (S1, P5)', () => {
     expect(answer(read!, { lastUpdateId: written.epoch + 3, serverTimestamp: 30 })).toEqual(
       answer(written, { lastUpdateId: written.epoch + 3, serverTimestamp: 30 }),
     );
+  });
+
+  it("rebases a merge prepared on its copy over another replica's report written meanwhile (B7, I7)", async () => {
+    const a = open();
+    const b = open();
+    await a.merge('r-rebase', obs(1_010, { 1: [901, 901], 2: [902, 902], 3: [903, 903], 4: [904, 904] }));
+    await b.load('r-rebase');
+    // a's refresh, prepared on its copy; meanwhile b writes a caller's own report (P15).
+    const refresh = obs(1_020, { 1: [1_012, 1_018], 2: [1_019, 1_019], 4: [904, 904] });
+    const prepared = await prepareMerge(a.peek('r-rebase')!, refresh, async () => {});
+    const between = await b.merge('r-rebase', { ...obs(1_015.999, { 1: [1_015, 1_015] }, false), report: true });
+    const stored = await a.merge('r-rebase', refresh, prepared);
+    const full = merge(between, refresh);
+    // The rebase's ids: the refresh's own user first, then the user of both (a merge made again
+    // gives the observation's order); everything else as the full merge, and in Redis.
+    expect(stored.users.get(2)!.changedAt).toBe(between.lastId + 1);
+    expect(stored.users.get(1)!.changedAt).toBe(between.lastId + 2);
+    expect(full.users.get(1)!.changedAt).toBe(between.lastId + 1);
+    expect(stored.users.get(1)).toMatchObject({ active: 1_015, idle: 1_018 });
+    const ids = (s: LedgerState) => ({ ...s, users: [...s.users].map(([u, e]) => [u, { ...e, changedAt: e.changedAt > between.lastId }]) });
+    expect(ids(stored)).toEqual(ids(full));
+    expect(plainLedger(await b.load('r-rebase'))).toEqual(plainLedger(stored));
   });
 
   it.each([

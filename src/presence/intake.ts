@@ -11,7 +11,7 @@ import type { Directory } from '../upstream/user-directory.js';
 import { CompactPresences, modernFromColumns, type PresenceColumns } from './columns.js';
 import { planLedger, viewOf } from './plan.js';
 import { toModern, type Converted, type PresenceEra, type UserLookup } from './convert.js';
-import { mergeInSteps, timeOfDateHeader, type LedgerState, type ModernPresence, type Observation } from './ledger.js';
+import { prepareMerge, timeOfDateHeader, type LedgerState, type ModernPresence, type Observation } from './ledger.js';
 
 /**
  * The one path by which upstream presence reaches the realm's ledger, for presence polls and
@@ -154,9 +154,10 @@ export async function recordInLedger(asker: Asker, observation: Observation): Pr
   try {
     await raiseOwedCounter(asker);
     // B7: merged in steps on the ledger this process holds; the store takes that result when
-    // the realm's ledger is still the same one, and merges again otherwise (I7).
+    // the realm's ledger is still the same one, rebases it over the few changes made since
+    // (other polls' own reports), and merges again otherwise (I7, ledger.ts `applyChange`).
     const base = ctx.store.peek(realm.key);
-    const prepared = base && { base, next: await mergeInSteps(base, obs, () => setImmediate()) };
+    const prepared = base && (await prepareMerge(base, obs, () => setImmediate()));
     const ledger = await ctx.store.merge(realm.key, obs, prepared);
     ctx.metrics.ledgerUsers.set({ realm: realm.host }, ledger.users.size);
     if (answer) ctx.presence.storeAway.recorded(realm.key, obs.serverTimestamp, obs.maxLateSeconds);

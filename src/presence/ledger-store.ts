@@ -21,7 +21,8 @@ export interface PresenceStore extends AdmittedRealms {
    * epoch when there is none) and returns the ledger after the merge. One writer per realm at
    * a time, so ids stay strictly increasing whichever replica writes (P5, ledger.ts I7).
    * `prepared`: the merge computed ahead on the ledger this process last held (B7), taken
-   * when the realm's ledger is still that one.
+   * when the realm's ledger is still that one, rebased over the changes made since when they
+   * are few (ledger.ts `rebasedMerge`).
    */
   merge(realm: string, observation: Observation, prepared?: PreparedMerge): Promise<LedgerState>;
   /**

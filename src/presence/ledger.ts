@@ -245,10 +245,15 @@ function raisedRangeOf(state: LedgerState, id: number): RaisedRange | undefined 
   return state.raised.find(([after, upTo]) => id > after && id <= upTo);
 }
 
-/** A merge computed ahead (`mergeInSteps`): `next` is `merge(base, observation)`. */
+/** A merge computed ahead (`prepareMerge`): `next` is `merge(base, observation)`. */
 export interface PreparedMerge {
   base: LedgerState;
   next: LedgerState;
+  /**
+   * The users `next` wrote, in the order it wrote them: those with a new `changedAt` in the
+   * order of it, then those only moved out of view (`rebasedMerge` moves their ids).
+   */
+  written: readonly number[];
 }
 
 /** I7: what a store applies to a realm's ledger, atomically. */
@@ -260,9 +265,13 @@ export type LedgerChange =
 /** Applies one change; the same state object when nothing changed. `nowMs`: the epoch clock. */
 export function applyChange(state: LedgerState, change: LedgerChange, nowMs: number): LedgerState {
   if (change.kind === 'counter') return raiseCounter(state, change.atLeast, nowMs);
-  // A merge prepared on this very state is this merge's result (states are values); on any
-  // other state (a change came in between) it is made again here.
-  return change.prepared?.base === state ? change.prepared.next : merge(state, change.observation);
+  const { observation, prepared } = change;
+  if (!prepared) return merge(state, observation);
+  // A merge prepared on this very state is this merge's result (states are values); on a state
+  // made from it by a few changes in between (B7: every poll's own report, P15), rebased over
+  // them; otherwise made again here.
+  if (prepared.base === state) return prepared.next;
+  return rebasedMerge(state, observation, prepared) ?? merge(state, observation);
 }
 
 /** I2, I6: ids the ledger issued; never one it was raised past. */
@@ -315,19 +324,21 @@ export function merge(state: LedgerState, obs: Observation): LedgerState {
   }
 }
 
-/** Users looked at between two pauses of `mergeInSteps`. */
+/** Users looked at between two pauses of `prepareMerge`. */
 const MERGE_STEP = 10_000;
 
 /**
  * B7: `merge`, with `pause` awaited every MERGE_STEP users (a 100k-user merge is then no
- * single block). The result is `merge(state, obs)` exactly; a store takes it as prepared when
- * the realm's ledger is still `state` (I7, `applyChange`).
+ * single block). Its `next` is `merge(base, obs)` exactly; a store takes it as it is when the
+ * realm's ledger is still `base`, and rebased when a few changes came in between (I7,
+ * `applyChange`, `rebasedMerge`).
  */
-export async function mergeInSteps(state: LedgerState, obs: Observation, pause: () => Promise<unknown>): Promise<LedgerState> {
-  const steps = mergeSteps(state, obs);
+export async function prepareMerge(base: LedgerState, obs: Observation, pause: () => Promise<unknown>): Promise<PreparedMerge> {
+  const written: number[] = [];
+  const steps = mergeSteps(base, obs, written);
   for (;;) {
     const r = steps.next();
-    if (r.done) return r.value;
+    if (r.done) return { base, next: r.value, written };
     await pause();
   }
 }
@@ -371,10 +382,60 @@ function observed(
   return { p, seenAt: order === 'after' ? ts : prev.seenAt };
 }
 
-function* mergeSteps(current: LedgerState, obs: Observation): Generator<void, LedgerState> {
+/**
+ * I3, I4: the entry of a user an observation shows, changed at `changedAt`; undefined when there
+ * is nothing to write: older, or the same data still in view. A snapshot at least this new can
+ * only carry this data or newer, so seenAt needs to move only when something changes.
+ */
+function entrySeen(
+  state: LedgerState,
+  prev: LedgerEntry | undefined,
+  seen: ModernPresence,
+  obs: Observation,
+  changedAt: number,
+): LedgerEntry | undefined {
+  const taken = observed(state, prev, seen, obs);
+  if (!taken || (prev?.present && samePresence(prev, taken.p))) return undefined;
+  return { active: taken.p.active_timestamp, idle: taken.p.idle_timestamp, seenAt: taken.seenAt, changedAt, present: true };
+}
+
+/**
+ * I4, P7: the entry of a user a complete observation leaves out: out of view as of it when it is
+ * newer than what the ledger holds of them (a tie says nothing, `upstreamOrder`); undefined
+ * otherwise. Their id stays: a client keeps what it holds of a user out of view.
+ */
+function entryLeftOut(prev: LedgerEntry, obs: Observation): LedgerEntry | undefined {
+  if (!prev.present || upstreamOrder(obs.serverTimestamp, prev.seenAt) !== 'after') return undefined;
+  return { ...prev, seenAt: obs.serverTimestamp, present: false };
+}
+
+/**
+ * The state a merge of `obs` into `state` makes, given its writes (`users`, undefined: none) and
+ * the counter after them; `changed`: the users with a new changedAt, in its order. `state`
+ * itself when nothing changed, so a caller can skip writing it back.
+ */
+function merged(
+  state: LedgerState,
+  obs: Observation,
+  lastId: number,
+  users: UserTable<LedgerEntry> | undefined,
+  changed: number[],
+): LedgerState {
+  const ts = obs.serverTimestamp;
+  const completeAt = obs.complete ? Math.max(state.completeAt, ts) : state.completeAt;
+  const lastMerge = state.merges[state.merges.length - 1];
+  const dateTimed = obs.dateTimed === true || obs.report === true;
+  if (!users && (dateTimed || (lastMerge && lastMerge[0] >= ts)) && completeAt === state.completeAt) return state;
+  const merges = dateTimed ? state.merges : [...state.merges, [ts, lastId] as const].sort((a, b) => a[0] - b[0]).slice(-MERGE_HISTORY);
+  const next: LedgerState = { ...state, lastId, users: users ?? state.users, merges, completeAt };
+  extendIndex(state, next, changed);
+  return next;
+}
+
+/** `written`: every user the merge writes is added to it, in the order written (`PreparedMerge`). */
+function* mergeSteps(current: LedgerState, obs: Observation, written: number[] = []): Generator<void, LedgerState> {
   const state = clockChecked(current, obs);
   let looked = 0;
-  const ts = obs.serverTimestamp;
   let lastId = state.lastId;
   let users: UserTableEdit<LedgerEntry> | undefined;
   /** Users whose changedAt moved, in id order (the delta index's new tail). */
@@ -382,36 +443,91 @@ function* mergeSteps(current: LedgerState, obs: Observation): Generator<void, Le
   const write = (id: number, e: LedgerEntry) => {
     users ??= UserTable.from(state.users).edit();
     users.set(id, e);
+    written.push(id);
   };
 
   for (const [userId, seen] of obs.presences) {
     if (++looked % MERGE_STEP === 0) yield;
-    const prev = state.users.get(userId);
-    const taken = observed(state, prev, seen, obs);
-    // Older, or the same data still in view: nothing to write. A snapshot at least this new
-    // can only carry this data or newer, so seenAt needs to move only when something changes.
-    if (!taken || (prev?.present && samePresence(prev, taken.p))) continue;
-    const { p, seenAt } = taken;
-    write(userId, { active: p.active_timestamp, idle: p.idle_timestamp, seenAt, changedAt: ++lastId, present: true });
+    const e = entrySeen(state, state.users.get(userId), seen, obs, lastId + 1);
+    if (!e) continue;
+    write(userId, e);
+    lastId = e.changedAt;
     changed.push(userId);
   }
   if (obs.complete) {
     for (const [userId, prev] of state.users) {
       if (++looked % MERGE_STEP === 0) yield;
-      // Out of view as of a newer complete snapshot; a tie says nothing (upstreamOrder).
-      if (prev.present && upstreamOrder(ts, prev.seenAt) === 'after' && !obs.presences.has(userId)) {
-        write(userId, { ...prev, seenAt: ts, present: false });
-      }
+      const e = obs.presences.has(userId) ? undefined : entryLeftOut(prev, obs);
+      if (e) write(userId, e);
     }
   }
-  const completeAt = obs.complete ? Math.max(state.completeAt, ts) : state.completeAt;
-  const lastMerge = state.merges[state.merges.length - 1];
-  const dateTimed = obs.dateTimed === true || obs.report === true;
-  if (!users && (dateTimed || (lastMerge && lastMerge[0] >= ts)) && completeAt === state.completeAt) return state;
-  const merges = dateTimed ? state.merges : [...state.merges, [ts, lastId] as const].sort((a, b) => a[0] - b[0]).slice(-MERGE_HISTORY);
-  const next: LedgerState = { ...state, lastId, users: users?.done() ?? state.users, merges, completeAt };
-  extendIndex(state, next, changed);
-  return next;
+  return merged(state, obs, lastId, users?.done(), changed);
+}
+
+/**
+ * B7: the users whose entries differ between `state` and `base` (a state made from it by
+ * changes), or undefined past `limit` of them. Tables that share their untouched parts (a
+ * state made from `base` here, or from change records, S1) are compared in what was copied.
+ */
+function usersChangedSince(state: LedgerState, base: LedgerState, limit: number): Set<number> | undefined {
+  if (!(state.users instanceof UserTable) || !(base.users instanceof UserTable)) return undefined;
+  const users = new Set<number>();
+  for (const [id] of state.users.differences(base.users)) {
+    users.add(id);
+    if (users.size > limit) return undefined;
+  }
+  return users;
+}
+
+/**
+ * B7: users changed in between past which a prepared merge is merged again rather than rebased
+ * (a copy read whole differs in every user): the users of one merge step.
+ */
+const REBASE_LIMIT = MERGE_STEP;
+
+/**
+ * B7, I7: `prepared` (a merge of `obs` made on its base) as the merge of `obs` into `state`, a
+ * state made from that base by a few changes in between (every poll's own report, P15), in time
+ * of the users the merge wrote and those changes, never of the realm. What every client sees is
+ * `merge(state, obs)`'s: the same entries, the same counter and merge history, the same users
+ * with a new id. The merge's new ids are moved above `state`'s counter, in the order it made
+ * them, so no id a client may hold is issued again or stands for less than it did (I1, X1); a
+ * user the changes in between touched is merged again on what `state` holds of them (I3, I8),
+ * taking the next id where it changes. Undefined where the prepared merge cannot stand for the
+ * merge on `state`: another epoch, or a new one the merge started (X14, I9); another complete
+ * snapshot merged since (who is out of view moved); more than REBASE_LIMIT users differing from
+ * the base (a large realm's copy read whole differs in every user): the caller merges again.
+ */
+export function rebasedMerge(state: LedgerState, obs: Observation, prepared: PreparedMerge): LedgerState | undefined {
+  const { base, next, written } = prepared;
+  if (state.epoch !== base.epoch || next.epoch !== base.epoch || state.lastId < base.lastId) return undefined;
+  if (state.completeAt !== base.completeAt || clockChecked(state, obs) !== state) return undefined;
+  const touched = usersChangedSince(state, base, REBASE_LIMIT);
+  if (!touched) return undefined;
+  const edit = UserTable.from(state.users).edit();
+  let wrote = false;
+  let lastId = state.lastId;
+  const changed: number[] = [];
+  const write = (id: number, e: LedgerEntry) => {
+    edit.set(id, e);
+    wrote = true;
+    if (e.changedAt > state.lastId) changed.push(id);
+  };
+  for (const userId of written) {
+    if (touched.has(userId)) continue;
+    const e = next.users.get(userId)!;
+    // Only moved out of view: the id it had (entryLeftOut).
+    write(userId, e.changedAt > base.lastId ? { ...e, changedAt: ++lastId } : e);
+  }
+  for (const userId of touched) {
+    const prev = state.users.get(userId);
+    const seen = obs.presences.get(userId);
+    const e = seen ? entrySeen(state, prev, seen, obs, lastId + 1) : prev && obs.complete ? entryLeftOut(prev, obs) : undefined;
+    if (!e) continue;
+    write(userId, e);
+    lastId = Math.max(lastId, e.changedAt);
+  }
+  return merged(state, obs, lastId, wrote ? edit.done() : undefined, changed);
 }
 
 /**

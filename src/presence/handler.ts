@@ -22,8 +22,8 @@ import { handedOver } from './handover.js';
  * POST /api/v1/users/me/presence and /json/users/me/presence. On an upstream at feature level
  * 263 or above the request goes through untouched (X7). Below it: the caller's status is always
  * reported upstream; full presence is fetched at most once per window per scope (P9, sharing.ts),
- * taken into the realm's ledger (P2–P7, intake.ts), and each caller gets a full answer or a
- * delta built from the ledger (answers.ts).
+ * taken into the realm's ledger (P2–P7, intake.ts, recorded through ledger-io.ts), and each
+ * caller gets a full answer or a delta built from the ledger (answers.ts).
  */
 export const presenceHandler: PresenceHandler = async (req, res, ctx) => {
   const raw = await readBody(req, ctx.config.server.bodyLimitBytes);

@@ -1,6 +1,7 @@
 import { timedUpstream } from '../observability/request-facts.js';
 import type { UpstreamHead } from '../upstream/client.js';
-import { dateHeaderTime, recordInLedger } from './intake.js';
+import { heldLedger, recordInLedger } from './ledger-io.js';
+import { dateHeaderTime } from './upstream-time.js';
 import type { LedgerState, ModernPresence } from './ledger.js';
 import type { Poll } from './report.js';
 import type { Snapshot } from './snapshots.js';
@@ -68,7 +69,6 @@ export function withOwnReport(seen: ModernPresence | undefined, report: ModernPr
  * Never fails the poll: a lookup that fails leaves the answer as the snapshot has it.
  */
 export async function recordOwnReport(poll: Poll, own: UpstreamHead | undefined, snapshot: Snapshot): Promise<OwnReport | undefined> {
-  const { ctx, realm } = poll;
   if (!own || poll.request.raw.get('status') !== 'active') return undefined;
   const at = dateHeaderTime(own.headers); // the upstream's time, never the shim's (P6)
   if (at === undefined) return undefined;
@@ -76,7 +76,7 @@ export async function recordOwnReport(poll: Poll, own: UpstreamHead | undefined,
   if (userId === undefined || !appliedReport(poll, snapshot, userId, at)) return undefined;
   const active = Math.floor(at);
   const report = { userId, presence: { active_timestamp: active, idle_timestamp: active } };
-  if (activeSince(ctx.store.peek(realm.key), userId, active)) return report;
+  if (activeSince(heldLedger(poll), userId, active)) return report;
   await recordInLedger(poll, { serverTimestamp: at, presences: new Map([[userId, report.presence]]), complete: false, report: true });
   return report;
 }

@@ -2,7 +2,9 @@ import { timedUpstream } from '../observability/request-facts.js';
 import { isSuccess, UpstreamRefused } from '../upstream/relay.js';
 import type { ArrivingResponse, UpstreamHead } from '../upstream/client.js';
 import { callerKey } from '../upstream/realm.js';
-import { loadLedger, readPresenceAnswer, takeInAnswer, upstreamTime, type Format } from './intake.js';
+import { readPresenceAnswer, takeInAnswer, type Format } from './intake.js';
+import { heldLedger, loadLedger } from './ledger-io.js';
+import { upstreamTime } from './upstream-time.js';
 import type { LedgerState } from './ledger.js';
 import { wantsModern } from './params.js';
 import { Leader, planDuringRefresh, planLeader, planReplicaSource, planStart, pollPolicy, viewOf, type PollPolicy } from './plan.js';
@@ -165,7 +167,7 @@ export async function answerableDuringRefresh(poll: Poll): Promise<Snapshot | un
   const id = { lastUpdateId: request.lastUpdateId, modern: wantsModern(request) };
   // S3: every copy of the ledger lacks what this process took in while the store was away.
   const view = (l: LedgerState | undefined) => l && viewOf(l, id.lastUpdateId, ctx.presence.storeAway.ledgerBehind(realm.key));
-  let ledger = ctx.store.peek(realm.key);
+  let ledger = heldLedger(poll);
   let step = planDuringRefresh(id, view(ledger), false);
   if (step === 'readStore') {
     ledger = (await loadLedger(poll)) ?? ledger;

@@ -13,7 +13,9 @@ import { hasCredentials, realmOf, type Realm } from '../upstream/realm.js';
 import { limitLegacyHistory, presenceEra } from '../presence/convert.js';
 import { idForLegacyPresences, registerPresences } from '../presence/answers.js';
 import { historyCutoff } from '../presence/ledger.js';
-import { takeInAnswer, upstreamTime, type Asker, type Format } from '../presence/intake.js';
+import type { Asker } from '../presence/context.js';
+import { takeInAnswer, type Format } from '../presence/intake.js';
+import { upstreamTime } from '../presence/upstream-time.js';
 import { parseJsonInt, readJsonBool } from '../presence/params.js';
 import { everyCallerSeesTheSameUsers } from '../presence/snapshots.js';
 import {

@@ -32,7 +32,7 @@ import { queueStep, type QueueStep } from './queue-state.js';
 import { serveStaticData } from './static-data.js';
 
 /** What the app's translator uses of the shim (M2). */
-export type AppContext = Pick<ShimContext, 'config' | 'log' | 'upstreamId' | 'client' | 'featureLevels' | 'store'>;
+export type AppContext = Pick<ShimContext, 'config' | 'log' | 'upstreamId' | 'client' | 'featureLevels' | 'store' | 'layerState'>;
 
 /** The changes' name of an endpoint (changes/app-parts.ts endpointKey); undefined outside the API. */
 export function endpointOf(method: string | undefined, path: string): string | undefined {

@@ -1,6 +1,6 @@
 import { setImmediate } from 'node:timers/promises';
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import type { EndpointHandler } from '../context.js';
+import type { EndpointHandler, ShimContext } from '../context.js';
 import type { PresenceContext } from '../presence/context.js';
 import { recordFacts, timedUpstream } from '../observability/request-facts.js';
 import { parseParams, readBody, type Bounded, type Params } from '../http/body.js';
@@ -49,8 +49,11 @@ import { startQueueStates } from '../app/queue-state.js';
  * from (V3). The handler reads them as steps.
  */
 
-/** What the register handler uses of the shim: the presence poll's parts (its intake and ledger). */
-export type RegisterContext = PresenceContext;
+/**
+ * What the register handler uses of the shim: the presence poll's parts (its intake and ledger),
+ * and where the mobile app's per-shim state is kept (app/).
+ */
+export type RegisterContext = PresenceContext & Pick<ShimContext, 'layerState'>;
 
 /** What the shim does with one register, decided before the upstream is called. */
 interface RegisterPlan {

@@ -38,8 +38,6 @@ export const presenceHandler: PresenceHandler = async (req, res, ctx) => {
   // E3, in the modern server's order and words, before the presence call.
   const request = parsePresenceRequest(await parseParams(req, raw));
   const poll: Poll = { req, ctx, realm, featureLevel, era: presenceEra(featureLevel), request };
-  // A refusal of the caller's report further on (UpstreamRefused) goes on as it came: the
-  // server relays it for every intercepted endpoint (E1).
   // A value only the upstream validates is wrong: let it say so in its own words (E1).
   if (upstreamWillReject(request, featureLevel)) {
     return relayBuffered(
@@ -54,7 +52,10 @@ export const presenceHandler: PresenceHandler = async (req, res, ctx) => {
   const modern = wantsModern(request);
   // 2.1 has only the legacy format, which then feeds modern answers too.
   const format: Format = modern && poll.era !== 'legacy' ? 'slim' : 'legacy';
-  const { snapshot, own } = await obtainSnapshot(poll, format);
+  const obtained = await obtainSnapshot(poll, format);
+  // E1: the caller's report refused, the upstream's answer goes on as it came.
+  if ('refused' in obtained) return relayBuffered(res, obtained.refused);
+  const { snapshot, own } = obtained;
   // P15: the caller's own report is in the ledger its modern answer is built from (or in an
   // answer made without it, S3).
   const ownReport = modern ? await recordOwnReport(poll, own, snapshot) : undefined;

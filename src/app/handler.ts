@@ -25,7 +25,7 @@ import { contentLengthOf } from '../http/headers.js';
 import { recordFacts, timedUpstream } from '../observability/request-facts.js';
 import { forwardedHeaders, parseJsonObject, translate, type UpstreamCall, type UpstreamResponse } from '../upstream/client.js';
 import { realmOf, type Realm } from '../upstream/realm.js';
-import { isSuccess, relay, relayBounded, rewrittenHeaders } from '../upstream/relay.js';
+import { isRefused, isSuccess, relay, relayBounded, relayBuffered, rewrittenHeaders } from '../upstream/relay.js';
 import { appLevelFor, levelShownTo } from './presented.js';
 import { emulateFlagsNarrow } from './flags-narrow.js';
 import { queueStep, type QueueStep } from './queue-state.js';
@@ -229,7 +229,9 @@ function answerPlan(ctx: AppContext, realm: Realm, method: string, level: Levels
  */
 export const appRequestHandler: EndpointHandler<AppContext> = async (req, res, ctx) => {
   const hostRealm = realmOf(ctx.upstreamId, req.headers);
-  const { realm, featureLevel: real, realmUrl } = await timedUpstream(req, () => ctx.featureLevels.resolve(hostRealm));
+  const resolved = await timedUpstream(req, () => ctx.featureLevels.resolve(hostRealm));
+  if (isRefused(resolved)) return relayBuffered(res, resolved.refused); // E1
+  const { realm, featureLevel: real, realmUrl } = resolved;
   const url = req.url ?? '/';
   const q = url.indexOf('?');
   const path = q < 0 ? url : url.slice(0, q);

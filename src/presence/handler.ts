@@ -3,7 +3,7 @@ import { recordFacts, timedUpstream } from '../observability/request-facts.js';
 import { parseParams, readBody } from '../http/body.js';
 import { sendEncoded } from '../http/compress.js';
 import { sendBytes } from '../http/errors.js';
-import { isSuccess, relay, relayBuffered, rewrittenHeaders } from '../upstream/relay.js';
+import { isRefused, isSuccess, relay, relayBuffered, rewrittenHeaders } from '../upstream/relay.js';
 import { forwardedHeaders, parseJsonObject } from '../upstream/client.js';
 import { FL } from '../upstream/feature-level.js';
 import { realmOf, type Realm } from '../upstream/realm.js';
@@ -28,7 +28,9 @@ import { handedOver } from './handover.js';
 export const presenceHandler: PresenceHandler = async (req, res, ctx) => {
   const raw = await readBody(req, ctx.config.server.bodyLimitBytes);
   // X12: the realm the upstream serves for this Host keys its state.
-  const { realm, featureLevel } = await timedUpstream(req, () => ctx.featureLevels.resolve(realmOf(ctx.upstreamId, req.headers)));
+  const resolved = await timedUpstream(req, () => ctx.featureLevels.resolve(realmOf(ctx.upstreamId, req.headers)));
+  if (isRefused(resolved)) return relayBuffered(res, resolved.refused); // E1
+  const { realm, featureLevel } = resolved;
   const f = recordFacts(req);
   f.realm = realm.host;
   f.featureLevel = featureLevel;
@@ -54,7 +56,7 @@ export const presenceHandler: PresenceHandler = async (req, res, ctx) => {
   const format: Format = modern && poll.era !== 'legacy' ? 'slim' : 'legacy';
   const obtained = await obtainSnapshot(poll, format);
   // E1: the caller's report refused, the upstream's answer goes on as it came.
-  if ('refused' in obtained) return relayBuffered(res, obtained.refused);
+  if (isRefused(obtained)) return relayBuffered(res, obtained.refused);
   const { snapshot, own } = obtained;
   // P15: the caller's own report is in the ledger its modern answer is built from (or in an
   // answer made without it, S3).

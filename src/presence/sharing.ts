@@ -1,6 +1,6 @@
 import { timedUpstream } from '../observability/request-facts.js';
-import { isSuccess } from '../upstream/relay.js';
-import type { ArrivingResponse, BufferedResponse, UpstreamHead } from '../upstream/client.js';
+import { isRefused, isSuccess, type Refused } from '../upstream/relay.js';
+import type { ArrivingResponse, UpstreamHead } from '../upstream/client.js';
 import { callerKey } from '../upstream/realm.js';
 import { readPresenceAnswer, takeInAnswer, type Format } from './intake.js';
 import { heldLedger, loadLedger } from './ledger-io.js';
@@ -36,17 +36,6 @@ export interface Obtained {
   snapshot: Snapshot;
   own: UpstreamHead | undefined;
 }
-
-/**
- * E1: the upstream did not accept the caller's own report: its answer, which the caller gets as
- * it came (the handler relays it). A value, not an error: a refused report is one of the two
- * answers a report can get.
- */
-export interface Refused {
-  refused: BufferedResponse;
-}
-
-const isRefused = (v: object): v is Refused => 'refused' in v;
 
 /** A refresh that was not accepted is, to the others waiting for it, a failed one (they then lead their own). */
 function failedRefresh(r: Refused): Promise<never> {

@@ -5,7 +5,7 @@ import type { PresenceContext } from '../presence/context.js';
 import { recordFacts, timedUpstream } from '../observability/request-facts.js';
 import { parseParams, readBody, type Bounded, type Params } from '../http/body.js';
 import { sendEncoded } from '../http/compress.js';
-import { isSuccess, relay, relayBounded, rewrittenHeaders } from '../upstream/relay.js';
+import { isRefused, isSuccess, relay, relayBounded, relayBuffered, rewrittenHeaders, type Refused } from '../upstream/relay.js';
 import { forwardedHeaders, type OpenedResponse, type UpstreamCall } from '../upstream/client.js';
 import { FL } from '../upstream/feature-level.js';
 import { levelShownTo } from '../app/presented.js';
@@ -121,11 +121,13 @@ function presenceNotKept(ctx: RegisterContext, realm: Realm): void {
 const passedOnUnread = (plan: RegisterPlan) => !plan.withPresence && !plan.withUsers && !plan.presenting;
 
 /** The four decisions, in the order their checks run: E3's before any call, X12's admission last. */
-async function planRegister(req: IncomingMessage, ctx: RegisterContext): Promise<RegisterPlan> {
+async function planRegister(req: IncomingMessage, ctx: RegisterContext): Promise<RegisterPlan | Refused> {
   const requestBody = await readBody(req, ctx.config.server.bodyLimitBytes);
   const params = await parseParams(req, requestBody);
   // X12: the realm the upstream serves for this Host keys its state.
-  const { realm, featureLevel } = await timedUpstream(req, () => ctx.featureLevels.resolve(realmOf(ctx.upstreamId, req.headers)));
+  const resolved = await timedUpstream(req, () => ctx.featureLevels.resolve(realmOf(ctx.upstreamId, req.headers)));
+  if (isRefused(resolved)) return resolved; // E1
+  const { realm, featureLevel } = resolved;
   const facts = recordFacts(req);
   facts.realm = realm.host;
   facts.featureLevel = featureLevel;
@@ -270,6 +272,7 @@ async function rewritePresence(
 
 export const registerHandler: EndpointHandler<RegisterContext> = async (req, res, ctx) => {
   const plan = await planRegister(req, ctx);
+  if (isRefused(plan)) return relayBuffered(res, plan.refused); // E1: the upstream refused the Host's server_settings
   const facts = recordFacts(req);
   // X3: an answer the shim reads ends within the deadline; one passed on streams.
   if (passedOnUnread(plan)) {

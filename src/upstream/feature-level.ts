@@ -12,6 +12,8 @@ import type { Realm } from './realm.js';
  * (User-object fields and endpoints name theirs in src/profile/ and src/register/users.ts.)
  */
 export const FL = {
+  /** Zulip 3.0: invisible mode (`presence_enabled`): the upstream may accept a report and drop it (P15). */
+  INVISIBLE_MODE: 3,
   /** Zulip 3.0: `slim_presence` exists. */
   SLIM_PRESENCE: 25,
   /** One presence row per user (7.0 dev): slim presence is exact. */

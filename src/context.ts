@@ -12,6 +12,25 @@ export interface ShimContext extends PresenceContext {
   parser: ParsePool;
   /** The caller's real email address where the upstream's own user lacks it (before 6.0), cached per realm and user. */
   deliveryEmails: DeliveryEmails;
+  /** What the layers above keep per shim (the mobile app's static data and event queue states). */
+  layerState: LayerState;
+}
+
+/**
+ * A piece of per-shim state a layer above this one owns (app/: its built static data, its event
+ * queue states): declared there, with its type, as a constant key; held here, opaque, one per
+ * shim (services.ts builds it with the rest), so two shims in one process never share it.
+ */
+export interface LayerStateKey<T> {
+  /** What it is, for a reader. */
+  readonly name: string;
+  /** Never set: ties the key to the type of what it holds. */
+  readonly holds?: T;
+}
+
+export interface LayerState {
+  /** The state under `key`, made by `create` on its first use in this shim. */
+  of<T>(key: LayerStateKey<T>, create: () => T): T;
 }
 
 /**

@@ -25,7 +25,6 @@ import { requestLogger } from './observability/request-log.js';
 import { clientRequestCounter } from './observability/client-requests.js';
 import type { PassThrough, PassThroughExchange } from './proxy/passthrough.js';
 import { encodePath, routeOf, type Route } from './routes.js';
-import { relayBuffered, UpstreamRefused } from './upstream/relay.js';
 
 /**
  * A request comes in; its route is decided once (routes.ts): one of the shim's own paths, an
@@ -331,8 +330,6 @@ export class Dispatcher {
     try {
       await h(req, res, this.o.context);
     } catch (e) {
-      // E1: an upstream answer that was not a success (a failed server_settings, say) goes on as it came.
-      if (e instanceof UpstreamRefused && !res.headersSent) return relayBuffered(res, e.response);
       const err = toShimError(e);
       if (!(e instanceof ShimError)) this.o.context.log.error({ err: e }, 'unexpected error in handler');
       if (err.status === 413) answerTooLarge(req, res, err);

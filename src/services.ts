@@ -1,5 +1,5 @@
 import type { Config } from './config/index.js';
-import type { ShimContext } from './context.js';
+import type { LayerState, LayerStateKey, ShimContext } from './context.js';
 import type { LiveSettings } from './live-settings.js';
 import type { Logger } from './observability/logger.js';
 import { createMetrics, type Metrics } from './observability/metrics.js';
@@ -96,6 +96,17 @@ function realmServices(o: ServiceOptions, live: LiveSettings, client: UpstreamCl
   return { callers, admission, parser, users, deliveryEmails };
 }
 
+/** The shim's LayerState: each key's state made once, on its first use. */
+function layerState(): LayerState {
+  const held = new Map<LayerStateKey<unknown>, unknown>();
+  return {
+    of<T>(key: LayerStateKey<T>, create: () => T): T {
+      if (!held.has(key)) held.set(key, create());
+      return held.get(key) as T;
+    },
+  };
+}
+
 /** Builds the services; `live` holds what a reload may change (the trusted proxies a client address is read through). */
 export function buildServices(o: ServiceOptions, live: LiveSettings): Services {
   const { config, log } = o;
@@ -123,6 +134,7 @@ export function buildServices(o: ServiceOptions, live: LiveSettings): Services {
     presence: new PresenceState(config.lookups.maxEntries),
     metrics,
     ...realmServices(o, live, client, store, metrics),
+    layerState: layerState(),
   };
   return { context, transport };
 }

@@ -13,7 +13,17 @@ import {
 } from '../src/changes/app-parts.js';
 import { TOPIC_WILDCARD_REFUSAL } from '../src/changes/fl224-topic-wildcard.js';
 import { FormFields } from '../src/http/form-fields.js';
-import { CHANGE_IDS, CHANGES, changeIdsOf, changeIdsOfFields, checkedBundle, USER_CHANGES } from '../src/changes/index.js';
+import {
+  CHANGE_IDS,
+  CHANGES,
+  changeIdsOf,
+  changeIdsOfFields,
+  checkedBundle,
+  emulatedFeatures,
+  USER_CHANGES,
+} from '../src/changes/index.js';
+import { invisibleMode } from '../src/changes/fl003-invisible-mode.js';
+import { FL } from '../src/upstream/feature-level.js';
 import type { ApiChange } from '../src/changes/types.js';
 import { editOutsideCode } from '../src/changes/markdown-text.js';
 import { sentAs } from './support/app-content.js';
@@ -59,6 +69,14 @@ describe('the one registry', () => {
       register: { fields: ['k'], fill: () => ({ k: 1 }) },
     });
     expect(() => checkedBundle([adds(3, 'a'), adds(4, 'b')])).toThrow('field k introduced twice (again at 4)');
+  });
+
+  it('declares invisible mode (3) as a server behaviour: in the registry at the level own-report reads, never in T2', () => {
+    expect(CHANGES).toContain(invisibleMode);
+    expect([invisibleMode.featureLevel, FL.INVISIBLE_MODE]).toEqual([3, 3]);
+    for (const level of [0, 2, 3]) expect(emulatedFeatures(level)).not.toContain(invisibleMode.feature);
+    const both = { featureLevel: 3, feature: 'both', serverBehaviour: { by: 'a.ts' }, emulation: { by: 'a.ts' } };
+    expect(() => checkedBundle([both])).toThrow('both is a server behaviour the shim takes into account: it bridges nothing');
   });
 
   it('names endpoints with a path segment of digits as {id}', () => {

@@ -5,7 +5,8 @@ import { describe, expect, it } from 'vitest';
 import type { ShimContext } from '../src/context.js';
 import { createLogger } from '../src/observability/logger.js';
 import { modernAnswer, registerPresences } from '../src/presence/answers.js';
-import { recordInLedger, type Asker } from '../src/presence/intake.js';
+import type { Asker } from '../src/presence/context.js';
+import { recordInLedger } from '../src/presence/ledger-io.js';
 import { answer, vouchesFor, type LedgerState, type ModernPresence, type Observation } from '../src/presence/ledger.js';
 import type { PresenceRequest } from '../src/presence/params.js';
 import type { Poll } from '../src/presence/report.js';
@@ -26,7 +27,7 @@ import { memoryStore } from './support/budgets.js';
  * and apply every answer as a client does (replace on full data, merge on a delta). A poll may
  * also lead a refresh (B7): answered from the replica's ledger once its report is accepted, when
  * that vouches for its id (sharing.ts), its snapshot taken in later or never (a failed intake).
- * The real answer path (src/presence/answers.ts, intake.ts, ledger.ts) builds every answer.
+ * The real answer path (src/presence/answers.ts, ledger-io.ts, ledger.ts) builds every answer.
  *
  * Checked: an id the store vouches for (any replica issued it) gets a delta from every replica;
  * every client's ids never decrease (and are never below what it sent); no user's

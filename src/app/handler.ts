@@ -27,14 +27,14 @@ import { contentLengthOf } from '../http/headers.js';
 import { recordChange, recordChanges, recordFacts, timedUpstream } from '../observability/request-facts.js';
 import { forwardedHeaders, parseJsonObject, translate, type UpstreamCall, type UpstreamResponse } from '../upstream/client.js';
 import { realmOf, type Realm } from '../upstream/realm.js';
-import { isSuccess, relay, relayBounded, rewrittenHeaders } from '../upstream/relay.js';
+import { isRefused, isSuccess, relay, relayBounded, relayBuffered, rewrittenHeaders } from '../upstream/relay.js';
 import { appLevelFor, levelShownTo } from './presented.js';
 import { emulateFlagsNarrow } from './flags-narrow.js';
 import { queueStep, type QueueStep } from './queue-state.js';
 import { serveStaticData } from './static-data.js';
 
 /** What the app's translator uses of the shim (M2). */
-export type AppContext = Pick<ShimContext, 'config' | 'log' | 'upstreamId' | 'client' | 'featureLevels' | 'store'>;
+export type AppContext = Pick<ShimContext, 'config' | 'log' | 'upstreamId' | 'client' | 'featureLevels' | 'store' | 'layerState'>;
 
 /** The changes' name of an endpoint (changes/app-parts.ts endpointKey); undefined outside the API. */
 export function endpointOf(method: string | undefined, path: string): string | undefined {
@@ -239,7 +239,9 @@ function answerPlan(ctx: AppContext, realm: Realm, method: string, level: Levels
  */
 export const appRequestHandler: EndpointHandler<AppContext> = async (req, res, ctx) => {
   const hostRealm = realmOf(ctx.upstreamId, req.headers);
-  const { realm, featureLevel: real, realmUrl } = await timedUpstream(req, () => ctx.featureLevels.resolve(hostRealm));
+  const resolved = await timedUpstream(req, () => ctx.featureLevels.resolve(hostRealm));
+  if (isRefused(resolved)) return relayBuffered(res, resolved.refused); // E1
+  const { realm, featureLevel: real, realmUrl } = resolved;
   const facts = recordFacts(req);
   facts.realm = realm.host;
   facts.featureLevel = real;

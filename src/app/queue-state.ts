@@ -3,7 +3,7 @@ import { LRUCache } from 'lru-cache';
 import { answerChangesFor } from '../changes/app-parts.js';
 import type { QueueEventChange, QueueState } from '../changes/types.js';
 import type { CacheBackend } from '../cache/shared-cache.js';
-import type { ShimContext } from '../context.js';
+import type { LayerStateKey, ShimContext } from '../context.js';
 import type { Realm } from '../upstream/realm.js';
 
 /**
@@ -118,15 +118,18 @@ export class QueueStates {
   }
 }
 
-const statesOf = new WeakMap<object, QueueStates>();
+/** What the queue states use of the shim. */
+export type QueueStateContext = Pick<ShimContext, 'log' | 'store' | 'layerState'>;
+
+/** The shim's QueueStates (context.ts LayerState). */
+const QUEUE_STATES: LayerStateKey<QueueStates> = { name: "the app's event queue states" };
 
 /** The shim's queue states: on its shared store's backend (Redis), else in this process. */
-function queueStates(ctx: Pick<ShimContext, 'log' | 'store'>): QueueStates {
-  const held = statesOf.get(ctx.store);
-  if (held) return held;
-  const states = new QueueStates(ctx.store.cacheBackend ?? memoryBackend(), QUEUE_STATE_TTL_MS, (facts, msg) => ctx.log.warn(facts, msg));
-  statesOf.set(ctx.store, states);
-  return states;
+function queueStates(ctx: QueueStateContext): QueueStates {
+  return ctx.layerState.of(
+    QUEUE_STATES,
+    () => new QueueStates(ctx.store.cacheBackend ?? memoryBackend(), QUEUE_STATE_TTL_MS, (facts, msg) => ctx.log.warn(facts, msg)),
+  );
 }
 
 /** The per-queue parts of the changes between `real` and `shown`, with their changes' markers. */
@@ -139,7 +142,7 @@ function perQueueChanges(real: number, shown: number): Array<{ marker: string; c
  * it. The store away (S3) or failing: no state, and the queue's events go on as they came.
  */
 export async function startQueueStates(
-  ctx: Pick<ShimContext, 'log' | 'store'>,
+  ctx: QueueStateContext,
   realm: Realm,
   answer: Record<string, unknown>,
   real: number,
@@ -169,7 +172,7 @@ export interface QueueStep {
  * and `shown`; undefined where there is none or the request names no queue.
  */
 export function queueStep(
-  ctx: Pick<ShimContext, 'log' | 'store'>,
+  ctx: QueueStateContext,
   realm: Realm,
   query: URLSearchParams,
   real: number,

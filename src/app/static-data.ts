@@ -3,11 +3,10 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { staticDataFor } from '../changes/app-parts.js';
 import type { Added } from '../changes/index.js';
 import type { StaticDataChange } from '../changes/types.js';
-import type { ShimContext } from '../context.js';
+import type { LayerStateKey, ShimContext } from '../context.js';
 import { sendEncoded } from '../http/compress.js';
 import { sendShimError, upstreamUnavailable } from '../http/errors.js';
 import { recordFacts, timedUpstream } from '../observability/request-facts.js';
-import type { UpstreamClient } from '../upstream/client.js';
 import type { Realm } from '../upstream/realm.js';
 import { isSuccess } from '../upstream/relay.js';
 
@@ -36,8 +35,8 @@ interface Built {
 
 /**
  * The built data of one upstream, one entry per StaticDataChange (bounded by the registry: one
- * today), each from at most STATIC_SOURCE_MAX_BYTES of source. Kept per upstream client, which is one
- * per upstream and shim: the file is the server's, the same for every realm it serves.
+ * today), each from at most STATIC_SOURCE_MAX_BYTES of source. Kept per shim, which has one
+ * upstream: the file is the server's, the same for every realm it serves.
  */
 class StaticDataCache {
   private readonly built = new Map<string, Built>();
@@ -94,14 +93,12 @@ async function build(
   return undefined;
 }
 
-const caches = new WeakMap<UpstreamClient, StaticDataCache>();
-function cacheOf(ctx: Pick<ShimContext, 'config' | 'log' | 'client'>): StaticDataCache {
-  const held = caches.get(ctx.client);
-  if (held) return held;
-  const cache = new StaticDataCache();
-  caches.set(ctx.client, cache);
-  return cache;
-}
+/** The shim's StaticDataCache (context.ts LayerState). */
+const STATIC_DATA: LayerStateKey<StaticDataCache> = { name: "the app's static data, built" };
+const cacheOf = (ctx: StaticDataContext): StaticDataCache => ctx.layerState.of(STATIC_DATA, () => new StaticDataCache());
+
+/** What the static data's builders and server use of the shim. */
+export type StaticDataContext = Pick<ShimContext, 'config' | 'log' | 'client' | 'layerState'>;
 
 /** The realm's URL as the register answer names it (`realm_url` from 9.0, `realm_uri` before), without a trailing slash. */
 function realmUrlOf(answer: Record<string, unknown>): string | undefined {
@@ -118,7 +115,7 @@ function realmUrlOf(answer: Record<string, unknown>): string | undefined {
  * warning, only where the answer names no realm URL to put it on.
  */
 export function addStaticDataUrls(
-  ctx: Pick<ShimContext, 'config' | 'log' | 'client'>,
+  ctx: StaticDataContext,
   realm: Realm,
   answer: Record<string, unknown>,
   real: number,
@@ -147,7 +144,7 @@ export function addStaticDataUrls(
 export async function serveStaticData(
   req: IncomingMessage,
   res: ServerResponse,
-  ctx: Pick<ShimContext, 'config' | 'log' | 'client'>,
+  ctx: StaticDataContext,
   realm: Realm,
   change: StaticDataChange,
 ): Promise<void> {

@@ -1,5 +1,6 @@
 import { botOwnerId } from './fl001-bot-owner-id.js';
 import { getUserById } from './fl001-get-user-by-id.js';
+import { invisibleMode } from './fl003-invisible-mode.js';
 import { isOwner } from './fl008-is-owner.js';
 import { avatarGuestActiveTimezoneJoined } from './fl010-avatar-guest-active-timezone-joined.js';
 import { getUserByEmail } from './fl039-get-user-by-email.js';
@@ -61,9 +62,14 @@ function faultOf(c: ApiChange, previous: number): string | undefined {
     c.parameter,
     c.appEmulation,
     c.emulation,
+    c.serverBehaviour,
   ];
   if (parts.every((part) => part === undefined)) return `${c.feature} changes nothing`;
   if (c.emulation && c.emulation.by.trim() === '') return `${c.feature} is emulated nowhere`;
+  if (c.serverBehaviour && parts.filter((part) => part !== undefined).length > 1) {
+    return `${c.feature} is a server behaviour the shim takes into account: it bridges nothing`;
+  }
+  if (c.serverBehaviour && c.serverBehaviour.by.trim() === '') return `${c.feature} is taken into account nowhere`;
   return undefined;
 }
 
@@ -109,11 +115,14 @@ export function checkedBundle(changes: readonly ApiChange[]): readonly ApiChange
  * what a parameter the upstream ignores would have made it, `appEmulation` answers the app an
  * endpoint the upstream lacks from calls to those it has. A change with an `emulation` only is
  * declared here and done by a handler of its own, for every client (an endpoint an older server
- * lacks, the modern presence API).
+ * lacks, the modern presence API). A `serverBehaviour` is no bridge: a newer server's behaviour
+ * the shim's own code takes into account (invisible mode), declared so every feature level the
+ * shim reads is here, and never listed in T2.
  */
 export const CHANGES: readonly ApiChange[] = checkedBundle([
   botOwnerId,
   getUserById,
+  invisibleMode,
   isOwner,
   avatarGuestActiveTimezoneJoined,
   getUserByEmail,
@@ -211,7 +220,8 @@ export function emulatedUserFeatures(featureLevel: number): string[] {
 /**
  * T2: what the shim emulates for every client of an upstream at `featureLevel`: the changes above
  * it with a user-object part or an emulation, in feature-level order, and `own_user_fields` first
- * when a user-object change is among them. (The app's parts are the app's alone, M1.)
+ * when a user-object change is among them. (The app's parts are the app's alone, M1; a server
+ * behaviour is emulated nowhere.)
  */
 export function emulatedFeatures(featureLevel: number): string[] {
   const above = CHANGES.filter((c) => c.featureLevel > featureLevel && (c.user || c.emulation));

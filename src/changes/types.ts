@@ -295,6 +295,16 @@ export interface Emulation {
 }
 
 /**
+ * A server behaviour from a feature level on that the shim's own code takes into account, with
+ * nothing to emulate below it (invisible mode). Declared so every feature level the shim reads is
+ * in the registry; not emulated, so never named in server_settings (T2).
+ */
+export interface ServerBehaviour {
+  /** Where it is taken into account: a module of src/. */
+  readonly by: string;
+}
+
+/**
  * One entry of Zulip's API changelog the shim bridges (U2, V1, M2): the feature level that
  * brought it, and what it means for each direction the shim translates. The one registry is
  * changes/index.ts.
@@ -321,6 +331,8 @@ export interface ApiChange {
   readonly appEmulation?: AppEmulationChange;
   /** For every client: declared here, done by a handler of its own (named in T2). */
   readonly emulation?: Emulation;
+  /** Not bridged, only taken into account (never named in T2). */
+  readonly serverBehaviour?: ServerBehaviour;
 }
 
 /** A change with a part in user objects. */

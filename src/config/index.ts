@@ -9,4 +9,12 @@ export { DEFAULT_FILE } from './files.js';
 export { infoRequest, REMOVED_SETTINGS, SETTINGS, usage, type RemovedSetting, type Setting } from './flags.js';
 export { editDistance, envNearMiss, envNearMisses, knownEnvNames, namedKey } from './hints.js';
 export { configFromObject, loadConfig, type CliResult } from './load.js';
-export { APP_FEATURE_LEVEL_MAX, configSchema, parseListenAddress, parseRedisNodes, reachableHost, type Config, type RedisNode } from './schema.js';
+export {
+  APP_FEATURE_LEVEL_MAX,
+  configSchema,
+  parseListenAddress,
+  parseRedisNodes,
+  reachableHost,
+  type Config,
+  type RedisNode,
+} from './schema.js';

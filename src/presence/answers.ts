@@ -15,7 +15,9 @@ import {
   type ModernPresence,
   withinHistory,
 } from './ledger.js';
-import { ledgerOrNew, ledgerToAnswerFrom, raisedCounter, type Asker, type Intake } from './intake.js';
+import type { Asker } from './context.js';
+import type { Intake } from './intake.js';
+import { heldLedger, ledgerOrNew, ledgerToAnswerFrom, raisedCounter } from './ledger-io.js';
 import { planAnswer, planStoreAway, viewOf } from './plan.js';
 import { limitLegacyHistory } from './convert.js';
 import { ignoredMember, withIgnored, type PresenceRequest } from './params.js';
@@ -218,7 +220,7 @@ function answerWithoutLedger(poll: Poll, snapshot: Snapshot, own: OwnReport | un
   const { request } = poll;
   const modern = snapshot.modern;
   if (!modern) throw new Error('presence snapshot without data or ledger');
-  const held = poll.ctx.store.peek(poll.realm.key);
+  const held = heldLedger(poll);
   const asItCame = { modern, serverTimestamp: snapshot.serverTimestamp, held, own };
   const presences = presencesAsTheyCame(asItCame, request.historyLimitDays, request.lastUpdateId);
   const id = answerIdWithoutLedger(request.lastUpdateId);
@@ -229,7 +231,7 @@ function answerWithoutLedger(poll: Poll, snapshot: Snapshot, own: OwnReport | un
 
 /** S3 (plan.ts `planStoreAway`): whether an upstream answer the store could not record is answered from itself. */
 function fromUpstreamAnswer(asker: Asker, serverTimestamp: number): boolean {
-  const held = asker.ctx.store.peek(asker.realm.key);
+  const held = heldLedger(asker);
   return planStoreAway(serverTimestamp, held && newestAnswerAt(held)) === 'upstreamAnswer';
 }
 
@@ -366,7 +368,7 @@ export async function registerPresences(
     return answer(ledger, { visible, lastUpdateId: undefined, historyLimitDays, serverTimestamp });
   }
   return {
-    presences: presencesAsTheyCame({ modern, serverTimestamp, held: asker.ctx.store.peek(asker.realm.key) }, historyLimitDays, undefined),
+    presences: presencesAsTheyCame({ modern, serverTimestamp, held: heldLedger(asker) }, historyLimitDays, undefined),
     presenceLastUpdateId: answerIdWithoutLedger(undefined),
   };
 }

@@ -4,6 +4,7 @@ import type { Logger } from '../observability/logger.js';
 import type { Metrics } from '../observability/metrics.js';
 import type { Callers } from '../upstream/callers.js';
 import type { UpstreamClient } from '../upstream/client.js';
+import type { Realm } from '../upstream/realm.js';
 import type { EmailTable } from '../upstream/large-answers.js';
 import type { FeatureLevels } from '../upstream/feature-level.js';
 import type { RealmAdmission } from '../upstream/realm-admission.js';
@@ -49,3 +50,11 @@ export interface PresenceContext {
 }
 
 export type PresenceHandler = (req: IncomingMessage, res: ServerResponse, ctx: PresenceContext) => Promise<void>;
+
+/** Who is asking, about which realm, on which era. */
+export interface Asker {
+  ctx: PresenceContext;
+  req: IncomingMessage;
+  realm: Realm;
+  era: PresenceEra;
+}

@@ -3,7 +3,7 @@ import { recordFacts, timedUpstream } from '../observability/request-facts.js';
 import { parseParams, readBody } from '../http/body.js';
 import { sendEncoded } from '../http/compress.js';
 import { sendBytes } from '../http/errors.js';
-import { isSuccess, relay, relayBuffered, rewrittenHeaders } from '../upstream/relay.js';
+import { isRefused, isSuccess, relay, relayBuffered, rewrittenHeaders } from '../upstream/relay.js';
 import { forwardedHeaders, parseJsonObject } from '../upstream/client.js';
 import { FL } from '../upstream/feature-level.js';
 import { realmOf, type Realm } from '../upstream/realm.js';
@@ -23,13 +23,15 @@ import { recordPresenceChanges } from './applied-changes.js';
  * POST /api/v1/users/me/presence and /json/users/me/presence. On an upstream at feature level
  * 263 or above the request goes through untouched (X7). Below it: the caller's status is always
  * reported upstream; full presence is fetched at most once per window per scope (P9, sharing.ts),
- * taken into the realm's ledger (P2–P7, intake.ts), and each caller gets a full answer or a
- * delta built from the ledger (answers.ts).
+ * taken into the realm's ledger (P2–P7, intake.ts, recorded through ledger-io.ts), and each
+ * caller gets a full answer or a delta built from the ledger (answers.ts).
  */
 export const presenceHandler: PresenceHandler = async (req, res, ctx) => {
   const raw = await readBody(req, ctx.config.server.bodyLimitBytes);
   // X12: the realm the upstream serves for this Host keys its state.
-  const { realm, featureLevel } = await timedUpstream(req, () => ctx.featureLevels.resolve(realmOf(ctx.upstreamId, req.headers)));
+  const resolved = await timedUpstream(req, () => ctx.featureLevels.resolve(realmOf(ctx.upstreamId, req.headers)));
+  if (isRefused(resolved)) return relayBuffered(res, resolved.refused); // E1
+  const { realm, featureLevel } = resolved;
   const f = recordFacts(req);
   f.realm = realm.host;
   f.featureLevel = featureLevel;
@@ -39,8 +41,6 @@ export const presenceHandler: PresenceHandler = async (req, res, ctx) => {
   // E3, in the modern server's order and words, before the presence call.
   const request = parsePresenceRequest(await parseParams(req, raw));
   const poll: Poll = { req, ctx, realm, featureLevel, era: presenceEra(featureLevel), request };
-  // A refusal of the caller's report further on (UpstreamRefused) goes on as it came: the
-  // server relays it for every intercepted endpoint (E1).
   // A value only the upstream validates is wrong: let it say so in its own words (E1).
   if (upstreamWillReject(request, featureLevel)) {
     return relayBuffered(
@@ -55,7 +55,10 @@ export const presenceHandler: PresenceHandler = async (req, res, ctx) => {
   const modern = wantsModern(request);
   // 2.1 has only the legacy format, which then feeds modern answers too.
   const format: Format = modern && poll.era !== 'legacy' ? 'slim' : 'legacy';
-  const { snapshot, own } = await obtainSnapshot(poll, format);
+  const obtained = await obtainSnapshot(poll, format);
+  // E1: the caller's report refused, the upstream's answer goes on as it came.
+  if (isRefused(obtained)) return relayBuffered(res, obtained.refused);
+  const { snapshot, own } = obtained;
   // P15: the caller's own report is in the ledger its modern answer is built from (or in an
   // answer made without it, S3).
   const ownReport = modern ? await recordOwnReport(poll, own, snapshot) : undefined;

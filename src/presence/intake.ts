@@ -1,56 +1,24 @@
 import { setImmediate } from 'node:timers/promises';
-import type { IncomingMessage } from 'node:http';
-import type { PresenceContext } from './context.js';
+import type { Asker } from './context.js';
 import { timedUpstream } from '../observability/request-facts.js';
-import { STORE_AWAY_PRESENCE } from '../observability/store-away.js';
-import { upstreamBadResponse } from '../http/errors.js';
-import { forwardedHeaders, type ArrivingResponse, type BufferedResponse, type UpstreamCall } from '../upstream/client.js';
+import { forwardedHeaders, type ArrivingResponse, type UpstreamCall } from '../upstream/client.js';
 import { fetchLargeHeadFirst } from '../upstream/large-fetch.js';
-import type { Realm } from '../upstream/realm.js';
 import type { Directory } from '../upstream/user-directory.js';
 import { CompactPresences, modernFromColumns, type PresenceColumns } from './columns.js';
-import { planLedger, viewOf } from './plan.js';
 import { toModern, type Converted, type PresenceEra, type UserLookup } from './convert.js';
-import { prepareMerge, timeOfDateHeader, type LedgerState, type ModernPresence, type Observation } from './ledger.js';
+import type { LedgerState, ModernPresence } from './ledger.js';
+import { recordInLedger } from './ledger-io.js';
 
 /**
  * The one path by which upstream presence reaches the realm's ledger, for presence polls and
- * register answers alike: convert the era's format to the modern one (P2), merge (P3–P7); and
- * the one way an answer gets the ledger it is built from (X1: never older than the client's id).
+ * register answers alike: read the answer (B7), convert the era's format to the modern one
+ * (P2), and record it (P3–P7, through ledger-io.ts).
  *
- * Words: an upstream answer is *taken in* (converted and merged, `takeInAnswer`); an
- * observation is *recorded* in the realm's ledger (`recordInLedger`, the store's `merge`).
+ * Words: an upstream answer is *taken in* (read, converted and recorded, `takeInAnswer`).
  */
-
-/** Who is asking, about which realm, on which era. */
-export interface Asker {
-  ctx: PresenceContext;
-  req: IncomingMessage;
-  realm: Realm;
-  era: PresenceEra;
-}
 
 /** Format the upstream answered in: legacy (email keys) or slim (user ids). */
 export type Format = 'legacy' | 'slim';
-
-/** The upstream's time for an answer (P6): its server_timestamp, else its Date header. */
-export function upstreamTime(body: Record<string, unknown>, headers: BufferedResponse['headers']): number {
-  const ts = body.server_timestamp;
-  if (typeof ts === 'number' && Number.isFinite(ts)) return ts;
-  const date = dateHeaderTime(headers);
-  if (date !== undefined) return date;
-  throw upstreamBadResponse('presence answer without server_timestamp or Date');
-}
-
-/**
- * The upstream's time by its `Date` header (P6), dated at the end of that second; undefined
- * without one. It never outranks an answer of that second with a `server_timestamp` (ledger.ts
- * `upstreamOrder`, I3).
- */
-export function dateHeaderTime(headers: BufferedResponse['headers']): number | undefined {
-  const date = Date.parse(String(headers.date ?? ''));
-  return Number.isFinite(date) ? timeOfDateHeader(date) : undefined;
-}
 
 /** Presences as the upstream sent them (parsed), or read into columns off the main thread (B7). */
 export type UpstreamPresences = Record<string, unknown> | PresenceColumns;
@@ -135,126 +103,6 @@ async function toModernPresences(
     }
   }
   return converted.presences;
-}
-
-/** X14: beyond the upstream deadline, how much later than it an answer may still be merged (parse, merge, store). */
-const LATE_MARGIN_SECONDS = 60;
-
-/**
- * Records an observation; undefined when the store is away (S3: answers from that observation
- * are then made from its own data, answers.ts). Until an upstream answer at least as new is
- * recorded, this process's ledger copies lack what it took in, and none answers alone (sharing.ts).
- */
-export async function recordInLedger(asker: Asker, observation: Observation): Promise<LedgerState | undefined> {
-  const { ctx, realm } = asker;
-  // X14: an answer can be late by the upstream deadline (X3); older than that, the clock stepped back.
-  const obs = { ...observation, maxLateSeconds: ctx.config.upstream.timeoutMs / 1000 + LATE_MARGIN_SECONDS };
-  // A caller's own report is no upstream answer: it says nothing of anyone else (P15).
-  const answer = observation.report !== true;
-  try {
-    await raiseOwedCounter(asker);
-    // B7: merged in steps on the ledger this process holds; the store takes that result when
-    // the realm's ledger is still the same one, rebases it over the few changes made since
-    // (other polls' own reports), and merges again otherwise (I7, ledger.ts `applyChange`).
-    const base = ctx.store.peek(realm.key);
-    const prepared = base && (await prepareMerge(base, obs, () => setImmediate()));
-    const ledger = await ctx.store.merge(realm.key, obs, prepared);
-    ctx.metrics.ledgerUsers.set({ realm: realm.host }, ledger.users.size);
-    if (answer) ctx.presence.storeAway.recorded(realm.key, obs.serverTimestamp, obs.maxLateSeconds);
-    return ledger;
-  } catch (e) {
-    storeFailed(asker, e);
-    if (answer) ctx.presence.storeAway.notRecorded(realm.key, obs.serverTimestamp);
-    return undefined;
-  }
-}
-
-/**
- * S3, X1: before this process records anything in a realm's ledger again, the counter raised to
- * the largest id it echoed while the store was away (state.ts `echoedWhileAway`).
- */
-async function raiseOwedCounter(asker: Asker): Promise<void> {
-  const { ctx, realm } = asker;
-  const owed = ctx.presence.storeAway.takeEchoed(realm.key);
-  if (owed === undefined) return;
-  try {
-    await ctx.store.raiseCounter(realm.key, owed);
-  } catch (e) {
-    ctx.presence.storeAway.echoedWhileAway(realm.key, owed); // still owed
-    throw e;
-  }
-}
-
-export async function loadLedger(asker: Asker): Promise<LedgerState | undefined> {
-  try {
-    return await asker.ctx.store.load(asker.realm.key);
-  } catch (e) {
-    storeFailed(asker, e);
-    return undefined;
-  }
-}
-
-/** The newer of two copies of a realm's ledger (ids only grow, also across epochs: I1). */
-function newerLedger(one: LedgerState | undefined, other: LedgerState | undefined): LedgerState | undefined {
-  if (!one) return other;
-  if (!other) return one;
-  return other.lastId > one.lastId ? other : one;
-}
-
-/**
- * X1: the ledger an answer for a client at `lastUpdateId` is built from (plan.ts `planLedger`):
- * the newest this process holds (the one merged with the snapshot, or a newer one it read or
- * wrote since) when that copy vouches for the client's id, so a delta from it misses nothing
- * the client saw. Otherwise the answer is full data, and the store is read first: the client
- * may have seen newer data through another replica (an id above this copy's, or one that says
- * nothing, as a garbage id or none does), and full data older than that would take it back in
- * time. Undefined when the store cannot be reached and this process holds no copy.
- */
-export async function ledgerToAnswerFrom(
-  asker: Asker,
-  merged: LedgerState | undefined,
-  lastUpdateId: number | undefined,
-): Promise<LedgerState | undefined> {
-  const held = newerLedger(merged, asker.ctx.store.peek(asker.realm.key));
-  if (planLedger(held && viewOf(held, lastUpdateId)) === 'held') return held;
-  return newerLedger(held, await loadLedger(asker));
-}
-
-/**
- * X1, I6: the counter raised past a client id this ledger cannot vouch for (plan.ts `planAnswer`
- * says when), where plausible and the realm has raises left (the store decides by its epoch
- * clock), so the full answer carries the raise's mark and the next delta is exact.
- */
-export async function raisedCounter(asker: Asker, ledger: LedgerState, to: number): Promise<LedgerState> {
-  try {
-    return await asker.ctx.store.raiseCounter(asker.realm.key, to);
-  } catch (e) {
-    storeFailed(asker, e);
-    // The id is echoed all the same (I6): unvouched, so the next poll is full again, and owed
-    // to the counter once the store is back (S3).
-    asker.ctx.presence.storeAway.echoedWhileAway(asker.realm.key, to);
-    return ledger;
-  }
-}
-
-/** P4 on 7.0–8.x legacy answers: a ledger to take an id from, created when the realm has none yet. */
-export async function ledgerOrNew(asker: Asker, ledger: LedgerState | undefined): Promise<LedgerState | undefined> {
-  if (ledger) return ledger;
-  try {
-    return await asker.ctx.store.raiseCounter(asker.realm.key, 0);
-  } catch (e) {
-    storeFailed(asker, e);
-    return undefined;
-  }
-}
-
-/** The store counts its own errors (storeErrors); here only what presence does meanwhile is logged (S3). */
-function storeFailed(asker: Asker, e: unknown): void {
-  const now = Date.now();
-  if (now - asker.ctx.presence.storeWarnedAt > 10_000) {
-    asker.ctx.presence.storeWarnedAt = now;
-    asker.ctx.log.warn({ err: e }, `presence store unavailable: ${STORE_AWAY_PRESENCE}`);
-  }
 }
 
 /** What the ledger knows after an upstream answer was taken in, for building answers from it. */

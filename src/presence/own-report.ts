@@ -1,11 +1,13 @@
 import { timedUpstream } from '../observability/request-facts.js';
 import type { UpstreamHead } from '../upstream/client.js';
-import { dateHeaderTime, recordInLedger } from './intake.js';
+import { heldLedger, recordInLedger } from './ledger-io.js';
+import { dateHeaderTime } from './upstream-time.js';
 import type { LedgerState, ModernPresence } from './ledger.js';
 import type { Poll } from './report.js';
 import type { Snapshot } from './snapshots.js';
 import type { Reported } from './state.js';
 import { apiPrefixOf } from '../http/api-prefix.js';
+import { FL } from '../upstream/feature-level.js';
 
 /**
  * P15: a caller that reported `active` sees its own user active as of that report, also when
@@ -21,9 +23,6 @@ import { apiPrefixOf } from '../http/api-prefix.js';
  * snapshot taken after the user's previous report (a second later, for the upstream's queue)
  * shows that report; one that does not stops it again.
  */
-
-/** Feature level 3 (Zulip 3.0): `presence_enabled`; before it every report is applied. */
-const INVISIBLE_MODE_LEVEL = 3;
 
 /**
  * A modern server writes a user's active time at most this often (PRESENCE_UPDATE_MIN_FREQ_SECONDS):
@@ -68,7 +67,6 @@ export function withOwnReport(seen: ModernPresence | undefined, report: ModernPr
  * Never fails the poll: a lookup that fails leaves the answer as the snapshot has it.
  */
 export async function recordOwnReport(poll: Poll, own: UpstreamHead | undefined, snapshot: Snapshot): Promise<OwnReport | undefined> {
-  const { ctx, realm } = poll;
   if (!own || poll.request.raw.get('status') !== 'active') return undefined;
   const at = dateHeaderTime(own.headers); // the upstream's time, never the shim's (P6)
   if (at === undefined) return undefined;
@@ -76,7 +74,7 @@ export async function recordOwnReport(poll: Poll, own: UpstreamHead | undefined,
   if (userId === undefined || !appliedReport(poll, snapshot, userId, at)) return undefined;
   const active = Math.floor(at);
   const report = { userId, presence: { active_timestamp: active, idle_timestamp: active } };
-  if (activeSince(ctx.store.peek(realm.key), userId, active)) return report;
+  if (activeSince(heldLedger(poll), userId, active)) return report;
   await recordInLedger(poll, { serverTimestamp: at, presences: new Map([[userId, report.presence]]), complete: false, report: true });
   return report;
 }
@@ -97,7 +95,8 @@ async function reportingUser(poll: Poll): Promise<number | undefined> {
 /** Whether the upstream applies the user's report made at `at` (3.0+: not in invisible mode), remembering it. */
 function appliedReport(poll: Poll, snapshot: Snapshot, userId: number, at: number): boolean {
   const { ctx, realm } = poll;
-  if (poll.featureLevel < INVISIBLE_MODE_LEVEL) return true;
+  // Before invisible mode (changes/fl003-invisible-mode.ts) every report is applied.
+  if (poll.featureLevel < FL.INVISIBLE_MODE) return true;
   const key = `${realm.key}|${userId}`;
   const applied = appliesReports(ctx.presence.ownReports.get(key), snapshot, userId);
   ctx.presence.ownReports.set(key, { at, applied });

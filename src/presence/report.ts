@@ -2,7 +2,8 @@ import { timedUpstream } from '../observability/request-facts.js';
 import { encodeForm } from '../http/body.js';
 import { forwardedHeaders, type ArrivingResponse, type BufferedResponse, type UpstreamCall } from '../upstream/client.js';
 import { FL } from '../upstream/feature-level.js';
-import { fetchFullPresence, type Asker } from './intake.js';
+import type { Asker } from './context.js';
+import { fetchFullPresence } from './intake.js';
 import type { PresenceRequest } from './params.js';
 import { apiPrefixOf } from '../http/api-prefix.js';
 

@@ -1,8 +1,10 @@
 import { timedUpstream } from '../observability/request-facts.js';
-import { isSuccess, UpstreamRefused } from '../upstream/relay.js';
+import { isRefused, isSuccess, type Refused } from '../upstream/relay.js';
 import type { ArrivingResponse, UpstreamHead } from '../upstream/client.js';
 import { callerKey } from '../upstream/realm.js';
-import { loadLedger, readPresenceAnswer, takeInAnswer, upstreamTime, type Format } from './intake.js';
+import { readPresenceAnswer, takeInAnswer, type Format } from './intake.js';
+import { heldLedger, loadLedger } from './ledger-io.js';
+import { upstreamTime } from './upstream-time.js';
 import type { LedgerState } from './ledger.js';
 import { wantsModern } from './params.js';
 import { Leader, planDuringRefresh, planLeader, planReplicaSource, planStart, pollPolicy, viewOf, type PollPolicy } from './plan.js';
@@ -35,14 +37,20 @@ export interface Obtained {
   own: UpstreamHead | undefined;
 }
 
+/** A refresh that was not accepted is, to the others waiting for it, a failed one (they then lead their own). */
+function failedRefresh(r: Refused): Promise<never> {
+  return Promise.reject(new Error(`upstream answered ${r.refused.status}`));
+}
+
 /**
  * A refresh under way once its leader's own report was accepted (P9): that report's head, and
  * the snapshot it brings, settled once taken in (B7: at 100k users the upstream answers in
- * milliseconds, reading and taking in its answer takes seconds).
+ * milliseconds, reading and taking in its answer takes seconds). The snapshot is Refused where
+ * the leader's report, sent again in full, was not accepted (`fetchShared`).
  */
 interface Refresh {
   own: UpstreamHead;
-  snapshot: Promise<Snapshot>;
+  snapshot: Promise<Snapshot | Refused>;
   /**
    * The snapshot is another replica's fetch, still under way when this one's leader joined it:
    * the leader's own report was a ping, which that fetch may not hold either.
@@ -66,18 +74,18 @@ function policyOf(poll: Poll, format: Format): PollPolicy {
   });
 }
 
-/** Throws UpstreamRefused when the upstream did not accept the caller's report (E1). */
-export async function obtainSnapshot(poll: Poll, format: Format): Promise<Obtained> {
+/** The snapshot the poll is answered from, or Refused when the upstream did not accept the caller's report (E1). */
+export async function obtainSnapshot(poll: Poll, format: Format): Promise<Obtained | Refused> {
   const policy = policyOf(poll, format);
   const modern = wantsModern(poll.request);
   // X2: from now on this realm's snapshots keep the legacy answer for its window.
   if (!modern) poll.ctx.presence.legacyPolled.set(poll.realm.key, true);
   const obtained = await sharedOrFetched(poll, format, policy);
-  return modern ? obtained : withLegacyBytes(poll, format, policy, obtained);
+  return modern || isRefused(obtained) ? obtained : withLegacyBytes(poll, format, policy, obtained);
 }
 
 /** The interpreter of plan.ts's steps for one full poll. */
-async function sharedOrFetched(poll: Poll, format: Format, policy: PollPolicy): Promise<Obtained> {
+async function sharedOrFetched(poll: Poll, format: Format, policy: PollPolicy): Promise<Obtained | Refused> {
   const { ctx } = poll;
   const hub = ctx.snapshots;
   const fresh = freshFor(poll, hub.fresh(policy.scope));
@@ -85,6 +93,7 @@ async function sharedOrFetched(poll: Poll, format: Format, policy: PollPolicy): 
   const start = planStart({ fresh: fresh !== undefined, pending: pending !== undefined });
   if (start !== 'lead') {
     const own = await acceptedPing(poll);
+    if (isRefused(own)) return own;
     const now = start === 'fromFresh' ? fresh : policy.shared ? await answerableDuringRefresh(poll) : undefined;
     if (now) {
       ctx.metrics.presenceSnapshots.inc({ source: 'shared' });
@@ -110,30 +119,35 @@ function freshFor(poll: Poll, snapshot: Snapshot | undefined): Snapshot | undefi
 }
 
 /** This caller's full report is the scope's refresh (P9 single flight); answered as planLeader says (B7). */
-async function lead(poll: Poll, format: Format, policy: PollPolicy): Promise<Obtained> {
+async function lead(poll: Poll, format: Format, policy: PollPolicy): Promise<Obtained | Refused> {
   const leader = new Leader();
   const started = performance.now();
   const refresh = fetchShared(poll, format, policy, leader);
-  const snapshot = poll.ctx.snapshots.lead(policy.scope, () => refresh.then((r) => r.snapshot), policy.shared);
+  const shared = () =>
+    refresh.then((r) => (isRefused(r) ? failedRefresh(r) : r.snapshot.then((s) => (isRefused(s) ? failedRefresh(s) : s))));
+  const snapshot = poll.ctx.snapshots.lead(policy.scope, shared, policy.shared);
   // B7: how long this refresh took is how long the scope's next leader may wait for its own.
   snapshot.then(
     () => poll.ctx.presence.fetchTimes.set(policy.scope, performance.now() - started),
     () => undefined,
   );
   // A refused or failed report reaches the leader through `refresh`; a failure after it, through
-  // `snapshot` below while the leader waits, and the waiters' own fetches once it has its answer.
+  // its snapshot below while the leader waits, and the waiters' own fetches once it has its answer.
   snapshot.catch(() => undefined);
-  const { own, followsFetch } = await refresh;
+  const r = await refresh;
+  if (isRefused(r)) return r;
+  const { own, followsFetch } = r;
+  const obtained = (s: Snapshot | Refused): Obtained | Refused => (isRefused(s) ? s : { snapshot: s, own });
   const plan = planLeader(policy, followsFetch === true);
-  if (plan.wait === 'wholeRefresh') return { snapshot: await snapshot, own };
-  const taken = plan.waitMs === undefined ? undefined : await within(snapshot, plan.waitMs);
-  if (taken) return { snapshot: taken, own };
+  if (plan.wait === 'wholeRefresh') return obtained(await r.snapshot);
+  const taken = plan.waitMs === undefined ? undefined : await within(r.snapshot, plan.waitMs);
+  if (taken) return obtained(taken);
   const now = await answerableDuringRefresh(poll);
   if (now && leader.answer()) {
     snapshot.catch((e: unknown) => refreshFailed(poll, e));
     return { snapshot: now, own };
   }
-  return { snapshot: await snapshot, own };
+  return obtained(await r.snapshot);
 }
 
 /** A refresh that failed after its leader had its answer: nobody else reports it. */
@@ -165,7 +179,7 @@ export async function answerableDuringRefresh(poll: Poll): Promise<Snapshot | un
   const id = { lastUpdateId: request.lastUpdateId, modern: wantsModern(request) };
   // S3: every copy of the ledger lacks what this process took in while the store was away.
   const view = (l: LedgerState | undefined) => l && viewOf(l, id.lastUpdateId, ctx.presence.storeAway.ledgerBehind(realm.key));
-  let ledger = ctx.store.peek(realm.key);
+  let ledger = heldLedger(poll);
   let step = planDuringRefresh(id, view(ledger), false);
   if (step === 'readStore') {
     ledger = (await loadLedger(poll)) ?? ledger;
@@ -195,7 +209,7 @@ export async function answerableDuringRefresh(poll: Poll): Promise<Snapshot | un
  * (the realm had no legacy poll before, X2), the caller fetches for itself, as every caller does
  * while the store is down.
  */
-async function withLegacyBytes(poll: Poll, format: Format, policy: PollPolicy, obtained: Obtained): Promise<Obtained> {
+async function withLegacyBytes(poll: Poll, format: Format, policy: PollPolicy, obtained: Obtained): Promise<Obtained | Refused> {
   const { snapshot } = obtained;
   if (snapshot.legacyBytes) return obtained;
   if (!snapshot.readLegacyBytes) return fetchedForItself(poll, format, policy);
@@ -222,16 +236,17 @@ async function withLegacyBytes(poll: Poll, format: Format, policy: PollPolicy, o
  * A legacy poll's own full fetch, where the snapshot it shares has no legacy answer to give; the
  * scope's snapshot from then on (it holds one), so the next legacy polls of the window share it.
  */
-async function fetchedForItself(poll: Poll, format: Format, policy: PollPolicy): Promise<Obtained> {
+async function fetchedForItself(poll: Poll, format: Format, policy: PollPolicy): Promise<Obtained | Refused> {
   const fetched = await fetchFromUpstream(poll, format, true);
+  if (isRefused(fetched)) return fetched;
   const snapshot = await poll.ctx.snapshots.lead(policy.scope, () => fetched.snapshot, policy.shared);
   return { snapshot, own: fetched.own };
 }
 
-/** P9: the caller's own report as a ping; throws UpstreamRefused unless the upstream accepted it. */
-async function acceptedPing(poll: Poll): Promise<UpstreamHead> {
+/** P9: the caller's own report as a ping: its head once the upstream accepted it, else Refused. */
+async function acceptedPing(poll: Poll): Promise<UpstreamHead | Refused> {
   const own = await report(poll, { ping_only: 'true' });
-  if (!isSuccess(own.status)) throw new UpstreamRefused(own);
+  if (!isSuccess(own.status)) return { refused: own };
   return { status: own.status, headers: own.headers };
 }
 
@@ -239,7 +254,7 @@ async function acceptedPing(poll: Poll): Promise<UpstreamHead> {
  * One fetch for the scope: another replica's snapshot when one has been or is being fetched
  * (planReplicaSource), else the upstream's. Resolved once the leader's own report was accepted.
  */
-async function fetchShared(poll: Poll, format: Format, policy: PollPolicy, leader: Leader): Promise<Refresh> {
+async function fetchShared(poll: Poll, format: Format, policy: PollPolicy, leader: Leader): Promise<Refresh | Refused> {
   const { ctx } = poll;
   const replicas = ctx.replicaSnapshots;
   if (!policy.acrossReplicas || !replicas) return fetchFromUpstream(poll, format, policy.shared);
@@ -255,26 +270,32 @@ async function fetchShared(poll: Poll, format: Format, policy: PollPolicy, leade
   const source = planReplicaSource({ published: published !== undefined, locked });
   if (source === 'fetchAndPublish') return fetchAndPublish(poll, replicas, format, scope);
   const own = await acceptedPing(poll);
-  const snapshot = readPublished(poll, replicas, scope, published, fetchBudgetMs).then(async (read) => {
+  if (isRefused(own)) return own;
+  const snapshot = readPublished(poll, replicas, scope, published, fetchBudgetMs).then(async (read): Promise<Snapshot | Refused> => {
     if (read) return read;
     // Its report was a ping: sent again in full while its client waits, never once it has its answer (P9).
     if (!leader.reportAgain()) throw new Error('the replica fetching the shared presence snapshot gave up');
-    return (await fetchAndPublish(poll, replicas, format, scope)).snapshot;
+    const again = await fetchAndPublish(poll, replicas, format, scope);
+    return isRefused(again) ? again : again.snapshot;
   });
   return { own, snapshot, followsFetch: source === 'followFetch' };
 }
 
 /** S1: this replica's own fetch for the scope, published to the others once taken in. */
-async function fetchAndPublish(poll: Poll, replicas: ReplicaSnapshots, format: Format, scope: string): Promise<Refresh> {
+async function fetchAndPublish(poll: Poll, replicas: ReplicaSnapshots, format: Format, scope: string): Promise<UpstreamRefresh | Refused> {
   const window = poll.ctx.config.presence.coalesceMs;
   // A failed fetch: the lock then expires at the end of the window instead of now.
   const release = () => replicas.release(scope).catch(() => undefined);
-  let fetched: Refresh;
+  let fetched: UpstreamRefresh | Refused;
   try {
     fetched = await fetchFromUpstream(poll, format, true);
   } catch (e) {
     await release();
     throw e;
+  }
+  if (isRefused(fetched)) {
+    await release();
+    return fetched;
   }
   const snapshot = fetched.snapshot.then(
     async (snapshot) => {
@@ -316,14 +337,19 @@ async function readPublished(
   return snapshot;
 }
 
+/** A refresh from the upstream itself: always a snapshot once its report was accepted. */
+interface UpstreamRefresh extends Refresh {
+  snapshot: Promise<Snapshot>;
+}
+
 /**
  * The caller's own full report, resolved once the upstream accepted it (E1: a refusal is
- * thrown, its body read); the upstream's presence is then read and taken into the ledger.
+ * Refused, its body read); the upstream's presence is then read and taken into the ledger.
  */
-async function fetchFromUpstream(poll: Poll, format: Format, complete: boolean): Promise<Refresh> {
+async function fetchFromUpstream(poll: Poll, format: Format, complete: boolean): Promise<UpstreamRefresh | Refused> {
   const answer = await fullReport(poll, format === 'slim' ? 'true' : undefined);
   const own = { status: answer.status, headers: answer.headers };
-  if (!isSuccess(own.status)) throw new UpstreamRefused({ ...own, body: await timedUpstream(poll.req, () => answer.body) });
+  if (!isSuccess(own.status)) return { refused: { ...own, body: await timedUpstream(poll.req, () => answer.body) } };
   poll.ctx.metrics.presenceSnapshots.inc({ source: 'upstream' });
   return { own, snapshot: takenIn(poll, format, complete, answer) };
 }

@@ -20,7 +20,7 @@ export class StoreAwayState {
   /**
    * S3, X1: per realm, the largest client id this process echoed with full data while the store
    * was away (unvouched, the counter could not be raised to it). The counter is raised to it
-   * before this process records anything there again (intake.ts): an id above the counter that
+   * before this process records anything there again (ledger-io.ts): an id above the counter that
    * ordinary merges passed later would be vouched for, and a delta from it would leave out what
    * was recorded in between. For an id the store had issued, that raise changes nothing.
    */

@@ -1,7 +1,7 @@
 import type { EndpointHandler, ShimContext } from '../context.js';
 import { recordChanges, recordFacts, timedUpstream } from '../observability/request-facts.js';
 import { sendJson } from '../http/errors.js';
-import { isSuccess, relayBuffered, rewrittenHeaders } from '../upstream/relay.js';
+import { isRefused, isSuccess, relayBuffered, rewrittenHeaders } from '../upstream/relay.js';
 import { forwardedHeaders, parseJsonObject } from '../upstream/client.js';
 import { realmOf, type Realm } from '../upstream/realm.js';
 import { applyChanges, changeIdsOfFields, MODERN_USER_OBJECTS_LEVEL, needsOf, pendingChanges } from '../changes/index.js';
@@ -24,10 +24,13 @@ export function ignoredParameters(url: string | undefined): string[] {
  */
 export function levelOrZero(ctx: ProfileContext, hostRealm: Realm): Promise<{ realm: Realm; featureLevel: number }> {
   // X12: the realm the upstream serves for this Host keys the lookups.
-  return ctx.featureLevels.resolve(hostRealm).catch((e: unknown) => {
-    ctx.log.warn({ realm: hostRealm.host, err: e }, 'user objects: feature level unknown, checking every field');
+  const unknown = (err: unknown) => {
+    ctx.log.warn({ realm: hostRealm.host, err }, 'user objects: feature level unknown, checking every field');
     return { realm: hostRealm, featureLevel: 0 };
-  });
+  };
+  return ctx.featureLevels
+    .resolve(hostRealm)
+    .then((r) => (isRefused(r) ? unknown(new Error(`server_settings answered HTTP ${r.refused.status}`)) : r), unknown);
 }
 
 /**

@@ -1,11 +1,11 @@
 import { setImmediate } from 'node:timers/promises';
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import type { EndpointHandler } from '../context.js';
+import type { EndpointHandler, ShimContext } from '../context.js';
 import type { PresenceContext } from '../presence/context.js';
 import { recordChange, recordChanges, recordFacts, timedUpstream } from '../observability/request-facts.js';
 import { parseParams, readBody, type Bounded, type Params } from '../http/body.js';
 import { sendEncoded } from '../http/compress.js';
-import { isSuccess, relay, relayBounded, rewrittenHeaders } from '../upstream/relay.js';
+import { isRefused, isSuccess, relay, relayBounded, relayBuffered, rewrittenHeaders, type Refused } from '../upstream/relay.js';
 import { forwardedHeaders, type OpenedResponse, type UpstreamCall } from '../upstream/client.js';
 import { FL } from '../upstream/feature-level.js';
 import { levelShownTo } from '../app/presented.js';
@@ -13,7 +13,9 @@ import { hasCredentials, realmOf, type Realm } from '../upstream/realm.js';
 import { limitLegacyHistory, presenceEra } from '../presence/convert.js';
 import { idForLegacyPresences, registerPresences } from '../presence/answers.js';
 import { historyCutoff } from '../presence/ledger.js';
-import { takeInAnswer, upstreamTime, type Asker, type Format } from '../presence/intake.js';
+import type { Asker } from '../presence/context.js';
+import { takeInAnswer, type Format } from '../presence/intake.js';
+import { upstreamTime } from '../presence/upstream-time.js';
 import { parseJsonInt, readJsonBool } from '../presence/params.js';
 import { everyCallerSeesTheSameUsers } from '../presence/snapshots.js';
 import {
@@ -48,8 +50,11 @@ import { startQueueStates } from '../app/queue-state.js';
  * from (V3). The handler reads them as steps.
  */
 
-/** What the register handler uses of the shim: the presence poll's parts (its intake and ledger). */
-export type RegisterContext = PresenceContext;
+/**
+ * What the register handler uses of the shim: the presence poll's parts (its intake and ledger),
+ * and where the mobile app's per-shim state is kept (app/).
+ */
+export type RegisterContext = PresenceContext & Pick<ShimContext, 'layerState'>;
 
 /** What the shim does with one register, decided before the upstream is called. */
 interface RegisterPlan {
@@ -117,11 +122,13 @@ function presenceNotKept(ctx: RegisterContext, realm: Realm): void {
 const passedOnUnread = (plan: RegisterPlan) => !plan.withPresence && !plan.withUsers && !plan.presenting;
 
 /** The four decisions, in the order their checks run: E3's before any call, X12's admission last. */
-async function planRegister(req: IncomingMessage, ctx: RegisterContext): Promise<RegisterPlan> {
+async function planRegister(req: IncomingMessage, ctx: RegisterContext): Promise<RegisterPlan | Refused> {
   const requestBody = await readBody(req, ctx.config.server.bodyLimitBytes);
   const params = await parseParams(req, requestBody);
   // X12: the realm the upstream serves for this Host keys its state.
-  const { realm, featureLevel } = await timedUpstream(req, () => ctx.featureLevels.resolve(realmOf(ctx.upstreamId, req.headers)));
+  const resolved = await timedUpstream(req, () => ctx.featureLevels.resolve(realmOf(ctx.upstreamId, req.headers)));
+  if (isRefused(resolved)) return resolved; // E1
+  const { realm, featureLevel } = resolved;
   const facts = recordFacts(req);
   facts.realm = realm.host;
   facts.featureLevel = featureLevel;
@@ -274,6 +281,7 @@ async function rewritePresence(
 
 export const registerHandler: EndpointHandler<RegisterContext> = async (req, res, ctx) => {
   const plan = await planRegister(req, ctx);
+  if (isRefused(plan)) return relayBuffered(res, plan.refused); // E1: the upstream refused the Host's server_settings
   const facts = recordFacts(req);
   // X3: an answer the shim reads ends within the deadline; one passed on streams.
   if (passedOnUnread(plan)) {

@@ -4,7 +4,7 @@ import type { Logger } from '../observability/logger.js';
 import { upstreamBadResponse, upstreamUnavailable } from '../http/errors.js';
 import { endToEnd } from '../http/headers.js';
 import { parseJsonObject, type BufferedResponse, type UpstreamClient } from './client.js';
-import { isSuccess, UpstreamRefused } from './relay.js';
+import { isSuccess, UpstreamRefused, type Refused } from './relay.js';
 import type { Realm } from './realm.js';
 
 /**
@@ -12,6 +12,8 @@ import type { Realm } from './realm.js';
  * (User-object fields and endpoints name theirs in src/profile/ and src/register/users.ts.)
  */
 export const FL = {
+  /** Zulip 3.0: invisible mode (`presence_enabled`): the upstream may accept a report and drop it (P15). */
+  INVISIBLE_MODE: 3,
   /** Zulip 3.0: `slim_presence` exists. */
   SLIM_PRESENCE: 25,
   /** One presence row per user (7.0 dev): slim presence is exact. */
@@ -45,6 +47,13 @@ export interface ServerInfo {
   realmUrl?: string | undefined;
   /** The realm's name (`realm_name`), for the push relay's notifications (M7). */
   realmName?: string | undefined;
+}
+
+/** X12: the realm a request is for (its state's key), its feature level, and the realm's URL. */
+export interface Resolved {
+  realm: Realm;
+  featureLevel: number;
+  realmUrl?: string | undefined;
 }
 
 /** X12: the realm a server_settings answer names, lower-cased, without a trailing slash; undefined when it names none. */
@@ -159,8 +168,15 @@ export class FeatureLevels {
    * the client's Host. Before state is kept for a realm new to the shim, it is admitted
    * (realm-admission.ts).
    */
-  async resolve(hostRealm: Realm): Promise<{ realm: Realm; featureLevel: number; realmUrl?: string | undefined }> {
-    const info = await this.info(hostRealm);
+  async resolve(hostRealm: Realm): Promise<Resolved | Refused> {
+    let info: ServerInfo;
+    try {
+      info = await this.info(hostRealm);
+    } catch (e) {
+      // E1: the upstream refused the Host's server_settings: the caller gets that answer.
+      if (e instanceof UpstreamRefused) return { refused: e.response };
+      throw e;
+    }
     const realm = info.realmUrl ? { ...hostRealm, key: `${hostRealm.upstream}|realm:${info.realmUrl}` } : hostRealm;
     return { realm, featureLevel: info.featureLevel, realmUrl: info.realmUrl };
   }

@@ -13,8 +13,20 @@ export async function relay(res: ServerResponse, r: UpstreamResponse): Promise<v
 }
 
 /**
- * An upstream answer that is not a success, read whole: the caller gets it unchanged (E1),
- * wherever it is caught (the presence handler, or the server's for any intercepted endpoint).
+ * E1: an upstream answer that was not a success, read whole, for the caller to get unchanged
+ * (relayBuffered): a value a handler returns on, not an error (the upstream refused the caller's
+ * report, or its realm's server_settings).
+ */
+export interface Refused {
+  refused: BufferedResponse;
+}
+
+export const isRefused = (v: object): v is Refused => 'refused' in v;
+
+/**
+ * A lookup of server_settings that the upstream refused, as the failure of that lookup
+ * (feature-level.ts remembers it, /readyz and the push relay count it as one); a handler gets
+ * it as Refused (FeatureLevels.resolve).
  */
 export class UpstreamRefused extends Error {
   constructor(

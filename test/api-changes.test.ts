@@ -448,6 +448,7 @@ describe('which changes applied: the names client_requests_total counts them by'
     ).toEqual(['user_role', 'user_is_owner', 'user_delivery_email', 'presence_settings']);
     expect(changeIdsOf(CHANGES.flatMap((c) => (c.staticData ? [c.staticData] : [])))).toEqual(['server_emoji_data_url']);
     expect(changeIdsOf([{}])).toEqual([]);
-    expect([...CHANGE_IDS]).toEqual(CHANGES.map((c) => c.feature));
+    expect([...CHANGE_IDS]).toEqual(CHANGES.filter((c) => !c.serverBehaviour).map((c) => c.feature));
+    expect(CHANGE_IDS.has('invisible_mode')).toBe(false);
   });
 });

@@ -165,9 +165,9 @@ export const CHANGES: readonly ApiChange[] = checkedBundle([
 /**
  * The name each change is counted by when applied to a request (client_requests_total's
  * `change`): its feature name, unique in the registry (checkedBundle), so the label's values are
- * the registry's and no more.
+ * the registry's and no more. A server behaviour is taken into account, never applied: not one.
  */
-export const CHANGE_IDS: ReadonlySet<string> = new Set(CHANGES.map((c) => c.feature));
+export const CHANGE_IDS: ReadonlySet<string> = new Set(CHANGES.filter((c) => !c.serverBehaviour).map((c) => c.feature));
 
 /** The change each part belongs to, and each field a change introduces (they are introduced once: checkedBundle). */
 const OWNER_OF_PART = new Map<object, string>();

@@ -156,3 +156,30 @@ describe('user list columns', () => {
     expect(d.bytes).toBeGreaterThan(c.rows.length);
   });
 });
+
+describe('the parse workers (X2)', () => {
+  it('run with the young generation they are given, and end once idle for idleExitMs', async () => {
+    const idlePool = new ParsePool({ workers: 1, inlineBelowBytes: 0, idleExitMs: 200, youngGenerationMb: 8 });
+    try {
+      const body = bytes({ members: [{ user_id: 1, email: 'a@x' }] });
+      expect((await idlePool.userList(Buffer.from(body))).ids[0]).toBe(1);
+      expect(idlePool.workerLimits().map((l) => l?.maxYoungGenerationSizeMb)).toEqual([8]);
+      // Work within idleExitMs keeps the same worker.
+      await new Promise((r) => setTimeout(r, 50));
+      expect((await idlePool.userList(Buffer.from(body))).ids[0]).toBe(1);
+      expect(idlePool.workerLimits()).toHaveLength(1);
+      await new Promise((r) => setTimeout(r, 600));
+      expect(idlePool.workerLimits()).toEqual([]);
+      // The next large answer starts one again.
+      expect((await idlePool.userList(Buffer.from(body))).ids[0]).toBe(1);
+      expect(idlePool.workerLimits()).toHaveLength(1);
+    } finally {
+      await idlePool.close();
+    }
+  });
+
+  it('the shim runs its workers with a young generation of 8 MiB, ending after 10 s idle', () => {
+    expect(PARSE_POOL.youngGenerationMb).toBe(8);
+    expect(PARSE_POOL.idleExitMs).toBe(10_000);
+  });
+});

@@ -15,20 +15,34 @@ import type { PresenceRead, Reply, Task } from './parse-worker-thread.js';
  */
 
 export interface ParsePoolOptions {
-  /** Worker threads at most (started on first use, each kept while the process lives); 0 reads everything on the main thread. */
+  /** Worker threads at most (started on first use, each ending once idle for idleExitMs); 0 reads everything on the main thread. */
   workers: number;
   /** Answers below this many bytes are read on the main thread. */
   inlineBelowBytes: number;
+  /** A worker with nothing to read for this long ends, giving its heap back (started again on the next large answer). */
+  idleExitMs?: number | undefined;
+  /**
+   * X2: each worker's young generation, in MiB (its `resourceLimits.maxYoungGenerationSizeMb`).
+   * V8's own is 48 MiB, all of it touched between two scavenges of a parse and so resident while
+   * the worker lives; a parse's objects are short-lived or moved to the old generation anyway.
+   * Absent: V8's own.
+   */
+  youngGenerationMb?: number | undefined;
 }
 
 /**
  * The pool the shim runs: one worker thread fewer than the cores, at least 1 and at most 2 (the
  * main thread keeps a core); answers below 512 KiB read in place, where a round trip to a
- * worker costs more than the read (B7).
+ * worker costs more than the read (B7). A worker ends after 10 s without work (a realm's
+ * presence is fetched every coalesceMs, 5 s by default, so a busy shim keeps its worker), and
+ * its young generation is 8 MiB: a flood of 5,000-user realms peaked 30 MiB lower with it than
+ * with V8's 48 (bench/RESULTS.md).
  */
 export const PARSE_POOL: ParsePoolOptions = {
   workers: Math.max(1, Math.min(2, availableParallelism() - 1)),
   inlineBelowBytes: 512 * 1024,
+  idleExitMs: 10_000,
+  youngGenerationMb: 8,
 };
 
 /**
@@ -43,18 +57,21 @@ interface Running {
   waiting: Map<number, { resolve: (v: unknown) => void; reject: (e: Error) => void }>;
   /** Read a large answer: end when idle. */
   recycle: boolean;
+  /** Ends the worker once it has been idle for idleExitMs. */
+  idleTimer?: NodeJS.Timeout | undefined;
 }
 
 /**
  * A worker running the module beside this one: the built JavaScript, or under tsx/vitest the
  * TypeScript source through tsx's loader (registered in the worker before the import).
  */
-function startWorker(): Worker {
+function startWorker(youngGenerationMb: number | undefined): Worker {
+  const resourceLimits = youngGenerationMb === undefined ? {} : { maxYoungGenerationSizeMb: youngGenerationMb };
   const here = import.meta.url;
-  if (!here.endsWith('.ts')) return new Worker(new URL('./parse-worker-thread.js', here));
+  if (!here.endsWith('.ts')) return new Worker(new URL('./parse-worker-thread.js', here), { resourceLimits });
   const entry = new URL('./parse-worker-thread.ts', here).href;
   const code = `import('tsx/esm/api').then(({ register }) => { register(); return import(${JSON.stringify(entry)}); });`;
-  return new Worker(code, { eval: true });
+  return new Worker(code, { eval: true, resourceLimits });
 }
 
 /** Bytes to move to a worker: the buffer itself when it is all of its memory, else a copy (a view into a larger one cannot be moved). */
@@ -66,6 +83,8 @@ const toShimError = (message: string, bad: boolean) => (bad ? upstreamBadRespons
 export class ParsePool {
   private readonly size: number;
   private readonly inlineBelow: number;
+  private readonly idleExitMs: number | undefined;
+  private readonly youngGenerationMb: number | undefined;
   private readonly running: Running[] = [];
   private nextId = 1;
   private closed = false;
@@ -73,6 +92,13 @@ export class ParsePool {
   constructor(o: ParsePoolOptions) {
     this.size = o.workers;
     this.inlineBelow = o.inlineBelowBytes;
+    this.idleExitMs = o.idleExitMs;
+    this.youngGenerationMb = o.youngGenerationMb;
+  }
+
+  /** The resource limits of the worker threads running now, one per thread. */
+  workerLimits(): Array<Worker['resourceLimits']> {
+    return this.running.map((r) => r.worker.resourceLimits);
   }
 
   /** `GET /users` bytes → columns. The bytes are moved to the worker: the caller must not reuse them. */
@@ -111,6 +137,7 @@ export class ParsePool {
 
   async close(): Promise<void> {
     this.closed = true;
+    for (const r of this.running) clearTimeout(r.idleTimer);
     await Promise.all(this.running.splice(0).map((r) => r.worker.terminate()));
   }
 
@@ -121,6 +148,7 @@ export class ParsePool {
   private run(task: Task, transfer: ArrayBuffer[], bytes: number): Promise<unknown> {
     const r = this.pick();
     if (bytes >= RECYCLE_ABOVE_BYTES) r.recycle = true;
+    clearTimeout(r.idleTimer);
     const id = this.nextId++;
     return new Promise((resolve, reject) => {
       r.waiting.set(id, { resolve, reject });
@@ -129,7 +157,17 @@ export class ParsePool {
     });
   }
 
+  /** A worker that has just finished its work: ended now after a large answer, else once idle for idleExitMs. */
+  private idle(r: Running): void {
+    r.worker.unref();
+    if (r.recycle) return this.retire(r);
+    if (this.idleExitMs === undefined) return;
+    r.idleTimer = setTimeout(() => this.retire(r), this.idleExitMs);
+    r.idleTimer.unref();
+  }
+
   private retire(r: Running): void {
+    clearTimeout(r.idleTimer);
     const i = this.running.indexOf(r);
     if (i >= 0) this.running.splice(i, 1);
     void r.worker.terminate();
@@ -140,10 +178,11 @@ export class ParsePool {
     let best = this.running[0];
     for (const r of this.running) if (r.waiting.size < best!.waiting.size) best = r;
     if (best && (best.waiting.size === 0 || this.running.length >= this.size)) return best;
-    const worker = startWorker();
+    const worker = startWorker(this.youngGenerationMb);
     worker.unref();
     const r: Running = { worker, waiting: new Map(), recycle: false };
     const fail = (e: Error) => {
+      clearTimeout(r.idleTimer);
       const i = this.running.indexOf(r);
       if (i >= 0) this.running.splice(i, 1);
       for (const w of r.waiting.values()) w.reject(e);
@@ -153,10 +192,7 @@ export class ParsePool {
       const w = r.waiting.get(m.id);
       if (!w) return;
       r.waiting.delete(m.id);
-      if (r.waiting.size === 0) {
-        worker.unref();
-        if (r.recycle) this.retire(r);
-      }
+      if (r.waiting.size === 0) this.idle(r);
       if (m.ok) w.resolve(m.result);
       else w.reject(toShimError(m.message, m.bad));
     });

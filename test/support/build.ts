@@ -24,7 +24,17 @@ export const CHILD_SCRIPTS = [
   'bench/bare-passthrough.ts',
   'bench/shim-process.ts',
   'bench/ledger-memory.ts',
+  'src/parse/parse-worker-thread.ts',
 ] as const;
+
+/**
+ * Modules that start a worker thread from the file beside them: bundled, they see their own
+ * location as the bundle's (`import.meta.url` of the built module), so they start the bundled
+ * worker (plain JavaScript, as dist/ ships it) rather than the TypeScript source through tsx's
+ * loader, which took a second isolate for the loader's hooks and tsx itself in every worker
+ * (about 90 MiB of a flood's peak RSS that a shipped shim does not have).
+ */
+const STARTS_WORKERS = ['src/parse/parse-worker.ts'];
 
 /** The bundled file for `script` under `dir`. */
 export function builtPath(dir: string, script: string): string {
@@ -36,19 +46,20 @@ export function builtPath(dir: string, script: string): string {
  * under tsx, so paths found beside the source (config/default.json, the package version, the
  * parse worker, bench's children) are the same wherever the bundle lies.
  */
-const keepImportMeta: Plugin = {
+const keepImportMeta = (dir: string): Plugin => ({
   name: 'keep-import-meta',
   setup(b) {
+    const starters = new Map(STARTS_WORKERS.map((s) => [resolve(ROOT, s), pathToFileURL(builtPath(dir, s)).href]));
     b.onLoad({ filter: /\.ts$/ }, (args) => {
       const source = readFileSync(args.path, 'utf8');
       const contents = source
-        .replaceAll('import.meta.url', JSON.stringify(pathToFileURL(args.path).href))
+        .replaceAll('import.meta.url', JSON.stringify(starters.get(args.path) ?? pathToFileURL(args.path).href))
         .replaceAll('import.meta.dirname', JSON.stringify(dirname(args.path)))
         .replaceAll('import.meta.filename', JSON.stringify(args.path));
       return { contents, loader: 'ts' };
     });
   },
-};
+});
 
 /** A leading shebang, comments and "use strict": the directive must stay the first statement. */
 const DIRECTIVE = /^(?:#![^\n]*\n)?(?:\s|\/\/[^\n]*\n|\/\*[\s\S]*?\*\/)*(?:(['"])use strict\1;?)?/;
@@ -90,7 +101,7 @@ export async function buildChildScripts(dir: string): Promise<void> {
     banner: { js: REQUIRE_BANNER },
     sourcemap: 'linked',
     logLevel: 'error',
-    plugins: [keepImportMeta, keepModuleLocation],
+    plugins: [keepImportMeta(dir), keepModuleLocation],
   });
 }
 

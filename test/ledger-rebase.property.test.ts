@@ -293,3 +293,18 @@ describe('rebase cases', () => {
     expect(full.users.get(1)!.changedAt).toBeLessThan(full.users.get(2)!.changedAt);
   });
 });
+
+describe('a prepared merge in steps (B7)', () => {
+  it('offers its caller a pause every 1,000 users looked at, and makes the same merge whichever pauses are taken', async () => {
+    const base = realm(5_000);
+    const obs = snapshot(
+      1_020,
+      [...base.users.keys()].filter((u) => u % 7 !== 0).map((u): [number, ModernPresence] => [u, p(u % 3 === 0 ? 1_019 : 900 + u)]),
+    );
+    let offered = 0;
+    const prepared = await prepareMerge(base, obs, () => (++offered % 2 === 0 ? Promise.resolve() : undefined));
+    // The observation's users, then the ledger's for who was left out: 5,000 + 5,000 looked at.
+    expect(offered).toBeGreaterThanOrEqual(9);
+    expect(plainLedger(prepared.next)).toEqual(plainLedger(merge(base, obs)));
+  });
+});

@@ -26,6 +26,23 @@ export function heldLedger(asker: Asker): LedgerState | undefined {
 const LATE_MARGIN_SECONDS = 60;
 
 /**
+ * B7: the longest a prepared merge runs before it lets the event loop turn (other polls are
+ * answered meanwhile), whatever the realm's size or the machine's speed.
+ */
+const MERGE_SLICE_MS = 8;
+
+/** A pause that lets the event loop turn once `sliceMs` of work has run since the last turn, else none. */
+function turnsEvery(sliceMs: number): () => Promise<void> | undefined {
+  let since = performance.now();
+  return () => {
+    if (performance.now() - since < sliceMs) return undefined;
+    return setImmediate().then(() => {
+      since = performance.now();
+    });
+  };
+}
+
+/**
  * Records an observation; undefined when the store is away (S3: answers from that observation
  * are then made from its own data, answers.ts). Until an upstream answer at least as new is
  * recorded, this process's ledger copies lack what it took in, and none answers alone (sharing.ts).
@@ -42,7 +59,7 @@ export async function recordInLedger(asker: Asker, observation: Observation): Pr
     // the realm's ledger is still the same one, rebases it over the few changes made since
     // (other polls' own reports), and merges again otherwise (I7, ledger.ts `applyChange`).
     const base = heldLedger(asker);
-    const prepared = base && (await prepareMerge(base, obs, () => setImmediate()));
+    const prepared = base && (await prepareMerge(base, obs, turnsEvery(MERGE_SLICE_MS)));
     const ledger = await ctx.store.merge(realm.key, obs, prepared);
     ctx.metrics.ledgerUsers.set({ realm: realm.host }, ledger.users.size);
     if (answer) ctx.presence.storeAway.recorded(realm.key, obs.serverTimestamp, obs.maxLateSeconds);

@@ -422,9 +422,10 @@ describe('fl134 user_topic events on 5.x: muted_topics events diffed against the
   it('a repeated poll (an answer lost) gets the same events again; an acknowledged one moves the list on', async () => {
     const states = new QueueStates(memoryBackend());
     await states.start('q', mutedTopicsPerQueue.start(structuredClone(REGISTER))!);
+    let now = 1000;
     const poll = async (last: number) => {
       const events = structuredClone(EVENTS[String(last)]!);
-      await states.poll('q', last, events, mutedTopicsPerQueue, 1000);
+      await states.poll('q', last, events, mutedTopicsPerQueue, now++);
       return events;
     };
     const once = await poll(-1);
@@ -432,8 +433,9 @@ describe('fl134 user_topic events on 5.x: muted_topics events diffed against the
     expect(once.filter((e) => (e as { type: string }).type === 'user_topic')).toHaveLength(1);
     const next = await poll(0);
     expect(next.filter((e) => (e as { type: string }).type === 'user_topic')).toEqual([
-      { ...muted(1, 'lunch', 1000, 2), visibility_policy: 0 },
+      { ...muted(1, 'lunch', 1002, 2), visibility_policy: 0 },
     ]);
+    // Again seconds later (on another replica, say): the same bytes, the unmute as first seen.
     expect(await poll(0)).toEqual(next);
     expect(await poll(2)).toEqual(EVENTS['2']);
   });

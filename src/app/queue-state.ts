@@ -17,7 +17,9 @@ import type { Realm } from '../upstream/realm.js';
  * everything after it again when an answer was lost. So the state is kept as of what the app
  * has (`acked`) and as of the last answer sent (`sent`, with that answer's last event id): the
  * next poll either acknowledges it (it becomes `acked`) or gets the same events again, rebuilt
- * from `acked`, so a lost answer's changes are sent again, never lost or sent twice.
+ * from `acked`, so a lost answer's changes are sent again, never lost or sent twice. Each event
+ * the change rewrote is rebuilt with the time it was first seen (`seen`), so the same poll gets
+ * the same bytes on any replica, whenever it comes again (an unmute's `last_updated` is that time).
  */
 
 /**
@@ -32,7 +34,8 @@ export const MEMORY_MAX_BYTES = 32 * 1024 * 1024;
 
 interface Held {
   acked: QueueState;
-  sent?: { upTo: number; state: QueueState };
+  /** The last answer sent: its last event id, the state after it, and when each event it rewrote was first seen (id, seconds). */
+  sent?: { upTo: number; state: QueueState; seen?: Array<[number, number]> };
 }
 
 /** A CacheBackend in this process: bounded by bytes, each value with its own time to live. */
@@ -99,20 +102,28 @@ export class QueueStates {
     const found = await this.backend.get(key);
     if (!found) return false;
     const held = JSON.parse(found.json) as Held;
-    const acked = held.sent && held.sent.upTo <= lastEventId ? held.sent.state : held.acked;
+    const resent = held.sent && held.sent.upTo > lastEventId ? held.sent : undefined;
+    const acked = held.sent && !resent ? held.sent.state : held.acked;
     const state = structuredClone(acked);
+    const firstSeen = new Map(resent?.seen);
+    const seen: Array<[number, number]> = [];
     let changed = false;
     const out: unknown[] = [];
     for (const event of events) {
-      const up = isObject(event) ? change.up(event, state, now) : undefined;
-      if (up) changed = true;
+      const id = isObject(event) && typeof event.id === 'number' ? event.id : undefined;
+      const at = (id !== undefined && firstSeen.get(id)) || now;
+      const up = isObject(event) ? change.up(event, state, at) : undefined;
+      if (up) {
+        changed = true;
+        if (id !== undefined) seen.push([id, at]);
+      }
       out.push(...(up ?? [event]));
     }
     if (changed) events.splice(0, events.length, ...out);
     const last = events.at(-1);
     const upTo = isObject(last) && typeof last.id === 'number' ? last.id : lastEventId;
     const moved = JSON.stringify(state) !== JSON.stringify(acked);
-    const next: Held = moved ? { acked, sent: { upTo, state } } : { acked };
+    const next: Held = moved ? { acked, sent: { upTo, state, ...(seen.length > 0 && { seen }) } } : { acked };
     if (JSON.stringify(next) !== found.json || found.ttlMs < this.ttlMs / 2) await this.save(key, next);
     return changed;
   }

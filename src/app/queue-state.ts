@@ -61,6 +61,38 @@ export function memoryBackend(maxBytes = MEMORY_MAX_BYTES): CacheBackend {
 
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 
+/**
+ * `events` rewritten in place by `change` from `state` (which it moves on), each at the time it
+ * was first seen (`firstSeen`, else `now`); undefined when none was rewritten, else the times of
+ * those rewritten (id, seconds).
+ */
+function rewrite(
+  events: unknown[],
+  state: QueueState,
+  change: QueueEventChange,
+  firstSeen: ReadonlyMap<number, number>,
+  now: number,
+): Array<[number, number]> | undefined {
+  let seen: Array<[number, number]> | undefined;
+  const out: unknown[] = [];
+  for (const event of events) {
+    if (!isObject(event)) {
+      out.push(event);
+      continue;
+    }
+    const id = typeof event.id === 'number' ? event.id : undefined;
+    const at = (id !== undefined && firstSeen.get(id)) || now;
+    const up = change.up(event, state, at);
+    if (up) {
+      seen ??= [];
+      if (id !== undefined) seen.push([id, at]);
+    }
+    out.push(...(up ?? [event]));
+  }
+  if (seen) events.splice(0, events.length, ...out);
+  return seen;
+}
+
 /** The per-queue states of one shim, over one backend. */
 export class QueueStates {
   constructor(
@@ -105,25 +137,12 @@ export class QueueStates {
     const resent = held.sent && held.sent.upTo > lastEventId ? held.sent : undefined;
     const acked = held.sent && !resent ? held.sent.state : held.acked;
     const state = structuredClone(acked);
-    const firstSeen = new Map(resent?.seen);
-    const seen: Array<[number, number]> = [];
-    let changed = false;
-    const out: unknown[] = [];
-    for (const event of events) {
-      const id = isObject(event) && typeof event.id === 'number' ? event.id : undefined;
-      const at = (id !== undefined && firstSeen.get(id)) || now;
-      const up = isObject(event) ? change.up(event, state, at) : undefined;
-      if (up) {
-        changed = true;
-        if (id !== undefined) seen.push([id, at]);
-      }
-      out.push(...(up ?? [event]));
-    }
-    if (changed) events.splice(0, events.length, ...out);
+    const seen = rewrite(events, state, change, new Map(resent?.seen), now);
+    const changed = seen !== undefined;
     const last = events.at(-1);
     const upTo = isObject(last) && typeof last.id === 'number' ? last.id : lastEventId;
     const moved = JSON.stringify(state) !== JSON.stringify(acked);
-    const next: Held = moved ? { acked, sent: { upTo, state, ...(seen.length > 0 && { seen }) } } : { acked };
+    const next: Held = moved ? { acked, sent: { upTo, state, ...(seen?.length && { seen }) } } : { acked };
     if (JSON.stringify(next) !== found.json || found.ttlMs < this.ttlMs / 2) await this.save(key, next);
     return changed;
   }

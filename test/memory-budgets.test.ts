@@ -51,7 +51,7 @@ describe('byte budgets', () => {
       complete: true,
       modern: new Map(),
       legacyBytes: Buffer.alloc(600 * 1024),
-      ledger: undefined,
+      merged: undefined,
       bodies: new Map(),
     });
     for (const scope of ['a', 'b', 'c', 'd']) await hub.lead(scope, async () => big());

@@ -209,7 +209,15 @@ async function run(steps: Step[], replicaCount = REPLICAS): Promise<void> {
     const ledger = await recordInLedger(r.asker, { serverTimestamp: c.ts, presences: c.data, complete: true });
     if (!r.snapshot || r.snapshot.serverTimestamp <= c.ts) {
       const storeAway = ledger === undefined;
-      r.snapshot = { serverTimestamp: c.ts, fetchedAt: 0, complete: true, modern: c.data, ledger, storeAway, bodies: new Map() };
+      r.snapshot = {
+        serverTimestamp: c.ts,
+        fetchedAt: 0,
+        complete: true,
+        modern: c.data,
+        merged: ledger && new WeakRef(ledger),
+        storeAway,
+        bodies: new Map(),
+      };
     }
   };
 
@@ -278,7 +286,8 @@ async function run(steps: Step[], replicaCount = REPLICAS): Promise<void> {
         const r = at(st.replica);
         const other = at(st.replica + 1).snapshot;
         if (other && (!r.snapshot || r.snapshot.serverTimestamp <= other.serverTimestamp)) {
-          r.snapshot = { ...other, modern: undefined, ledger: await r.store.load(realm.key), bodies: new Map() };
+          const ledger = await r.store.load(realm.key);
+          r.snapshot = { ...other, modern: undefined, merged: ledger && new WeakRef(ledger), bodies: new Map() };
         }
         break;
       }

@@ -12,7 +12,7 @@ const snapshot = (serverTimestamp: number, fetchedAt: number): Snapshot => ({
   fetchedAt,
   complete: true,
   modern: new Map(),
-  ledger: undefined,
+  merged: undefined,
   bodies: new Map(),
 });
 

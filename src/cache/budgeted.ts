@@ -49,12 +49,19 @@ export type BudgetedLruOptions<K extends {}, V extends {}, FC> = Omit<
 
 /**
  * An lru-cache bounded by `maxBytes` (X2), each entry sized by its footprint when it is set; an
- * entry larger than the whole budget is not kept.
+ * entry larger than the whole budget is not kept. A fetch whose entry is evicted while it loads
+ * (a full budget, other loads finishing first) still answers its callers with what it loaded:
+ * lru-cache would otherwise reject them all with "evicted".
  */
 export function budgetedLru<K extends {}, V extends {}, FC = unknown>(
   maxBytes: number,
   footprint: (value: V, key: K) => Footprint,
   options: BudgetedLruOptions<K, V, FC> = {},
 ): LRUCache<K, V, FC> {
-  return new LRUCache<K, V, FC>({ ...options, maxSize: maxBytes, sizeCalculation: (value, key) => bytesOf(footprint(value, key)) });
+  return new LRUCache<K, V, FC>({
+    ...(options.fetchMethod && { ignoreFetchAbort: true }),
+    ...options,
+    maxSize: maxBytes,
+    sizeCalculation: (value, key) => bytesOf(footprint(value, key)),
+  });
 }

@@ -137,7 +137,7 @@ export async function modernAnswer(poll: Poll, snapshot: Snapshot, own?: OwnRepo
   if (snapshot.storeAway && fromUpstreamAnswer(poll, snapshot.serverTimestamp)) return answerWithoutLedger(poll, snapshot, own);
   const { request } = poll;
   const lastUpdateId = request.lastUpdateId;
-  let ledger = await ledgerToAnswerFrom(poll, snapshot.ledger, lastUpdateId);
+  let ledger = await ledgerToAnswerFrom(poll, snapshot.merged?.deref(), lastUpdateId);
   if (!ledger) return answerWithoutLedger(poll, snapshot, own);
   const { delta, kind, raiseTo } = planAnswer(viewOf(ledger, lastUpdateId), lastUpdateId);
   if (raiseTo !== undefined) ledger = await raisedCounter(poll, ledger, raiseTo);
@@ -324,7 +324,8 @@ export async function legacyAnswer(poll: Poll, snapshot: Snapshot): Promise<Buil
 }
 
 function legacyId(poll: Poll, snapshot: Snapshot, empty: boolean): Promise<number> {
-  return idForLegacyPresences(poll, snapshot, snapshot.serverTimestamp, poll.request.historyLimitDays, empty);
+  const taken = { ledger: snapshot.merged?.deref(), modern: snapshot.modern };
+  return idForLegacyPresences(poll, taken, snapshot.serverTimestamp, poll.request.historyLimitDays, empty);
 }
 
 /**

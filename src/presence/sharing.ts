@@ -195,7 +195,7 @@ export async function answerableDuringRefresh(poll: Poll): Promise<Snapshot | un
       fetchedAt: 0,
       complete: true,
       modern: undefined,
-      ledger,
+      merged: new WeakRef(ledger),
       bodies: ctx.snapshots.bodies(),
     };
   }
@@ -331,8 +331,9 @@ async function readPublished(
   if (!published) return undefined;
   const snapshot = fromData(published.data, published.remainingMs, ctx.config.presence.coalesceMs, Date.now(), ctx.snapshots.bodies());
   // The publisher merged it into the store's ledger: read that once, so answers include it (X1).
-  snapshot.ledger = await loadLedger(poll);
-  if (!snapshot.ledger) return undefined; // the store went away meanwhile: nothing to answer from but our own fetch
+  const ledger = await loadLedger(poll);
+  if (!ledger) return undefined; // the store went away meanwhile: nothing to answer from but our own fetch
+  snapshot.merged = new WeakRef(ledger);
   ctx.metrics.presenceSnapshots.inc({ source: 'shared' });
   return snapshot;
 }
@@ -382,7 +383,7 @@ async function takenIn(poll: Poll, format: Format, complete: boolean, answer: Ar
     modernError: intake.modernError,
     legacyBytes: keepLegacy ? bytes : undefined,
     legacyUsers: format === 'legacy' ? presences.keys : undefined,
-    ledger: intake.ledger,
+    merged: intake.ledger && new WeakRef(intake.ledger),
     storeAway: intake.storeAway,
     bodies: ctx.snapshots.bodies(),
   };

@@ -52,8 +52,14 @@ export interface Snapshot {
   legacyRead?: Promise<Buffer | undefined> | undefined;
   /** How many users the legacy answer shows (P4: -1 only when none). */
   legacyUsers?: number | undefined;
-  /** The realm's ledger right after this snapshot was merged; undefined when not merged here. */
-  ledger: LedgerState | undefined;
+  /**
+   * The realm's ledger right after this snapshot was merged (undefined when not merged here),
+   * held weakly (X2): the store decides how long a ledger is kept, within its budget. A slot
+   * holding it strongly kept every realm's ledger of the last two windows alive beyond that
+   * budget (a flood of realms, taken faster than the window: hundreds of megabytes). Where it
+   * is gone, the store's newer copy stands for it, or the store's absence (ledger-io.ts).
+   */
+  merged: WeakRef<LedgerState> | undefined;
   /**
    * S3: its modern data could not be recorded (the store was away): no ledger copy holds it, so
    * modern answers are made from `modern` alone (full data, the client's own id).
@@ -104,7 +110,7 @@ export function fromData(
     legacyBytes: d.legacyBytes,
     readLegacyBytes: d.legacyBytes ? undefined : d.readLegacyBytes,
     legacyUsers: d.legacyUsers,
-    ledger: undefined,
+    merged: undefined,
     bodies,
   };
 }

@@ -21,8 +21,11 @@ const MiB = 1024 * 1024;
  * faster leaves more garbage between collections). With the parse worker's young generation
  * held to 8 MiB and the test's CLI bundle starting the bundled worker (it started the worker's
  * TypeScript through tsx, which the shipped dist/ never does): 379 MiB at load average 15
- * against 443 MiB for the build before in the same hour (2026-11-28). The bound leaves a
- * quiet machine's faster flood its margin. The bench's 2,000 realms: bench/RESULTS.md.
+ * against 443 MiB for the build before in the same hour (2026-11-28). But a faster flood kept
+ * more realms' ledgers alive through their snapshots (each slot held its ledger strongly): the
+ * same build peaked at 501–511 MiB on an idle machine and 441–470 MiB with both cores busy, so
+ * this bound failed there; with the ledger held weakly 393–400 MiB idle. The bench's 2,000
+ * realms: bench/RESULTS.md.
  */
 const PEAK_RSS_LIMIT = 460 * MiB;
 const REALMS = 200;

@@ -332,9 +332,9 @@ const MERGE_STEP = 1_000;
 
 /**
  * B7: `merge`, with `pause` called every MERGE_STEP users and awaited when it returns a promise
- * (a 100k-user merge is then no single block). Its `next` is `merge(base, obs)` exactly; a store takes it as it is when the
- * realm's ledger is still `base`, and rebased when a few changes came in between (I7,
- * `applyChange`, `rebasedMerge`).
+ * (a 100k-user merge is then no single block). Its `next` is `merge(base, obs)` exactly; a store
+ * takes it as it is when the realm's ledger is still `base`, and rebased when a few changes came
+ * in between (I7, `applyChange`, `rebasedMerge`).
  */
 export async function prepareMerge(base: LedgerState, obs: Observation, pause: () => Promise<unknown> | undefined): Promise<PreparedMerge> {
   const written: number[] = [];

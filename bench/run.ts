@@ -22,6 +22,7 @@ import { basicAuth, PRESENCE_PATH, SMALL_BODY, SMALL_PATH, type Flavour, type Up
 
 // Runs of their own, each printing its figures against its targets:
 // `npm run bench -- b4`: the pass-through against nginx with every variant (bench/passthrough.ts);
+// `npm run bench -- b6`: B6 alone, `--arm` variants interleaved, `--runs N` (bench/b6.ts);
 // `npm run bench -- b7`: the large-realm cost curve (bench/b7.ts);
 // `npm run bench -- rebase`: a refresh's prepared merge rebased over reports against merged again (B7, issue 44);
 // `npm run bench -- replicas`: one replica against two on one Redis (bench/replicas.ts);
@@ -38,6 +39,7 @@ import { basicAuth, PRESENCE_PATH, SMALL_BODY, SMALL_PATH, type Flavour, type Up
 // `npm run bench -- client-requests`: the client_requests_total hook alone, a pass-through's and a changed request's.
 const OWN_RUNS: Record<string, string> = {
   b4: './passthrough.js',
+  b6: './b6.js',
   b7: './b7.js',
   rebase: './rebase.js',
   replicas: './replicas.js',

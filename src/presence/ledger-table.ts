@@ -1,5 +1,3 @@
-import type { LedgerEntry } from './ledger.js';
-
 /**
  * B5, B7: the presence ledger's users, a persistent map from user id to LedgerEntry kept in
  * typed columns. It behaves as UserTable (user-table.ts) does: users spread over a power-of-two
@@ -11,6 +9,18 @@ import type { LedgerEntry } from './ledger.js';
  * active and idle are Float64: P2's timestamps are upstream numbers, not bound to integers or
  * 32 bits; changedAt ids are microsecond epochs, above 2^32.
  */
+
+/** One user's entry in a presence ledger (ledger.ts). */
+export interface LedgerEntry {
+  readonly active: number;
+  readonly idle: number;
+  /** server_timestamp of the snapshot that last changed this entry (data or visibility). */
+  readonly seenAt: number;
+  /** The id at which this user's data last changed, or they came back into view. */
+  readonly changedAt: number;
+  /** False once a newer complete snapshot left the user out. */
+  readonly present: boolean;
+}
 
 /** Users per shard before the shard count doubles; a written shard is copied whole. */
 const MAX_PER_SHARD = 256;

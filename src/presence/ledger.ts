@@ -62,23 +62,14 @@
  *   upstream's clock stepping back (X14): the realm starts a new epoch above every id it issued.
  */
 
-import { LedgerTable, type LedgerTableEdit } from './ledger-table.js';
+import { type LedgerEntry, LedgerTable, type LedgerTableEdit } from './ledger-table.js';
+
+export type { LedgerEntry } from './ledger-table.js';
 
 /** Modern presence entry (P2): both timestamps, integers, idle_timestamp >= active_timestamp. */
 export interface ModernPresence {
   active_timestamp: number;
   idle_timestamp: number;
-}
-
-export interface LedgerEntry {
-  readonly active: number;
-  readonly idle: number;
-  /** server_timestamp of the snapshot that last changed this entry (data or visibility). */
-  readonly seenAt: number;
-  /** The id at which this user's data last changed, or they came back into view. */
-  readonly changedAt: number;
-  /** False once a newer complete snapshot left the user out. */
-  readonly present: boolean;
 }
 
 /**

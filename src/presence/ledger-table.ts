@@ -26,17 +26,26 @@ export interface LedgerEntry {
 const MAX_PER_SHARD = 256;
 const MAX_SHARDS = 4096;
 
+type Columns = [
+  ids: Int32Array | Float64Array,
+  active: Float64Array,
+  idle: Float64Array,
+  seenAt: Float64Array,
+  changedAt: Float64Array,
+  present: Uint8Array,
+];
+
 /** One shard's users in columns, ids ascending. Read-only. */
 export class LedgerShard implements ReadonlyMap<number, LedgerEntry> {
   static readonly EMPTY = LedgerShard.of(new Map());
 
-  private constructor(
-    private readonly ids: Int32Array | Float64Array,
-    private readonly active: Float64Array,
-    private readonly idle: Float64Array,
-    private readonly seenAt: Float64Array,
-    private readonly changedAt: Float64Array,
-    private readonly present: Uint8Array,
+  protected constructor(
+    protected readonly ids: Int32Array | Float64Array,
+    protected readonly active: Float64Array,
+    protected readonly idle: Float64Array,
+    protected readonly seenAt: Float64Array,
+    protected readonly changedAt: Float64Array,
+    protected readonly present: Uint8Array,
   ) {}
 
   /** The entries in columns (ids in Float64 where one is not a 32-bit integer). */
@@ -61,6 +70,18 @@ export class LedgerShard implements ReadonlyMap<number, LedgerEntry> {
     return new LedgerShard(ids, active, idle, seenAt, changedAt, present);
   }
 
+  /** @internal for ShardDraft: a shard of these columns, as they are. */
+  static made(...columns: Columns): LedgerShard {
+    return new LedgerShard(...columns);
+  }
+
+  /** @internal for ShardDraft: `make` given a copy of the columns (or, from a draft, its own). */
+  draft<T>(make: (...columns: Columns) => T): T {
+    const own = this instanceof ShardDraft;
+    const copy = <A extends Int32Array | Float64Array | Uint8Array>(a: A) => (own ? a : (a.slice() as A));
+    return make(copy(this.ids), copy(this.active), copy(this.idle), copy(this.seenAt), copy(this.changedAt), copy(this.present));
+  }
+
   get size(): number {
     return this.ids.length;
   }
@@ -77,12 +98,6 @@ export class LedgerShard implements ReadonlyMap<number, LedgerEntry> {
 
   has(id: number): boolean {
     return this.position(id) >= 0;
-  }
-
-  /** Whether the user's entry here has these values (false where the user is not here). */
-  holds(id: number, e: LedgerEntry | undefined): boolean {
-    const i = this.position(id);
-    return i >= 0 && e !== undefined && this.sameAt(i, e);
   }
 
   *entries(): MapIterator<[number, LedgerEntry]> {
@@ -114,7 +129,7 @@ export class LedgerShard implements ReadonlyMap<number, LedgerEntry> {
     return 'LedgerShard';
   }
 
-  private entryAt(i: number): LedgerEntry {
+  protected entryAt(i: number): LedgerEntry {
     return {
       active: this.active[i]!,
       idle: this.idle[i]!,
@@ -124,17 +139,7 @@ export class LedgerShard implements ReadonlyMap<number, LedgerEntry> {
     };
   }
 
-  private sameAt(i: number, e: LedgerEntry): boolean {
-    return (
-      Object.is(this.active[i], e.active) &&
-      Object.is(this.idle[i], e.idle) &&
-      Object.is(this.seenAt[i], e.seenAt) &&
-      Object.is(this.changedAt[i], e.changedAt) &&
-      (this.present[i] === 1) === e.present
-    );
-  }
-
-  private position(id: number): number {
+  protected position(id: number): number {
     const ids = this.ids;
     let lo = 0;
     let hi = ids.length - 1;
@@ -149,7 +154,59 @@ export class LedgerShard implements ReadonlyMap<number, LedgerEntry> {
   }
 }
 
-type Shard = LedgerShard | Map<number, LedgerEntry>;
+/**
+ * A shard being changed: a copy of its columns (a copy of bytes, no entry made), users already
+ * there written in place, new ones kept aside until the shard is done.
+ */
+class ShardDraft extends LedgerShard {
+  private readonly added = new Map<number, LedgerEntry>();
+
+  static from(shard: LedgerShard): ShardDraft {
+    return shard.draft((...columns) => new ShardDraft(...columns));
+  }
+
+  override get size(): number {
+    return this.ids.length + this.added.size;
+  }
+
+  override get(id: number): LedgerEntry | undefined {
+    const i = this.position(id);
+    return i < 0 ? this.added.get(id) : this.entryAt(i);
+  }
+
+  override has(id: number): boolean {
+    return this.position(id) >= 0 || this.added.has(id);
+  }
+
+  override *entries(): MapIterator<[number, LedgerEntry]> {
+    yield* super.entries();
+    yield* this.added.entries();
+  }
+
+  /** Sets the user's entry; true when the user is new to the shard. */
+  put(id: number, e: LedgerEntry): boolean {
+    const i = this.position(id);
+    if (i < 0) {
+      const isNew = !this.added.has(id);
+      this.added.set(id, e);
+      return isNew;
+    }
+    this.active[i] = e.active;
+    this.idle[i] = e.idle;
+    this.seenAt[i] = e.seenAt;
+    this.changedAt[i] = e.changedAt;
+    this.present[i] = e.present ? 1 : 0;
+    return false;
+  }
+
+  /** The shard as written (the draft is not to be written after). */
+  done(): LedgerShard {
+    if (this.added.size === 0) return this.draft((...columns) => LedgerShard.made(...columns));
+    return LedgerShard.of(new Map(this.entries()));
+  }
+}
+
+type Shard = LedgerShard | ShardDraft;
 
 const sameEntry = (a: LedgerEntry, b: LedgerEntry) =>
   Object.is(a.active, b.active) &&
@@ -282,7 +339,7 @@ export class LedgerTable implements ReadonlyMap<number, LedgerEntry> {
   }
 }
 
-/** A table being changed: a shard is read into a Map on its first write, the rest shared. */
+/** A table being changed: a shard's columns are copied on its first write, the rest shared. */
 export class LedgerTableEdit {
   private shards: Shard[];
   private changed = false;
@@ -304,20 +361,17 @@ export class LedgerTableEdit {
       this.shards = [...this.base];
       this.changed = true;
     }
-    let shard = this.shards[i]!;
-    if (shard instanceof LedgerShard) {
-      shard = new Map(shard);
-      this.shards[i] = shard;
-    }
-    if (!shard.has(id)) this.size++;
-    shard.set(id, value);
+    const at = this.shards[i]!;
+    const shard = at instanceof ShardDraft ? at : ShardDraft.from(at);
+    this.shards[i] = shard;
+    if (shard.put(id, value)) this.size++;
     if (this.size > this.shards.length * MAX_PER_SHARD && this.shards.length < MAX_SHARDS) this.split();
   }
 
   /** The new table (its written shards into columns); the base one when nothing was set. */
   done(): LedgerTable {
     if (!this.changed) return LedgerTable.made(this.base, this.size);
-    const shards = this.shards.map((s) => (s instanceof LedgerShard ? s : LedgerShard.of(s)));
+    const shards = this.shards.map((s) => (s instanceof ShardDraft ? s.done() : s));
     // Later changes start from the table handed out, never writing to it.
     this.base = shards;
     this.shards = shards;
@@ -328,8 +382,8 @@ export class LedgerTableEdit {
   /** Doubles the shard count: each shard splits by one more bit of the id (every shard is new). */
   private split(): void {
     const n = this.shards.length * 2;
-    const next: Array<Map<number, LedgerEntry>> = Array.from({ length: n }, () => new Map());
-    for (const shard of this.shards) for (const [k, v] of shard) next[k & (n - 1)]!.set(k, v);
+    const next: ShardDraft[] = Array.from({ length: n }, () => ShardDraft.from(LedgerShard.EMPTY));
+    for (const shard of this.shards) for (const [k, v] of shard) next[k & (n - 1)]!.put(k, v);
     this.shards = next;
   }
 }

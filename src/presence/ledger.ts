@@ -7,7 +7,7 @@
  * realm, the id counter and the epoch it started from. Pure: every function takes a state and
  * returns a new one or an answer; I/O and storage live elsewhere (store/). States are values
  * that share structure (B7): a merge writes only the users it changes into a new table
- * (user-table.ts) and leaves the old state as it was, so an answer built from a state while
+ * (ledger-table.ts) and leaves the old state as it was, so an answer built from a state while
  * the next merge runs sees one consistent state (its lastId, epoch and users together), and a
  * store that retries a merge on a newer copy loses nothing. Deltas walk a per-state index of
  * the changes by id, kept beside the state (derived, never stored).
@@ -305,7 +305,7 @@ export function keptActive(prev: LedgerEntry, seen: ModernPresence, raiseOnly: b
 /**
  * Merges an observation (I3, I4, I8). Returns the same state object when nothing changed, so a
  * caller can skip writing it back. The new state shares every user it did not change with the
- * old one (B7: user-table.ts), and the old one stays as it was: states are values.
+ * old one (B7: ledger-table.ts), and the old one stays as it was: states are values.
  */
 export function merge(state: LedgerState, obs: Observation): LedgerState {
   const steps = mergeSteps(state, obs);

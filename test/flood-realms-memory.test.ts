@@ -22,7 +22,7 @@ const MiB = 1024 * 1024;
  * held to 8 MiB and the test's CLI bundle starting the bundled worker (it started the worker's
  * TypeScript through tsx, which the shipped dist/ never does): 379 MiB at load average 15
  * against 443 MiB for the build before in the same hour (2026-11-28). With the ledger's users
- * in typed columns: 371, 394 and 395 MiB at load average 6–8.5 against 404 and 521 MiB for the
+ * in typed columns: 371, 394 and 395 MiB at load average 6–8.5 (388 MiB at 0.6) against 404 and 521 MiB for the
  * build before in the same quarter hour (2026-11-28, 08:46–08:49). The bound leaves a quiet
  * machine's faster flood its margin. The bench's 2,000 realms: bench/RESULTS.md.
  */

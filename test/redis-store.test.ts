@@ -86,8 +86,8 @@ describeRedis('RedisStore (S1, P5)', () => {
   it('keeps its decoded copies within memory.ledgersBytes (X2), reading a realm again when it had to let it go', async () => {
     const many = (n: number) =>
       Object.fromEntries(Array.from({ length: n }, (_, i) => [i + 1, [100, 100 + i]])) as Record<number, [number, number]>;
-    // Room for one realm of 1,000 users (about 160 kB decoded), not two.
-    const store = open({ maxBytes: 250_000 });
+    // Room for one realm of 1,000 users (89 kB charged: 88 B a user, B5), not two.
+    const store = open({ maxBytes: 150_000 });
     const a = await store.merge('r-bytes-a', obs(10, many(1_000)));
     expect(store.peek('r-bytes-a')).toBeDefined();
     await store.merge('r-bytes-b', obs(10, many(1_000)));

@@ -25,7 +25,7 @@ import { withOwnReport, type OwnReport } from './own-report.js';
 import type { Poll } from './report.js';
 import type { Snapshot } from './snapshots.js';
 import type { LedgerMemo, PresenceState } from './state.js';
-import { UserTable } from './user-table.js';
+import { LedgerTable } from './ledger-table.js';
 
 /**
  * Answer building: the bytes a full presence poll gets, from the realm's ledger (ids and data,
@@ -275,7 +275,7 @@ function shardBytes(shard: ReadonlyMap<number, LedgerEntry>): number {
  */
 export function usersBytes(state: PresenceState, ledger: LedgerState): Promise<number> {
   const memo = state.memo(ledger);
-  memo.usersBytes ??= UserTable.from(ledger.users).sumOfShards(state.usersBytesByShard, shardBytes, yieldTurn, SHARDS_PER_STEP);
+  memo.usersBytes ??= LedgerTable.from(ledger.users).sumOfShards(state.usersBytesByShard, shardBytes, yieldTurn, SHARDS_PER_STEP);
   return memo.usersBytes;
 }
 

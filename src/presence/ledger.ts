@@ -7,7 +7,7 @@
  * realm, the id counter and the epoch it started from. Pure: every function takes a state and
  * returns a new one or an answer; I/O and storage live elsewhere (store/). States are values
  * that share structure (B7): a merge writes only the users it changes into a new table
- * (user-table.ts) and leaves the old state as it was, so an answer built from a state while
+ * (ledger-table.ts) and leaves the old state as it was, so an answer built from a state while
  * the next merge runs sees one consistent state (its lastId, epoch and users together), and a
  * store that retries a merge on a newer copy loses nothing. Deltas walk a per-state index of
  * the changes by id, kept beside the state (derived, never stored).
@@ -62,23 +62,14 @@
  *   upstream's clock stepping back (X14): the realm starts a new epoch above every id it issued.
  */
 
-import { UserTable, type UserTableEdit } from './user-table.js';
+import { type LedgerEntry, LedgerTable, type LedgerTableEdit } from './ledger-table.js';
+
+export type { LedgerEntry } from './ledger-table.js';
 
 /** Modern presence entry (P2): both timestamps, integers, idle_timestamp >= active_timestamp. */
 export interface ModernPresence {
   active_timestamp: number;
   idle_timestamp: number;
-}
-
-export interface LedgerEntry {
-  readonly active: number;
-  readonly idle: number;
-  /** server_timestamp of the snapshot that last changed this entry (data or visibility). */
-  readonly seenAt: number;
-  /** The id at which this user's data last changed, or they came back into view. */
-  readonly changedAt: number;
-  /** False once a newer complete snapshot left the user out. */
-  readonly present: boolean;
 }
 
 /**
@@ -186,7 +177,7 @@ function epochFor(nowMs: number): number {
  */
 export function createLedger(nowMs: number = Date.now(), floor = 0): LedgerState {
   const epoch = Math.max(epochFor(nowMs), floor);
-  const state: LedgerState = { epoch, lastId: epoch, users: UserTable.empty(), raised: [], merges: [], completeAt: 0 };
+  const state: LedgerState = { epoch, lastId: epoch, users: LedgerTable.empty(), raised: [], merges: [], completeAt: 0 };
   // Indexed from the start, so every merge after extends it (B7: never a sort of the realm).
   indexes.set(state, { ids: [], users: [], length: 0 });
   return state;
@@ -314,7 +305,7 @@ export function keptActive(prev: LedgerEntry, seen: ModernPresence, raiseOnly: b
 /**
  * Merges an observation (I3, I4, I8). Returns the same state object when nothing changed, so a
  * caller can skip writing it back. The new state shares every user it did not change with the
- * old one (B7: user-table.ts), and the old one stays as it was: states are values.
+ * old one (B7: ledger-table.ts), and the old one stays as it was: states are values.
  */
 export function merge(state: LedgerState, obs: Observation): LedgerState {
   const steps = mergeSteps(state, obs);
@@ -360,7 +351,7 @@ function clockChecked(state: LedgerState, obs: Observation): LedgerState {
   if (obs.report || obs.dateTimed || newest === undefined || obs.serverTimestamp >= newest - (obs.maxLateSeconds ?? CLOCK_STEP_SECONDS))
     return state;
   const epoch = state.lastId + 1;
-  const fresh: LedgerState = { epoch, lastId: epoch, users: UserTable.empty(), raised: [], merges: [], completeAt: 0 };
+  const fresh: LedgerState = { epoch, lastId: epoch, users: LedgerTable.empty(), raised: [], merges: [], completeAt: 0 };
   indexes.set(fresh, { ids: [], users: [], length: 0 });
   return fresh;
 }
@@ -418,13 +409,7 @@ function entryLeftOut(prev: LedgerEntry, obs: Observation): LedgerEntry | undefi
  * the counter after them; `changed`: the users with a new changedAt, in its order. `state`
  * itself when nothing changed, so a caller can skip writing it back.
  */
-function merged(
-  state: LedgerState,
-  obs: Observation,
-  lastId: number,
-  users: UserTable<LedgerEntry> | undefined,
-  changed: number[],
-): LedgerState {
+function merged(state: LedgerState, obs: Observation, lastId: number, users: LedgerTable | undefined, changed: number[]): LedgerState {
   const ts = obs.serverTimestamp;
   const completeAt = obs.complete ? Math.max(state.completeAt, ts) : state.completeAt;
   const lastMerge = state.merges[state.merges.length - 1];
@@ -441,11 +426,11 @@ function* mergeSteps(current: LedgerState, obs: Observation, written: number[] =
   const state = clockChecked(current, obs);
   let looked = 0;
   let lastId = state.lastId;
-  let users: UserTableEdit<LedgerEntry> | undefined;
+  let users: LedgerTableEdit | undefined;
   /** Users whose changedAt moved, in id order (the delta index's new tail). */
   const changed: number[] = [];
   const write = (id: number, e: LedgerEntry) => {
-    users ??= UserTable.from(state.users).edit();
+    users ??= LedgerTable.from(state.users).edit();
     users.set(id, e);
     written.push(id);
   };
@@ -474,7 +459,7 @@ function* mergeSteps(current: LedgerState, obs: Observation, written: number[] =
  * state made from `base` here, or from change records, S1) are compared in what was copied.
  */
 function usersChangedSince(state: LedgerState, base: LedgerState, limit: number): Set<number> | undefined {
-  if (!(state.users instanceof UserTable) || !(base.users instanceof UserTable)) return undefined;
+  if (!(state.users instanceof LedgerTable) || !(base.users instanceof LedgerTable)) return undefined;
   const users = new Set<number>();
   for (const [id] of state.users.differences(base.users)) {
     users.add(id);
@@ -509,7 +494,7 @@ export function rebasedMerge(state: LedgerState, obs: Observation, prepared: Pre
   if (state.completeAt !== base.completeAt || clockChecked(state, obs) !== state) return undefined;
   const touched = usersChangedSince(state, base, REBASE_LIMIT);
   if (!touched) return undefined;
-  const edit = UserTable.from(state.users).edit();
+  const edit = LedgerTable.from(state.users).edit();
   let wrote = false;
   let lastId = state.lastId;
   const changed: number[] = [];
@@ -543,7 +528,7 @@ export function rebasedMerge(state: LedgerState, obs: Observation, prepared: Pre
 export function changesFrom(base: LedgerState, next: LedgerState): LedgerState {
   const users = new Map<number, LedgerEntry>();
   // A ledger never drops a user: every difference is a user `next` holds.
-  for (const [id, e] of UserTable.from(next.users).differences(UserTable.from(base.users))) if (e) users.set(id, e);
+  for (const [id, e] of LedgerTable.from(next.users).differences(LedgerTable.from(base.users))) if (e) users.set(id, e);
   return { ...next, users };
 }
 
@@ -556,7 +541,7 @@ export function changesFrom(base: LedgerState, next: LedgerState): LedgerState {
  */
 export function withChanges(base: LedgerState, changes: LedgerState): LedgerState | undefined {
   if (changes.epoch !== base.epoch || changes.lastId < base.lastId) return undefined;
-  const edit = UserTable.from(base.users).edit();
+  const edit = LedgerTable.from(base.users).edit();
   /** Users with a new changedAt, in the order of it (the index's new tail). */
   const moved: Array<[number, number]> = [];
   for (const [id, e] of changes.users) {
@@ -728,7 +713,8 @@ export interface Answer {
 }
 
 function* presentUsers(state: LedgerState): Generator<number> {
-  for (const [userId, e] of state.users) if (e.present) yield userId;
+  if (state.users instanceof LedgerTable) yield* state.users.presentIds();
+  else for (const [userId, e] of state.users) if (e.present) yield userId;
 }
 
 /** What an answer holds (`answerEntries`). */

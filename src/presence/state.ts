@@ -38,7 +38,7 @@ export interface Reported {
  */
 export class PresenceState {
   private readonly memos = new WeakMap<LedgerState, LedgerMemo>();
-  /** The users' part of a full answer per shard of a user table (user-table.ts shares shards between states). */
+  /** The users' part of a full answer per shard of a user table (ledger-table.ts shares shards between states). */
   readonly usersBytesByShard = new WeakMap<object, number>();
   /** P15: each user's last accepted report (X2: a few dozen bytes a user, bounded like the other per-user lookups). */
   readonly ownReports: LRUCache<string, Reported>;

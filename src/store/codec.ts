@@ -1,5 +1,5 @@
-import type { LedgerEntry, LedgerState, RaisedRange } from '../presence/ledger.js';
-import { UserTable } from '../presence/user-table.js';
+import type { LedgerState, RaisedRange } from '../presence/ledger.js';
+import { LedgerTable } from '../presence/ledger-table.js';
 
 /**
  * A realm ledger as bytes, for the shared store (S2: one value per realm, ~10 bytes per user).
@@ -200,7 +200,7 @@ export function decodeLedger(buf: Buffer): LedgerState {
   for (let n = r.uint(); n > 0; n--) merges.push([r.f64(), r.f64()] as const);
   const raised: RaisedRange[] = [];
   if (written > WIDE) for (let n = r.uint(); n > 0; n--) raised.push([r.f64(), r.f64(), r.f64()] as const);
-  const users = UserTable.empty<LedgerEntry>().edit();
+  const users = LedgerTable.empty().edit();
   if (format === PACKED) {
     const seen: number[] = [];
     for (let n = r.uint(); n > 0; n--) seen.push(r.f64());

@@ -25,7 +25,7 @@ const MiB = 1024 * 1024;
  * more realms' ledgers alive through their snapshots (each slot held its ledger strongly): the
  * same build peaked at 501–511 MiB on an idle machine and 441–470 MiB with both cores busy;
  * with the ledger held weakly 393–400 MiB idle. With the ledger's users in typed columns as
- * well: MEASURED. The bench's 2,000 realms: bench/RESULTS.md.
+ * well: 348–363 MiB on an idle machine (2026-11-28). The bench's 2,000 realms: bench/RESULTS.md.
  */
 const PEAK_RSS_LIMIT = 440 * MiB;
 const REALMS = 200;

@@ -1,5 +1,6 @@
 import { setImmediate as nextTurn } from 'node:timers/promises';
 import { BadAnswer, lines, parseObject, STEP, type EmailTable } from '../upstream/large-answers.js';
+import { ColumnMap } from './column-map.js';
 import { legacyUserToModern, oldSlimToModern, type Converted, type PresenceEra, type UserLookup } from './convert.js';
 import type { ModernPresence } from './ledger.js';
 
@@ -145,14 +146,16 @@ export async function modernFromColumns(c: PresenceColumns, users: UserLookup): 
  * timestamp a heap number). Read-only; each read makes the entry object afresh. Iterates in the
  * order the entries were given, as the Map it replaces did. Built in steps (B6).
  */
-export class CompactPresences implements ReadonlyMap<number, ModernPresence> {
+export class CompactPresences extends ColumnMap<ModernPresence> {
   private constructor(
-    private readonly ids: Int32Array,
+    protected override readonly ids: Int32Array,
     private readonly active: Float64Array,
     private readonly idle: Float64Array,
     /** Slots of positions + 1 (0: empty), by the id's hash; a power of two, at least 1.5 times the users. */
     private readonly index: Int32Array,
-  ) {}
+  ) {
+    super();
+  }
 
   /**
    * The entries compact, yielding to other requests every STEP users; the map itself where an
@@ -181,53 +184,20 @@ export class CompactPresences implements ReadonlyMap<number, ModernPresence> {
     return new CompactPresences(ids, active, idle, index);
   }
 
-  get size(): number {
-    return this.ids.length;
-  }
-
   /** Bytes its columns and index take. */
   get byteLength(): number {
     return this.ids.byteLength + this.active.byteLength + this.idle.byteLength + this.index.byteLength;
   }
 
-  get(id: number): ModernPresence | undefined {
-    const i = this.position(id);
-    return i < 0 ? undefined : this.entryAt(i);
-  }
-
-  has(id: number): boolean {
-    return this.position(id) >= 0;
-  }
-
-  *entries(): MapIterator<[number, ModernPresence]> {
-    for (let i = 0; i < this.ids.length; i++) yield [this.ids[i]!, this.entryAt(i)];
-  }
-
-  *keys(): MapIterator<number> {
-    for (let i = 0; i < this.ids.length; i++) yield this.ids[i]!;
-  }
-
-  *values(): MapIterator<ModernPresence> {
-    for (let i = 0; i < this.ids.length; i++) yield this.entryAt(i);
-  }
-
-  [Symbol.iterator](): MapIterator<[number, ModernPresence]> {
-    return this.entries();
-  }
-
-  forEach(fn: (value: ModernPresence, key: number, map: ReadonlyMap<number, ModernPresence>) => void, thisArg?: unknown): void {
-    for (let i = 0; i < this.ids.length; i++) fn.call(thisArg, this.entryAt(i), this.ids[i]!, this);
-  }
-
-  get [Symbol.toStringTag](): string {
+  override get [Symbol.toStringTag](): string {
     return 'CompactPresences';
   }
 
-  private entryAt(i: number): ModernPresence {
+  protected entryAt(i: number): ModernPresence {
     return { active_timestamp: this.active[i]!, idle_timestamp: this.idle[i]! };
   }
 
-  private position(id: number): number {
+  protected position(id: number): number {
     if ((id | 0) !== id) return -1;
     const mask = this.index.length - 1;
     for (let slot = hashOf(id) & mask; ; slot = (slot + 1) & mask) {

@@ -1,10 +1,12 @@
+import { ColumnMap } from './column-map.js';
+
 /**
  * B5, B7: the presence ledger's users, a persistent map from user id to LedgerEntry kept in
- * typed columns. It behaves as UserTable (user-table.ts) does: users spread over a power-of-two
- * number of shards by the low bits of their id, a change copies the shards it writes and shares
- * the rest, and every table once handed out stays as it was. But each shard is six columns
- * (sorted ids, active, idle, seenAt, changedAt, present: 37 bytes a user) in place of a Map of
- * objects of heap numbers (about 180 bytes a user); an entry is made afresh on each read.
+ * typed columns: users spread over a power-of-two number of shards by the low bits of their id,
+ * a change copies the shards it writes and shares the rest, and every table once handed out
+ * stays as it was. Each shard is six columns (sorted ids, active, idle, seenAt, changedAt,
+ * present: 37 bytes a user) in place of a Map of objects of heap numbers (about 180 bytes a
+ * user); an entry is made afresh on each read.
  *
  * active and idle are Float64: P2's timestamps are upstream numbers, not bound to integers or
  * 32 bits; changedAt ids are microsecond epochs, above 2^32.
@@ -36,17 +38,19 @@ type Columns = [
 ];
 
 /** One shard's users in columns, ids ascending. Read-only. */
-export class LedgerShard implements ReadonlyMap<number, LedgerEntry> {
+export class LedgerShard extends ColumnMap<LedgerEntry> {
   static readonly EMPTY = LedgerShard.of(new Map());
 
   protected constructor(
-    protected readonly ids: Int32Array | Float64Array,
+    protected override readonly ids: Int32Array | Float64Array,
     protected readonly active: Float64Array,
     protected readonly idle: Float64Array,
     protected readonly seenAt: Float64Array,
     protected readonly changedAt: Float64Array,
     protected readonly present: Uint8Array,
-  ) {}
+  ) {
+    super();
+  }
 
   /** The entries in columns (ids in Float64 where one is not a 32-bit integer). */
   static of(entries: ReadonlyMap<number, LedgerEntry>): LedgerShard {
@@ -82,42 +86,9 @@ export class LedgerShard implements ReadonlyMap<number, LedgerEntry> {
     return make(copy(this.ids), copy(this.active), copy(this.idle), copy(this.seenAt), copy(this.changedAt), copy(this.present));
   }
 
-  get size(): number {
-    return this.ids.length;
-  }
-
   /** Bytes its columns take. */
   get byteLength(): number {
     return this.ids.byteLength + 4 * this.active.byteLength + this.present.byteLength;
-  }
-
-  get(id: number): LedgerEntry | undefined {
-    const i = this.position(id);
-    return i < 0 ? undefined : this.entryAt(i);
-  }
-
-  has(id: number): boolean {
-    return this.position(id) >= 0;
-  }
-
-  *entries(): MapIterator<[number, LedgerEntry]> {
-    for (let i = 0; i < this.ids.length; i++) yield [this.ids[i]!, this.entryAt(i)];
-  }
-
-  *keys(): MapIterator<number> {
-    for (let i = 0; i < this.ids.length; i++) yield this.ids[i]!;
-  }
-
-  *values(): MapIterator<LedgerEntry> {
-    for (let i = 0; i < this.ids.length; i++) yield this.entryAt(i);
-  }
-
-  [Symbol.iterator](): MapIterator<[number, LedgerEntry]> {
-    return this.entries();
-  }
-
-  forEach(fn: (value: LedgerEntry, key: number, map: ReadonlyMap<number, LedgerEntry>) => void, thisArg?: unknown): void {
-    for (let i = 0; i < this.ids.length; i++) fn.call(thisArg, this.entryAt(i), this.ids[i]!, this);
   }
 
   /** The ids of present users, ascending. */
@@ -125,7 +96,7 @@ export class LedgerShard implements ReadonlyMap<number, LedgerEntry> {
     for (let i = 0; i < this.ids.length; i++) if (this.present[i] === 1) yield this.ids[i]!;
   }
 
-  get [Symbol.toStringTag](): string {
+  override get [Symbol.toStringTag](): string {
     return 'LedgerShard';
   }
 

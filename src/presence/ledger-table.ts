@@ -154,6 +154,18 @@ class ShardDraft extends LedgerShard {
     yield* this.added.entries();
   }
 
+  override *keys(): MapIterator<number> {
+    for (const [id] of this.entries()) yield id;
+  }
+
+  override *values(): MapIterator<LedgerEntry> {
+    for (const [, e] of this.entries()) yield e;
+  }
+
+  override forEach(fn: (value: LedgerEntry, key: number, map: ReadonlyMap<number, LedgerEntry>) => void, thisArg?: unknown): void {
+    for (const [id, e] of this.entries()) fn.call(thisArg, e, id, this);
+  }
+
   /** Sets the user's entry; true when the user is new to the shard. */
   put(id: number, e: LedgerEntry): boolean {
     const i = this.position(id);

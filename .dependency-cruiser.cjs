@@ -41,7 +41,7 @@ const LAYERS = {
   // the composition root's parts (server.ts wires them): what SIGHUP may change, the services
   // every handler is given, and the dispatch of a request to its route
   'live-settings': ['config', 'http', 'observability', 'realm-hosts'],
-  services: ['config', 'context', 'live-settings', 'observability', 'parse', 'presence', 'store', 'upstream'],
+  services: ['cache', 'config', 'context', 'live-settings', 'observability', 'parse', 'presence', 'store', 'upstream'],
   dispatch: ['app', 'context', 'http', 'live-settings', 'observability', 'proxy', 'routes', 'upstream'],
   'realm-hosts': [],
   runtime: [],

@@ -7,7 +7,7 @@ import { shippedCli, spawnChild, startCli } from './children.js';
 import { visitRealm } from './synthetic-upstream.js';
 
 /**
- * X2/X12's big flood: `npm run bench -- flood-realms [--hosts 2000] [--users 5000] [--concurrency 8]`.
+ * X2/X12's big flood: `npm run bench -- flood-realms [--hosts 2000] [--users 5000] [--concurrency 8] [--total-mib N]`.
  * The shipped CLI with the default memory budgets in front of a synthetic 2.1 server with a
  * realm per `Host` (a realm per subdomain): each of `hosts` distinct Host values is a realm of
  * `users` users, and gets one modern presence poll (full data) and one `GET /users/me` from one
@@ -24,6 +24,7 @@ const { values } = parseArgs({
     concurrency: { type: 'string' },
     'node-arg': { type: 'string', multiple: true },
     'memory-limit-mib': { type: 'string' },
+    'total-mib': { type: 'string' },
   },
   strict: true,
 });
@@ -33,7 +34,13 @@ const concurrency = Number(values.concurrency ?? 8);
 
 const dir = mkdtempSync(join(tmpdir(), 'flood-realms-'));
 const configFile = join(dir, 'config.json');
-writeFileSync(configFile, JSON.stringify({ presence: { newRealmsPerMinute: 1_000_000, newRealmsPerAddressPerMinute: 1_000_000 } }));
+writeFileSync(
+  configFile,
+  JSON.stringify({
+    presence: { newRealmsPerMinute: 1_000_000, newRealmsPerAddressPerMinute: 1_000_000 },
+    ...(values['total-mib'] && { memory: { totalBytes: Number(values['total-mib']) * 2 ** 20 } }),
+  }),
+);
 const upstream = await spawnChild('upstream-process.ts', ['2.1', String(users), '0', '60000', 'realm-per-host']);
 const shim = await startCli(shippedCli(), upstream.url, {
   dir,
@@ -78,7 +85,16 @@ const seconds = (performance.now() - started) / 1000;
 // The shim's own view at the end (its /metrics): V8's heap, and memory outside it (Buffers, typed arrays).
 const metrics = await (await pool.request({ method: 'GET', path: '/metrics', headers: { host: 'bench.test' } })).body.text();
 const gauge = (name: string) => Number(new RegExp(`^\\w*${name}(?:\\{[^}]*\\})? (\\S+)$`, 'm').exec(metrics)?.[1] ?? Number.NaN) / 2 ** 20;
-const heapLine = `heap used ${gauge('nodejs_heap_size_used_bytes').toFixed(0)} of ${gauge('nodejs_heap_size_total_bytes').toFixed(0)} MiB, external ${gauge('nodejs_external_memory_bytes').toFixed(0)} MiB`;
+/** What each memory budget charges at the end, and the cap over them. */
+function budgetsLine(): string {
+  const charged = [...metrics.matchAll(/^\w*memory_budgets_bytes\{budget="(\w+)"\} (\S+)$/gm)].map(([, budget, bytes]) => ({
+    budget,
+    mib: Number(bytes) / 2 ** 20,
+  }));
+  const total = charged.reduce((sum, c) => sum + c.mib, 0);
+  return `${total.toFixed(0)} of ${gauge('memory_budgets_max_bytes').toFixed(0)} MiB (${charged.map((c) => `${c.budget} ${c.mib.toFixed(1)}`).join(', ')})`;
+}
+const heapLine = `heap used ${gauge('nodejs_heap_size_used_bytes').toFixed(0)} of ${gauge('nodejs_heap_size_total_bytes').toFixed(0)} MiB, external ${gauge('nodejs_external_memory_bytes').toFixed(0)} MiB, budgets charged ${budgetsLine()}`;
 const hwm = status('VmHWM');
 const end = status('VmRSS');
 await pool.close();

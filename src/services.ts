@@ -1,4 +1,5 @@
-import type { Config } from './config/index.js';
+import { MemoryPool } from './cache/memory-pool.js';
+import { memoryCap, type Config } from './config/index.js';
 import type { LayerState, LayerStateKey, ShimContext } from './context.js';
 import type { LiveSettings } from './live-settings.js';
 import type { Logger } from './observability/logger.js';
@@ -66,9 +67,16 @@ function upstreamClient(o: ServiceOptions, metrics: Metrics): { client: Upstream
 }
 
 /** What the shim remembers of realms and their users, built on the client and the store. */
-function realmServices(o: ServiceOptions, live: LiveSettings, client: UpstreamClient, store: PresenceStore, metrics: Metrics) {
+function realmServices(
+  o: ServiceOptions,
+  live: LiveSettings,
+  client: UpstreamClient,
+  store: PresenceStore,
+  metrics: Metrics,
+  pool: MemoryPool,
+) {
   const { config, log } = o;
-  const callers = new Callers(client, metrics, { ...config.lookups, maxBytes: config.memory.callersBytes });
+  const callers = new Callers(client, metrics, { ...config.lookups, maxBytes: config.memory.callersBytes, pool });
   const admission = new RealmAdmission({
     perMinute: config.presence.newRealmsPerMinute,
     perAddressPerMinute: config.presence.newRealmsPerAddressPerMinute,
@@ -86,11 +94,13 @@ function realmServices(o: ServiceOptions, live: LiveSettings, client: UpstreamCl
     backend: store.cacheBackend,
     parser,
     maxBytes: config.memory.userDirectoriesBytes,
+    pool,
     maxAnswerBytes: config.memory.largeAnswerBytes,
   });
   const deliveryEmails = new DeliveryEmails(client, log, metrics, {
     ...config.lookups,
     maxBytes: config.memory.lookupsBytes,
+    pool,
     backend: store.cacheBackend,
   });
   return { callers, admission, parser, users, deliveryEmails };
@@ -112,8 +122,12 @@ export function buildServices(o: ServiceOptions, live: LiveSettings): Services {
   const { config, log } = o;
   const metrics = createMetrics();
   const { client, transport } = upstreamClient(o, metrics);
-  const featureLevels = new FeatureLevels(client, log, { ...config.featureLevel, maxBytes: config.memory.featureLevelsBytes });
-  const store = o.store ?? createStore(config, log, metrics);
+  // X2: one cap over every budget below (a flood of mid-sized realms would fill them all).
+  const pool = new MemoryPool(memoryCap(config.memory));
+  metrics.memoryCharged.read = () => pool.usedByBudget();
+  metrics.memoryBudgetsMax.set(pool.maxBytes);
+  const featureLevels = new FeatureLevels(client, log, { ...config.featureLevel, maxBytes: config.memory.featureLevelsBytes, pool });
+  const store = o.store ?? createStore(config, log, metrics, pool);
   metrics.storeProbe.ping = () => store.ping();
   const snapshots = new SnapshotHub(
     config.presence.coalesceMs,
@@ -121,6 +135,7 @@ export function buildServices(o: ServiceOptions, live: LiveSettings): Services {
     Date.now,
     config.memory.snapshotsBytes,
     config.memory.answersBytes,
+    pool,
   );
   const context: ShimContext = {
     config,
@@ -133,7 +148,7 @@ export function buildServices(o: ServiceOptions, live: LiveSettings): Services {
     replicaSnapshots: o.replicaSnapshots ?? replicaSnapshotsFor(store),
     presence: new PresenceState(config.lookups.maxEntries),
     metrics,
-    ...realmServices(o, live, client, store, metrics),
+    ...realmServices(o, live, client, store, metrics, pool),
     layerState: layerState(),
   };
   return { context, transport };

@@ -1,4 +1,5 @@
 import { LRUCache } from 'lru-cache';
+import { lruMember, type PoolMember, type PoolPlace } from './memory-pool.js';
 
 /**
  * X2: the one way a bounded cache sizes what it keeps. An entry's cost is estimated from what it
@@ -41,27 +42,38 @@ function sum(f: Footprint): number {
   return n;
 }
 
-/** lru-cache's options but its size ones, which budgetedLru sets. */
+/** lru-cache's options but its size ones, which budgetedLru sets, and the pool the budget is part of. */
 export type BudgetedLruOptions<K extends {}, V extends {}, FC> = Omit<
   LRUCache.OptionsBase<K, V, FC>,
-  'maxSize' | 'sizeCalculation' | 'maxEntrySize'
->;
+  'maxSize' | 'sizeCalculation' | 'maxEntrySize' | 'onInsert'
+> & {
+  /** Its place in the shim's cap over all its budgets (memory.totalBytes): past the cap, entries go here too. */
+  pool?: PoolPlace | undefined;
+};
 
 /**
  * An lru-cache bounded by `maxBytes` (X2), each entry sized by its footprint when it is set; an
- * entry larger than the whole budget is not kept. A fetch whose entry is evicted while it loads
+ * entry larger than the whole budget is not kept. In a pool, each entry kept may let entries of
+ * this or other budgets go (memory-pool.ts), never itself. A fetch whose entry is evicted while it loads
  * (a full budget, other loads finishing first) still answers its callers with what it loaded:
  * lru-cache would otherwise reject them all with "evicted".
  */
 export function budgetedLru<K extends {}, V extends {}, FC = unknown>(
   maxBytes: number,
   footprint: (value: V, key: K) => Footprint,
-  options: BudgetedLruOptions<K, V, FC> = {},
+  { pool, ...options }: BudgetedLruOptions<K, V, FC> = {},
 ): LRUCache<K, V, FC> {
-  return new LRUCache<K, V, FC>({
+  let member: PoolMember | undefined;
+  const cache: LRUCache<K, V, FC> = new LRUCache<K, V, FC>({
     ...(options.fetchMethod && { ignoreFetchAbort: true }),
     ...options,
     maxSize: maxBytes,
     sizeCalculation: (value, key) => bytesOf(footprint(value, key)),
+    ...(pool && { onInsert: (_value, key) => member && pool.pool.settle(member, key) }),
   });
+  if (pool) {
+    member = lruMember(cache, pool.budget);
+    pool.pool.join(member);
+  }
+  return cache;
 }

@@ -1,5 +1,6 @@
 import { LRUCache } from 'lru-cache';
 import { bytesOf, type Footprint } from './budgeted.js';
+import type { MemoryPool, PoolMember, PoolPlace } from './memory-pool.js';
 
 /**
  * X2: one byte budget shared by many small maps (the answers built from each presence
@@ -14,14 +15,37 @@ export class ByteBudget {
     for (const ticket of tickets.values()) this.entries.delete(ticket);
   });
   private next = 0;
+  private readonly pool: MemoryPool | undefined;
+  private readonly member: PoolMember;
 
-  constructor(readonly maxBytes: number) {
+  /** `place`: its place in the shim's cap over all its budgets (memory.totalBytes), which may let entries go here too. */
+  constructor(
+    readonly maxBytes: number,
+    place?: PoolPlace,
+  ) {
     this.entries = new LRUCache({
       maxSize: maxBytes,
       dispose: ({ map, key }, _ticket, reason) => {
         if (reason !== 'delete') map.deref()?.forget(key);
       },
     });
+    this.member = {
+      budget: place?.budget ?? 'answers',
+      maxBytes,
+      usedBytes: () => this.entries.calculatedSize,
+      evictOldest: (keep) => {
+        for (const ticket of this.entries.rkeys()) {
+          if (ticket === keep) continue;
+          const entry = this.entries.peek(ticket);
+          this.entries.delete(ticket);
+          entry?.map.deref()?.forget(entry.key);
+          return true;
+        }
+        return false;
+      },
+    };
+    this.pool = place?.pool;
+    this.pool?.join(this.member);
   }
 
   /** A map whose entries count against this budget, each sized by its footprint when it is set. */
@@ -41,6 +65,7 @@ export class ByteBudget {
   charge(map: BudgetedMap<unknown, unknown>, key: unknown, bytes: number): number {
     const ticket = ++this.next;
     this.entries.set(ticket, { map: new WeakRef(map), key }, { size: bytes });
+    this.pool?.settle(this.member, ticket);
     return ticket;
   }
 

@@ -1,4 +1,5 @@
 import type { LRUCache } from 'lru-cache';
+import type { PoolPlace } from './memory-pool.js';
 import { budgetedLru, type Footprint } from './budgeted.js';
 
 /**
@@ -21,6 +22,8 @@ export interface SharedCacheOptions<V, C> {
   max: number;
   /** X2: bytes the values of this process may take (each sized by its footprint); least recently used go first. */
   maxBytes: number;
+  /** X2: the shim's cap over all its budgets (memory.totalBytes; cache/memory-pool.ts). */
+  pool?: PoolPlace | undefined;
   /** X2: what a value and its key hold (budgeted.ts). */
   footprint: (value: V, key: string) => Footprint;
   /**
@@ -56,6 +59,7 @@ export class SharedCache<V extends {}, C = undefined> {
   constructor(private readonly o: SharedCacheOptions<V, C>) {
     this.local = budgetedLru<string, V, unknown>(o.maxBytes, o.footprint, {
       max: o.max,
+      pool: o.pool,
       ttl: o.ttlMs,
       ...(o.staleWhileRevalidate ? { allowStale: true, noDeleteOnFetchRejection: true } : {}),
       fetchMethod: (key, _stale, { context, options }) => this.fill(key, context as C, options),

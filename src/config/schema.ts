@@ -286,6 +286,9 @@ export const configSchema = z
         callersBytes: bytes.describe(
           "Memory budget, in bytes, for callers' own user ids (GET /users/me, asked before 6.0 by GET /users when addresses are hidden), kept per caller for lookups.ttlMs.",
         ),
+        totalBytes: bytes.describe(
+          'Memory budget, in bytes, over all the budgets above together: each is sized for the largest realm it must hold, so together they could hold several; past this, the budget fullest for its size lets its least recently used entry go. A 250,000-user realm takes about 136 MiB of it.',
+        ),
         largeAnswerBytes: bytes.describe(
           'Largest full presence answer or user list read, in bytes (35 MB at 100k users on 2.1); other intercepted answers keep upstream.maxResponseBytes.',
         ),
@@ -325,3 +328,15 @@ export const configSchema = z
   });
 
 export type Config = z.infer<typeof configSchema>;
+
+/**
+ * X2: what the byte budgets may charge together: memory.totalBytes, or the sum of the others
+ * where that is lower (largeAnswerBytes bounds one read, not what is kept).
+ */
+export function memoryCap(memory: Config['memory']): number {
+  const { largeAnswerBytes, totalBytes, ...kinds } = memory;
+  return Math.min(
+    totalBytes,
+    Object.values(kinds).reduce((sum, bytes) => sum + bytes, 0),
+  );
+}

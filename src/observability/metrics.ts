@@ -38,6 +38,8 @@ export function createMetrics() {
   const requestCounts = new PendingCounts(['route', 'method', 'status']);
   /** Read when passed_through_requests is collected (not set on every request: the hot path, B4). */
   const passedThroughNow = { read: () => 0 };
+  /** Read when memory_budgets_bytes is collected: set by whoever holds the budgets' pool. */
+  const memoryCharged = { read: (): ReadonlyMap<string, number> => new Map() };
   /** The store, pinged when store_connected is collected: set by whoever holds the store. */
   const storeProbe = { ping: async (): Promise<unknown> => undefined };
   /** Whether the upstream's last exchange got an answer (upstream-metrics.ts sets it, one assignment an exchange). */
@@ -135,6 +137,23 @@ export function createMetrics() {
       help: 'Time from a client request to the end of its answer, by route class and method',
       labelNames: ['route', 'method'] as const,
       buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 90, 120],
+      registers: [registry],
+    }),
+    /** X2: what the byte budgets charge now, and the cap on it. */
+    memoryBudgets: new Gauge({
+      name: `${p}memory_budgets_bytes`,
+      help: 'Bytes each memory budget charges for what the shim keeps, by budget (named as its setting: userDirectories for memory.userDirectoriesBytes); together held at or below memory_budgets_max_bytes',
+      labelNames: ['budget'] as const,
+      registers: [registry],
+      collect() {
+        for (const [budget, bytes] of memoryCharged.read()) this.set({ budget }, bytes);
+      },
+    }),
+    /** Where memory_budgets_bytes is read from: set by whoever holds the pool (services.ts). */
+    memoryCharged,
+    memoryBudgetsMax: new Gauge({
+      name: `${p}memory_budgets_max_bytes`,
+      help: 'What the memory budgets may charge together: memory.totalBytes, or the sum of the others where that is lower',
       registers: [registry],
     }),
     /** X11: client connections open, the cap on them, and those refused past it. */

@@ -1,4 +1,5 @@
 import type { LRUCache } from 'lru-cache';
+import type { MemoryPool } from '../cache/memory-pool.js';
 import { budgetedLru, type Footprint } from '../cache/budgeted.js';
 import type { Encodable } from '../http/compress.js';
 import { ShimError } from '../http/errors.js';
@@ -175,13 +176,16 @@ export class SnapshotHub {
     maxBytes: number,
     /** X2: bytes the answer bodies built from snapshots and ledgers may take, all together (memory.answersBytes). */
     answersMaxBytes: number,
+    /** X2: the shim's cap over all its budgets (memory.totalBytes). */
+    pool?: MemoryPool,
   ) {
-    this.answersBudget = new ByteBudget(answersMaxBytes);
+    this.answersBudget = new ByteBudget(answersMaxBytes, pool?.in('answers'));
     // A snapshot is of no use after its window: dropped then, so memory follows live realms.
     this.slots = budgetedLru(maxBytes, slotFootprint, {
       max: maxScopes,
       ttl: Math.max(coalesceMs, 1) * 2,
       ttlAutopurge: true,
+      pool: pool?.in('snapshots'),
     });
   }
 

@@ -1,5 +1,6 @@
 import { parseRedisNodes, type Config } from '../config/index.js';
 import type { Logger } from '../observability/logger.js';
+import type { MemoryPool } from '../cache/memory-pool.js';
 import type { Metrics } from '../observability/metrics.js';
 import type { ReplicaSnapshots } from '../presence/snapshots.js';
 import { MemoryStore } from './memory.js';
@@ -19,12 +20,14 @@ export function redisTargetOf(store: Config['store']): RedisTarget | undefined {
 }
 
 /** The store the configuration asks for: Redis when one is named (S1), else this process. */
-export function createStore(config: Config, log: Logger, metrics: Metrics): PresenceStore {
+/** `pool`: the shim's cap over all its budgets, which the store's ledgers join (memory.totalBytes). */
+export function createStore(config: Config, log: Logger, metrics: Metrics, pool?: MemoryPool): PresenceStore {
   const target = redisTargetOf(config.store);
   if (!target) {
     return new MemoryStore({
       maxRealms: config.presence.maxRealms,
       maxBytes: config.memory.ledgersBytes,
+      pool,
       onTooLarge: (realm, bytes, maxBytes) =>
         log.warn(
           { realm, bytes, maxBytes },
@@ -39,6 +42,7 @@ export function createStore(config: Config, log: Logger, metrics: Metrics): Pres
     storeErrors: metrics.storeErrors,
     maxRealms: config.presence.maxRealms,
     maxBytes: config.memory.ledgersBytes,
+    pool,
   });
 }
 

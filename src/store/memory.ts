@@ -1,4 +1,5 @@
 import { LRUCache } from 'lru-cache';
+import type { MemoryPool } from '../cache/memory-pool.js';
 import { budgetedLru, bytesOf, type Footprint } from '../cache/budgeted.js';
 import {
   applyChange,
@@ -25,6 +26,8 @@ export interface MemoryStoreOptions {
   maxRealms: number;
   /** X2: bytes the ledgers may take together (memory.ledgersBytes; see ledgerFootprint). */
   maxBytes: number;
+  /** X2: the shim's cap over all its budgets (memory.totalBytes; cache/memory-pool.ts). */
+  pool?: MemoryPool | undefined;
   /** Told once when a realm's ledger alone is larger than maxBytes (it cannot be kept). */
   onTooLarge?: ((realm: string, bytes: number, maxBytes: number) => void) | undefined;
 }
@@ -52,7 +55,7 @@ export class MemoryStore implements PresenceStore {
   ) {
     this.maxBytes = o.maxBytes;
     this.onTooLarge = o.onTooLarge;
-    this.ledgers = budgetedLru(this.maxBytes, ledgerFootprint, { max: o.maxRealms });
+    this.ledgers = budgetedLru(this.maxBytes, ledgerFootprint, { max: o.maxRealms, pool: o.pool?.in('ledgers') });
     this.admitted = new LRUCache({ max: o.maxRealms * ADMITTED_PER_REALM });
   }
 

@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto';
+import type { MemoryPool } from '../cache/memory-pool.js';
 import type { LRUCache } from 'lru-cache';
 import { budgetedLru } from '../cache/budgeted.js';
 import { ledgerFootprint } from './memory.js';
@@ -68,6 +69,8 @@ export interface RedisStoreOptions {
   maxRealms: number;
   /** X2: bytes the decoded ledger copies of this replica may take (memory.ledgersBytes; see ledgerFootprint). */
   maxBytes: number;
+  /** X2: the shim's cap over all its budgets (memory.totalBytes; cache/memory-pool.ts). */
+  pool?: MemoryPool | undefined;
   clock?: () => number;
 }
 
@@ -198,6 +201,7 @@ export class RedisStore implements PresenceStore {
     // X2: the decoded copies are bounded in bytes too (a realm of 100k users is megabytes).
     this.known = budgetedLru(o.maxBytes, (k) => ({ fixed: 256, bytes: [k.head], inner: [k.state && ledgerFootprint(k.state)] }), {
       max: o.maxRealms,
+      pool: o.pool?.in('ledgers'),
     });
   }
 

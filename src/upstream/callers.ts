@@ -1,4 +1,5 @@
 import { upstreamBadResponse } from '../http/errors.js';
+import type { MemoryPool } from '../cache/memory-pool.js';
 import { isSuccess } from './relay.js';
 import type { Metrics } from '../observability/metrics.js';
 import { SharedCache } from '../cache/shared-cache.js';
@@ -29,6 +30,8 @@ export interface CallerOptions {
   maxEntries: number;
   /** X2: bytes the cached callers may take. */
   maxBytes: number;
+  /** X2: the shim's cap over all its budgets (memory.totalBytes; cache/memory-pool.ts). */
+  pool?: MemoryPool | undefined;
 }
 
 interface LoadContext {
@@ -51,6 +54,7 @@ export class Callers {
       ttlMs: options.ttlMs,
       max: options.maxEntries,
       maxBytes: options.maxBytes,
+      pool: options.pool?.in('callers'),
       // The key (realm and caller hash) and the address, with the entry's own overhead.
       footprint: (c, key) => ({ fixed: 200, strings: [key, c.deliveryEmail] }),
       lookups: metrics.lookups,

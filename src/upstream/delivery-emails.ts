@@ -1,4 +1,5 @@
 import { upstreamBadResponse } from '../http/errors.js';
+import type { MemoryPool } from '../cache/memory-pool.js';
 import { encodeForm } from '../http/body.js';
 import { isSuccess } from './relay.js';
 import type { Logger } from '../observability/logger.js';
@@ -24,6 +25,8 @@ interface DeliveryEmailOptions {
   maxEntries: number;
   /** X2: bytes the cached addresses may take in this process. */
   maxBytes: number;
+  /** X2: the shim's cap over all its budgets (memory.totalBytes; cache/memory-pool.ts). */
+  pool?: MemoryPool | undefined;
   backend?: CacheBackend | undefined;
 }
 
@@ -90,6 +93,7 @@ export class DeliveryEmails {
       ttlMs: options.ttlMs,
       max: options.maxEntries,
       maxBytes: options.maxBytes,
+      pool: options.pool?.in('lookups'),
       // The key (realm and user id) and the address, with the entry's own overhead.
       footprint: (email, key) => ({ fixed: 200, strings: [key, email] }),
       backend: options.backend,

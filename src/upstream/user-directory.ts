@@ -1,4 +1,5 @@
 import { setImmediate as nextTurn } from 'node:timers/promises';
+import type { MemoryPool } from '../cache/memory-pool.js';
 import { isSuccess } from './relay.js';
 import { upstreamBadResponse } from '../http/errors.js';
 import type { Logger } from '../observability/logger.js';
@@ -215,6 +216,8 @@ export interface UserDirectoryOptions {
   maxEntries: number;
   /** X2: bytes the realms' lists may take in this process (memory.userDirectoriesBytes; see Directory.bytes). */
   maxBytes: number;
+  /** X2: the shim's cap over all its budgets (memory.totalBytes; cache/memory-pool.ts). */
+  pool?: MemoryPool | undefined;
   /** refresh() re-reads a list only when it is older than this: USER_LIST_MIN_REFRESH_MS but in tests. */
   minRefreshMs: number;
   /** S1: where replicas share the lists (the store's cache backend); absent: this process only. */
@@ -283,6 +286,7 @@ export class UserDirectory {
       ttlMs: options.ttlMs,
       max: options.maxEntries,
       maxBytes: this.maxBytes,
+      pool: options.pool?.in('userDirectories'),
       footprint: (d) => d.footprint,
       // B7: an expired list is not read again inside a presence refresh; a user it does not
       // know yet makes refresh() read it at once.

@@ -113,6 +113,20 @@ export interface B7Row {
   worstGcKind: string;
   rssMiB: number;
   bytesPerUser: number;
+  /** What each memory budget charges after the work (its /metrics), MiB by budget. */
+  budgetsMiB: Record<string, number>;
+}
+
+/** What each memory budget of the shim charges now, MiB by budget (memory_budgets_bytes). */
+async function budgetsCharged(pool: Pool): Promise<Record<string, number>> {
+  const res = await pool.request({ method: 'GET', path: '/metrics', headers: { host: 'bench.test' } });
+  const text = await res.body.text();
+  return Object.fromEntries(
+    [...text.matchAll(/^\w*memory_budgets_bytes\{budget="(\w+)"\} (\S+)$/gm)].map(([, budget, bytes]) => [
+      budget!,
+      Number(bytes) / 2 ** 20,
+    ]),
+  );
 }
 
 interface DeltaPoll {
@@ -204,6 +218,7 @@ async function measure(users: number): Promise<B7Row> {
       // is answered before it is taken in).
       await shim.call('settled');
       const after = await shim.call<Memory>('memory', { gc: true });
+      const budgetsMiB = await budgetsCharged(pool);
       const sorted = Float64Array.from(ms).sort();
       return {
         users,
@@ -223,6 +238,7 @@ async function measure(users: number): Promise<B7Row> {
         worstGcKind: blocks.maxGcKind,
         rssMiB: after.rss / 2 ** 20,
         bytesPerUser: (after.heapUsed + after.arrayBuffers - base.heapUsed - base.arrayBuffers) / users,
+        budgetsMiB,
       };
     } finally {
       await pool.close();
@@ -278,7 +294,13 @@ if (r100) {
   log(`- RSS ≤ 400 MB: ${fmt(r100.rssMiB)} MiB = ${fmt((r100.rssMiB * 2 ** 20) / 1e6)} MB (${verdict(r100.rssMiB * 2 ** 20 <= 400e6)})`);
 }
 const r250 = at(250_000);
-if (r250) log(`- 250,000 users work at all: ${r250.deltaPolls} delta polls answered, RSS ${fmt(r250.rssMiB)} MiB`);
+if (r250) {
+  const charged = Object.entries(r250.budgetsMiB);
+  const total = charged.reduce((sum, [, mib]) => sum + mib, 0);
+  log(
+    `- 250,000 users work at all: ${r250.deltaPolls} delta polls answered (${fmt(r250.deltaBytesMean)} B a delta, mean), RSS ${fmt(r250.rssMiB)} MiB; budgets charged ${fmt(total, 1)} MiB (${charged.map(([b, mib]) => `${b} ${fmt(mib, 1)}`).join(', ')})`,
+  );
+}
 log(
   `load average at end: ${os
     .loadavg()

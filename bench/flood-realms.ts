@@ -7,7 +7,7 @@ import { shippedCli, spawnChild, startCli } from './children.js';
 import { visitRealm } from './synthetic-upstream.js';
 
 /**
- * X2/X12's big flood: `npm run bench -- flood-realms [--hosts 2000] [--users 5000] [--concurrency 8] [--total-mib N]`.
+ * X2/X12's big flood: `npm run bench -- flood-realms [--hosts 2000] [--users 5000] [--concurrency 8] [--total-mib N] [--coalesce-ms 5000]`.
  * The shipped CLI with the default memory budgets in front of a synthetic 2.1 server with a
  * realm per `Host` (a realm per subdomain): each of `hosts` distinct Host values is a realm of
  * `users` users, and gets one modern presence poll (full data) and one `GET /users/me` from one
@@ -25,6 +25,7 @@ const { values } = parseArgs({
     'node-arg': { type: 'string', multiple: true },
     'memory-limit-mib': { type: 'string' },
     'total-mib': { type: 'string' },
+    'coalesce-ms': { type: 'string' },
   },
   strict: true,
 });
@@ -45,7 +46,9 @@ const upstream = await spawnChild('upstream-process.ts', ['2.1', String(users), 
 const shim = await startCli(shippedCli(), upstream.url, {
   dir,
   nodeArgs: values['node-arg'] ?? [],
-  args: ['--config', configFile, '--access-log', 'off'],
+  // A snapshot is kept two coalescing windows: a longer window stands in for a faster machine
+  // (more realms inside it), as the flood's speed decides how many snapshots are alive at once.
+  args: ['--config', configFile, '--access-log', 'off', ...(values['coalesce-ms'] ? ['--coalesce-ms', values['coalesce-ms']] : [])],
 });
 const status = (field: 'VmRSS' | 'VmHWM') =>
   Number(new RegExp(`${field}:\\s+(\\d+)`).exec(readFileSync(`/proc/${shim.pid}/status`, 'utf8'))?.[1] ?? 0) / 1024;

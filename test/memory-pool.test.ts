@@ -10,7 +10,8 @@ import { startShim } from './support/shim.js';
 
 /**
  * X2: one cap over every byte budget (memory.totalBytes). Each budget still bounds its own
- * kind; the pool bounds their sum, and lets go where a budget is fullest for its size.
+ * kind; the pool bounds their sum, and past it the entry used longest ago goes, whichever
+ * budget holds it.
  */
 
 /** A budgeted cache of entries whose value is their size in bytes. */
@@ -28,22 +29,43 @@ describe('MemoryPool', () => {
     }
     expect(a.calculatedSize + b.calculatedSize).toBe(1_000);
     expect(pool.usedBytes()).toBe(1_000);
-    // The newest of each are kept, the oldest let go.
-    expect(a.has('a19') && b.has('b19')).toBe(true);
-    expect(a.has('a0') || b.has('b0')).toBe(false);
+    expect([...a.keys(), ...b.keys()].sort()).toEqual(['a15', 'a16', 'a17', 'a18', 'a19', 'b15', 'b16', 'b17', 'b18', 'b19']);
   });
 
-  it('shrinks every budget in proportion to its size', () => {
+  it('lets go of the entry used longest ago, whichever budget holds it: a big entry in use stays', () => {
     const pool = new MemoryPool(2_000);
-    const small = sized(1_000, pool);
-    const large = sized(3_000, pool);
-    for (let i = 0; i < 100; i++) {
-      small.set(`s${i}`, 50);
-      large.set(`l${i}`, 50);
+    const lists = sized(2_000, pool);
+    const snapshots = sized(2_000, pool);
+    lists.set('big', 1_200);
+    for (let i = 0; i < 20; i++) {
+      snapshots.set(`s${i}`, 100);
+      // The big realm is in use: read between every new entry elsewhere.
+      expect(lists.get('big')).toBe(1_200);
     }
-    // Without the pool: 1,000 and 3,000. Within it: 2,000 split as 1 to 3, within one entry.
-    expect(small.calculatedSize + large.calculatedSize).toBeLessThanOrEqual(2_000);
-    expect(Math.abs(small.calculatedSize / 1_000 - large.calculatedSize / 3_000)).toBeLessThanOrEqual(50 / 1_000);
+    expect(lists.has('big')).toBe(true);
+    expect([...snapshots.keys()].sort()).toEqual(['s12', 's13', 's14', 's15', 's16', 's17', 's18', 's19']);
+    // Left unused, it becomes the oldest once the eight entries before it are gone: the ninth lets it go.
+    for (let i = 20; i < 28; i++) snapshots.set(`s${i}`, 100);
+    expect(lists.has('big')).toBe(true);
+    snapshots.set('s28', 100);
+    expect(lists.has('big')).toBe(false);
+  });
+
+  it('a fetch is a use, as a get is', async () => {
+    const pool = new MemoryPool(300);
+    const lists = budgetedLru<string, number>(1_000, (bytes) => ({ fixed: bytes }), {
+      pool: pool.in('userDirectories'),
+      fetchMethod: async () => 100,
+    });
+    const other = sized(1_000, pool);
+    await lists.fetch('a');
+    other.set('x', 100);
+    await lists.fetch('a');
+    other.set('y', 100);
+    other.set('z', 100);
+    // x was used after a's first fetch but before its second: x goes, a stays.
+    expect(lists.has('a')).toBe(true);
+    expect([...other.keys()].sort()).toEqual(['y', 'z']);
   });
 
   it('keeps the entry just set, even where it alone is over the cap', () => {
@@ -55,7 +77,7 @@ describe('MemoryPool', () => {
     expect(a.get('big')).toBe(1_500);
     expect(b.has('old')).toBe(false);
     expect(pool.usedBytes()).toBe(1_500);
-    // The next entry anywhere lets it go, as the least recently used of the fullest budget.
+    // The next entry anywhere lets it go, as the one used longest ago.
     b.set('next', 100);
     expect(a.has('big')).toBe(false);
     expect(pool.usedBytes()).toBe(100);
@@ -67,17 +89,16 @@ describe('MemoryPool', () => {
     const lists = sized(10_000, pool);
     const bodies = answers.map<string, Buffer>((b) => ({ fixed: 0, bytes: [b] }));
     for (let i = 0; i < 8; i++) bodies.set(`full|${i}`, Buffer.alloc(1_000));
-    expect(bodies.size).toBe(8);
+    // A read is a use: full|0 is now the newest answer.
+    expect(bodies.get('full|0')?.length).toBe(1_000);
     for (let i = 0; i < 8; i++) lists.set(`realm${i}`, 1_000);
-    expect(answers.usedBytes + lists.calculatedSize).toBeLessThanOrEqual(10_000);
-    expect(bodies.size).toBeLessThan(8);
-    // What the budget let go is gone from the map too, oldest first.
-    expect(bodies.has('full|0')).toBe(false);
-    expect(bodies.get('full|7')?.length).toBe(1_000);
-    expect(answers.usedBytes).toBe(bodies.size * 1_000);
+    expect(answers.usedBytes + lists.calculatedSize).toBe(10_000);
+    // The six answers used longest ago went, and the map forgot them.
+    expect([...bodies.keys()].sort()).toEqual(['full|0', 'full|7']);
+    expect(answers.usedBytes).toBe(2_000);
   });
 
-  it('under any sets and reads: each budget within its bound, the pool within its cap but for the last entry kept, each entry kept when set', () => {
+  it('under any sets and reads, keeps what one least-recently-used order over all budgets would', () => {
     const op = fc.record({
       member: fc.nat(3),
       key: fc.nat(15),
@@ -92,23 +113,39 @@ describe('MemoryPool', () => {
         (cap, budgets, ops) => {
           const pool = new MemoryPool(cap);
           const caches = budgets.map((max) => sized(max, pool));
-          // The last entry kept may alone be over the cap until the next one is kept.
-          let lastKept = 0;
-          for (const { member, key, bytes, read } of ops) {
-            const cache = caches[member]!;
+          // The model: every entry kept, least recently used first, over all budgets.
+          let model: Array<{ member: number; key: string; bytes: number }> = [];
+          const bytesOf = (entries: typeof model) => entries.reduce((n, e) => n + e.bytes, 0);
+          for (const { member, key: k, bytes, read } of ops) {
+            const key = `k${k}`;
+            const at = model.findIndex((e) => e.member === member && e.key === key);
             if (read) {
-              cache.get(`k${key}`);
-              continue;
-            }
-            cache.set(`k${key}`, bytes);
-            for (const [i, c] of caches.entries()) expect(c.calculatedSize).toBeLessThanOrEqual(budgets[i]!);
-            if (bytes > budgets[member]!) {
-              expect(cache.has(`k${key}`)).toBe(false);
+              caches[member]!.get(key);
+              if (at >= 0) model.push(...model.splice(at, 1));
             } else {
-              expect(cache.peek(`k${key}`)).toBe(bytes);
-              lastKept = bytes;
+              caches[member]!.set(key, bytes);
+              if (at >= 0) model.splice(at, 1);
+              if (bytes <= budgets[member]!) {
+                // Its own budget first (its oldest entries go), then the cap (the oldest anywhere, never this one).
+                while (bytesOf(model.filter((e) => e.member === member)) + bytes > budgets[member]!) {
+                  model.splice(
+                    model.findIndex((e) => e.member === member),
+                    1,
+                  );
+                }
+                model.push({ member, key, bytes });
+                while (bytesOf(model) > cap && model.length > 1) model.shift();
+              }
             }
-            expect(pool.usedBytes()).toBeLessThanOrEqual(Math.max(cap, lastKept));
+            for (const [i, c] of caches.entries()) {
+              expect([...c.keys()].sort()).toEqual(
+                model
+                  .filter((e) => e.member === i)
+                  .map((e) => e.key)
+                  .sort(),
+              );
+            }
+            expect(pool.usedBytes()).toBe(bytesOf(model));
           }
         },
       ),

@@ -1,5 +1,5 @@
 import { LRUCache } from 'lru-cache';
-import { lruMember, type PoolMember, type PoolPlace } from './memory-pool.js';
+import { joinPool, type PoolHooks, type PoolPlace } from './memory-pool.js';
 
 /**
  * X2: the one way a bounded cache sizes what it keeps. An entry's cost is estimated from what it
@@ -53,8 +53,8 @@ export type BudgetedLruOptions<K extends {}, V extends {}, FC> = Omit<
 
 /**
  * An lru-cache bounded by `maxBytes` (X2), each entry sized by its footprint when it is set; an
- * entry larger than the whole budget is not kept. In a pool, each entry kept may let entries of
- * this or other budgets go (memory-pool.ts), never itself. A fetch whose entry is evicted while it loads
+ * entry larger than the whole budget is not kept. In a pool, each entry kept may let the entries
+ * used longest ago go, in this budget or another (memory-pool.ts), never itself. A fetch whose entry is evicted while it loads
  * (a full budget, other loads finishing first) still answers its callers with what it loaded:
  * lru-cache would otherwise reject them all with "evicted".
  */
@@ -63,17 +63,21 @@ export function budgetedLru<K extends {}, V extends {}, FC = unknown>(
   footprint: (value: V, key: K) => Footprint,
   { pool, ...options }: BudgetedLruOptions<K, V, FC> = {},
 ): LRUCache<K, V, FC> {
-  let member: PoolMember | undefined;
+  let hooks: PoolHooks<K> | undefined;
   const cache: LRUCache<K, V, FC> = new LRUCache<K, V, FC>({
     ...(options.fetchMethod && { ignoreFetchAbort: true }),
     ...options,
     maxSize: maxBytes,
     sizeCalculation: (value, key) => bytesOf(footprint(value, key)),
-    ...(pool && { onInsert: (_value, key) => member && pool.pool.settle(member, key) }),
+    ...(pool && {
+      onInsert: (_value, key) => hooks?.inserted(key),
+      dispose: (value, key, reason) => {
+        // Replaced in place ("set"), the key is still kept.
+        if (reason !== 'set') hooks?.removed(key);
+        options.dispose?.(value, key, reason);
+      },
+    }),
   });
-  if (pool) {
-    member = lruMember(cache, pool.budget);
-    pool.pool.join(member);
-  }
+  if (pool) hooks = joinPool(cache, pool);
   return cache;
 }

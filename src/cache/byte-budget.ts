@@ -17,6 +17,8 @@ export class ByteBudget {
   private next = 0;
   private readonly pool: MemoryPool | undefined;
   private readonly member: PoolMember;
+  /** In a pool: when each entry was last used, on the pool's clock. */
+  private readonly used = new Map<number, number>();
 
   /** `place`: its place in the shim's cap over all its budgets (memory.totalBytes), which may let entries go here too. */
   constructor(
@@ -25,23 +27,24 @@ export class ByteBudget {
   ) {
     this.entries = new LRUCache({
       maxSize: maxBytes,
-      dispose: ({ map, key }, _ticket, reason) => {
+      dispose: ({ map, key }, ticket, reason) => {
+        this.used.delete(ticket);
         if (reason !== 'delete') map.deref()?.forget(key);
       },
     });
     this.member = {
       budget: place?.budget ?? 'answers',
-      maxBytes,
       usedBytes: () => this.entries.calculatedSize,
+      oldestUse: (keep) => {
+        const ticket = this.oldestTicket(keep);
+        return ticket === undefined ? undefined : (this.used.get(ticket) ?? 0);
+      },
       evictOldest: (keep) => {
-        for (const ticket of this.entries.rkeys()) {
-          if (ticket === keep) continue;
-          const entry = this.entries.peek(ticket);
-          this.entries.delete(ticket);
-          entry?.map.deref()?.forget(entry.key);
-          return true;
-        }
-        return false;
+        const ticket = this.oldestTicket(keep);
+        if (ticket === undefined) return;
+        const entry = this.entries.peek(ticket);
+        this.release(ticket);
+        entry?.map.deref()?.forget(entry.key);
       },
     };
     this.pool = place?.pool;
@@ -65,13 +68,21 @@ export class ByteBudget {
   charge(map: BudgetedMap<unknown, unknown>, key: unknown, bytes: number): number {
     const ticket = ++this.next;
     this.entries.set(ticket, { map: new WeakRef(map), key }, { size: bytes });
-    this.pool?.settle(this.member, ticket);
+    if (this.pool) {
+      this.used.set(ticket, this.pool.now());
+      this.pool.settle(this.member, ticket);
+    }
     return ticket;
   }
 
   /** @internal */
   touch(ticket: number): void {
-    this.entries.get(ticket);
+    if (this.entries.get(ticket) !== undefined && this.pool) this.used.set(ticket, this.pool.now());
+  }
+
+  private oldestTicket(keep: unknown): number | undefined {
+    for (const ticket of this.entries.rkeys()) if (ticket !== keep) return ticket;
+    return undefined;
   }
 
   /** @internal */

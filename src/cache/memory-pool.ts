@@ -14,24 +14,25 @@ export interface PoolPlace {
 export interface PoolMember {
   /** Which budget of the configuration it is (several caches may share one, as featureLevels' answers and failures). */
   readonly budget: BudgetName;
-  /** The budget's own bound. */
-  readonly maxBytes: number;
   /** Bytes its entries are charged now. */
   usedBytes(): number;
-  /** Lets its least recently used entry go, unless that is `keep`; false when there is none to let go. */
-  evictOldest(keep?: unknown): boolean;
+  /** When its least recently used entry but `keep` was last used, on the pool's clock; undefined when it has none. */
+  oldestUse(keep?: unknown): number | undefined;
+  /** Lets that entry go. */
+  evictOldest(keep?: unknown): void;
 }
 
 /**
  * X2: one cap over every byte budget of a shim (memory.totalBytes). Each budget is sized for the
  * largest realm it must hold, so together they allow far more than one realm needs; a flood of
- * mid-sized realms fills them all at once. The pool bounds their sum: past the cap, the budget
- * fullest for its size lets its least recently used entry go, so every kind shrinks in
- * proportion to its own budget, and one big realm still fits where the cap holds its parts.
+ * mid-sized realms fills them all at once. The pool bounds their sum: past the cap, the entry
+ * used longest ago goes, whichever budget holds it, as if the budgets were one (a realm visited
+ * long ago loses its parts first, a realm in use keeps them).
  */
 export class MemoryPool {
   private readonly members: PoolMember[] = [];
   private settling = false;
+  private clock = 0;
 
   constructor(readonly maxBytes: number) {}
 
@@ -42,6 +43,11 @@ export class MemoryPool {
 
   join(member: PoolMember): void {
     this.members.push(member);
+  }
+
+  /** The pool's clock: members stamp each use of an entry with it. */
+  now(): number {
+    return ++this.clock;
   }
 
   /** Bytes every budget's entries are charged now. */
@@ -64,48 +70,86 @@ export class MemoryPool {
     if (this.settling) return;
     this.settling = true;
     try {
-      const spent = new Set<PoolMember>();
       let used = this.usedBytes();
       while (used > this.maxBytes) {
-        const fullest = this.fullest(spent);
-        if (fullest === undefined) return;
-        const before = fullest.usedBytes();
-        if (fullest.evictOldest(fullest === member ? key : undefined)) used -= before - fullest.usedBytes();
-        else spent.add(fullest);
+        const victim = this.oldest(member, key);
+        if (victim === undefined) return;
+        const before = victim.usedBytes();
+        victim.evictOldest(victim === member ? key : undefined);
+        used -= before - victim.usedBytes();
       }
     } finally {
       this.settling = false;
     }
   }
 
-  private fullest(spent: ReadonlySet<PoolMember>): PoolMember | undefined {
-    let best: PoolMember | undefined;
-    let bestShare = 0;
+  /** The member whose least recently used entry (not the one just kept) was used longest ago. */
+  private oldest(member: PoolMember, key: unknown): PoolMember | undefined {
+    let victim: PoolMember | undefined;
+    let oldest = Number.POSITIVE_INFINITY;
     for (const m of this.members) {
-      if (spent.has(m)) continue;
-      const share = m.usedBytes() / m.maxBytes;
-      if (share > bestShare) {
-        best = m;
-        bestShare = share;
+      const at = m.oldestUse(m === member ? key : undefined);
+      if (at !== undefined && at < oldest) {
+        victim = m;
+        oldest = at;
       }
     }
-    return best;
+    return victim;
   }
 }
 
-/** An lru-cache as a pool member: its least recently used settled entry goes first (loads in flight stay). */
-export function lruMember<K extends {}, V extends {}, FC>(cache: LRUCache<K, V, FC>, budget: BudgetName): PoolMember {
-  return {
-    budget,
-    maxBytes: cache.maxSize,
+/** What a budgeted cache tells its pool member (budgeted.ts wires them as lru-cache's onInsert and dispose). */
+export interface PoolHooks<K> {
+  /** A key kept: stamped, and the pool settled. */
+  inserted(key: K): void;
+  /** A key let go, for any reason: its stamp forgotten. */
+  removed(key: K): void;
+}
+
+/**
+ * Makes an lru-cache a pool member: each set, get and fetch of a key stamps it with the pool's
+ * clock (as lru-cache moves it to the front), so the pool can compare its oldest entry with
+ * other budgets'. Loads in flight are not entries yet and never go.
+ */
+export function joinPool<K extends {}, V extends {}, FC>(cache: LRUCache<K, V, FC>, place: PoolPlace): PoolHooks<K> {
+  const { pool } = place;
+  const used = new Map<K, number>();
+  const get = cache.get.bind(cache);
+  const fetch = cache.fetch.bind(cache) as (key: K, options?: unknown) => Promise<V | undefined>;
+  cache.get = (key, options) => {
+    const value = get(key, options);
+    if (value !== undefined) used.set(key, pool.now());
+    return value;
+  };
+  const stampedFetch = (key: K, options?: unknown) => {
+    if (used.has(key)) used.set(key, pool.now());
+    return fetch(key, options);
+  };
+  cache.fetch = stampedFetch as typeof cache.fetch;
+  const oldestKey = (keep: unknown): K | undefined => {
+    for (const key of cache.rkeys()) if (key !== keep) return key;
+    return undefined;
+  };
+  const member: PoolMember = {
+    budget: place.budget,
     usedBytes: () => cache.calculatedSize,
+    oldestUse(keep) {
+      const key = oldestKey(keep);
+      return key === undefined ? undefined : (used.get(key) ?? 0);
+    },
     evictOldest(keep) {
-      for (const key of cache.rkeys()) {
-        if (key === keep) continue;
-        cache.delete(key);
-        return true;
-      }
-      return false;
+      const key = oldestKey(keep);
+      if (key !== undefined) cache.delete(key);
+    },
+  };
+  pool.join(member);
+  return {
+    inserted(key) {
+      used.set(key, pool.now());
+      pool.settle(member, key);
+    },
+    removed(key) {
+      used.delete(key);
     },
   };
 }

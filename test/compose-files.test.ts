@@ -87,7 +87,7 @@ describe('deploy/docker-compose.yml', () => {
 
 /**
  * Every shim service of the compose files: no capability, none to gain, and the memory limit
- * docs/deployment.md sizes a shim with the default budgets at (a flood filling them: 396–413 MiB RSS;
+ * docs/deployment.md sizes a shim with the default budgets at (a flood filling them: 360–367 MiB RSS;
  * "a container of at least 1 GiB").
  */
 describe.each(['deploy/docker-compose.yml', 'deploy/docker-compose.replicas.yml', 'deploy/docker-compose.sentinel.yml'])(

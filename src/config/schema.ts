@@ -287,7 +287,7 @@ export const configSchema = z
           "Memory budget, in bytes, for callers' own user ids (GET /users/me, asked before 6.0 by GET /users when addresses are hidden), kept per caller for lookups.ttlMs.",
         ),
         totalBytes: bytes.describe(
-          'Memory budget, in bytes, over all the budgets above together: each is sized for the largest realm it must hold, so together they could hold several; past this, the budget fullest for its size lets its least recently used entry go. A 250,000-user realm takes about 136 MiB of it.',
+          'Memory budget, in bytes, over all the budgets above together: each is sized for the largest realm it must hold, so together they could hold several; past this, the entry used longest ago goes, whichever budget holds it. A realm of 250,000 users takes about 142 MiB of it while its snapshot is alive: raise it to serve one that large beside others.',
         ),
         largeAnswerBytes: bytes.describe(
           'Largest full presence answer or user list read, in bytes (35 MB at 100k users on 2.1); other intercepted answers keep upstream.maxResponseBytes.',

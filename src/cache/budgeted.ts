@@ -54,9 +54,9 @@ export type BudgetedLruOptions<K extends {}, V extends {}, FC> = Omit<
 /**
  * An lru-cache bounded by `maxBytes` (X2), each entry sized by its footprint when it is set; an
  * entry larger than the whole budget is not kept. In a pool, each entry kept may let the entries
- * used longest ago go, in this budget or another (memory-pool.ts), never itself. A fetch whose entry is evicted while it loads
- * (a full budget, other loads finishing first) still answers its callers with what it loaded:
- * lru-cache would otherwise reject them all with "evicted".
+ * used longest ago go, in this budget or another (memory-pool.ts), never itself. A fetch whose
+ * entry is evicted while it loads (a full budget, other loads finishing first) still answers its
+ * callers with what it loaded: lru-cache would otherwise reject them all with "evicted".
  */
 export function budgetedLru<K extends {}, V extends {}, FC = unknown>(
   maxBytes: number,
@@ -71,9 +71,9 @@ export function budgetedLru<K extends {}, V extends {}, FC = unknown>(
     sizeCalculation: (value, key) => bytesOf(footprint(value, key)),
     ...(pool && {
       onInsert: (_value, key) => hooks?.inserted(key),
+      // A value replaced in place is disposed of before its successor is inserted (and stamped).
       dispose: (value, key, reason) => {
-        // Replaced in place ("set"), the key is still kept.
-        if (reason !== 'set') hooks?.removed(key);
+        hooks?.removed(key);
         options.dispose?.(value, key, reason);
       },
     }),

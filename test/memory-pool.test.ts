@@ -6,6 +6,8 @@ import { budgetedLru } from '../src/cache/budgeted.js';
 import { ByteBudget } from '../src/cache/byte-budget.js';
 import { MemoryPool } from '../src/cache/memory-pool.js';
 import { SyntheticZulip, visitRealm } from '../bench/synthetic-upstream.js';
+import { memoryCap } from '../src/config/index.js';
+import { BUDGETS } from './support/budgets.js';
 import { startShim } from './support/shim.js';
 
 /**
@@ -151,6 +153,21 @@ describe('MemoryPool', () => {
       ),
       { numRuns: 300 },
     );
+  });
+});
+
+describe('memoryCap: what the budgets may charge together', () => {
+  const MiB = 2 ** 20;
+  it.each([
+    ['the defaults: memory.totalBytes', {}, 144 * MiB],
+    ['a cap above the sum of the budgets: the sum (216 MiB; largeAnswerBytes is no budget)', { totalBytes: 1024 * MiB }, 216 * MiB],
+    [
+      'small budgets under the default cap: their sum',
+      { userDirectoriesBytes: MiB, snapshotsBytes: MiB, answersBytes: MiB, ledgersBytes: MiB },
+      28 * MiB,
+    ],
+  ])('%s', (_name, memory, expected) => {
+    expect(memoryCap({ ...BUDGETS, ...memory })).toBe(expected);
   });
 });
 

@@ -2,7 +2,7 @@ import { accessSync, constants } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { createLogger, type Logger } from './observability/logger.js';
 import { appProbe, probeBouncer, probeStore, probeUpstream, riskySetups, warnAtStartup, type Probe } from './checks.js';
-import { ConfigError, envNearMisses, loadConfig, memoryCap, namedKey, oneLine, parseListenAddress, type Config } from './config/index.js';
+import { ConfigError, envNearMisses, loadConfig, memoryBound, namedKey, oneLine, parseListenAddress, type Config } from './config/index.js';
 import { loggableUrl, logStartup } from './observability/startup.js';
 import { openShim, type OpenedShim } from './embed.js';
 import { directUpstream, openUpstream, type UpstreamTarget } from './open-upstream.js';
@@ -307,7 +307,7 @@ function untilStopped(
 
 /** X2 at start-up: what the byte budgets bound, and how far the JavaScript heap may grow above live data. */
 function sayMemory(log: Logger, config: Config, tuning: ReturnType<typeof tuneRuntime>): void {
-  const budgets = memoryCap(config.memory);
+  const budgets = memoryBound(config.memory);
   log.info(
     { memoryBudgetsMiB: Math.round(budgets / 2 ** 20), heapGrowingPercent: tuning.heapGrowingPercent },
     tuning.heapGrowingPercent === 'operator'

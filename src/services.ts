@@ -122,11 +122,12 @@ export function buildServices(o: ServiceOptions, live: LiveSettings): Services {
   const { config, log } = o;
   const metrics = createMetrics();
   const { client, transport } = upstreamClient(o, metrics);
-  // X2: one cap over every budget below (a flood of mid-sized realms would fill them all).
+  // X2: one cap over the budgets of realms taken on (a flood of mid-sized realms would fill them
+  // all); server_settings answers, asked before any credential is checked, keep their own apart.
   const pool = new MemoryPool(memoryCap(config.memory));
   metrics.memoryCharged.read = () => pool.usedByBudget();
   metrics.memoryBudgetsMax.set(pool.maxBytes);
-  const featureLevels = new FeatureLevels(client, log, { ...config.featureLevel, maxBytes: config.memory.featureLevelsBytes, pool });
+  const featureLevels = new FeatureLevels(client, log, { ...config.featureLevel, maxBytes: config.memory.featureLevelsBytes });
   const store = o.store ?? createStore(config, log, metrics, pool);
   metrics.storeProbe.ping = () => store.ping();
   const snapshots = new SnapshotHub(

@@ -6,7 +6,7 @@ import { budgetedLru } from '../src/cache/budgeted.js';
 import { ByteBudget } from '../src/cache/byte-budget.js';
 import { MemoryPool } from '../src/cache/memory-pool.js';
 import { SyntheticZulip, visitRealm } from '../bench/synthetic-upstream.js';
-import { memoryCap } from '../src/config/index.js';
+import { memoryBound, memoryCap } from '../src/config/index.js';
 import { BUDGETS } from './support/budgets.js';
 import { startShim } from './support/shim.js';
 
@@ -160,14 +160,20 @@ describe('memoryCap: what the budgets may charge together', () => {
   const MiB = 2 ** 20;
   it.each([
     ['the defaults: memory.totalBytes', {}, 144 * MiB],
-    ['a cap above the sum of the budgets: the sum (216 MiB; largeAnswerBytes is no budget)', { totalBytes: 1024 * MiB }, 216 * MiB],
+    [
+      'a cap above the sum of the budgets: the sum (212 MiB; featureLevelsBytes stays apart, largeAnswerBytes is no budget)',
+      { totalBytes: 1024 * MiB },
+      212 * MiB,
+    ],
     [
       'small budgets under the default cap: their sum',
       { userDirectoriesBytes: MiB, snapshotsBytes: MiB, answersBytes: MiB, ledgersBytes: MiB },
-      28 * MiB,
+      24 * MiB,
     ],
   ])('%s', (_name, memory, expected) => {
     expect(memoryCap({ ...BUDGETS, ...memory })).toBe(expected);
+    // The start-up line's total: featureLevelsBytes beside the cap.
+    expect(memoryBound({ ...BUDGETS, ...memory })).toBe(expected + BUDGETS.featureLevelsBytes);
   });
 });
 
@@ -205,6 +211,9 @@ describe('memory.totalBytes in a shim', () => {
       expect(charged.get('ledgers')).toBeGreaterThan(0);
       expect(total).toBeGreaterThan(totalBytes / 2);
       expect(total).toBeLessThanOrEqual(totalBytes);
+
+      // X12: server_settings answers (kept before any credential is checked) stay outside the cap.
+      expect(charged.has('featureLevels')).toBe(false);
     } finally {
       await pool.close();
       await shim.close();

@@ -1,7 +1,10 @@
 import type { LRUCache } from 'lru-cache';
 
-/** The budgets of the shim's memory, by their configuration names (`memory.<name>Bytes`). */
-export const BUDGET_NAMES = ['featureLevels', 'userDirectories', 'snapshots', 'answers', 'ledgers', 'lookups', 'callers'] as const;
+/**
+ * The budgets in the pool, by their configuration names (`memory.<name>Bytes`): those of realms
+ * taken on. featureLevels stays apart: it is filled before any credential is checked (X12).
+ */
+export const BUDGET_NAMES = ['userDirectories', 'snapshots', 'answers', 'ledgers', 'lookups', 'callers'] as const;
 export type BudgetName = (typeof BUDGET_NAMES)[number];
 
 /** Where a budget takes part in the pool: the pool and the budget's name in it. */
@@ -12,7 +15,7 @@ export interface PoolPlace {
 
 /** A byte budget the pool can see and shrink: a budgeted cache, or the answers' ByteBudget. */
 export interface PoolMember {
-  /** Which budget of the configuration it is (several caches may share one, as featureLevels' answers and failures). */
+  /** Which budget of the configuration it is. */
   readonly budget: BudgetName;
   /** Bytes its entries are charged now. */
   usedBytes(): number;
@@ -23,7 +26,7 @@ export interface PoolMember {
 }
 
 /**
- * X2: one cap over every byte budget of a shim (memory.totalBytes). Each budget is sized for the
+ * X2: one cap over the byte budgets of realms taken on (memory.totalBytes). Each budget is sized for the
  * largest realm it must hold, so together they allow far more than one realm needs; a flood of
  * mid-sized realms fills them all at once. The pool bounds their sum: past the cap, the entry
  * used longest ago goes, whichever budget holds it, as if the budgets were one (a realm visited

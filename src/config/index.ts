@@ -12,6 +12,7 @@ export { configFromObject, loadConfig, type CliResult } from './load.js';
 export {
   APP_FEATURE_LEVEL_MAX,
   configSchema,
+  memoryBound,
   memoryCap,
   parseListenAddress,
   parseRedisNodes,

@@ -287,7 +287,7 @@ export const configSchema = z
           "Memory budget, in bytes, for callers' own user ids (GET /users/me, asked before 6.0 by GET /users when addresses are hidden), kept per caller for lookups.ttlMs.",
         ),
         totalBytes: bytes.describe(
-          'Memory budget, in bytes, over all the budgets above together: each is sized for the largest realm it must hold, so together they could hold several; past this, the entry used longest ago goes, whichever budget holds it. A realm of 250,000 users takes about 142 MiB of it while its snapshot is alive: raise it to serve one that large beside others.',
+          'Memory budget, in bytes, over the budgets above together but featureLevelsBytes (whose entries are made before credentials are checked): each is sized for the largest realm it must hold, so together they could hold several; past this, the entry used longest ago goes, whichever budget holds it. A realm of 250,000 users takes about 142 MiB of it while its snapshot is alive: raise it to serve one that large beside others.',
         ),
         largeAnswerBytes: bytes.describe(
           'Largest full presence answer or user list read, in bytes (35 MB at 100k users on 2.1); other intercepted answers keep upstream.maxResponseBytes.',
@@ -330,13 +330,20 @@ export const configSchema = z
 export type Config = z.infer<typeof configSchema>;
 
 /**
- * X2: what the byte budgets may charge together: memory.totalBytes, or the sum of the others
- * where that is lower (largeAnswerBytes bounds one read, not what is kept).
+ * X2: what the budgets of realms taken on may charge together: memory.totalBytes, or the sum of
+ * those budgets where that is lower. featureLevelsBytes stays apart: its entries are made before
+ * a caller's credentials are checked (a made-up Host's server_settings), so they must not push
+ * a realm's state out (X12); largeAnswerBytes bounds one read, not what is kept.
  */
 export function memoryCap(memory: Config['memory']): number {
-  const { largeAnswerBytes, totalBytes, ...kinds } = memory;
+  const { largeAnswerBytes, totalBytes, featureLevelsBytes, ...kinds } = memory;
   return Math.min(
     totalBytes,
     Object.values(kinds).reduce((sum, bytes) => sum + bytes, 0),
   );
+}
+
+/** X2: what every byte budget may charge together: the cap above, and featureLevelsBytes beside it. */
+export function memoryBound(memory: Config['memory']): number {
+  return memoryCap(memory) + memory.featureLevelsBytes;
 }

@@ -142,7 +142,7 @@ export function createMetrics() {
     /** X2: what the byte budgets charge now, and the cap on it. */
     memoryBudgets: new Gauge({
       name: `${p}memory_budgets_bytes`,
-      help: 'Bytes each memory budget charges for what the shim keeps, by budget (named as its setting: userDirectories for memory.userDirectoriesBytes); together held at or below memory_budgets_max_bytes',
+      help: 'Bytes each memory budget of realms taken on charges for what the shim keeps, by budget (named as its setting: userDirectories for memory.userDirectoriesBytes; featureLevels, kept apart, is not among them); together held at or below memory_budgets_max_bytes',
       labelNames: ['budget'] as const,
       registers: [registry],
       collect() {
@@ -153,7 +153,7 @@ export function createMetrics() {
     memoryCharged,
     memoryBudgetsMax: new Gauge({
       name: `${p}memory_budgets_max_bytes`,
-      help: 'What the memory budgets may charge together: memory.totalBytes, or the sum of the others where that is lower',
+      help: 'What the memory budgets of realms taken on may charge together: memory.totalBytes, or the sum of those budgets where that is lower',
       registers: [registry],
     }),
     /** X11: client connections open, the cap on them, and those refused past it. */

@@ -1,5 +1,4 @@
 import type { LRUCache } from 'lru-cache';
-import type { MemoryPool } from '../cache/memory-pool.js';
 import { budgetedLru, type Footprint } from '../cache/budgeted.js';
 import type { Logger } from '../observability/logger.js';
 import { upstreamBadResponse, upstreamUnavailable } from '../http/errors.js';
@@ -74,8 +73,6 @@ export interface FeatureLevelOptions {
   failureTtlMs: number;
   /** X2: bytes for every realm's entry, failures included, least recently used evicted (memory.featureLevelsBytes). */
   maxBytes: number;
-  /** X2: the shim's cap over all its budgets (memory.totalBytes; cache/memory-pool.ts). */
-  pool?: MemoryPool | undefined;
 }
 
 /** The cache is per Host (the realm it names is what server_settings tells). */
@@ -130,20 +127,18 @@ export class FeatureLevels {
     private readonly log: Logger,
     options: FeatureLevelOptions,
   ) {
-    const { maxBytes, pool } = options;
+    const { maxBytes } = options;
     this.cache = budgetedLru<string, ServerInfo, Realm>(maxBytes, (v, key) => footprint(key, v.realmUrl, v.realmName), {
       ttl: options.ttlMs,
       allowStale: true,
       noDeleteOnFetchRejection: true,
       allowStaleOnFetchRejection: true,
       fetchMethod: (_key, _stale, { context }) => this.load(context),
-      pool: pool?.in('featureLevels'),
     });
     // Failures take a quarter of the budget at most: a flood of made-up hosts cannot evict the
     // real realms' answers.
     this.failures = budgetedLru<string, Error>(Math.max(1024, Math.floor(maxBytes / 4)), (v, key) => failureFootprint(key, v), {
       ttl: options.failureTtlMs,
-      pool: pool?.in('featureLevels'),
     });
   }
 

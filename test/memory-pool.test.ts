@@ -212,8 +212,20 @@ describe('memory.totalBytes in a shim', () => {
       expect(total).toBeGreaterThan(totalBytes / 2);
       expect(total).toBeLessThanOrEqual(totalBytes);
 
-      // X12: server_settings answers (kept before any credential is checked) stay outside the cap.
+      // X12: server_settings answers (kept before any credential is checked) stay outside the cap:
+      // made-up Hosts asked for them, more than the whole cap's worth, push no realm's state out.
       expect(charged.has('featureLevels')).toBe(false);
+      const { featureLevels } = shim.shim.context;
+      for (let i = 0; i < 2_000; i++) {
+        const host = `made-up-${i}.flood.test`;
+        await featureLevels.info({ upstream: url, host, key: `${url}|${host}` });
+      }
+      const after = (await request(shim.url).get('/metrics')).text;
+      const chargedAfter = new Map(
+        [...after.matchAll(/^zulip_compat_shim_memory_budgets_bytes\{budget="(\w+)"\} (\S+)$/gm)].map((m) => [m[1]!, Number(m[2])]),
+      );
+      for (const budget of ['userDirectories', 'ledgers'])
+        expect([budget, chargedAfter.get(budget)]).toEqual([budget, charged.get(budget)]);
     } finally {
       await pool.close();
       await shim.close();

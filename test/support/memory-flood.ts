@@ -1,8 +1,9 @@
 import { Writable } from 'node:stream';
 import { Pool } from 'undici';
-import { configSchema, loadConfig } from '../../src/config/index.js';
+import { configSchema, loadConfig, memoryBound } from '../../src/config/index.js';
 import { createLogger } from '../../src/observability/logger.js';
 import { createShim } from '../../src/server.js';
+import { SMALL_BUDGETS } from './small-budgets.js';
 import { SyntheticZulip } from './synthetic-zulip.js';
 
 /**
@@ -21,23 +22,12 @@ if (!gc) throw new Error('run with --expose-gc');
 const upstream = new SyntheticZulip({ users: Number(users), changesPerSecond: 20 });
 const url = await upstream.start();
 const base = loadConfig(['--upstream', url, '--port', '0', '--log-level', 'warn'], {}).config;
-const SMALL = {
-  featureLevelsBytes: 128 * 1024,
-  userDirectoriesBytes: 1024 * 1024,
-  snapshotsBytes: 2 * 1024 * 1024,
-  ledgersBytes: 1024 * 1024,
-  lookupsBytes: 128 * 1024,
-};
 // "unbounded": budgets far above what the flood needs, to show what they hold back.
-const UNBOUNDED = Object.fromEntries(Object.keys(SMALL).map((k) => [k, 2 ** 40]));
-const chosen = budgets === 'small' ? SMALL : budgets === 'unbounded' ? UNBOUNDED : {};
+const UNBOUNDED = { ...Object.fromEntries(Object.keys(SMALL_BUDGETS).map((k) => [k, 2 ** 40])), totalBytes: 2 ** 40 };
+const chosen = budgets === 'small' ? SMALL_BUDGETS : budgets === 'unbounded' ? UNBOUNDED : {};
 const config = configSchema.parse({ ...base, memory: { ...base.memory, ...chosen }, presence: { ...base.presence, maxRealms: 100_000 } });
-const budgetBytes =
-  config.memory.featureLevelsBytes +
-  config.memory.userDirectoriesBytes +
-  config.memory.snapshotsBytes +
-  config.memory.ledgersBytes +
-  config.memory.lookupsBytes;
+// What the budgets may hold together (memoryBound: the cap over them, featureLevels beside it).
+const budgetBytes = memoryBound(config.memory);
 const warnings: string[] = [];
 const sink = new Writable({
   write(chunk, _enc, cb) {

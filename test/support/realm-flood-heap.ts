@@ -1,8 +1,9 @@
 import { Pool } from 'undici';
 import { SyntheticZulip, visitRealm } from '../../bench/synthetic-upstream.js';
-import { configSchema, loadConfig } from '../../src/config/index.js';
+import { configSchema, loadConfig, memoryBound } from '../../src/config/index.js';
 import { createLogger } from '../../src/observability/logger.js';
 import { createShim } from '../../src/server.js';
+import { SMALL_BUDGETS } from './small-budgets.js';
 
 /**
  * X2 for a server with a realm per `Host`, in a process of its own (run with --expose-gc): a
@@ -23,21 +24,12 @@ if (!gc) throw new Error('run with --expose-gc');
 const upstream = new SyntheticZulip({ flavour: '2.1', users: Number(users), churnPerMinute: 0, realmPerHost: true });
 const url = await upstream.start();
 const base = loadConfig(['--upstream', url, '--port', '0', '--log-level', 'error', '--access-log', 'off'], {}).config;
-const SMALL = {
-  featureLevelsBytes: 128 * 1024,
-  userDirectoriesBytes: 1024 * 1024,
-  snapshotsBytes: 4 * 1024 * 1024,
-  answersBytes: 1024 * 1024,
-  ledgersBytes: 1024 * 1024,
-  lookupsBytes: 128 * 1024,
-  callersBytes: 128 * 1024,
-};
 const config = configSchema.parse({
   ...base,
-  memory: { ...base.memory, ...SMALL },
+  memory: { ...base.memory, ...SMALL_BUDGETS },
   presence: { ...base.presence, newRealmsPerMinute: 1_000_000, newRealmsPerAddressPerMinute: 1_000_000 },
 });
-const budgetBytes = Object.values(SMALL).reduce((a, b) => a + b, 0);
+const budgetBytes = memoryBound(config.memory);
 const shim = createShim({ config, log: createLogger('error'), target: url, upstreamId: url });
 const { url: shimUrl } = await shim.listen(0, '127.0.0.1');
 const pool = new Pool(shimUrl, { connections: 8 });
